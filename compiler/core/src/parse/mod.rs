@@ -1,0 +1,591 @@
+//! The parser: pest turns text into a parse tree (`ir.pest`), and this module
+//! builds the module from it, resolving SSA names as it goes. Syntax errors,
+//! undefined and redefined values, and malformed types, attributes and
+//! affine maps are reported here; everything about what an operation means
+//! is left to the verifier.
+
+mod attrs;
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use pest::Parser as _;
+use pest::iterators::Pair;
+
+use crate::attr::{Attribute, Attributes};
+use crate::diag::{Diagnostic, Location};
+use crate::ir::{BlockId, Module, OpBuilder, OpId, RegionId, ValueId};
+use crate::types::Type;
+
+#[derive(pest_derive::Parser)]
+#[grammar = "parse/ir.pest"]
+struct IrGrammar;
+
+type PResult<T> = Result<T, Diagnostic>;
+
+/// Parses a module. `file` names the source in diagnostics.
+pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnostic> {
+    let file: Option<Arc<str>> = file.map(Arc::from);
+    let mut pairs = IrGrammar::parse(Rule::file, source).map_err(|e| syntax_error(e, file.clone()))?;
+    let root = pairs.next().expect("the file rule always produces a pair");
+    let mut p = Builder {
+        file,
+        module: Module::new(),
+        scopes: vec![HashMap::new()],
+        attr_aliases: HashMap::new(),
+        type_aliases: HashMap::new(),
+    };
+    let items: Vec<Pair<Rule>> = root.into_inner().filter(|x| x.as_rule() != Rule::EOI).collect();
+    let ops: Vec<&Pair<Rule>> = items.iter().filter(|x| x.as_rule() == Rule::op).collect();
+    let single_module = ops.len() == 1 && is_module_op(ops[0]);
+    for item in items.iter().cloned() {
+        match item.as_rule() {
+            Rule::alias_def => p.alias_def(item)?,
+            Rule::op if single_module => p.module_op(item)?,
+            Rule::op => {
+                if is_module_op(&item) {
+                    return Err(p.err(&item, "a module must be the only operation at the top level of a file"));
+                }
+                let body = p.module.body;
+                p.op(item, body)?;
+            }
+            _ => unreachable!("file holds only aliases and operations"),
+        }
+    }
+    Ok(p.module)
+}
+
+fn is_module_op(op: &Pair<Rule>) -> bool {
+    op.clone().into_inner().any(|x| {
+        x.as_rule() == Rule::module_op
+            || (x.as_rule() == Rule::generic_op
+                && x.clone().into_inner().next().map(|s| attrs::unquote_raw(&s) == "builtin.module").unwrap_or(false))
+    })
+}
+
+fn rule_description(rule: &Rule) -> String {
+    match rule {
+        Rule::op | Rule::entry_ops => "an operation",
+        Rule::op_name => "an operation name",
+        Rule::value_use | Rule::value_uses | Rule::value_name => "an SSA value (%name)",
+        Rule::type_value | Rule::type_list | Rule::pretty_types => "a type",
+        Rule::attr_value => "an attribute value",
+        Rule::attr_dict => "an attribute dictionary",
+        Rule::named_attr => "an attribute name",
+        Rule::function_type => "a function type",
+        Rule::region | Rule::region_list => "a region",
+        Rule::string_lit => "a string",
+        Rule::affine_expr | Rule::affine_term | Rule::affine_factor | Rule::affine_atom => "an affine expression",
+        Rule::add_op | Rule::mul_op => "an affine operator",
+        Rule::scalar_type => "an element type",
+        Rule::dim => "a dimension",
+        Rule::number | Rule::int_lit | Rule::float_lit => "a number",
+        Rule::symbol_name => "a symbol (@name)",
+        Rule::EOI => "end of input",
+        other => return format!("{other:?}"),
+    }
+    .to_string()
+}
+
+fn syntax_error(e: pest::error::Error<Rule>, file: Option<Arc<str>>) -> Diagnostic {
+    let (line, col) = match e.line_col {
+        pest::error::LineColLocation::Pos(p) => p,
+        pest::error::LineColLocation::Span(p, _) => p,
+    };
+    let message = match &e.variant {
+        pest::error::ErrorVariant::ParsingError { positives, .. } if !positives.is_empty() => {
+            let mut wanted: Vec<String> = positives.iter().map(rule_description).collect();
+            wanted.dedup();
+            format!("syntax error: expected {}", wanted.join(" or "))
+        }
+        pest::error::ErrorVariant::ParsingError { .. } => "syntax error: unexpected input".to_string(),
+        pest::error::ErrorVariant::CustomError { message } => message.clone(),
+    };
+    Diagnostic::error(Location::new(file, line as u32, col as u32), message)
+}
+
+struct Builder {
+    file: Option<Arc<str>>,
+    module: Module,
+    /// SSA names visible at this point, innermost region last. A name maps
+    /// to its result group (`%0:2` defines two values).
+    scopes: Vec<HashMap<String, (Vec<ValueId>, Location)>>,
+    attr_aliases: HashMap<String, Attribute>,
+    type_aliases: HashMap<String, Type>,
+}
+
+/// Strips the `%` of a value name; numeric names carry no name hint.
+fn name_hint(name: &str) -> Option<String> {
+    let bare = name.trim_start_matches('%');
+    if bare.chars().all(|c| c.is_ascii_digit()) { None } else { Some(bare.to_string()) }
+}
+
+impl Builder {
+    fn loc(&self, pair: &Pair<Rule>) -> Location {
+        let (line, col) = pair.as_span().start_pos().line_col();
+        Location::new(self.file.clone(), line as u32, col as u32)
+    }
+
+    fn err(&self, pair: &Pair<Rule>, message: impl Into<String>) -> Diagnostic {
+        Diagnostic::error(self.loc(pair), message)
+    }
+
+    fn alias_def(&mut self, pair: Pair<Rule>) -> PResult<()> {
+        let mut it = pair.into_inner();
+        let name = it.next().expect("alias name");
+        let value = it.next().expect("alias value");
+        let key = name.as_str()[1..].to_string();
+        match (name.as_rule(), value.as_rule()) {
+            (Rule::type_alias_name, Rule::type_value) => {
+                let ty = self.type_value(value)?;
+                self.type_aliases.insert(key, ty);
+            }
+            (Rule::attr_alias_name, Rule::attr_value) => {
+                let attr = self.attr_value(value)?;
+                self.attr_aliases.insert(key, attr);
+            }
+            (Rule::attr_alias_name, Rule::type_value) => {
+                let ty = self.type_value(value)?;
+                self.attr_aliases.insert(key, Attribute::Type(ty));
+            }
+            _ => return Err(self.err(&name, "a type alias (!name) must be defined as a type")),
+        }
+        Ok(())
+    }
+
+    fn define(&mut self, name_pair: &Pair<Rule>, values: Vec<ValueId>) -> PResult<()> {
+        let name = name_pair.as_str().to_string();
+        let loc = self.loc(name_pair);
+        for scope in &self.scopes {
+            if let Some((_, prev)) = scope.get(&name) {
+                return Err(Diagnostic::error(loc, format!("redefinition of SSA value '{name}'"))
+                    .with_note(prev.clone(), "previously defined here"));
+            }
+        }
+        if values.len() == 1 {
+            self.module.values[values[0]].name = name_hint(&name);
+        } else if let Some(&first) = values.first() {
+            self.module.values[first].name = name_hint(&name);
+        }
+        self.scopes.last_mut().expect("a scope is open").insert(name, (values, loc));
+        Ok(())
+    }
+
+    fn resolve(&self, use_pair: &Pair<Rule>) -> PResult<ValueId> {
+        let mut it = use_pair.clone().into_inner();
+        let name = it.next().expect("value name").as_str();
+        let index: usize = match it.next() {
+            Some(c) => c.as_str().parse().map_err(|_| self.err(use_pair, "result index is too large"))?,
+            None => 0,
+        };
+        for scope in self.scopes.iter().rev() {
+            if let Some((group, _)) = scope.get(name) {
+                return group.get(index).copied().ok_or_else(|| {
+                    self.err(use_pair, format!("'{name}' has {} results, so '#{index}' does not exist", group.len()))
+                });
+            }
+        }
+        Err(self.err(use_pair, format!("use of undefined value '{name}'")))
+    }
+
+    fn value_uses<'i>(&self, pair: Option<Pair<'i, Rule>>) -> PResult<Vec<(ValueId, Pair<'i, Rule>)>> {
+        match pair {
+            None => Ok(Vec::new()),
+            Some(p) => p.into_inner().map(|u| Ok((self.resolve(&u)?, u))).collect(),
+        }
+    }
+
+    /// Checks that the types written for operands match their definitions.
+    fn check_operand_types(&self, operands: &[(ValueId, Pair<Rule>)], types: &[Type], at: &Pair<Rule>) -> PResult<()> {
+        if operands.len() != types.len() {
+            return Err(self.err(
+                at,
+                format!("{} operands but {} operand types", operands.len(), types.len()),
+            ));
+        }
+        for ((v, p), ty) in operands.iter().zip(types) {
+            let actual = self.module.value_type(*v);
+            if actual != ty {
+                return Err(self.err(
+                    p,
+                    format!("use of value '{}' expects type {ty} but it was defined as {actual}", p.as_str()),
+                ));
+            }
+        }
+        Ok(())
+    }
+
+    fn op(&mut self, pair: Pair<Rule>, block: BlockId) -> PResult<OpId> {
+        let mut inner = pair.into_inner().peekable();
+        let results = match inner.peek().map(|p| p.as_rule()) {
+            Some(Rule::op_results) => Some(inner.next().expect("peeked")),
+            _ => None,
+        };
+        let body = inner.next().expect("an op body");
+        let op = match body.as_rule() {
+            Rule::generic_op => self.generic_op(body)?,
+            Rule::pretty_op => self.pretty_op(body)?,
+            Rule::func_op => self.func_op(body)?,
+            Rule::return_op => self.return_op(body)?,
+            Rule::module_op => return Err(self.err(&body, "a module can only appear at the top level")),
+            r => unreachable!("unexpected op body {r:?}"),
+        };
+        self.module.append_op(block, op);
+        self.bind_results(op, results)?;
+        Ok(op)
+    }
+
+    fn bind_results(&mut self, op: OpId, results: Option<Pair<Rule>>) -> PResult<()> {
+        let values = self.module.op(op).results.clone();
+        let Some(results) = results else {
+            if values.is_empty() {
+                return Ok(());
+            }
+            let loc = self.module.op(op).loc.clone();
+            return Err(Diagnostic::error(loc, format!("operation has {} results but no names for them", values.len())));
+        };
+        let mut next = 0;
+        let groups: Vec<Pair<Rule>> = results.clone().into_inner().collect();
+        for g in groups {
+            let mut gi = g.clone().into_inner();
+            let name = gi.next().expect("result name");
+            let n: usize = match gi.next() {
+                Some(c) => c.as_str().parse().map_err(|_| self.err(&g, "result count is too large"))?,
+                None => 1,
+            };
+            if next + n > values.len() {
+                return Err(self.err(&results, format!("more result names than the {} results of the operation", values.len())));
+            }
+            self.define(&name, values[next..next + n].to_vec())?;
+            next += n;
+        }
+        if next != values.len() {
+            return Err(self.err(&results, format!("{next} result names for an operation with {} results", values.len())));
+        }
+        Ok(())
+    }
+
+    fn generic_op(&mut self, pair: Pair<Rule>) -> PResult<OpId> {
+        let loc = self.loc(&pair);
+        let mut name = String::new();
+        let mut operands = Vec::new();
+        let mut attrs = Attributes::new();
+        let mut regions = Vec::new();
+        let mut fty = None;
+        for p in pair.into_inner() {
+            match p.as_rule() {
+                Rule::string_lit => name = attrs::unquote(&p).map_err(|m| self.err(&p, m))?,
+                Rule::value_uses => operands = self.value_uses(Some(p))?,
+                Rule::properties | Rule::attr_dict => {
+                    let dict = if p.as_rule() == Rule::properties { p.into_inner().next().expect("dict") } else { p };
+                    for (k, v) in self.attr_dict(dict)? {
+                        attrs.insert(k, v);
+                    }
+                }
+                Rule::region_list => regions = p.into_inner().collect(),
+                Rule::function_type => fty = Some(p),
+                Rule::trailing_loc => {}
+                r => unreachable!("unexpected {r:?} in generic op"),
+            }
+        }
+        let fty_pair = fty.expect("generic op has a function type");
+        let (inputs, outputs) = match self.function_type(fty_pair.clone())? {
+            Type::Function { inputs, results } => (inputs, results),
+            _ => unreachable!("function_type builds a function type"),
+        };
+        self.check_operand_types(&operands, &inputs, &fty_pair)?;
+        let op = self.module.create_op(
+            OpBuilder::new(name)
+                .operands(operands.into_iter().map(|(v, _)| v))
+                .results(outputs)
+                .attrs(attrs)
+                .regions(regions.len())
+                .loc(loc),
+        );
+        for (i, r) in regions.into_iter().enumerate() {
+            let region = self.module.op(op).regions[i];
+            self.region(r, region, None)?;
+        }
+        Ok(op)
+    }
+
+    fn pretty_op(&mut self, pair: Pair<Rule>) -> PResult<OpId> {
+        let mut name = String::new();
+        let mut loc = self.loc(&pair);
+        let mut operands = Vec::new();
+        let mut attrs = Attributes::new();
+        let mut regions = Vec::new();
+        let mut types = Vec::new();
+        for p in pair.into_inner() {
+            match p.as_rule() {
+                Rule::op_name => {
+                    loc = self.loc(&p);
+                    name = p.as_str().to_string();
+                }
+                Rule::value_uses => operands = self.value_uses(Some(p))?,
+                Rule::properties | Rule::attr_dict => {
+                    let dict = if p.as_rule() == Rule::properties { p.into_inner().next().expect("dict") } else { p };
+                    for (k, v) in self.attr_dict(dict)? {
+                        attrs.insert(k, v);
+                    }
+                }
+                Rule::region_list => regions = p.into_inner().collect(),
+                Rule::pretty_types => types.push(p),
+                r => unreachable!("unexpected {r:?} in pretty op"),
+            }
+        }
+        let result_types = self.pretty_types(types.pop().expect("result types"))?;
+        let operand_pair = types.pop().expect("operand types");
+        let operand_types = self.pretty_types(operand_pair.clone())?;
+        self.check_operand_types(&operands, &operand_types, &operand_pair)?;
+        let op = self.module.create_op(
+            OpBuilder::new(name)
+                .operands(operands.into_iter().map(|(v, _)| v))
+                .results(result_types)
+                .attrs(attrs)
+                .regions(regions.len())
+                .loc(loc),
+        );
+        for (i, r) in regions.into_iter().enumerate() {
+            let region = self.module.op(op).regions[i];
+            self.region(r, region, None)?;
+        }
+        Ok(op)
+    }
+
+    fn pretty_types(&self, pair: Pair<Rule>) -> PResult<Vec<Type>> {
+        match pair.into_inner().next() {
+            None => Ok(Vec::new()),
+            Some(list) => self.type_list(list),
+        }
+    }
+
+    fn return_op(&mut self, pair: Pair<Rule>) -> PResult<OpId> {
+        let loc = self.loc(&pair);
+        let mut operands = Vec::new();
+        let mut types = Vec::new();
+        let mut types_pair = None;
+        for p in pair.into_inner() {
+            match p.as_rule() {
+                Rule::value_uses => operands = self.value_uses(Some(p))?,
+                Rule::type_list => {
+                    types = self.type_list(p.clone())?;
+                    types_pair = Some(p);
+                }
+                Rule::kw_return => {}
+                r => unreachable!("unexpected {r:?} in return"),
+            }
+        }
+        if let Some(tp) = types_pair {
+            self.check_operand_types(&operands, &types, &tp)?;
+        }
+        Ok(self.module.create_op(OpBuilder::new("func.return").operands(operands.into_iter().map(|(v, _)| v)).loc(loc)))
+    }
+
+    fn func_op(&mut self, pair: Pair<Rule>) -> PResult<OpId> {
+        let loc = self.loc(&pair);
+        let mut sym = String::new();
+        let mut visibility = None;
+        let mut args: Vec<(Pair<Rule>, Type, Attributes)> = Vec::new();
+        let mut results: Vec<(Type, Attributes)> = Vec::new();
+        let mut extra = Attributes::new();
+        let mut body = None;
+        for p in pair.into_inner() {
+            match p.as_rule() {
+                Rule::visibility => visibility = Some(p.as_str().to_string()),
+                Rule::symbol_name => sym = self.symbol_name(&p)?,
+                Rule::func_args => {
+                    for a in p.into_inner() {
+                        let mut ai = a.into_inner();
+                        let name = ai.next().expect("arg name");
+                        let ty = self.type_value(ai.next().expect("arg type"))?;
+                        let attrs = match ai.next() {
+                            Some(d) => self.attr_dict(d)?,
+                            None => Attributes::new(),
+                        };
+                        args.push((name, ty, attrs));
+                    }
+                }
+                Rule::func_results => {
+                    for r in p.into_inner() {
+                        if r.as_rule() == Rule::type_value {
+                            results.push((self.type_value(r)?, Attributes::new()));
+                            continue;
+                        }
+                        let mut ri = r.into_inner();
+                        let ty = self.type_value(ri.next().expect("result type"))?;
+                        let attrs = match ri.next() {
+                            Some(d) => self.attr_dict(d)?,
+                            None => Attributes::new(),
+                        };
+                        results.push((ty, attrs));
+                    }
+                }
+                Rule::attr_dict => extra = self.attr_dict(p)?,
+                Rule::region => body = Some(p),
+                Rule::kw_attributes => {}
+                r => unreachable!("unexpected {r:?} in func"),
+            }
+        }
+        let fty = Type::Function {
+            inputs: args.iter().map(|a| a.1.clone()).collect(),
+            results: results.iter().map(|r| r.0.clone()).collect(),
+        };
+        let mut attrs = Attributes::new();
+        attrs.insert("sym_name".into(), Attribute::String(sym));
+        attrs.insert("function_type".into(), Attribute::Type(fty));
+        if let Some(v) = visibility {
+            attrs.insert("sym_visibility".into(), Attribute::String(v));
+        }
+        if args.iter().any(|a| !a.2.is_empty()) {
+            attrs.insert("arg_attrs".into(), Attribute::Array(args.iter().map(|a| Attribute::Dict(a.2.clone())).collect()));
+        }
+        if results.iter().any(|r| !r.1.is_empty()) {
+            attrs.insert("res_attrs".into(), Attribute::Array(results.iter().map(|r| Attribute::Dict(r.1.clone())).collect()));
+        }
+        attrs.extend(extra);
+        let op = self.module.create_op(OpBuilder::new("func.func").attrs(attrs).regions(1).loc(loc));
+        if let Some(body) = body {
+            let region = self.module.op(op).regions[0];
+            self.region(body, region, Some(args))?;
+        }
+        Ok(op)
+    }
+
+    fn module_op(&mut self, pair: Pair<Rule>) -> PResult<()> {
+        let body_pair = pair.into_inner().next().expect("op body");
+        self.module.loc = self.loc(&body_pair);
+        let region = match body_pair.as_rule() {
+            Rule::module_op => {
+                let mut region = None;
+                for p in body_pair.into_inner() {
+                    match p.as_rule() {
+                        Rule::symbol_name => self.module.name = Some(self.symbol_name(&p)?),
+                        Rule::attr_dict => self.module.attrs = self.attr_dict(p)?,
+                        Rule::region => region = Some(p),
+                        _ => {}
+                    }
+                }
+                region.expect("module has a region")
+            }
+            _ => {
+                // "builtin.module"() ({...}) {attrs} : () -> ()
+                let mut region = None;
+                for p in body_pair.clone().into_inner() {
+                    match p.as_rule() {
+                        Rule::properties | Rule::attr_dict => {
+                            let dict = if p.as_rule() == Rule::properties { p.into_inner().next().expect("dict") } else { p };
+                            for (k, v) in self.attr_dict(dict)? {
+                                match (k.as_str(), v) {
+                                    ("sym_name", Attribute::String(s)) => self.module.name = Some(s),
+                                    (_, v) => {
+                                        self.module.attrs.insert(k, v);
+                                    }
+                                }
+                            }
+                        }
+                        Rule::region_list => {
+                            let mut rs = p.clone().into_inner();
+                            region = rs.next();
+                            if rs.next().is_some() {
+                                return Err(self.err(&p, "'builtin.module' has exactly one region"));
+                            }
+                        }
+                        Rule::value_uses => return Err(self.err(&p, "'builtin.module' takes no operands")),
+                        _ => {}
+                    }
+                }
+                region.ok_or_else(|| self.err(&body_pair, "'builtin.module' needs a region"))?
+            }
+        };
+        let mut inner = region.clone().into_inner();
+        let entry = inner.next().expect("entry ops");
+        if inner.next().is_some() {
+            return Err(self.err(&region, "a module body is a single block without a label"));
+        }
+        let body = self.module.body;
+        for op in entry.into_inner() {
+            if is_module_op(&op) {
+                return Err(self.err(&op, "nested modules are not supported"));
+            }
+            self.op(op, body)?;
+        }
+        Ok(())
+    }
+
+    /// Builds a region. `entry_args` are the arguments of a function written
+    /// in the pretty form, which become the entry block's arguments.
+    fn region(&mut self, pair: Pair<Rule>, region: RegionId, entry_args: Option<Vec<(Pair<Rule>, Type, Attributes)>>) -> PResult<()> {
+        self.scopes.push(HashMap::new());
+        let result = self.region_inner(pair, region, entry_args);
+        self.scopes.pop();
+        result
+    }
+
+    fn region_inner(&mut self, pair: Pair<Rule>, region: RegionId, entry_args: Option<Vec<(Pair<Rule>, Type, Attributes)>>) -> PResult<()> {
+        let mut inner = pair.clone().into_inner();
+        let entry_ops = inner.next().expect("entry ops");
+        let blocks: Vec<Pair<Rule>> = inner.collect();
+        let has_entry_ops = entry_ops.clone().into_inner().next().is_some();
+        if let Some(args) = entry_args {
+            if !blocks.is_empty() && !has_entry_ops {
+                return Err(self.err(&blocks[0], "a function written with named arguments has an unlabelled entry block"));
+            }
+            let block = self.module.add_block(region, args.iter().map(|a| a.1.clone()).collect());
+            for (i, (name, _, _)) in args.iter().enumerate() {
+                let v = self.module.blocks[block].args[i];
+                self.define(name, vec![v])?;
+            }
+            for op in entry_ops.into_inner() {
+                self.op(op, block)?;
+            }
+        } else if has_entry_ops {
+            let block = self.module.add_block(region, Vec::new());
+            for op in entry_ops.into_inner() {
+                self.op(op, block)?;
+            }
+        }
+        for b in blocks {
+            let mut bi = b.into_inner();
+            let label = bi.next().expect("block label");
+            let mut arg_pairs = Vec::new();
+            for a in label.into_inner().filter(|x| x.as_rule() == Rule::block_arg) {
+                let mut ai = a.into_inner();
+                let name = ai.next().expect("arg name");
+                let ty = self.type_value(ai.next().expect("arg type"))?;
+                arg_pairs.push((name, ty));
+            }
+            let block = self.module.add_block(region, arg_pairs.iter().map(|a| a.1.clone()).collect());
+            for (i, (name, _)) in arg_pairs.iter().enumerate() {
+                let v = self.module.blocks[block].args[i];
+                self.define(name, vec![v])?;
+            }
+            for op in bi {
+                self.op(op, block)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn symbol_name(&self, pair: &Pair<Rule>) -> PResult<String> {
+        let inner = pair.clone().into_inner().next().expect("symbol body");
+        match inner.as_rule() {
+            Rule::string_lit => attrs::unquote(&inner).map_err(|m| self.err(&inner, m)),
+            _ => Ok(inner.as_str().to_string()),
+        }
+    }
+}
+
+/// Parses one attribute in the textual syntax (`array<i64: 1, 2>`, `1.0 : f32`).
+pub fn parse_attribute(text: &str) -> Result<Attribute, Diagnostic> {
+    let mut pairs = IrGrammar::parse(Rule::attr_only, text).map_err(|e| syntax_error(e, None))?;
+    let value = pairs.next().and_then(|p| p.into_inner().next()).expect("attr_only holds an attribute");
+    let b = Builder {
+        file: None,
+        module: Module::new(),
+        scopes: vec![HashMap::new()],
+        attr_aliases: HashMap::new(),
+        type_aliases: HashMap::new(),
+    };
+    b.attr_value(value)
+}

@@ -1,0 +1,161 @@
+//! Runtime tensors: the values the reference interpreter computes with.
+//!
+//! Floats of every width are held as `f64` and rounded to their element
+//! type after each operation, so one code path serves f64, f32, f16 and
+//! bf16 while results stay those of the narrower type. Integers are held as
+//! `i64` and wrapped to their width; booleans as `bool`.
+
+use ndarray::{ArrayD, IxDyn};
+
+use crate::attr::{DenseAttr, DenseValues, round_to};
+use crate::types::{ElemType, TensorType};
+
+#[derive(Clone, Debug, PartialEq)]
+pub enum TensorData {
+    Float(ArrayD<f64>),
+    Int(ArrayD<i64>),
+    Bool(ArrayD<bool>),
+}
+
+#[derive(Clone, Debug, PartialEq)]
+pub struct Tensor {
+    pub elem: ElemType,
+    pub data: TensorData,
+}
+
+fn wrap_int(v: i64, elem: ElemType) -> i64 {
+    match elem {
+        ElemType::I32 => v as i32 as i64,
+        ElemType::I8 => v as i8 as i64,
+        _ => v,
+    }
+}
+
+impl Tensor {
+    /// A float tensor, rounded to `elem`.
+    pub fn float(elem: ElemType, data: ArrayD<f64>) -> Tensor {
+        Tensor { elem, data: TensorData::Float(data) }.normalized()
+    }
+
+    /// An integer tensor, wrapped to `elem`'s width.
+    pub fn int(elem: ElemType, data: ArrayD<i64>) -> Tensor {
+        Tensor { elem, data: TensorData::Int(data) }.normalized()
+    }
+
+    pub fn bool(data: ArrayD<bool>) -> Tensor {
+        Tensor { elem: ElemType::I1, data: TensorData::Bool(data) }
+    }
+
+    /// All zeros (or false) of a type.
+    pub fn zeros(ty: &TensorType) -> Tensor {
+        let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
+        let data = match ty.elem {
+            e if e.is_float() => TensorData::Float(ArrayD::zeros(IxDyn(&shape))),
+            ElemType::I1 => TensorData::Bool(ArrayD::from_elem(IxDyn(&shape), false)),
+            _ => TensorData::Int(ArrayD::zeros(IxDyn(&shape))),
+        };
+        Tensor { elem: ty.elem, data }
+    }
+
+    /// Rounds floats and wraps integers to the element type.
+    pub fn normalized(mut self) -> Tensor {
+        let elem = self.elem;
+        match &mut self.data {
+            TensorData::Float(a) if elem != ElemType::F64 => a.mapv_inplace(|x| round_to(x, elem)),
+            TensorData::Int(a) if elem != ElemType::I64 => a.mapv_inplace(|x| wrap_int(x, elem)),
+            _ => {}
+        }
+        self
+    }
+
+    pub fn shape(&self) -> &[usize] {
+        match &self.data {
+            TensorData::Float(a) => a.shape(),
+            TensorData::Int(a) => a.shape(),
+            TensorData::Bool(a) => a.shape(),
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.shape().iter().product()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    pub fn ty(&self) -> TensorType {
+        TensorType::new(self.shape().iter().map(|&d| d as i64).collect(), self.elem)
+    }
+
+    pub fn as_float(&self) -> Option<&ArrayD<f64>> {
+        match &self.data {
+            TensorData::Float(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    pub fn as_int(&self) -> Option<&ArrayD<i64>> {
+        match &self.data {
+            TensorData::Int(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    pub fn as_bool(&self) -> Option<&ArrayD<bool>> {
+        match &self.data {
+            TensorData::Bool(a) => Some(a),
+            _ => None,
+        }
+    }
+
+    /// The values as f64, whatever the element type (booleans are 0 or 1).
+    pub fn to_f64(&self) -> ArrayD<f64> {
+        match &self.data {
+            TensorData::Float(a) => a.clone(),
+            TensorData::Int(a) => a.mapv(|x| x as f64),
+            TensorData::Bool(a) => a.mapv(|x| x as u8 as f64),
+        }
+    }
+
+    /// The values as i64 (floats truncate towards zero, as ONNX's Cast does).
+    pub fn to_i64(&self) -> ArrayD<i64> {
+        match &self.data {
+            TensorData::Float(a) => a.mapv(|x| if x.is_nan() { 0 } else { x as i64 }),
+            TensorData::Int(a) => a.clone(),
+            TensorData::Bool(a) => a.mapv(|x| x as i64),
+        }
+    }
+
+    /// Converts to another element type with ONNX Cast semantics.
+    pub fn cast(&self, to: ElemType) -> Tensor {
+        match to {
+            e if e.is_float() => Tensor::float(e, self.to_f64()),
+            ElemType::I1 => Tensor::bool(match &self.data {
+                TensorData::Float(a) => a.mapv(|x| x != 0.0),
+                TensorData::Int(a) => a.mapv(|x| x != 0),
+                TensorData::Bool(a) => a.clone(),
+            }),
+            e => Tensor::int(e, self.to_i64()),
+        }
+    }
+
+    pub fn from_dense(d: &DenseAttr) -> Tensor {
+        let shape: Vec<usize> = d.ty.shape.iter().map(|&x| x as usize).collect();
+        let data = match &d.values {
+            DenseValues::Float(v) => TensorData::Float(ArrayD::from_shape_vec(IxDyn(&shape), v.to_vec()).expect("dense shape")),
+            DenseValues::Int(v) => TensorData::Int(ArrayD::from_shape_vec(IxDyn(&shape), v.to_vec()).expect("dense shape")),
+            DenseValues::Bool(v) => TensorData::Bool(ArrayD::from_shape_vec(IxDyn(&shape), v.to_vec()).expect("dense shape")),
+        };
+        Tensor { elem: d.ty.elem, data }
+    }
+
+    pub fn to_dense(&self) -> DenseAttr {
+        let values = match &self.data {
+            TensorData::Float(a) => DenseValues::Float(a.iter().copied().collect::<Vec<_>>().into()),
+            TensorData::Int(a) => DenseValues::Int(a.iter().copied().collect::<Vec<_>>().into()),
+            TensorData::Bool(a) => DenseValues::Bool(a.iter().copied().collect::<Vec<_>>().into()),
+        };
+        DenseAttr { ty: self.ty(), values }
+    }
+}

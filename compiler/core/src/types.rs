@@ -1,0 +1,185 @@
+//! Types: ranked tensors with static shapes, vectors, `index`, scalars,
+//! function types and opaque dialect types (`!dialect.name<...>`).
+
+use std::fmt;
+
+/// Element types of tensors and vectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum ElemType {
+    F64,
+    F32,
+    F16,
+    BF16,
+    I64,
+    I32,
+    I8,
+    I1,
+}
+
+impl ElemType {
+    pub const ALL: [ElemType; 8] = [
+        ElemType::F64,
+        ElemType::F32,
+        ElemType::F16,
+        ElemType::BF16,
+        ElemType::I64,
+        ElemType::I32,
+        ElemType::I8,
+        ElemType::I1,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            ElemType::F64 => "f64",
+            ElemType::F32 => "f32",
+            ElemType::F16 => "f16",
+            ElemType::BF16 => "bf16",
+            ElemType::I64 => "i64",
+            ElemType::I32 => "i32",
+            ElemType::I8 => "i8",
+            ElemType::I1 => "i1",
+        }
+    }
+
+    pub fn from_name(name: &str) -> Option<ElemType> {
+        ElemType::ALL.into_iter().find(|t| t.name() == name)
+    }
+
+    pub fn is_float(self) -> bool {
+        matches!(self, ElemType::F64 | ElemType::F32 | ElemType::F16 | ElemType::BF16)
+    }
+
+    pub fn is_int(self) -> bool {
+        matches!(self, ElemType::I64 | ElemType::I32 | ElemType::I8)
+    }
+
+    pub fn is_bool(self) -> bool {
+        self == ElemType::I1
+    }
+
+    /// Storage size of one element in bytes (i1 is stored as a byte).
+    pub fn byte_size(self) -> usize {
+        match self {
+            ElemType::F64 | ElemType::I64 => 8,
+            ElemType::F32 | ElemType::I32 => 4,
+            ElemType::F16 | ElemType::BF16 => 2,
+            ElemType::I8 | ElemType::I1 => 1,
+        }
+    }
+}
+
+impl fmt::Display for ElemType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A ranked tensor with a static shape: `tensor<2x3xf32>`, `tensor<f32>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct TensorType {
+    pub shape: Vec<i64>,
+    pub elem: ElemType,
+}
+
+impl TensorType {
+    pub fn new(shape: Vec<i64>, elem: ElemType) -> Self {
+        TensorType { shape, elem }
+    }
+
+    pub fn rank(&self) -> usize {
+        self.shape.len()
+    }
+
+    pub fn num_elements(&self) -> i64 {
+        self.shape.iter().product()
+    }
+
+    pub fn byte_size(&self) -> i64 {
+        self.num_elements() * self.elem.byte_size() as i64
+    }
+}
+
+/// Every type the IR knows.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Type {
+    Tensor(TensorType),
+    Vector { shape: Vec<i64>, elem: ElemType },
+    Scalar(ElemType),
+    Index,
+    Function { inputs: Vec<Type>, results: Vec<Type> },
+    /// `!dialect.name` or `!dialect.name<body>`; the body is kept verbatim.
+    Opaque { dialect: String, name: String, body: Option<String> },
+}
+
+impl Type {
+    pub fn tensor(shape: Vec<i64>, elem: ElemType) -> Type {
+        Type::Tensor(TensorType::new(shape, elem))
+    }
+
+    pub fn as_tensor(&self) -> Option<&TensorType> {
+        match self {
+            Type::Tensor(t) => Some(t),
+            _ => None,
+        }
+    }
+}
+
+fn write_shape(f: &mut fmt::Formatter<'_>, shape: &[i64], elem: ElemType) -> fmt::Result {
+    for d in shape {
+        write!(f, "{d}x")?;
+    }
+    write!(f, "{elem}")
+}
+
+fn write_type_list(f: &mut fmt::Formatter<'_>, types: &[Type]) -> fmt::Result {
+    for (i, t) in types.iter().enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
+        }
+        write!(f, "{t}")?;
+    }
+    Ok(())
+}
+
+impl fmt::Display for TensorType {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("tensor<")?;
+        write_shape(f, &self.shape, self.elem)?;
+        f.write_str(">")
+    }
+}
+
+impl fmt::Display for Type {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Type::Tensor(t) => write!(f, "{t}"),
+            Type::Vector { shape, elem } => {
+                f.write_str("vector<")?;
+                write_shape(f, shape, *elem)?;
+                f.write_str(">")
+            }
+            Type::Scalar(e) => write!(f, "{e}"),
+            Type::Index => f.write_str("index"),
+            Type::Function { inputs, results } => {
+                f.write_str("(")?;
+                write_type_list(f, inputs)?;
+                f.write_str(") -> ")?;
+                // A single non-function result needs no parentheses.
+                if results.len() == 1 && !matches!(results[0], Type::Function { .. }) {
+                    write!(f, "{}", results[0])
+                } else {
+                    f.write_str("(")?;
+                    write_type_list(f, results)?;
+                    f.write_str(")")
+                }
+            }
+            Type::Opaque { dialect, name, body } => {
+                write!(f, "!{dialect}.{name}")?;
+                if let Some(body) = body {
+                    write!(f, "<{body}>")?;
+                }
+                Ok(())
+            }
+        }
+    }
+}

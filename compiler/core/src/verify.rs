@@ -1,0 +1,129 @@
+//! The verifier: checks a module against the registry and reports every
+//! problem it finds, each at the operation it concerns.
+//!
+//! Checked: the op is registered (unless unregistered ops are allowed),
+//! operand and result counts, attribute presence and kinds, unknown
+//! attributes (names without a dialect prefix must be declared), affine
+//! maps, the op's own verify hook, inferred against declared result types,
+//! unique symbols, and the integrity of use lists.
+
+use std::collections::HashMap;
+
+use crate::attr::Attribute;
+use crate::diag::{Diagnostic, Diagnostics};
+use crate::ir::{Module, OpId, Use};
+use crate::print::is_discardable;
+use crate::registry::{OpView, Registry};
+
+#[derive(Clone, Copy, Debug, Default)]
+pub struct VerifyOptions {
+    /// Accept operations no dialect declares, as `mlir-opt --allow-unregistered-dialect`.
+    pub allow_unregistered: bool,
+}
+
+pub fn verify(module: &Module, registry: &Registry, options: VerifyOptions) -> Result<(), Diagnostics> {
+    let mut errors = Vec::new();
+    let mut symbols: HashMap<&str, OpId> = HashMap::new();
+    for &op in module.top_ops() {
+        if let Some(Attribute::String(name)) = module.op(op).attr("sym_name") {
+            if let Some(&prev) = symbols.get(name.as_str()) {
+                errors.push(
+                    Diagnostic::error(module.op(op).loc.clone(), format!("redefinition of symbol '@{name}'"))
+                        .with_note(module.op(prev).loc.clone(), "previously defined here"),
+                );
+            } else {
+                symbols.insert(name, op);
+            }
+        }
+    }
+    module.walk(|op| {
+        if let Err(message) = verify_op(module, registry, options, op) {
+            errors.push(Diagnostic::error(module.op(op).loc.clone(), message));
+        }
+    });
+    if errors.is_empty() { Ok(()) } else { Err(Diagnostics(errors)) }
+}
+
+fn check_count(what: &str, n: usize, (min, max): (usize, Option<usize>)) -> Result<(), String> {
+    let ok = n >= min && max.is_none_or(|m| n <= m);
+    if ok {
+        return Ok(());
+    }
+    let expected = match max {
+        Some(m) if m == min => format!("{min}"),
+        Some(m) => format!("{min} to {m}"),
+        None => format!("at least {min}"),
+    };
+    Err(format!("expects {expected} {what} but has {n}"))
+}
+
+fn check_affine(a: &Attribute) -> Result<(), String> {
+    match a {
+        Attribute::AffineMap(m) => m.check_bounds().map_err(|e| format!("bad affine map: {e}")),
+        Attribute::Array(items) => items.iter().try_for_each(check_affine),
+        Attribute::Dict(d) => d.values().try_for_each(check_affine),
+        _ => Ok(()),
+    }
+}
+
+fn verify_op(module: &Module, registry: &Registry, options: VerifyOptions, op: OpId) -> Result<(), String> {
+    let o = module.op(op);
+    for (i, &v) in o.operands.iter().enumerate() {
+        if !module.value(v).uses.contains(&Use { op, index: i as u32 }) {
+            return Err(format!("internal error: use list of operand #{i} is out of date"));
+        }
+    }
+    for a in o.attrs.values() {
+        check_affine(a)?;
+    }
+    let Some(def) = registry.get(&o.name) else {
+        if options.allow_unregistered {
+            return Ok(());
+        }
+        return Err(format!("unknown operation '{}'", o.name));
+    };
+    let spec = &def.spec;
+    check_count("operands", o.operands.len(), spec.operand_range()).map_err(|e| format!("'{}' {e}", o.name))?;
+    check_count("results", o.results.len(), spec.result_range()).map_err(|e| format!("'{}' {e}", o.name))?;
+    for (name, a) in &o.attrs {
+        match spec.attrs.get(name) {
+            Some(s) if !s.kind.accepts(a) => {
+                return Err(format!(
+                    "attribute '{name}' of '{}' must be of kind {}, not {} ({a})",
+                    o.name,
+                    s.kind.name(),
+                    a.kind_name()
+                ));
+            }
+            Some(_) => {}
+            None if is_discardable(name) => {}
+            None => {
+                let known: Vec<&str> = spec.attrs.keys().map(String::as_str).collect();
+                let hint = if known.is_empty() { "it takes none".to_string() } else { format!("it takes {}", known.join(", ")) };
+                return Err(format!("unknown attribute '{name}' for '{}' ({hint})", o.name));
+            }
+        }
+    }
+    for (name, s) in &spec.attrs {
+        if s.required && !o.attrs.contains_key(name) {
+            return Err(format!("'{}' requires attribute '{name}'", o.name));
+        }
+    }
+    let view = OpView { module, op, spec };
+    if let Some(verify) = def.hooks.verify {
+        verify(&view).map_err(|e| format!("'{}': {e}", o.name))?;
+    }
+    if let Some(infer) = def.hooks.infer {
+        let inferred = infer(&view).map_err(|e| format!("'{}': {e}", o.name))?;
+        let declared = view.result_types();
+        if inferred.len() != declared.len() {
+            return Err(format!("'{}' produces {} results but {} are declared", o.name, inferred.len(), declared.len()));
+        }
+        for (i, (inf, dec)) in inferred.iter().zip(declared).enumerate() {
+            if inf != dec {
+                return Err(format!("'{}': result #{i} is declared as {dec} but the operands and attributes give {inf}", o.name));
+            }
+        }
+    }
+    Ok(())
+}

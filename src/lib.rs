@@ -1,0 +1,1 @@
+//! Helpers shared by ircc's integration tests in `tests/`.
