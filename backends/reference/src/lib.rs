@@ -1,0 +1,140 @@
+//! The reference interpreter. It runs a function op by op through the
+//! dialects' interpret hooks, so every IR level that has hooks can be
+//! executed and compared with the level before it.
+//!
+//! Also here: reading and writing `.npy` files and loading weights from
+//! `.safetensors`, the file formats of `ircc run`.
+
+mod npy;
+mod weights;
+
+pub use npy::{read_npy, write_npy};
+pub use weights::SafetensorsWeights;
+
+use ircc_core::interp::Env;
+use ircc_core::ir::ValueId;
+use ircc_core::{Attribute, Diagnostic, Module, OpId, Registry, Tensor, Type};
+
+/// Runs `func` (a `func.func` symbol) on `inputs` and returns its results.
+pub fn run_function(
+    module: &Module,
+    registry: &Registry,
+    func: &str,
+    inputs: Vec<Tensor>,
+    env: &mut dyn Env,
+) -> Result<Vec<Tensor>, Diagnostic> {
+    let f = module.lookup_symbol(func).ok_or_else(|| Diagnostic::plain(format!("no function '@{func}' in the module")))?;
+    let entry = module
+        .entry_block(f)
+        .ok_or_else(|| Diagnostic::error(module.op(f).loc.clone(), format!("function '@{func}' has no body")))?;
+    let args = &module.blocks[entry].args;
+    if args.len() != inputs.len() {
+        return Err(Diagnostic::plain(format!("'@{func}' takes {} inputs but {} were given", args.len(), inputs.len())));
+    }
+    let mut values: Vec<Option<Tensor>> = vec![None; module.values.len()];
+    for (i, (&a, t)) in args.iter().zip(inputs).enumerate() {
+        let want = module.value_type(a);
+        if Type::Tensor(t.ty()) != *want {
+            let name = module.value(a).name.clone().unwrap_or_else(|| format!("#{i}"));
+            return Err(Diagnostic::plain(format!("input '{name}' has type {} but the function expects {want}", t.ty())));
+        }
+        values[a.index()] = Some(t);
+    }
+    // How many reads are left of each value, so intermediates are freed early.
+    let mut remaining: Vec<usize> = module.values.iter().map(|(_, v)| v.uses.len()).collect();
+    for &op in &module.blocks[entry].ops {
+        let o = module.op(op);
+        if o.name == "func.return" {
+            return o
+                .operands
+                .iter()
+                .map(|&v| values[v.index()].clone().ok_or_else(|| missing(module, op, v)))
+                .collect();
+        }
+        let outputs = run_op(module, registry, op, &values, env)?;
+        for &v in &o.operands {
+            remaining[v.index()] -= 1;
+            if remaining[v.index()] == 0 {
+                values[v.index()] = None;
+            }
+        }
+        for (&r, t) in o.results.iter().zip(outputs) {
+            values[r.index()] = Some(t);
+        }
+    }
+    Err(Diagnostic::error(module.op(f).loc.clone(), format!("function '@{func}' does not end with func.return")))
+}
+
+fn missing(module: &Module, op: OpId, v: ValueId) -> Diagnostic {
+    Diagnostic::error(module.op(op).loc.clone(), format!("internal error: value #{} was not computed", v.index()))
+}
+
+/// Interprets one operation whose operands are in `values`.
+pub fn run_op(
+    module: &Module,
+    registry: &Registry,
+    op: OpId,
+    values: &[Option<Tensor>],
+    env: &mut dyn Env,
+) -> Result<Vec<Tensor>, Diagnostic> {
+    let o = module.op(op);
+    let err = |m: String| Diagnostic::error(o.loc.clone(), format!("while interpreting '{}': {m}", o.name));
+    let def = registry.get(&o.name).ok_or_else(|| err("the operation is not registered".to_string()))?;
+    let interpret = def.hooks.interpret.ok_or_else(|| err("the operation cannot be interpreted".to_string()))?;
+    let args: Vec<Tensor> = o
+        .operands
+        .iter()
+        .map(|&v| values[v.index()].clone().ok_or_else(|| missing(module, op, v)))
+        .collect::<Result<_, _>>()?;
+    let view = registry.view(module, op).ok_or_else(|| err("the operation is not registered".to_string()))?;
+    let outputs = interpret(&view, &args, env).map_err(err)?;
+    if outputs.len() != o.results.len() {
+        return Err(err(format!("produced {} results instead of {}", outputs.len(), o.results.len())));
+    }
+    for (i, (&r, t)) in o.results.iter().zip(&outputs).enumerate() {
+        if Type::Tensor(t.ty()) != *module.value_type(r) {
+            return Err(err(format!("result #{i} came out as {} but is declared {}", t.ty(), module.value_type(r))));
+        }
+    }
+    Ok(outputs)
+}
+
+/// The names of a function's inputs: `ircc.name` of the argument where set,
+/// else the argument's name in the source, else its position.
+pub fn input_names(module: &Module, func: OpId) -> Vec<String> {
+    let args = module.entry_block(func).map(|b| module.blocks[b].args.clone()).unwrap_or_default();
+    let attrs = per_item_attrs(module, func, "arg_attrs");
+    args.iter()
+        .enumerate()
+        .map(|(i, &a)| {
+            attrs
+                .get(i)
+                .and_then(|d| d.clone())
+                .or_else(|| module.value(a).name.clone())
+                .unwrap_or_else(|| format!("arg{i}"))
+        })
+        .collect()
+}
+
+/// The names of a function's results: `ircc.name` where set, else `resultN`.
+pub fn output_names(module: &Module, func: OpId) -> Vec<String> {
+    let n = match module.op(func).attr("function_type") {
+        Some(Attribute::Type(Type::Function { results, .. })) => results.len(),
+        _ => 0,
+    };
+    let attrs = per_item_attrs(module, func, "res_attrs");
+    (0..n).map(|i| attrs.get(i).and_then(|d| d.clone()).unwrap_or_else(|| format!("result{i}"))).collect()
+}
+
+fn per_item_attrs(module: &Module, func: OpId, key: &str) -> Vec<Option<String>> {
+    match module.op(func).attr(key) {
+        Some(Attribute::Array(items)) => items
+            .iter()
+            .map(|d| match d {
+                Attribute::Dict(d) => d.get("ircc.name").and_then(Attribute::as_str).map(str::to_string),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}

@@ -1,0 +1,111 @@
+//! Command-line arguments of `ircc`.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "ircc",
+    version,
+    about = "A multi-level compiler for deep-learning models on mobile GPUs",
+    args_conflicts_with_subcommands = true,
+    subcommand_negates_reqs = true
+)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Option<Command>,
+    #[command(flatten)]
+    pub compile: CompileArgs,
+    /// List every registered operation with its classes, and exit.
+    #[arg(long)]
+    pub list_ops: bool,
+    /// List every registered pass, and exit.
+    #[arg(long)]
+    pub list_passes: bool,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Run a module on inputs and write its outputs as .npy files.
+    Run(RunArgs),
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Emit {
+    /// ircc's pretty form.
+    Ir,
+    /// MLIR's generic form, readable by mlir-opt.
+    Generic,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum Backend {
+    /// The CPU reference interpreter.
+    Reference,
+}
+
+/// How to transform a module: shared by compilation and `run`.
+#[derive(Args, Debug, Clone, Default)]
+pub struct PipelineArgs {
+    /// A named pipeline (spec/pipelines/NAME.pipeline) or a path to a .pipeline file.
+    #[arg(long, value_name = "NAME|PATH", conflicts_with = "passes")]
+    pub pipeline: Option<String>,
+    /// Passes to run, comma-separated, with options: 'canonicalize,foo{key=value}'.
+    #[arg(long, value_name = "PASSES")]
+    pub passes: Option<String>,
+    /// Print the IR after every pass (to stderr).
+    #[arg(long)]
+    pub print_ir_after_all: bool,
+    /// Print the IR after the named pass (to stderr); may be repeated.
+    #[arg(long, value_name = "PASS")]
+    pub print_ir_after: Vec<String>,
+    /// Write the IR after each pass to DIR/NN-pass.ir.
+    #[arg(long, value_name = "DIR")]
+    pub dump_dir: Option<PathBuf>,
+    /// Print a table of the time each pass took (to stderr).
+    #[arg(long)]
+    pub timing: bool,
+    /// Do not verify the module after each pass.
+    #[arg(long)]
+    pub no_verify_each: bool,
+    /// Accept operations that no registered dialect declares.
+    #[arg(long)]
+    pub allow_unregistered_dialect: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CompileArgs {
+    /// The input: a .ir file in ircc's pretty form or MLIR's generic form ('-' for stdin).
+    #[arg(value_name = "FILE", required_unless_present_any = ["list_ops", "list_passes"])]
+    pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// What to print.
+    #[arg(long, value_enum, default_value = "ir")]
+    pub emit: Emit,
+    /// Write the output here instead of stdout.
+    #[arg(short = 'o', long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct RunArgs {
+    /// The module to run.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Where to run it.
+    #[arg(long, value_enum, default_value = "reference")]
+    pub backend: Backend,
+    /// An input: NAME=PATH.npy, or PATH.npy for the inputs in order.
+    #[arg(long = "input", value_name = "NAME=PATH")]
+    pub inputs: Vec<String>,
+    /// Directory for the outputs, one NAME.npy per result.
+    #[arg(long, value_name = "DIR")]
+    pub output_dir: PathBuf,
+    /// The function to run.
+    #[arg(long, default_value = "main")]
+    pub entry: String,
+}

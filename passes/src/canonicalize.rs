@@ -1,0 +1,143 @@
+//! `canonicalize`: constant folding of graph ops, common subexpression
+//! elimination and dead code elimination, repeated until nothing changes.
+//!
+//! Folding runs the op's interpret hook on its constant operands, so it is
+//! exactly the reference semantics; results larger than `max-elements` are
+//! left unfolded so a module does not balloon with materialized tensors.
+
+use std::collections::HashMap;
+
+use ircc_core::diag::Diagnostics;
+use ircc_core::interp::NoWeights;
+use ircc_core::ir::{BlockId, OpBuilder, ValueId};
+use ircc_core::pass::{Pass, PassContext, PassOptions};
+use ircc_core::{Attribute, Diagnostic, Module, OpId, Registry, Tensor, Type};
+
+pub struct Canonicalize {
+    pub max_elements: i64,
+}
+
+impl Canonicalize {
+    pub fn from_options(o: &PassOptions) -> Result<Self, String> {
+        o.expect_only(&["max-elements"])?;
+        Ok(Canonicalize { max_elements: o.i64_or("max-elements", 1 << 20)? })
+    }
+}
+
+/// Operations that must stay even when their results are unused.
+fn has_side_effects(module: &Module, op: OpId) -> bool {
+    let o = module.op(op);
+    o.name == "func.return" || !o.regions.is_empty() || !matches!(o.dialect(), "graph" | "index")
+}
+
+fn constant_value(module: &Module, v: ValueId) -> Option<Tensor> {
+    let op = module.defining_op(v)?;
+    match (module.op(op).name.as_str(), module.op(op).attr("value")) {
+        ("graph.constant", Some(Attribute::Dense(d))) => Some(Tensor::from_dense(d)),
+        _ => None,
+    }
+}
+
+impl Canonicalize {
+    fn fold(&self, module: &mut Module, registry: &Registry, block: BlockId) -> Result<bool, Diagnostic> {
+        let mut changed = false;
+        for op in module.blocks[block].ops.clone() {
+            let o = module.op(op);
+            if o.name == "graph.constant" || o.name == "graph.param" || !o.regions.is_empty() || o.dialect() != "graph" {
+                continue;
+            }
+            let Some(interpret) = registry.get(&o.name).and_then(|d| d.hooks.interpret) else { continue };
+            let Some(args) = o.operands.iter().map(|&v| constant_value(module, v)).collect::<Option<Vec<_>>>() else {
+                continue;
+            };
+            let too_big = o.results.iter().any(|&r| match module.value_type(r) {
+                Type::Tensor(t) => t.num_elements() > self.max_elements,
+                _ => true,
+            });
+            if too_big || (o.operands.is_empty()) {
+                continue;
+            }
+            let view = registry.view(module, op).expect("registered op");
+            // An op that fails on constant inputs (say, an out-of-range
+            // gather) is left for the interpreter to report at run time.
+            let Ok(outputs) = interpret(&view, &args, &mut NoWeights) else { continue };
+            let (loc, results) = (o.loc.clone(), o.results.clone());
+            for (r, t) in results.into_iter().zip(outputs) {
+                let c = module.create_op(
+                    OpBuilder::new("graph.constant")
+                        .attr("value", Attribute::Dense(t.to_dense()))
+                        .results([Type::Tensor(t.ty())])
+                        .loc(loc.clone()),
+                );
+                module.insert_before(op, c);
+                let new = module.op(c).results[0];
+                module.values[new].name = module.value(r).name.clone();
+                module.replace_all_uses(r, new);
+            }
+            changed = true;
+        }
+        Ok(changed)
+    }
+
+    /// Merges operations with the same name, operands, attributes and
+    /// result types; the first one stays.
+    fn cse(&self, module: &mut Module, block: BlockId) -> bool {
+        let mut seen: HashMap<(String, Vec<ValueId>), Vec<OpId>> = HashMap::new();
+        let mut changed = false;
+        for op in module.blocks[block].ops.clone() {
+            if has_side_effects(module, op) {
+                continue;
+            }
+            let o = module.op(op);
+            let key = (o.name.clone(), o.operands.clone());
+            let candidates = seen.entry(key).or_default();
+            let types = |m: &Module, x: OpId| -> Vec<Type> { m.op(x).results.iter().map(|&r| m.value_type(r).clone()).collect() };
+            let twin = candidates.iter().copied().find(|&c| module.op(c).attrs == o.attrs && types(module, c) == types(module, op));
+            match twin {
+                Some(t) => {
+                    let pairs: Vec<(ValueId, ValueId)> =
+                        module.op(op).results.iter().copied().zip(module.op(t).results.iter().copied()).collect();
+                    for (old, new) in pairs {
+                        module.replace_all_uses(old, new);
+                    }
+                    changed = true;
+                }
+                None => candidates.push(op),
+            }
+        }
+        changed
+    }
+
+    fn dce(&self, module: &mut Module, block: BlockId) -> bool {
+        let mut changed = false;
+        for op in module.blocks[block].ops.clone().into_iter().rev() {
+            let dead = !has_side_effects(module, op) && module.op(op).results.iter().all(|&r| module.value(r).uses.is_empty());
+            if dead {
+                module.erase_op(op);
+                changed = true;
+            }
+        }
+        changed
+    }
+}
+
+impl Pass for Canonicalize {
+    fn name(&self) -> &str {
+        "canonicalize"
+    }
+
+    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
+        for f in module.functions() {
+            let Some(body) = module.entry_block(f) else { continue };
+            loop {
+                let folded = self.fold(module, ctx.registry, body)?;
+                let merged = self.cse(module, body);
+                let removed = self.dce(module, body);
+                if !(folded || merged || removed) {
+                    break;
+                }
+            }
+        }
+        Ok(())
+    }
+}
