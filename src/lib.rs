@@ -1,1 +1,64 @@
 //! Helpers shared by ircc's integration tests in `tests/`.
+
+use std::path::{Path, PathBuf};
+
+/// What one `ircc` invocation printed.
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the `ircc` command line in-process.
+pub fn ircc(args: &[&str]) -> Output {
+    let driver = ircc::Driver::new().expect("the stock driver builds");
+    let mut argv = vec!["ircc"];
+    argv.extend_from_slice(args);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = driver.run_cli(argv, &mut out, &mut err);
+    Output { code, stdout: String::from_utf8_lossy(&out).into_owned(), stderr: String::from_utf8_lossy(&err).into_owned() }
+}
+
+/// The repository root (the root package's directory).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.ir` file under `dir` (relative to the root), sorted.
+pub fn ir_files(dir: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    collect(&root().join(dir), &mut files);
+    files.sort();
+    files
+}
+
+fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            collect(&p, files);
+        } else if p.extension().is_some_and(|x| x == "ir") {
+            files.push(p);
+        }
+    }
+}
+
+/// The arguments on a snapshot file's first line, `// RUN: ARGS`.
+pub fn run_args(source: &str) -> Option<Vec<String>> {
+    let line = source.lines().next()?.strip_prefix("// RUN:")?;
+    Some(line.split_whitespace().map(str::to_string).collect())
+}
+
+/// A path relative to the root, with `/` separators, for stable output.
+pub fn relative(path: &Path) -> String {
+    path.strip_prefix(root()).unwrap_or(path).to_string_lossy().replace('\\', "/")
+}
+
+/// A fresh, empty scratch directory for one test.
+pub fn scratch_dir(name: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!("ircc-test-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).expect("create scratch dir");
+    dir
+}

@@ -303,7 +303,10 @@ impl AffineExpr {
 }
 
 fn write_binary(f: &mut fmt::Formatter<'_>, a: &AffineExpr, op: &str, b: &AffineExpr) -> fmt::Result {
-    a.write(f, 2)?;
+    // Only a product chains without parentheses on the left: `d0 * 2 * 3`
+    // but `(d0 floordiv 8) * 7`, which reads as meant.
+    let chains = op == "*" && matches!(a, AffineExpr::Mul(..));
+    a.write(f, if chains { 2 } else { 3 })?;
     write!(f, " {op} ")?;
     // A negative constant on the right is an atom (`d0 * -1`); anything
     // binary on the right needs parentheses because the operators are
@@ -442,7 +445,7 @@ mod tests {
         let e = E::dim(0).add(E::dim(1)).mul(E::constant(2));
         assert_eq!(e.to_string(), "(d0 + d1) * 2");
         let e = E::dim(0).floor_div(E::constant(4)).modulo(E::constant(3));
-        assert_eq!(e.to_string(), "d0 floordiv 4 mod 3");
+        assert_eq!(e.to_string(), "(d0 floordiv 4) mod 3");
         let e = E::dim(0).modulo(E::dim(1).add(E::constant(1)));
         assert_eq!(e.to_string(), "d0 mod (d1 + 1)");
     }

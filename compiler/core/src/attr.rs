@@ -237,8 +237,10 @@ impl fmt::Display for Attribute {
                     Type::Scalar(e) => *e,
                     _ => ElemType::F64,
                 };
-                f.write_str(&format_float(*v, elem))?;
-                if elem != ElemType::F64 {
+                let text = format_float(*v, elem);
+                f.write_str(&text)?;
+                // A hex bit pattern without its type would read back as an integer.
+                if elem != ElemType::F64 || text.starts_with("0x") {
                     write!(f, " : {ty}")?;
                 }
                 Ok(())

@@ -180,6 +180,9 @@ impl Printer<'_> {
                     let _ = write!(self.out, "<{}> ", dict(&props));
                 }
                 self.out.push_str("({\n");
+                if m.top_ops().is_empty() {
+                    self.out.push_str("^bb0:\n");
+                }
                 for &op in m.top_ops() {
                     self.op(op, 1);
                 }
@@ -282,7 +285,10 @@ impl Printer<'_> {
         let blocks = self.module.regions[r].blocks.clone();
         for (i, &b) in blocks.iter().enumerate() {
             let args = self.module.blocks[b].args.clone();
-            let needs_label = i > 0 || (!elide_entry && !args.is_empty());
+            // An empty entry block keeps its label, or it would read back
+            // as a region with no blocks.
+            let empty = args.is_empty() && self.module.blocks[b].ops.is_empty();
+            let needs_label = i > 0 || (!elide_entry && (!args.is_empty() || empty));
             if needs_label {
                 self.indent(depth);
                 let _ = write!(self.out, "^bb{i}");

@@ -102,6 +102,7 @@ impl Builder {
         for p in pair.into_inner() {
             match p.as_rule() {
                 Rule::type_list => inputs = self.type_list(p)?,
+                Rule::arrow => {}
                 Rule::function_results => {
                     if let Some(r) = p.into_inner().next() {
                         results = match r.as_rule() {

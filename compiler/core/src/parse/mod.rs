@@ -81,6 +81,10 @@ fn rule_description(rule: &Rule) -> String {
         Rule::dim => "a dimension",
         Rule::number | Rule::int_lit | Rule::float_lit => "a number",
         Rule::symbol_name => "a symbol (@name)",
+        Rule::colon => "':'",
+        Rule::arrow => "'->'",
+        Rule::rbrace => "'}'",
+        Rule::caret_id | Rule::block_label => "a block label (^bb0)",
         Rule::EOI => "end of input",
         other => return format!("{other:?}"),
     }
@@ -284,7 +288,7 @@ impl Builder {
                 }
                 Rule::region_list => regions = p.into_inner().collect(),
                 Rule::function_type => fty = Some(p),
-                Rule::trailing_loc => {}
+                Rule::trailing_loc | Rule::colon => {}
                 r => unreachable!("unexpected {r:?} in generic op"),
             }
         }
@@ -331,6 +335,7 @@ impl Builder {
                 }
                 Rule::region_list => regions = p.into_inner().collect(),
                 Rule::pretty_types => types.push(p),
+                Rule::colon | Rule::arrow => {}
                 r => unreachable!("unexpected {r:?} in pretty op"),
             }
         }
@@ -500,7 +505,7 @@ impl Builder {
         };
         let mut inner = region.clone().into_inner();
         let entry = inner.next().expect("entry ops");
-        if inner.next().is_some() {
+        if inner.next().is_some_and(|p| p.as_rule() == Rule::block) {
             return Err(self.err(&region, "a module body is a single block without a label"));
         }
         let body = self.module.body;
@@ -525,7 +530,7 @@ impl Builder {
     fn region_inner(&mut self, pair: Pair<Rule>, region: RegionId, entry_args: Option<Vec<(Pair<Rule>, Type, Attributes)>>) -> PResult<()> {
         let mut inner = pair.clone().into_inner();
         let entry_ops = inner.next().expect("entry ops");
-        let blocks: Vec<Pair<Rule>> = inner.collect();
+        let blocks: Vec<Pair<Rule>> = inner.filter(|p| p.as_rule() == Rule::block).collect();
         let has_entry_ops = entry_ops.clone().into_inner().next().is_some();
         if let Some(args) = entry_args {
             if !blocks.is_empty() && !has_entry_ops {
