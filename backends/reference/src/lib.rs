@@ -15,6 +15,9 @@ use ircc_core::interp::Env;
 use ircc_core::ir::ValueId;
 use ircc_core::{Attribute, Diagnostic, Module, OpId, Registry, Tensor, Type};
 
+/// The largest tensor the interpreter materializes (2 GiB of f64).
+pub const MAX_INTERPRETED_ELEMENTS: i64 = 1 << 28;
+
 /// Runs `func` (a `func.func` symbol) on `inputs` and returns its results.
 pub fn run_function(
     module: &Module,
@@ -86,6 +89,13 @@ pub fn run_op(
         .iter()
         .map(|&v| values[v.index()].clone().ok_or_else(|| missing(module, op, v)))
         .collect::<Result<_, _>>()?;
+    for &r in &o.results {
+        if let Type::Tensor(t) = module.value_type(r) {
+            if t.num_elements() > MAX_INTERPRETED_ELEMENTS {
+                return Err(err(format!("{t} is larger than the interpreter's limit of {MAX_INTERPRETED_ELEMENTS} elements")));
+            }
+        }
+    }
     let view = registry.view(module, op).ok_or_else(|| err("the operation is not registered".to_string()))?;
     let outputs = interpret(&view, &args, env).map_err(err)?;
     if outputs.len() != o.results.len() {

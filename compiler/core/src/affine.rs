@@ -100,7 +100,14 @@ impl AffineExpr {
             (_, Some(1)) => self,
             (Some(1), _) => rhs,
             // Keep the constant on the right, as MLIR does.
-            (Some(_), None) => AffineExpr::Mul(Box::new(rhs), Box::new(self)),
+            (Some(_), None) => rhs.mul(self),
+            // (x * c1) * c2 -> x * (c1 * c2): one canonical tree per product,
+            // so `-(-x)` cannot print as `- -x`.
+            (None, Some(c2)) if matches!(&self, AffineExpr::Mul(_, k) if k.as_const().and_then(|c1| c1.checked_mul(c2)).is_some()) => {
+                let AffineExpr::Mul(x, k) = self else { unreachable!("matched above") };
+                let c = k.as_const().unwrap_or(1) * c2;
+                x.mul(AffineExpr::Const(c))
+            }
             _ => AffineExpr::Mul(Box::new(self), Box::new(rhs)),
         }
     }

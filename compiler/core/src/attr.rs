@@ -67,16 +67,14 @@ impl DenseValues {
 }
 
 impl DenseAttr {
-    /// Builds a constant, broadcasting a single value (a splat) to the shape.
+    /// Builds a constant. A single value, or values that are all equal, are
+    /// kept once (a splat), so `dense<0.0> : tensor<4096x4096xf32>` costs
+    /// one element, whatever its shape.
     pub fn new(ty: TensorType, values: DenseValues) -> Result<DenseAttr, String> {
         let n = usize::try_from(ty.num_elements()).map_err(|_| "negative tensor size".to_string())?;
-        let values = match values {
-            v if v.len() == n => v,
-            DenseValues::Float(v) if v.len() == 1 => DenseValues::Float(vec![v[0]; n].into()),
-            DenseValues::Int(v) if v.len() == 1 => DenseValues::Int(vec![v[0]; n].into()),
-            DenseValues::Bool(v) if v.len() == 1 => DenseValues::Bool(vec![v[0]; n].into()),
-            v => return Err(format!("dense constant has {} elements but its type {} needs {n}", v.len(), ty)),
-        };
+        if values.len() != n && values.len() != 1 {
+            return Err(format!("dense constant has {} elements but its type {} needs {n}", values.len(), ty));
+        }
         let kind_ok = match &values {
             DenseValues::Float(_) => ty.elem.is_float(),
             DenseValues::Int(_) => ty.elem.is_int(),
@@ -85,18 +83,20 @@ impl DenseAttr {
         if !kind_ok {
             return Err(format!("dense constant values do not match element type {}", ty.elem));
         }
+        fn first_if_all_same<T: Copy>(v: &[T], same: impl Fn(&T, &T) -> bool) -> Option<Arc<[T]>> {
+            (v.len() > 1 && v.windows(2).all(|w| same(&w[0], &w[1]))).then(|| Arc::from(&v[..1]))
+        }
+        let values = match values {
+            DenseValues::Float(v) => DenseValues::Float(first_if_all_same(&v, |a, b| a.to_bits() == b.to_bits()).unwrap_or(v)),
+            DenseValues::Int(v) => DenseValues::Int(first_if_all_same(&v, |a, b| a == b).unwrap_or(v)),
+            DenseValues::Bool(v) => DenseValues::Bool(first_if_all_same(&v, |a, b| a == b).unwrap_or(v)),
+        };
         Ok(DenseAttr { ty, values })
     }
 
-    fn is_splat(&self) -> bool {
-        fn all_same<T: PartialEq>(v: &[T]) -> bool {
-            v.windows(2).all(|w| w[0] == w[1])
-        }
-        match &self.values {
-            DenseValues::Float(v) => v.len() > 1 && v.windows(2).all(|w| w[0].to_bits() == w[1].to_bits()),
-            DenseValues::Int(v) => v.len() > 1 && all_same(v),
-            DenseValues::Bool(v) => v.len() > 1 && all_same(v),
-        }
+    /// One value stands for every element.
+    pub fn is_splat(&self) -> bool {
+        self.values.len() == 1 && self.ty.num_elements() != 1
     }
 
     fn write_element(&self, f: &mut fmt::Formatter<'_>, i: usize) -> fmt::Result {
@@ -127,7 +127,7 @@ impl DenseAttr {
 impl fmt::Display for DenseAttr {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("dense<")?;
-        if self.is_splat() || (self.values.len() == 1 && self.ty.shape.is_empty()) {
+        if self.values.len() == 1 {
             self.write_element(f, 0)?;
         } else {
             self.write_nested(f, 0, 0)?;

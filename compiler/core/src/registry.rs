@@ -134,6 +134,10 @@ pub struct AttrSpecToml {
     pub default: Option<String>,
     #[serde(default)]
     pub optional: bool,
+    /// Integers may use the whole i64 range (ONNX's "to the end" slice
+    /// bounds); others must lie within ±MAX_DIM.
+    #[serde(default)]
+    pub unbounded: bool,
     pub doc: Option<String>,
 }
 
@@ -192,6 +196,7 @@ pub struct AttrSpec {
     pub default: Option<Attribute>,
     /// Absent and no default: the op cannot be built without it.
     pub required: bool,
+    pub unbounded: bool,
     pub doc: Option<String>,
 }
 
@@ -438,7 +443,7 @@ pub fn parse_dialect_spec(text: &str) -> Result<(DialectInfo, Vec<OpSpec>), Diag
                 }
             }
             let required = default.is_none() && !a.optional;
-            attrs.insert(name, AttrSpec { kind: a.kind, default, required, doc: a.doc });
+            attrs.insert(name, AttrSpec { kind: a.kind, default, required, unbounded: a.unbounded, doc: a.doc });
         }
         for operand in op.reduction.keys() {
             if !op.operands.iter().any(|o| o.trim_end_matches(['?', '*']) == operand) {

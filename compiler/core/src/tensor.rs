@@ -141,11 +141,18 @@ impl Tensor {
     }
 
     pub fn from_dense(d: &DenseAttr) -> Tensor {
-        let shape: Vec<usize> = d.ty.shape.iter().map(|&x| x as usize).collect();
+        let shape = IxDyn(&d.ty.shape.iter().map(|&x| x as usize).collect::<Vec<_>>());
+        fn array<T: Clone>(shape: IxDyn, v: &[T]) -> ArrayD<T> {
+            if v.len() == 1 {
+                ArrayD::from_elem(shape, v[0].clone())
+            } else {
+                ArrayD::from_shape_vec(shape, v.to_vec()).expect("a dense constant holds one value per element")
+            }
+        }
         let data = match &d.values {
-            DenseValues::Float(v) => TensorData::Float(ArrayD::from_shape_vec(IxDyn(&shape), v.to_vec()).expect("dense shape")),
-            DenseValues::Int(v) => TensorData::Int(ArrayD::from_shape_vec(IxDyn(&shape), v.to_vec()).expect("dense shape")),
-            DenseValues::Bool(v) => TensorData::Bool(ArrayD::from_shape_vec(IxDyn(&shape), v.to_vec()).expect("dense shape")),
+            DenseValues::Float(v) => TensorData::Float(array(shape, v)),
+            DenseValues::Int(v) => TensorData::Int(array(shape, v)),
+            DenseValues::Bool(v) => TensorData::Bool(array(shape, v)),
         };
         Tensor { elem: d.ty.elem, data }
     }
@@ -156,6 +163,6 @@ impl Tensor {
             TensorData::Int(a) => DenseValues::Int(a.iter().copied().collect::<Vec<_>>().into()),
             TensorData::Bool(a) => DenseValues::Bool(a.iter().copied().collect::<Vec<_>>().into()),
         };
-        DenseAttr { ty: self.ty(), values }
+        DenseAttr::new(self.ty(), values).expect("a tensor's values match its type")
     }
 }

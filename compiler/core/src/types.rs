@@ -16,6 +16,11 @@ pub enum ElemType {
     I1,
 }
 
+/// The largest extent a tensor dimension may have. Bounding extents (and
+/// attribute values, see the verifier) keeps all shape arithmetic far from
+/// overflow.
+pub const MAX_DIM: i64 = 1 << 31;
+
 impl ElemType {
     pub const ALL: [ElemType; 8] = [
         ElemType::F64,
@@ -90,12 +95,13 @@ impl TensorType {
         self.shape.len()
     }
 
+    /// The element count, saturating at `i64::MAX` for absurd shapes.
     pub fn num_elements(&self) -> i64 {
-        self.shape.iter().product()
+        self.shape.iter().fold(1i64, |n, &d| n.saturating_mul(d))
     }
 
     pub fn byte_size(&self) -> i64 {
-        self.num_elements() * self.elem.byte_size() as i64
+        self.num_elements().saturating_mul(self.elem.byte_size() as i64)
     }
 }
 

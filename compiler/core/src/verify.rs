@@ -13,7 +13,11 @@ use crate::attr::Attribute;
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::ir::{Module, OpId, Use};
 use crate::print::is_discardable;
-use crate::registry::{OpView, Registry};
+use crate::registry::{AttrKind, OpView, Registry};
+use crate::types::{MAX_DIM, Type};
+
+/// The most elements a tensor may have (2^40, a terabyte of bytes).
+pub const MAX_ELEMENTS: i64 = 1 << 40;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct VerifyOptions {
@@ -68,6 +72,13 @@ fn check_affine(a: &Attribute) -> Result<(), String> {
 
 fn verify_op(module: &Module, registry: &Registry, options: VerifyOptions, op: OpId) -> Result<(), String> {
     let o = module.op(op);
+    for &v in o.operands.iter().chain(&o.results) {
+        if let Type::Tensor(t) = module.value_type(v) {
+            if t.num_elements() > MAX_ELEMENTS {
+                return Err(format!("{t} has more than the supported {MAX_ELEMENTS} elements"));
+            }
+        }
+    }
     for (i, &v) in o.operands.iter().enumerate() {
         if !module.value(v).uses.contains(&Use { op, index: i as u32 }) {
             return Err(format!("internal error: use list of operand #{i} is out of date"));
@@ -94,6 +105,12 @@ fn verify_op(module: &Module, registry: &Registry, options: VerifyOptions, op: O
                     s.kind.name(),
                     a.kind_name()
                 ));
+            }
+            Some(s) if !s.unbounded && matches!(s.kind, AttrKind::Int | AttrKind::Ints) => {
+                let values = a.as_i64_array().or_else(|| a.as_i64().map(|v| vec![v])).unwrap_or_default();
+                if let Some(v) = values.iter().find(|v| v.unsigned_abs() > MAX_DIM as u64) {
+                    return Err(format!("attribute '{name}' of '{}' holds {v}, outside the supported range ±{MAX_DIM}", o.name));
+                }
             }
             Some(_) => {}
             None if is_discardable(name) => {}

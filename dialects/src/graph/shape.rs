@@ -344,7 +344,7 @@ pub fn reshape(v: &OpView) -> Infer {
     if shape.iter().any(|&d| d < 0) {
         return Err(format!("shape {shape:?} must be static and non-negative"));
     }
-    if shape.iter().product::<i64>() != x.num_elements() {
+    if TensorType::new(shape.clone(), x.elem).num_elements() != x.num_elements() {
         return Err(format!("cannot reshape {x} ({} elements) to {shape:?}", x.num_elements()));
     }
     one(shape, x.elem)
@@ -406,7 +406,8 @@ pub fn flatten(v: &OpView) -> Infer {
         return Err(format!("axis {a} is out of range for rank {r}"));
     }
     let a = if a < 0 { a + r } else { a } as usize;
-    one(vec![x.shape[..a].iter().product(), x.shape[a..].iter().product()], x.elem)
+    let count = |dims: &[i64]| TensorType::new(dims.to_vec(), x.elem).num_elements();
+    one(vec![count(&x.shape[..a]), count(&x.shape[a..])], x.elem)
 }
 
 /// A normalized slice: for each axis, its start, step and count.

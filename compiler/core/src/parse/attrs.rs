@@ -8,7 +8,7 @@ use pest::iterators::Pair;
 use super::{Builder, PResult, Rule};
 use crate::affine::{AffineExpr, AffineMap};
 use crate::attr::{Attribute, Attributes, DenseAttr, DenseValues, float_from_bits, round_to};
-use crate::types::{ElemType, TensorType, Type};
+use crate::types::{ElemType, MAX_DIM, TensorType, Type};
 
 /// The raw text between the quotes of a string literal.
 pub(super) fn unquote_raw<'a>(pair: &Pair<'a, Rule>) -> &'a str {
@@ -71,7 +71,10 @@ impl Builder {
                     match d.as_str() {
                         "?" => return Err(self.err(&d, "dynamic dimensions are not supported: ircc needs static shapes")),
                         "*" => return Err(self.err(&d, "unranked tensors are not supported: ircc needs static shapes")),
-                        n => shape.push(n.parse::<i64>().map_err(|_| self.err(&d, "dimension is too large"))?),
+                        n => match n.parse::<i64>() {
+                            Ok(v) if v <= MAX_DIM => shape.push(v),
+                            _ => return Err(self.err(&d, format!("dimension {n} is larger than the supported maximum {MAX_DIM}"))),
+                        },
                     }
                 }
                 let elem = elem_type(elem_pair.as_str()).map_err(|m| self.err(&elem_pair, m))?;
@@ -364,8 +367,8 @@ impl Builder {
         let elem = ty.elem;
         let width = elem.byte_size();
         let n = ty.num_elements() as usize;
-        if bytes.len() != width * n && bytes.len() != width {
-            return Err(self.err(pair, format!("dense hex data has {} bytes but {ty} needs {}", bytes.len(), width * n)));
+        if bytes.len() != width.saturating_mul(n) && bytes.len() != width {
+            return Err(self.err(pair, format!("dense hex data has {} bytes but {ty} needs {}", bytes.len(), width.saturating_mul(n))));
         }
         let words = bytes.chunks(width).map(|c| {
             let mut buf = [0u8; 8];
