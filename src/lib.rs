@@ -16,7 +16,11 @@ pub fn ircc(args: &[&str]) -> Output {
     argv.extend_from_slice(args);
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = driver.run_cli(argv, &mut out, &mut err);
-    Output { code, stdout: String::from_utf8_lossy(&out).into_owned(), stderr: String::from_utf8_lossy(&err).into_owned() }
+    Output {
+        code,
+        stdout: String::from_utf8_lossy(&out).into_owned(),
+        stderr: String::from_utf8_lossy(&err).into_owned(),
+    }
 }
 
 /// The repository root (the root package's directory).
@@ -33,7 +37,9 @@ pub fn ir_files(dir: &str) -> Vec<PathBuf> {
 }
 
 fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
     for e in entries.flatten() {
         let p = e.path();
         if p.is_dir() {
@@ -52,7 +58,10 @@ pub fn run_args(source: &str) -> Option<Vec<String>> {
 
 /// A path relative to the root, with `/` separators, for stable output.
 pub fn relative(path: &Path) -> String {
-    path.strip_prefix(root()).unwrap_or(path).to_string_lossy().replace('\\', "/")
+    path.strip_prefix(root())
+        .unwrap_or(path)
+        .to_string_lossy()
+        .replace('\\', "/")
 }
 
 /// A fresh, empty scratch directory for one test.

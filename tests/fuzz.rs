@@ -11,20 +11,85 @@ use ircc_core::{Form, Tensor, Type, parse_module, print_module};
 use proptest::prelude::*;
 
 const TOKENS: &[&str] = &[
-    "%0", "%x", "%0#1", "%a:2", ":", "->", "(", ")", "{", "}", "<", ">", "<{", "}>", "[", "]", ",", "=", "@main",
-    "^bb0:", "tensor<", "tensor<2x3xf32>", "tensor<0xf32>", "tensor<f32>", "xf32", "x", "i1", "f16", "index",
-    "func.func", "func.return", "graph.add", "graph.conv", "graph.reshape", "graph.slice", "graph.gather",
-    "graph.pad", "graph.resize", "graph.split", "graph.concat", "graph.constant", "module", "attributes",
-    "dense<", "dense<[1.0, 2.0]>", "array<i64: ", "affine_map<(d0) -> (d0 floordiv 0)>", "floordiv", "mod",
-    "\"", "\\", "-", "0", "-1", "9223372036854775807", "99999999999999999999", "1.0e400", "0x7FC00000", "#map",
-    "!t", "unit", "true", "// c\n", "\n", " ",
+    "%0",
+    "%x",
+    "%0#1",
+    "%a:2",
+    ":",
+    "->",
+    "(",
+    ")",
+    "{",
+    "}",
+    "<",
+    ">",
+    "<{",
+    "}>",
+    "[",
+    "]",
+    ",",
+    "=",
+    "@main",
+    "^bb0:",
+    "tensor<",
+    "tensor<2x3xf32>",
+    "tensor<0xf32>",
+    "tensor<f32>",
+    "xf32",
+    "x",
+    "i1",
+    "f16",
+    "index",
+    "func.func",
+    "func.return",
+    "graph.add",
+    "graph.conv",
+    "graph.reshape",
+    "graph.slice",
+    "graph.gather",
+    "graph.pad",
+    "graph.resize",
+    "graph.split",
+    "graph.concat",
+    "graph.constant",
+    "module",
+    "attributes",
+    "dense<",
+    "dense<[1.0, 2.0]>",
+    "array<i64: ",
+    "affine_map<(d0) -> (d0 floordiv 0)>",
+    "floordiv",
+    "mod",
+    "\"",
+    "\\",
+    "-",
+    "0",
+    "-1",
+    "9223372036854775807",
+    "99999999999999999999",
+    "1.0e400",
+    "0x7FC00000",
+    "#map",
+    "!t",
+    "unit",
+    "true",
+    "// c\n",
+    "\n",
+    " ",
 ];
 
 fn corpus() -> Vec<String> {
     let dir = ircc_tests::root().join("tests/fuzz/corpus");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().flatten().map(|e| e.path()).collect();
+    let mut files: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .collect();
     files.sort();
-    files.iter().map(|p| std::fs::read_to_string(p).unwrap()).collect()
+    files
+        .iter()
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .collect()
 }
 
 #[derive(Debug, Clone)]
@@ -73,7 +138,11 @@ fn apply(mut s: String, m: &Mutation) -> String {
             s.insert_str(b, &piece);
         }
         Mutation::ReplaceDigit(i, d) => {
-            let digits: Vec<usize> = s.char_indices().filter(|(_, c)| c.is_ascii_digit()).map(|(p, _)| p).collect();
+            let digits: Vec<usize> = s
+                .char_indices()
+                .filter(|(_, c)| c.is_ascii_digit())
+                .map(|(p, _)| p)
+                .collect();
             if !digits.is_empty() {
                 let p = digits[i.index(digits.len())];
                 s.replace_range(p..p + 1, &d.to_string());
@@ -86,14 +155,23 @@ fn apply(mut s: String, m: &Mutation) -> String {
 /// Everything a user's input can reach; returns normally whatever happens.
 fn exercise(text: &str) {
     let registry = ircc_dialects::registry().unwrap();
-    let Ok(mut module) = parse_module(text, Some("fuzz.ir")) else { return };
+    let Ok(mut module) = parse_module(text, Some("fuzz.ir")) else {
+        return;
+    };
     let _ = print_module(&module, Form::Pretty);
     let _ = print_module(&module, Form::Generic);
     if verify(&module, &registry, VerifyOptions::default()).is_err() {
         return;
     }
-    let mut canon = ircc_passes::canonicalize::Canonicalize { max_elements: 1 << 12 };
-    let _ = canon.run(&mut module, &PassContext { registry: &registry });
+    let mut canon = ircc_passes::canonicalize::Canonicalize {
+        max_elements: 1 << 12,
+    };
+    let _ = canon.run(
+        &mut module,
+        &PassContext {
+            registry: &registry,
+        },
+    );
     // Valid but huge computations (a mutated resize to 99999x99999) are
     // slow, not wrong; the interpreter is exercised on small modules only.
     let mut largest = 0;
@@ -107,8 +185,12 @@ fn exercise(text: &str) {
     if largest > 1 << 16 {
         return;
     }
-    let Some(f) = module.lookup_symbol("main") else { return };
-    let Some(entry) = module.entry_block(f) else { return };
+    let Some(f) = module.lookup_symbol("main") else {
+        return;
+    };
+    let Some(entry) = module.entry_block(f) else {
+        return;
+    };
     let mut inputs = Vec::new();
     for &a in &module.blocks[entry].args {
         match module.value_type(a) {

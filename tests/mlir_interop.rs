@@ -21,7 +21,12 @@ fn mlir_opt(args: &[&str], input: &str) -> Result<String, String> {
         .stderr(Stdio::piped())
         .spawn()
         .map_err(|e| e.to_string())?;
-    child.stdin.take().unwrap().write_all(input.as_bytes()).map_err(|e| e.to_string())?;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(input.as_bytes())
+        .map_err(|e| e.to_string())?;
     let out = child.wait_with_output().map_err(|e| e.to_string())?;
     if out.status.success() {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
@@ -32,9 +37,18 @@ fn mlir_opt(args: &[&str], input: &str) -> Result<String, String> {
 
 #[test]
 fn generic_form_is_accepted_by_mlir_opt() {
-    if Command::new("mlir-opt-22").arg("--version").output().is_err() {
-        assert!(std::env::var_os("IRCC_REQUIRE_MLIR").is_none(), "mlir-opt-22 is required but not on PATH");
-        eprintln!("0 passed, 0 failed, 1 skipped: mlir-opt-22 is not on PATH (install mlir-22-tools)");
+    if Command::new("mlir-opt-22")
+        .arg("--version")
+        .output()
+        .is_err()
+    {
+        assert!(
+            std::env::var_os("IRCC_REQUIRE_MLIR").is_none(),
+            "mlir-opt-22 is required but not on PATH"
+        );
+        eprintln!(
+            "0 passed, 0 failed, 1 skipped: mlir-opt-22 is not on PATH (install mlir-22-tools)"
+        );
         return;
     }
     std::env::set_current_dir(ircc_tests::root()).unwrap();
@@ -58,17 +72,36 @@ fn generic_form_is_accepted_by_mlir_opt() {
             continue;
         }
         let check = || -> Result<(), String> {
-            mlir_opt(&["--allow-unregistered-dialect", "--verify-roundtrip"], &out.stdout)?;
-            let theirs = mlir_opt(&["--allow-unregistered-dialect", "--mlir-print-op-generic"], &out.stdout)?;
+            mlir_opt(
+                &["--allow-unregistered-dialect", "--verify-roundtrip"],
+                &out.stdout,
+            )?;
+            let theirs = mlir_opt(
+                &["--allow-unregistered-dialect", "--mlir-print-op-generic"],
+                &out.stdout,
+            )?;
             let reread_path = dir.join("reread.ir");
             std::fs::write(&reread_path, &theirs).unwrap();
-            let back = ircc(&[reread_path.to_str().unwrap(), "--allow-unregistered-dialect", "--emit", "generic"]);
+            let back = ircc(&[
+                reread_path.to_str().unwrap(),
+                "--allow-unregistered-dialect",
+                "--emit",
+                "generic",
+            ]);
             if back.code != 0 {
-                return Err(format!("ircc cannot read mlir-opt's output:\n{}", back.stderr));
+                return Err(format!(
+                    "ircc cannot read mlir-opt's output:\n{}",
+                    back.stderr
+                ));
             }
-            let again = mlir_opt(&["--allow-unregistered-dialect", "--mlir-print-op-generic"], &back.stdout)?;
+            let again = mlir_opt(
+                &["--allow-unregistered-dialect", "--mlir-print-op-generic"],
+                &back.stdout,
+            )?;
             if again != theirs {
-                return Err(format!("not a fixed point through ircc:\n{theirs}\nvs\n{again}"));
+                return Err(format!(
+                    "not a fixed point through ircc:\n{theirs}\nvs\n{again}"
+                ));
             }
             Ok(())
         };
@@ -80,7 +113,9 @@ fn generic_form_is_accepted_by_mlir_opt() {
             }
         }
     }
-    eprintln!("{passed} passed, {failed} failed, 0 skipped ({not_applicable} error-case inputs are not modules)");
+    eprintln!(
+        "{passed} passed, {failed} failed, 0 skipped ({not_applicable} error-case inputs are not modules)"
+    );
     assert_eq!(failed, 0);
     assert!(passed >= 25, "only {passed} files checked");
 }

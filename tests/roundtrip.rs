@@ -3,7 +3,10 @@
 //! the repository.
 
 use ircc_core::ir::OpBuilder;
-use ircc_core::{AffineExpr, AffineMap, Attribute, Attributes, DenseAttr, DenseValues, ElemType, Form, Module, TensorType, Type};
+use ircc_core::{
+    AffineExpr, AffineMap, Attribute, Attributes, DenseAttr, DenseValues, ElemType, Form, Module,
+    TensorType, Type,
+};
 use ircc_core::{parse_module, print_module};
 use proptest::prelude::*;
 
@@ -12,7 +15,8 @@ fn elem_type() -> impl Strategy<Value = ElemType> {
 }
 
 fn tensor_type() -> impl Strategy<Value = TensorType> {
-    (proptest::collection::vec(0i64..5, 0..4), elem_type()).prop_map(|(shape, elem)| TensorType::new(shape, elem))
+    (proptest::collection::vec(0i64..5, 0..4), elem_type())
+        .prop_map(|(shape, elem)| TensorType::new(shape, elem))
 }
 
 fn any_type() -> impl Strategy<Value = Type> {
@@ -27,26 +31,35 @@ fn any_type() -> impl Strategy<Value = Type> {
 
 fn affine_expr(dims: u32, syms: u32) -> impl Strategy<Value = AffineExpr> {
     let leaf = prop_oneof![
-        (0..dims.max(1)).prop_map(move |d| if dims == 0 { AffineExpr::Const(d as i64) } else { AffineExpr::Dim(d) }),
-        (0..syms.max(1)).prop_map(move |s| if syms == 0 { AffineExpr::Const(s as i64) } else { AffineExpr::Sym(s) }),
+        (0..dims.max(1)).prop_map(move |d| if dims == 0 {
+            AffineExpr::Const(d as i64)
+        } else {
+            AffineExpr::Dim(d)
+        }),
+        (0..syms.max(1)).prop_map(move |s| if syms == 0 {
+            AffineExpr::Const(s as i64)
+        } else {
+            AffineExpr::Sym(s)
+        }),
         (-20i64..20).prop_map(AffineExpr::Const),
     ];
     leaf.prop_recursive(4, 24, 2, |inner| {
         prop_oneof![
-            (inner.clone(), inner.clone()).prop_map(|(a, b)| a.add(b)),
-            (inner.clone(), inner.clone()).prop_map(|(a, b)| a.sub(b)),
-            (inner.clone(), -9i64..9).prop_map(|(a, c)| a.mul(AffineExpr::Const(c))),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| a + b),
+            (inner.clone(), inner.clone()).prop_map(|(a, b)| a - b),
+            (inner.clone(), -9i64..9).prop_map(|(a, c)| a * AffineExpr::Const(c)),
             (inner.clone(), 1i64..9).prop_map(|(a, c)| a.floor_div(AffineExpr::Const(c))),
             (inner.clone(), 1i64..9).prop_map(|(a, c)| a.ceil_div(AffineExpr::Const(c))),
             (inner.clone(), 1i64..9).prop_map(|(a, c)| a.modulo(AffineExpr::Const(c))),
-            inner.prop_map(AffineExpr::neg),
+            inner.prop_map(|a| -a),
         ]
     })
 }
 
 fn affine_map() -> impl Strategy<Value = AffineMap> {
     (0u32..4, 0u32..3).prop_flat_map(|(d, s)| {
-        proptest::collection::vec(affine_expr(d, s), 0..4).prop_map(move |r| AffineMap::new(d, s, r))
+        proptest::collection::vec(affine_expr(d, s), 0..4)
+            .prop_map(move |r| AffineMap::new(d, s, r))
     })
 }
 
@@ -65,13 +78,24 @@ fn dense() -> impl Strategy<Value = DenseAttr> {
         let n = shape.iter().product::<i64>() as usize;
         let ty = TensorType::new(shape, elem);
         let values = if elem.is_float() {
-            proptest::collection::vec(float_for(elem), n).prop_map(|v| DenseValues::Float(v.into())).boxed()
+            proptest::collection::vec(float_for(elem), n)
+                .prop_map(|v| DenseValues::Float(v.into()))
+                .boxed()
         } else if elem.is_bool() {
-            proptest::collection::vec(any::<bool>(), n).prop_map(|v| DenseValues::Bool(v.into())).boxed()
+            proptest::collection::vec(any::<bool>(), n)
+                .prop_map(|v| DenseValues::Bool(v.into()))
+                .boxed()
         } else {
             let bits = elem.byte_size() as u32 * 8;
             proptest::collection::vec(any::<i64>(), n)
-                .prop_map(move |v| DenseValues::Int(v.iter().map(|&x| (x << (64 - bits)) >> (64 - bits)).collect::<Vec<_>>().into()))
+                .prop_map(move |v| {
+                    DenseValues::Int(
+                        v.iter()
+                            .map(|&x| (x << (64 - bits)) >> (64 - bits))
+                            .collect::<Vec<_>>()
+                            .into(),
+                    )
+                })
                 .boxed()
         };
         values.prop_map(move |v| DenseAttr::new(ty.clone(), v).unwrap())
@@ -88,10 +112,12 @@ fn attribute() -> impl Strategy<Value = Attribute> {
         any::<f32>().prop_map(|v| Attribute::Float(v as f64, Type::Scalar(ElemType::F32))),
         "\\PC{0,12}".prop_map(Attribute::String),
         proptest::collection::vec(any::<i64>(), 0..5).prop_map(Attribute::DenseI64Array),
-        proptest::collection::vec(any::<f32>().prop_map(|x| x as f64), 0..4).prop_map(|v| Attribute::DenseFloatArray(ElemType::F32, v)),
+        proptest::collection::vec(any::<f32>().prop_map(|x| x as f64), 0..4)
+            .prop_map(|v| Attribute::DenseFloatArray(ElemType::F32, v)),
         any_type().prop_map(Attribute::Type),
         dense().prop_map(Attribute::Dense),
-        proptest::collection::vec("[a-z_][a-z0-9_]{0,5}|[a-z ]{1,4}", 1..3).prop_map(Attribute::SymbolRef),
+        proptest::collection::vec("[a-z_][a-z0-9_]{0,5}|[a-z ]{1,4}", 1..3)
+            .prop_map(Attribute::SymbolRef),
         affine_map().prop_map(Attribute::AffineMap),
     ];
     leaf.prop_recursive(2, 12, 3, |inner| {
@@ -124,16 +150,36 @@ fn op_recipe() -> impl Strategy<Value = OpRecipe> {
         proptest::bool::weighted(0.15),
         proptest::option::of("[a-z_][a-z0-9_.$-]{0,5}|[0-9]{1,2}|arg[0-9]|[a-z]+::[a-z]+"),
     )
-        .prop_map(|(name, operands, attrs, results, region, hint)| OpRecipe { name, operands, attrs, results, region, hint })
+        .prop_map(|(name, operands, attrs, results, region, hint)| OpRecipe {
+            name,
+            operands,
+            attrs,
+            results,
+            region,
+            hint,
+        })
 }
 
-fn build_module(args: Vec<Type>, ops: Vec<OpRecipe>, module_attrs: Vec<(String, Attribute)>) -> Module {
+fn build_module(
+    args: Vec<Type>,
+    ops: Vec<OpRecipe>,
+    module_attrs: Vec<(String, Attribute)>,
+) -> Module {
     let mut m = Module::new();
-    m.attrs = module_attrs.into_iter().map(|(k, v)| (format!("ircc.{k}"), v)).collect();
+    m.attrs = module_attrs
+        .into_iter()
+        .map(|(k, v)| (format!("ircc.{k}"), v))
+        .collect();
     let results: Vec<Type> = Vec::new();
     let mut fattrs = Attributes::new();
     fattrs.insert("sym_name".into(), Attribute::String("main".into()));
-    fattrs.insert("function_type".into(), Attribute::Type(Type::Function { inputs: args.clone(), results: results.clone() }));
+    fattrs.insert(
+        "function_type".into(),
+        Attribute::Type(Type::Function {
+            inputs: args.clone(),
+            results: results.clone(),
+        }),
+    );
     let f = m.create_op(OpBuilder::new("func.func").attrs(fattrs).regions(1));
     let body = m.body;
     m.append_op(body, f);
@@ -141,18 +187,29 @@ fn build_module(args: Vec<Type>, ops: Vec<OpRecipe>, module_attrs: Vec<(String, 
     let entry = m.add_block(region, args);
     let mut available = m.blocks[entry].args.clone();
     for r in ops {
-        let operands: Vec<_> = if available.is_empty() { Vec::new() } else { r.operands.iter().map(|i| *i.get(&available)).collect() };
+        let operands: Vec<_> = if available.is_empty() {
+            Vec::new()
+        } else {
+            r.operands.iter().map(|i| *i.get(&available)).collect()
+        };
         let mut attrs = Attributes::new();
         for (k, v) in r.attrs {
             attrs.insert(k, v);
         }
-        let op = m.create_op(OpBuilder::new(r.name).operands(operands).results(r.results).attrs(attrs).regions(r.region as usize));
+        let op = m.create_op(
+            OpBuilder::new(r.name)
+                .operands(operands)
+                .results(r.results)
+                .attrs(attrs)
+                .regions(r.region as usize),
+        );
         m.append_op(entry, op);
         if r.region {
             // A nested block that reads an outer value and has its own argument.
             let region = m.op(op).regions[0];
             let b = m.add_block(region, vec![Type::Index]);
-            let inner = m.create_op(OpBuilder::new("ext.yield").operands(available.first().copied()));
+            let inner =
+                m.create_op(OpBuilder::new("ext.yield").operands(available.first().copied()));
             m.append_op(b, inner);
         }
         for &v in &m.op(op).results.clone() {
@@ -168,7 +225,11 @@ fn build_module(args: Vec<Type>, ops: Vec<OpRecipe>, module_attrs: Vec<(String, 
 fn assert_fixed_point(m: &Module, form: Form) -> Result<(), TestCaseError> {
     let first = print_module(m, form);
     let parsed = parse_module(&first, Some("printed.ir"));
-    prop_assert!(parsed.is_ok(), "printed module does not parse: {}\n{first}", parsed.err().unwrap());
+    prop_assert!(
+        parsed.is_ok(),
+        "printed module does not parse: {}\n{first}",
+        parsed.err().unwrap()
+    );
     let second = print_module(&parsed.unwrap(), form);
     prop_assert_eq!(&first, &second);
     Ok(())
@@ -209,10 +270,13 @@ fn every_repository_file_round_trips() {
     let mut checked = 0;
     for path in files {
         let source = std::fs::read_to_string(&path).unwrap();
-        let Ok(m) = parse_module(&source, None) else { continue };
+        let Ok(m) = parse_module(&source, None) else {
+            continue;
+        };
         for form in [Form::Pretty, Form::Generic] {
             let first = print_module(&m, form);
-            let again = parse_module(&first, None).unwrap_or_else(|e| panic!("{}: {e}\n{first}", path.display()));
+            let again = parse_module(&first, None)
+                .unwrap_or_else(|e| panic!("{}: {e}\n{first}", path.display()));
             assert_eq!(first, print_module(&again, form), "{}", path.display());
         }
         checked += 1;

@@ -12,10 +12,14 @@ fn ir_filetests() {
     insta::glob!("ir/**/*.ir", |path| {
         let source = std::fs::read_to_string(path).unwrap();
         let file = relative(path);
-        let args = run_args(&source).unwrap_or_else(|| panic!("{file}: the first line must be `// RUN: ARGS`"));
+        let args = run_args(&source)
+            .unwrap_or_else(|| panic!("{file}: the first line must be `// RUN: ARGS`"));
         let mut argv = vec![file.as_str()];
         argv.extend(args.iter().map(String::as_str));
         let out = ircc(&argv);
-        insta::assert_snapshot!(format!("exit: {}\n--- stdout\n{}--- stderr\n{}", out.code, out.stdout, out.stderr));
+        insta::assert_snapshot!(format!(
+            "exit: {}\n--- stdout\n{}--- stderr\n{}",
+            out.code, out.stdout, out.stderr
+        ));
     });
 }

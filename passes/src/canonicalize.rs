@@ -20,7 +20,9 @@ pub struct Canonicalize {
 impl Canonicalize {
     pub fn from_options(o: &PassOptions) -> Result<Self, String> {
         o.expect_only(&["max-elements"])?;
-        Ok(Canonicalize { max_elements: o.i64_or("max-elements", 1 << 20)? })
+        Ok(Canonicalize {
+            max_elements: o.i64_or("max-elements", 1 << 20)?,
+        })
     }
 }
 
@@ -39,15 +41,31 @@ fn constant_value(module: &Module, v: ValueId) -> Option<Tensor> {
 }
 
 impl Canonicalize {
-    fn fold(&self, module: &mut Module, registry: &Registry, block: BlockId) -> Result<bool, Diagnostic> {
+    fn fold(
+        &self,
+        module: &mut Module,
+        registry: &Registry,
+        block: BlockId,
+    ) -> Result<bool, Diagnostic> {
         let mut changed = false;
         for op in module.blocks[block].ops.clone() {
             let o = module.op(op);
-            if o.name == "graph.constant" || o.name == "graph.param" || !o.regions.is_empty() || o.dialect() != "graph" {
+            if o.name == "graph.constant"
+                || o.name == "graph.param"
+                || !o.regions.is_empty()
+                || o.dialect() != "graph"
+            {
                 continue;
             }
-            let Some(interpret) = registry.get(&o.name).and_then(|d| d.hooks.interpret) else { continue };
-            let Some(args) = o.operands.iter().map(|&v| constant_value(module, v)).collect::<Option<Vec<_>>>() else {
+            let Some(interpret) = registry.get(&o.name).and_then(|d| d.hooks.interpret) else {
+                continue;
+            };
+            let Some(args) = o
+                .operands
+                .iter()
+                .map(|&v| constant_value(module, v))
+                .collect::<Option<Vec<_>>>()
+            else {
                 continue;
             };
             let too_big = o.results.iter().any(|&r| match module.value_type(r) {
@@ -60,7 +78,9 @@ impl Canonicalize {
             let view = registry.view(module, op).expect("registered op");
             // An op that fails on constant inputs (say, an out-of-range
             // gather) is left for the interpreter to report at run time.
-            let Ok(outputs) = interpret(&view, &args, &mut NoWeights) else { continue };
+            let Ok(outputs) = interpret(&view, &args, &mut NoWeights) else {
+                continue;
+            };
             let (loc, results) = (o.loc.clone(), o.results.clone());
             for (r, t) in results.into_iter().zip(outputs) {
                 let c = module.create_op(
@@ -91,12 +111,26 @@ impl Canonicalize {
             let o = module.op(op);
             let key = (o.name.clone(), o.operands.clone());
             let candidates = seen.entry(key).or_default();
-            let types = |m: &Module, x: OpId| -> Vec<Type> { m.op(x).results.iter().map(|&r| m.value_type(r).clone()).collect() };
-            let twin = candidates.iter().copied().find(|&c| module.op(c).attrs == o.attrs && types(module, c) == types(module, op));
+            let types = |m: &Module, x: OpId| -> Vec<Type> {
+                m.op(x)
+                    .results
+                    .iter()
+                    .map(|&r| m.value_type(r).clone())
+                    .collect()
+            };
+            let twin = candidates
+                .iter()
+                .copied()
+                .find(|&c| module.op(c).attrs == o.attrs && types(module, c) == types(module, op));
             match twin {
                 Some(t) => {
-                    let pairs: Vec<(ValueId, ValueId)> =
-                        module.op(op).results.iter().copied().zip(module.op(t).results.iter().copied()).collect();
+                    let pairs: Vec<(ValueId, ValueId)> = module
+                        .op(op)
+                        .results
+                        .iter()
+                        .copied()
+                        .zip(module.op(t).results.iter().copied())
+                        .collect();
                     for (old, new) in pairs {
                         module.replace_all_uses(old, new);
                     }
@@ -111,7 +145,12 @@ impl Canonicalize {
     fn dce(&self, module: &mut Module, block: BlockId) -> bool {
         let mut changed = false;
         for op in module.blocks[block].ops.clone().into_iter().rev() {
-            let dead = !has_side_effects(module, op) && module.op(op).results.iter().all(|&r| module.value(r).uses.is_empty());
+            let dead = !has_side_effects(module, op)
+                && module
+                    .op(op)
+                    .results
+                    .iter()
+                    .all(|&r| module.value(r).uses.is_empty());
             if dead {
                 module.erase_op(op);
                 changed = true;
@@ -128,7 +167,9 @@ impl Pass for Canonicalize {
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
         for f in module.functions() {
-            let Some(body) = module.entry_block(f) else { continue };
+            let Some(body) = module.entry_block(f) else {
+                continue;
+            };
             loop {
                 let folded = self.fold(module, ctx.registry, body)?;
                 let merged = self.cse(module, body);

@@ -26,20 +26,36 @@ pub fn run_function(
     inputs: Vec<Tensor>,
     env: &mut dyn Env,
 ) -> Result<Vec<Tensor>, Diagnostic> {
-    let f = module.lookup_symbol(func).ok_or_else(|| Diagnostic::plain(format!("no function '@{func}' in the module")))?;
-    let entry = module
-        .entry_block(f)
-        .ok_or_else(|| Diagnostic::error(module.op(f).loc.clone(), format!("function '@{func}' has no body")))?;
+    let f = module
+        .lookup_symbol(func)
+        .ok_or_else(|| Diagnostic::plain(format!("no function '@{func}' in the module")))?;
+    let entry = module.entry_block(f).ok_or_else(|| {
+        Diagnostic::error(
+            module.op(f).loc.clone(),
+            format!("function '@{func}' has no body"),
+        )
+    })?;
     let args = &module.blocks[entry].args;
     if args.len() != inputs.len() {
-        return Err(Diagnostic::plain(format!("'@{func}' takes {} inputs but {} were given", args.len(), inputs.len())));
+        return Err(Diagnostic::plain(format!(
+            "'@{func}' takes {} inputs but {} were given",
+            args.len(),
+            inputs.len()
+        )));
     }
     let mut values: Vec<Option<Tensor>> = vec![None; module.values.len()];
     for (i, (&a, t)) in args.iter().zip(inputs).enumerate() {
         let want = module.value_type(a);
         if Type::Tensor(t.ty()) != *want {
-            let name = module.value(a).name.clone().unwrap_or_else(|| format!("#{i}"));
-            return Err(Diagnostic::plain(format!("input '{name}' has type {} but the function expects {want}", t.ty())));
+            let name = module
+                .value(a)
+                .name
+                .clone()
+                .unwrap_or_else(|| format!("#{i}"));
+            return Err(Diagnostic::plain(format!(
+                "input '{name}' has type {} but the function expects {want}",
+                t.ty()
+            )));
         }
         values[a.index()] = Some(t);
     }
@@ -51,7 +67,11 @@ pub fn run_function(
             return o
                 .operands
                 .iter()
-                .map(|&v| values[v.index()].clone().ok_or_else(|| missing(module, op, v)))
+                .map(|&v| {
+                    values[v.index()]
+                        .clone()
+                        .ok_or_else(|| missing(module, op, v))
+                })
                 .collect();
         }
         let outputs = run_op(module, registry, op, &values, env)?;
@@ -65,11 +85,17 @@ pub fn run_function(
             values[r.index()] = Some(t);
         }
     }
-    Err(Diagnostic::error(module.op(f).loc.clone(), format!("function '@{func}' does not end with func.return")))
+    Err(Diagnostic::error(
+        module.op(f).loc.clone(),
+        format!("function '@{func}' does not end with func.return"),
+    ))
 }
 
 fn missing(module: &Module, op: OpId, v: ValueId) -> Diagnostic {
-    Diagnostic::error(module.op(op).loc.clone(), format!("internal error: value #{} was not computed", v.index()))
+    Diagnostic::error(
+        module.op(op).loc.clone(),
+        format!("internal error: value #{} was not computed", v.index()),
+    )
 }
 
 /// Interprets one operation whose operands are in `values`.
@@ -81,29 +107,55 @@ pub fn run_op(
     env: &mut dyn Env,
 ) -> Result<Vec<Tensor>, Diagnostic> {
     let o = module.op(op);
-    let err = |m: String| Diagnostic::error(o.loc.clone(), format!("while interpreting '{}': {m}", o.name));
-    let def = registry.get(&o.name).ok_or_else(|| err("the operation is not registered".to_string()))?;
-    let interpret = def.hooks.interpret.ok_or_else(|| err("the operation cannot be interpreted".to_string()))?;
+    let err = |m: String| {
+        Diagnostic::error(
+            o.loc.clone(),
+            format!("while interpreting '{}': {m}", o.name),
+        )
+    };
+    let def = registry
+        .get(&o.name)
+        .ok_or_else(|| err("the operation is not registered".to_string()))?;
+    let interpret = def
+        .hooks
+        .interpret
+        .ok_or_else(|| err("the operation cannot be interpreted".to_string()))?;
     let args: Vec<Tensor> = o
         .operands
         .iter()
-        .map(|&v| values[v.index()].clone().ok_or_else(|| missing(module, op, v)))
+        .map(|&v| {
+            values[v.index()]
+                .clone()
+                .ok_or_else(|| missing(module, op, v))
+        })
         .collect::<Result<_, _>>()?;
     for &r in &o.results {
-        if let Type::Tensor(t) = module.value_type(r) {
-            if t.num_elements() > MAX_INTERPRETED_ELEMENTS {
-                return Err(err(format!("{t} is larger than the interpreter's limit of {MAX_INTERPRETED_ELEMENTS} elements")));
-            }
+        if let Type::Tensor(t) = module.value_type(r)
+            && t.num_elements() > MAX_INTERPRETED_ELEMENTS
+        {
+            return Err(err(format!(
+                "{t} is larger than the interpreter's limit of {MAX_INTERPRETED_ELEMENTS} elements"
+            )));
         }
     }
-    let view = registry.view(module, op).ok_or_else(|| err("the operation is not registered".to_string()))?;
+    let view = registry
+        .view(module, op)
+        .ok_or_else(|| err("the operation is not registered".to_string()))?;
     let outputs = interpret(&view, &args, env).map_err(err)?;
     if outputs.len() != o.results.len() {
-        return Err(err(format!("produced {} results instead of {}", outputs.len(), o.results.len())));
+        return Err(err(format!(
+            "produced {} results instead of {}",
+            outputs.len(),
+            o.results.len()
+        )));
     }
     for (i, (&r, t)) in o.results.iter().zip(&outputs).enumerate() {
         if Type::Tensor(t.ty()) != *module.value_type(r) {
-            return Err(err(format!("result #{i} came out as {} but is declared {}", t.ty(), module.value_type(r))));
+            return Err(err(format!(
+                "result #{i} came out as {} but is declared {}",
+                t.ty(),
+                module.value_type(r)
+            )));
         }
     }
     Ok(outputs)
@@ -112,7 +164,10 @@ pub fn run_op(
 /// The names of a function's inputs: `ircc.name` of the argument where set,
 /// else the argument's name in the source, else its position.
 pub fn input_names(module: &Module, func: OpId) -> Vec<String> {
-    let args = module.entry_block(func).map(|b| module.blocks[b].args.clone()).unwrap_or_default();
+    let args = module
+        .entry_block(func)
+        .map(|b| module.blocks[b].args.clone())
+        .unwrap_or_default();
     let attrs = per_item_attrs(module, func, "arg_attrs");
     args.iter()
         .enumerate()
@@ -133,7 +188,14 @@ pub fn output_names(module: &Module, func: OpId) -> Vec<String> {
         _ => 0,
     };
     let attrs = per_item_attrs(module, func, "res_attrs");
-    (0..n).map(|i| attrs.get(i).and_then(|d| d.clone()).unwrap_or_else(|| format!("result{i}"))).collect()
+    (0..n)
+        .map(|i| {
+            attrs
+                .get(i)
+                .and_then(|d| d.clone())
+                .unwrap_or_else(|| format!("result{i}"))
+        })
+        .collect()
 }
 
 fn per_item_attrs(module: &Module, func: OpId, key: &str) -> Vec<Option<String>> {
@@ -141,7 +203,10 @@ fn per_item_attrs(module: &Module, func: OpId, key: &str) -> Vec<Option<String>>
         Some(Attribute::Array(items)) => items
             .iter()
             .map(|d| match d {
-                Attribute::Dict(d) => d.get("ircc.name").and_then(Attribute::as_str).map(str::to_string),
+                Attribute::Dict(d) => d
+                    .get("ircc.name")
+                    .and_then(Attribute::as_str)
+                    .map(str::to_string),
                 _ => None,
             })
             .collect(),

@@ -36,7 +36,8 @@ pub fn read_npy(path: &Path) -> Result<Tensor, String> {
 
 /// Writes a tensor as `.npy` (f16 and bf16 widen to float32).
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
-    let file = std::fs::File::create(path).map_err(|e| format!("cannot create {}: {e}", path.display()))?;
+    let file = std::fs::File::create(path)
+        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     let w = std::io::BufWriter::new(file);
     let r = match (&t.data, t.elem) {
         (TensorData::Float(a), ElemType::F64) => a.write_npy(w),

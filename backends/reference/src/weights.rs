@@ -14,33 +14,61 @@ pub struct SafetensorsWeights {
 
 impl SafetensorsWeights {
     pub fn open(path: &Path) -> Result<Self, String> {
-        let bytes = std::fs::read(path).map_err(|e| format!("cannot read weights file {}: {e}", path.display()))?;
-        SafeTensors::deserialize(&bytes).map_err(|e| format!("{}: not a valid safetensors file: {e}", path.display()))?;
-        Ok(SafetensorsWeights { path: path.to_path_buf(), bytes })
+        let bytes = std::fs::read(path)
+            .map_err(|e| format!("cannot read weights file {}: {e}", path.display()))?;
+        SafeTensors::deserialize(&bytes)
+            .map_err(|e| format!("{}: not a valid safetensors file: {e}", path.display()))?;
+        Ok(SafetensorsWeights {
+            path: path.to_path_buf(),
+            bytes,
+        })
     }
 }
 
 fn decode<const N: usize, T>(data: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-    data.chunks_exact(N).map(|c| f(c.try_into().unwrap_or([0; N]))).collect()
+    data.chunks_exact(N)
+        .map(|c| f(c.try_into().unwrap_or([0; N])))
+        .collect()
 }
 
 impl Env for SafetensorsWeights {
     fn param(&mut self, name: &str, _ty: &TensorType) -> Result<Tensor, String> {
         let st = SafeTensors::deserialize(&self.bytes).map_err(|e| e.to_string())?;
-        let view = st.tensor(name).map_err(|_| format!("weight '{name}' is not in {}", self.path.display()))?;
+        let view = st
+            .tensor(name)
+            .map_err(|_| format!("weight '{name}' is not in {}", self.path.display()))?;
         let shape = IxDyn(view.shape());
         let d = view.data();
         let arr = |v: Vec<f64>| ArrayD::from_shape_vec(shape.clone(), v).map_err(|e| e.to_string());
-        let iarr = |v: Vec<i64>| ArrayD::from_shape_vec(shape.clone(), v).map_err(|e| e.to_string());
+        let iarr =
+            |v: Vec<i64>| ArrayD::from_shape_vec(shape.clone(), v).map_err(|e| e.to_string());
         Ok(match view.dtype() {
-            Dtype::F32 => Tensor::float(ElemType::F32, arr(decode(d, |b| f32::from_le_bytes(b) as f64))?),
+            Dtype::F32 => Tensor::float(
+                ElemType::F32,
+                arr(decode(d, |b| f32::from_le_bytes(b) as f64))?,
+            ),
             Dtype::F64 => Tensor::float(ElemType::F64, arr(decode(d, f64::from_le_bytes))?),
-            Dtype::F16 => Tensor::float(ElemType::F16, arr(decode(d, |b| half::f16::from_le_bytes(b).to_f64()))?),
-            Dtype::BF16 => Tensor::float(ElemType::BF16, arr(decode(d, |b| half::bf16::from_le_bytes(b).to_f64()))?),
+            Dtype::F16 => Tensor::float(
+                ElemType::F16,
+                arr(decode(d, |b| half::f16::from_le_bytes(b).to_f64()))?,
+            ),
+            Dtype::BF16 => Tensor::float(
+                ElemType::BF16,
+                arr(decode(d, |b| half::bf16::from_le_bytes(b).to_f64()))?,
+            ),
             Dtype::I64 => Tensor::int(ElemType::I64, iarr(decode(d, i64::from_le_bytes))?),
-            Dtype::I32 => Tensor::int(ElemType::I32, iarr(decode(d, |b| i32::from_le_bytes(b) as i64))?),
-            Dtype::I8 => Tensor::int(ElemType::I8, iarr(decode(d, |b: [u8; 1]| b[0] as i8 as i64))?),
-            Dtype::BOOL => Tensor::bool(ArrayD::from_shape_vec(shape, d.iter().map(|&b| b != 0).collect()).map_err(|e| e.to_string())?),
+            Dtype::I32 => Tensor::int(
+                ElemType::I32,
+                iarr(decode(d, |b| i32::from_le_bytes(b) as i64))?,
+            ),
+            Dtype::I8 => Tensor::int(
+                ElemType::I8,
+                iarr(decode(d, |b: [u8; 1]| b[0] as i8 as i64))?,
+            ),
+            Dtype::BOOL => Tensor::bool(
+                ArrayD::from_shape_vec(shape, d.iter().map(|&b| b != 0).collect())
+                    .map_err(|e| e.to_string())?,
+            ),
             other => return Err(format!("weight '{name}' has unsupported dtype {other:?}")),
         })
     }

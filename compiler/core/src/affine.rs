@@ -23,6 +23,36 @@ pub enum AffineExpr {
     Mod(Box<AffineExpr>, Box<AffineExpr>),
 }
 
+/// `+`, `-`, `*` and unary `-` build expressions, folding constants and
+/// dropping neutral elements (`x + 0`, `x * 1`).
+impl std::ops::Add for AffineExpr {
+    type Output = AffineExpr;
+    fn add(self, rhs: AffineExpr) -> AffineExpr {
+        self.add_folded(rhs)
+    }
+}
+
+impl std::ops::Sub for AffineExpr {
+    type Output = AffineExpr;
+    fn sub(self, rhs: AffineExpr) -> AffineExpr {
+        self.add_folded(rhs.neg_folded())
+    }
+}
+
+impl std::ops::Mul for AffineExpr {
+    type Output = AffineExpr;
+    fn mul(self, rhs: AffineExpr) -> AffineExpr {
+        self.mul_folded(rhs)
+    }
+}
+
+impl std::ops::Neg for AffineExpr {
+    type Output = AffineExpr;
+    fn neg(self) -> AffineExpr {
+        self.neg_folded()
+    }
+}
+
 /// Why an affine expression could not be evaluated.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum AffineError {
@@ -49,7 +79,11 @@ pub fn floor_div(a: i64, b: i64) -> Option<i64> {
         return None;
     }
     let q = a.checked_div(b)?;
-    Some(if (a % b != 0) && ((a < 0) != (b < 0)) { q - 1 } else { q })
+    Some(if (a % b != 0) && ((a < 0) != (b < 0)) {
+        q - 1
+    } else {
+        q
+    })
 }
 
 /// Ceiling division, rounding towards positive infinity.
@@ -58,7 +92,11 @@ pub fn ceil_div(a: i64, b: i64) -> Option<i64> {
         return None;
     }
     let q = a.checked_div(b)?;
-    Some(if (a % b != 0) && ((a < 0) == (b < 0)) { q + 1 } else { q })
+    Some(if (a % b != 0) && ((a < 0) == (b < 0)) {
+        q + 1
+    } else {
+        q
+    })
 }
 
 /// The remainder that goes with [`floor_div`]: `a - b * floor_div(a, b)`.
@@ -85,7 +123,7 @@ impl AffineExpr {
         }
     }
 
-    pub fn add(self, rhs: AffineExpr) -> Self {
+    fn add_folded(self, rhs: AffineExpr) -> Self {
         match (self.as_const(), rhs.as_const()) {
             (Some(a), Some(b)) if a.checked_add(b).is_some() => AffineExpr::Const(a + b),
             (_, Some(0)) => self,
@@ -94,43 +132,48 @@ impl AffineExpr {
         }
     }
 
-    pub fn mul(self, rhs: AffineExpr) -> Self {
+    fn mul_folded(self, rhs: AffineExpr) -> Self {
         match (self.as_const(), rhs.as_const()) {
             (Some(a), Some(b)) if a.checked_mul(b).is_some() => AffineExpr::Const(a * b),
             (_, Some(1)) => self,
             (Some(1), _) => rhs,
             // Keep the constant on the right, as MLIR does.
-            (Some(_), None) => rhs.mul(self),
+            (Some(_), None) => rhs.mul_folded(self),
             // (x * c1) * c2 -> x * (c1 * c2): one canonical tree per product,
             // so `-(-x)` cannot print as `- -x`.
-            (None, Some(c2)) if matches!(&self, AffineExpr::Mul(_, k) if k.as_const().and_then(|c1| c1.checked_mul(c2)).is_some()) => {
-                let AffineExpr::Mul(x, k) = self else { unreachable!("matched above") };
+            (None, Some(c2)) if matches!(&self, AffineExpr::Mul(_, k) if k.as_const().and_then(|c1| c1.checked_mul(c2)).is_some()) =>
+            {
+                let AffineExpr::Mul(x, k) = self else {
+                    unreachable!("matched above")
+                };
                 let c = k.as_const().unwrap_or(1) * c2;
-                x.mul(AffineExpr::Const(c))
+                x.mul_folded(AffineExpr::Const(c))
             }
             _ => AffineExpr::Mul(Box::new(self), Box::new(rhs)),
         }
     }
 
     /// `-self`, folded so that `a - b` parses to the tree that prints as `a - b`.
-    pub fn neg(self) -> Self {
+    fn neg_folded(self) -> Self {
         match self {
             AffineExpr::Const(c) if c != i64::MIN => AffineExpr::Const(-c),
             AffineExpr::Mul(x, k) if matches!(*k, AffineExpr::Const(c) if c != i64::MIN) => {
                 let c = k.as_const().unwrap_or_default();
-                if c == -1 { *x } else { AffineExpr::Mul(x, Box::new(AffineExpr::Const(-c))) }
+                if c == -1 {
+                    *x
+                } else {
+                    AffineExpr::Mul(x, Box::new(AffineExpr::Const(-c)))
+                }
             }
             other => AffineExpr::Mul(Box::new(other), Box::new(AffineExpr::Const(-1))),
         }
     }
 
-    pub fn sub(self, rhs: AffineExpr) -> Self {
-        self.add(rhs.neg())
-    }
-
     pub fn floor_div(self, rhs: AffineExpr) -> Self {
         match (self.as_const(), rhs.as_const()) {
-            (Some(a), Some(b)) if floor_div(a, b).is_some() => AffineExpr::Const(floor_div(a, b).unwrap_or(0)),
+            (Some(a), Some(b)) if floor_div(a, b).is_some() => {
+                AffineExpr::Const(floor_div(a, b).unwrap_or(0))
+            }
             (_, Some(1)) => self,
             _ => AffineExpr::FloorDiv(Box::new(self), Box::new(rhs)),
         }
@@ -138,7 +181,9 @@ impl AffineExpr {
 
     pub fn ceil_div(self, rhs: AffineExpr) -> Self {
         match (self.as_const(), rhs.as_const()) {
-            (Some(a), Some(b)) if ceil_div(a, b).is_some() => AffineExpr::Const(ceil_div(a, b).unwrap_or(0)),
+            (Some(a), Some(b)) if ceil_div(a, b).is_some() => {
+                AffineExpr::Const(ceil_div(a, b).unwrap_or(0))
+            }
             (_, Some(1)) => self,
             _ => AffineExpr::CeilDiv(Box::new(self), Box::new(rhs)),
         }
@@ -146,7 +191,9 @@ impl AffineExpr {
 
     pub fn modulo(self, rhs: AffineExpr) -> Self {
         match (self.as_const(), rhs.as_const()) {
-            (Some(a), Some(b)) if floor_mod(a, b).is_some() => AffineExpr::Const(floor_mod(a, b).unwrap_or(0)),
+            (Some(a), Some(b)) if floor_mod(a, b).is_some() => {
+                AffineExpr::Const(floor_mod(a, b).unwrap_or(0))
+            }
             (_, Some(1)) => AffineExpr::Const(0),
             _ => AffineExpr::Mod(Box::new(self), Box::new(rhs)),
         }
@@ -157,8 +204,14 @@ impl AffineExpr {
             Ok((a.eval(dims, syms)?, b.eval(dims, syms)?))
         };
         match self {
-            AffineExpr::Dim(d) => dims.get(*d as usize).copied().ok_or(AffineError::DimOutOfRange(*d)),
-            AffineExpr::Sym(s) => syms.get(*s as usize).copied().ok_or(AffineError::SymOutOfRange(*s)),
+            AffineExpr::Dim(d) => dims
+                .get(*d as usize)
+                .copied()
+                .ok_or(AffineError::DimOutOfRange(*d)),
+            AffineExpr::Sym(s) => syms
+                .get(*s as usize)
+                .copied()
+                .ok_or(AffineError::SymOutOfRange(*s)),
             AffineExpr::Const(c) => Ok(*c),
             AffineExpr::Add(a, b) => {
                 let (a, b) = bin(a, b)?;
@@ -170,15 +223,27 @@ impl AffineExpr {
             }
             AffineExpr::FloorDiv(a, b) => {
                 let (a, b) = bin(a, b)?;
-                if b == 0 { Err(AffineError::DivisionByZero) } else { floor_div(a, b).ok_or(AffineError::Overflow) }
+                if b == 0 {
+                    Err(AffineError::DivisionByZero)
+                } else {
+                    floor_div(a, b).ok_or(AffineError::Overflow)
+                }
             }
             AffineExpr::CeilDiv(a, b) => {
                 let (a, b) = bin(a, b)?;
-                if b == 0 { Err(AffineError::DivisionByZero) } else { ceil_div(a, b).ok_or(AffineError::Overflow) }
+                if b == 0 {
+                    Err(AffineError::DivisionByZero)
+                } else {
+                    ceil_div(a, b).ok_or(AffineError::Overflow)
+                }
             }
             AffineExpr::Mod(a, b) => {
                 let (a, b) = bin(a, b)?;
-                if b == 0 { Err(AffineError::DivisionByZero) } else { floor_mod(a, b).ok_or(AffineError::Overflow) }
+                if b == 0 {
+                    Err(AffineError::DivisionByZero)
+                } else {
+                    floor_mod(a, b).ok_or(AffineError::Overflow)
+                }
             }
         }
     }
@@ -187,11 +252,17 @@ impl AffineExpr {
     pub fn substitute(&self, dims: &[AffineExpr], syms: &[AffineExpr]) -> AffineExpr {
         let rec = |e: &AffineExpr| e.substitute(dims, syms);
         match self {
-            AffineExpr::Dim(d) => dims.get(*d as usize).cloned().unwrap_or(AffineExpr::Dim(*d)),
-            AffineExpr::Sym(s) => syms.get(*s as usize).cloned().unwrap_or(AffineExpr::Sym(*s)),
+            AffineExpr::Dim(d) => dims
+                .get(*d as usize)
+                .cloned()
+                .unwrap_or(AffineExpr::Dim(*d)),
+            AffineExpr::Sym(s) => syms
+                .get(*s as usize)
+                .cloned()
+                .unwrap_or(AffineExpr::Sym(*s)),
             AffineExpr::Const(c) => AffineExpr::Const(*c),
-            AffineExpr::Add(a, b) => rec(a).add(rec(b)),
-            AffineExpr::Mul(a, b) => rec(a).mul(rec(b)),
+            AffineExpr::Add(a, b) => rec(a) + rec(b),
+            AffineExpr::Mul(a, b) => rec(a) * rec(b),
             AffineExpr::FloorDiv(a, b) => rec(a).floor_div(rec(b)),
             AffineExpr::CeilDiv(a, b) => rec(a).ceil_div(rec(b)),
             AffineExpr::Mod(a, b) => rec(a).modulo(rec(b)),
@@ -258,7 +329,10 @@ impl AffineExpr {
         match self {
             AffineExpr::Add(..) => 1,
             AffineExpr::Mul(_, k) if k.as_const() == Some(-1) => 2,
-            AffineExpr::Mul(..) | AffineExpr::FloorDiv(..) | AffineExpr::CeilDiv(..) | AffineExpr::Mod(..) => 2,
+            AffineExpr::Mul(..)
+            | AffineExpr::FloorDiv(..)
+            | AffineExpr::CeilDiv(..)
+            | AffineExpr::Mod(..) => 2,
             AffineExpr::Const(c) if *c < 0 => 2,
             _ => 3,
         }
@@ -277,7 +351,8 @@ impl AffineExpr {
                 a.write(f, 1)?;
                 match b.as_ref() {
                     AffineExpr::Const(c) if *c < 0 && *c != i64::MIN => write!(f, " - {}", -c)?,
-                    AffineExpr::Mul(x, k) if matches!(k.as_ref(), AffineExpr::Const(c) if *c < 0 && *c != i64::MIN) => {
+                    AffineExpr::Mul(x, k) if matches!(k.as_ref(), AffineExpr::Const(c) if *c < 0 && *c != i64::MIN) =>
+                    {
                         let c = -k.as_const().unwrap_or_default();
                         f.write_str(" - ")?;
                         if c == 1 {
@@ -309,7 +384,12 @@ impl AffineExpr {
     }
 }
 
-fn write_binary(f: &mut fmt::Formatter<'_>, a: &AffineExpr, op: &str, b: &AffineExpr) -> fmt::Result {
+fn write_binary(
+    f: &mut fmt::Formatter<'_>,
+    a: &AffineExpr,
+    op: &str,
+    b: &AffineExpr,
+) -> fmt::Result {
     // Only a product chains without parentheses on the left: `d0 * 2 * 3`
     // but `(d0 floordiv 8) * 7`, which reads as meant.
     let chains = op == "*" && matches!(a, AffineExpr::Mul(..));
@@ -340,7 +420,11 @@ pub struct AffineMap {
 
 impl AffineMap {
     pub fn new(num_dims: u32, num_syms: u32, results: Vec<AffineExpr>) -> Self {
-        AffineMap { num_dims, num_syms, results }
+        AffineMap {
+            num_dims,
+            num_syms,
+            results,
+        }
     }
 
     pub fn identity(rank: u32) -> Self {
@@ -349,7 +433,11 @@ impl AffineMap {
 
     /// `(d0, .., dn) -> (d_perm[0], .., d_perm[n])`.
     pub fn permutation(perm: &[u32]) -> Self {
-        AffineMap::new(perm.len() as u32, 0, perm.iter().map(|&p| AffineExpr::Dim(p)).collect())
+        AffineMap::new(
+            perm.len() as u32,
+            0,
+            perm.iter().map(|&p| AffineExpr::Dim(p)).collect(),
+        )
     }
 
     pub fn num_results(&self) -> usize {
@@ -361,10 +449,16 @@ impl AffineMap {
         for r in &self.results {
             let (d, s) = r.max_dim_sym();
             if let Some(d) = d.filter(|&d| d >= self.num_dims) {
-                return Err(format!("d{d} used but the map has {} dimensions", self.num_dims));
+                return Err(format!(
+                    "d{d} used but the map has {} dimensions",
+                    self.num_dims
+                ));
             }
             if let Some(s) = s.filter(|&s| s >= self.num_syms) {
-                return Err(format!("s{s} used but the map has {} symbols", self.num_syms));
+                return Err(format!(
+                    "s{s} used but the map has {} symbols",
+                    self.num_syms
+                ));
             }
         }
         Ok(())
@@ -385,12 +479,25 @@ impl AffineMap {
                 self.num_dims
             ));
         }
-        let shift: Vec<AffineExpr> = (0..inner.num_syms).map(|s| AffineExpr::Sym(s + self.num_syms)).collect();
-        let inner_results: Vec<AffineExpr> =
-            inner.results.iter().map(|e| e.substitute(&[], &shift)).collect();
+        let shift: Vec<AffineExpr> = (0..inner.num_syms)
+            .map(|s| AffineExpr::Sym(s + self.num_syms))
+            .collect();
+        let inner_results: Vec<AffineExpr> = inner
+            .results
+            .iter()
+            .map(|e| e.substitute(&[], &shift))
+            .collect();
         let syms: Vec<AffineExpr> = (0..self.num_syms).map(AffineExpr::Sym).collect();
-        let results = self.results.iter().map(|e| e.substitute(&inner_results, &syms)).collect();
-        Ok(AffineMap::new(inner.num_dims, self.num_syms + inner.num_syms, results))
+        let results = self
+            .results
+            .iter()
+            .map(|e| e.substitute(&inner_results, &syms))
+            .collect();
+        Ok(AffineMap::new(
+            inner.num_dims,
+            self.num_syms + inner.num_syms,
+            results,
+        ))
     }
 
     pub fn div_mod_count(&self) -> usize {
@@ -445,23 +552,30 @@ mod tests {
 
     #[test]
     fn prints_subtraction_like_mlir() {
-        let e = E::dim(0).sub(E::dim(1));
+        let e = E::dim(0) - E::dim(1);
         assert_eq!(e.to_string(), "d0 - d1");
-        let e = E::dim(0).sub(E::dim(1).mul(E::constant(4)));
+        let e = E::dim(0) - E::dim(1) * E::constant(4);
         assert_eq!(e.to_string(), "d0 - d1 * 4");
-        let e = E::dim(0).add(E::dim(1)).mul(E::constant(2));
+        let e = (E::dim(0) + E::dim(1)) * E::constant(2);
         assert_eq!(e.to_string(), "(d0 + d1) * 2");
         let e = E::dim(0).floor_div(E::constant(4)).modulo(E::constant(3));
         assert_eq!(e.to_string(), "(d0 floordiv 4) mod 3");
-        let e = E::dim(0).modulo(E::dim(1).add(E::constant(1)));
+        let e = E::dim(0).modulo(E::dim(1) + E::constant(1));
         assert_eq!(e.to_string(), "d0 mod (d1 + 1)");
     }
 
     #[test]
     fn composition_substitutes_results() {
         // Split then merge is the identity on its domain.
-        let split = AffineMap::new(1, 0, vec![E::dim(0).floor_div(E::constant(7)), E::dim(0).modulo(E::constant(7))]);
-        let merge = AffineMap::new(2, 0, vec![E::dim(0).mul(E::constant(7)).add(E::dim(1))]);
+        let split = AffineMap::new(
+            1,
+            0,
+            vec![
+                E::dim(0).floor_div(E::constant(7)),
+                E::dim(0).modulo(E::constant(7)),
+            ],
+        );
+        let merge = AffineMap::new(2, 0, vec![E::dim(0) * E::constant(7) + E::dim(1)]);
         let both = merge.compose(&split).unwrap();
         for i in 0..49 {
             assert_eq!(both.eval(&[i], &[]).unwrap(), vec![i]);

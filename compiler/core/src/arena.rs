@@ -15,7 +15,10 @@ pub struct Handle<T> {
 impl<T> Handle<T> {
     fn new(index: usize) -> Self {
         let index = u32::try_from(index).expect("arena holds more than u32::MAX items");
-        Handle { index, marker: PhantomData }
+        Handle {
+            index,
+            marker: PhantomData,
+        }
     }
 
     /// The position of the item in its arena.
@@ -91,7 +94,10 @@ impl<T> Arena<T> {
     }
 
     pub fn iter(&self) -> impl Iterator<Item = (Handle<T>, &T)> {
-        self.items.iter().enumerate().map(|(i, t)| (Handle::new(i), t))
+        self.items
+            .iter()
+            .enumerate()
+            .map(|(i, t)| (Handle::new(i), t))
     }
 }
 

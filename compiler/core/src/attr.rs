@@ -33,7 +33,11 @@ pub enum Attribute {
     SymbolRef(Vec<String>),
     AffineMap(AffineMap),
     /// `#dialect.name<...>`, kept verbatim.
-    Opaque { dialect: String, name: String, body: Option<String> },
+    Opaque {
+        dialect: String,
+        name: String,
+        body: Option<String>,
+    },
 }
 
 /// `dense<...> : tensor<...>`: a constant tensor.
@@ -71,9 +75,14 @@ impl DenseAttr {
     /// kept once (a splat), so `dense<0.0> : tensor<4096x4096xf32>` costs
     /// one element, whatever its shape.
     pub fn new(ty: TensorType, values: DenseValues) -> Result<DenseAttr, String> {
-        let n = usize::try_from(ty.num_elements()).map_err(|_| "negative tensor size".to_string())?;
+        let n =
+            usize::try_from(ty.num_elements()).map_err(|_| "negative tensor size".to_string())?;
         if values.len() != n && values.len() != 1 {
-            return Err(format!("dense constant has {} elements but its type {} needs {n}", values.len(), ty));
+            return Err(format!(
+                "dense constant has {} elements but its type {} needs {n}",
+                values.len(),
+                ty
+            ));
         }
         let kind_ok = match &values {
             DenseValues::Float(_) => ty.elem.is_float(),
@@ -81,15 +90,24 @@ impl DenseAttr {
             DenseValues::Bool(_) => ty.elem.is_bool(),
         };
         if !kind_ok {
-            return Err(format!("dense constant values do not match element type {}", ty.elem));
+            return Err(format!(
+                "dense constant values do not match element type {}",
+                ty.elem
+            ));
         }
         fn first_if_all_same<T: Copy>(v: &[T], same: impl Fn(&T, &T) -> bool) -> Option<Arc<[T]>> {
             (v.len() > 1 && v.windows(2).all(|w| same(&w[0], &w[1]))).then(|| Arc::from(&v[..1]))
         }
         let values = match values {
-            DenseValues::Float(v) => DenseValues::Float(first_if_all_same(&v, |a, b| a.to_bits() == b.to_bits()).unwrap_or(v)),
-            DenseValues::Int(v) => DenseValues::Int(first_if_all_same(&v, |a, b| a == b).unwrap_or(v)),
-            DenseValues::Bool(v) => DenseValues::Bool(first_if_all_same(&v, |a, b| a == b).unwrap_or(v)),
+            DenseValues::Float(v) => DenseValues::Float(
+                first_if_all_same(&v, |a, b| a.to_bits() == b.to_bits()).unwrap_or(v),
+            ),
+            DenseValues::Int(v) => {
+                DenseValues::Int(first_if_all_same(&v, |a, b| a == b).unwrap_or(v))
+            }
+            DenseValues::Bool(v) => {
+                DenseValues::Bool(first_if_all_same(&v, |a, b| a == b).unwrap_or(v))
+            }
         };
         Ok(DenseAttr { ty, values })
     }
@@ -112,7 +130,10 @@ impl DenseAttr {
             return self.write_element(f, offset);
         }
         let extent = self.ty.shape[dim] as usize;
-        let stride: usize = self.ty.shape[dim + 1..].iter().map(|&d| d as usize).product();
+        let stride: usize = self.ty.shape[dim + 1..]
+            .iter()
+            .map(|&d| d as usize)
+            .product();
         f.write_str("[")?;
         for i in 0..extent {
             if i > 0 {
@@ -290,7 +311,11 @@ impl fmt::Display for Attribute {
                 Ok(())
             }
             Attribute::AffineMap(m) => write!(f, "affine_map<{m}>"),
-            Attribute::Opaque { dialect, name, body } => {
+            Attribute::Opaque {
+                dialect,
+                name,
+                body,
+            } => {
                 write!(f, "#{dialect}.{name}")?;
                 if let Some(b) = body {
                     write!(f, "<{b}>")?;

@@ -20,7 +20,11 @@ fn verify_func(v: &OpView) -> Result<(), String> {
         return Err("'func.func' has exactly one region".to_string());
     }
     if let Some(entry) = v.module.entry_block(v.op) {
-        let args: Vec<&Type> = v.module.blocks[entry].args.iter().map(|&a| v.module.value_type(a)).collect();
+        let args: Vec<&Type> = v.module.blocks[entry]
+            .args
+            .iter()
+            .map(|&a| v.module.value_type(a))
+            .collect();
         if args.len() != inputs.len() || args.iter().zip(inputs).any(|(a, b)| *a != b) {
             return Err("entry block arguments do not match the function type".to_string());
         }
@@ -28,7 +32,9 @@ fn verify_func(v: &OpView) -> Result<(), String> {
         for &b in blocks {
             match v.module.blocks[b].ops.last() {
                 Some(&last) if v.module.op(last).name == "func.return" => {}
-                _ => return Err("every block of a function must end with 'func.return'".to_string()),
+                _ => {
+                    return Err("every block of a function must end with 'func.return'".to_string());
+                }
             }
         }
     }
@@ -50,15 +56,24 @@ fn verify_return(v: &OpView) -> Result<(), String> {
     };
     let operands = &module.op(v.op).operands;
     if operands.len() != results.len() {
-        return Err(format!("returns {} values but the function has {} results", operands.len(), results.len()));
+        return Err(format!(
+            "returns {} values but the function has {} results",
+            operands.len(),
+            results.len()
+        ));
     }
     for (i, (&o, r)) in operands.iter().zip(results).enumerate() {
         let t = module.value_type(o);
         if t != r {
-            return Err(format!("returned value #{i} has type {t} but the function result is {r}"));
+            return Err(format!(
+                "returned value #{i} has type {t} but the function result is {r}"
+            ));
         }
     }
-    let block = module.op(v.op).parent.ok_or("'func.return' is not in a block")?;
+    let block = module
+        .op(v.op)
+        .parent
+        .ok_or("'func.return' is not in a block")?;
     if module.blocks[block].ops.last() != Some(&v.op) {
         return Err("'func.return' must be the last operation of its block".to_string());
     }
@@ -69,8 +84,22 @@ pub fn register(registry: &mut Registry) -> Result<(), crate::diag::Diagnostic> 
     registry.add_dialect(
         FUNC_SPEC,
         &[
-            ("func.func", OpHooks { infer: None, verify: Some(verify_func), interpret: None }),
-            ("func.return", OpHooks { infer: None, verify: Some(verify_return), interpret: None }),
+            (
+                "func.func",
+                OpHooks {
+                    infer: None,
+                    verify: Some(verify_func),
+                    interpret: None,
+                },
+            ),
+            (
+                "func.return",
+                OpHooks {
+                    infer: None,
+                    verify: Some(verify_return),
+                    interpret: None,
+                },
+            ),
         ],
     )
 }

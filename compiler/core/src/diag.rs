@@ -30,7 +30,11 @@ impl Location {
 impl fmt::Display for Location {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let file = self.file.as_deref().unwrap_or("<input>");
-        if self.is_known() { write!(f, "{file}:{}:{}", self.line, self.col) } else { write!(f, "{file}") }
+        if self.is_known() {
+            write!(f, "{file}:{}:{}", self.line, self.col)
+        } else {
+            write!(f, "{file}")
+        }
     }
 }
 
@@ -51,7 +55,12 @@ pub struct Diagnostic {
 
 impl Diagnostic {
     pub fn error(loc: Location, message: impl Into<String>) -> Self {
-        Diagnostic { severity: Severity::Error, loc, message: message.into(), notes: Vec::new() }
+        Diagnostic {
+            severity: Severity::Error,
+            loc,
+            message: message.into(),
+            notes: Vec::new(),
+        }
     }
 
     /// An error that concerns no particular place in the input.
@@ -60,7 +69,12 @@ impl Diagnostic {
     }
 
     pub fn with_note(mut self, loc: Location, message: impl Into<String>) -> Self {
-        self.notes.push(Diagnostic { severity: Severity::Note, loc, message: message.into(), notes: Vec::new() });
+        self.notes.push(Diagnostic {
+            severity: Severity::Note,
+            loc,
+            message: message.into(),
+            notes: Vec::new(),
+        });
         self
     }
 
@@ -83,17 +97,17 @@ impl Diagnostic {
         } else {
             let _ = writeln!(out, "{kind}: {}", self.message);
         }
-        if let (true, Some(src)) = (self.loc.is_known(), source) {
-            if let Some(line) = src.lines().nth(self.loc.line as usize - 1) {
-                let _ = writeln!(out, "{line}");
-                // Tabs stay tabs so the caret lines up in a terminal.
-                let pad: String = line
-                    .chars()
-                    .take(self.loc.col.saturating_sub(1) as usize)
-                    .map(|c| if c == '\t' { '\t' } else { ' ' })
-                    .collect();
-                let _ = writeln!(out, "{pad}^");
-            }
+        if let (true, Some(src)) = (self.loc.is_known(), source)
+            && let Some(line) = src.lines().nth(self.loc.line as usize - 1)
+        {
+            let _ = writeln!(out, "{line}");
+            // Tabs stay tabs so the caret lines up in a terminal.
+            let pad: String = line
+                .chars()
+                .take(self.loc.col.saturating_sub(1) as usize)
+                .map(|c| if c == '\t' { '\t' } else { ' ' })
+                .collect();
+            let _ = writeln!(out, "{pad}^");
         }
         for note in &self.notes {
             note.render_into(out, source);

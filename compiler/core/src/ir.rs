@@ -197,14 +197,20 @@ impl Module {
         for (i, ty) in b.result_types.into_iter().enumerate() {
             let v = self.values.append(Value {
                 ty,
-                def: ValueDef::OpResult { op, index: i as u32 },
+                def: ValueDef::OpResult {
+                    op,
+                    index: i as u32,
+                },
                 uses: Vec::new(),
                 name: None,
             });
             self.ops[op].results.push(v);
         }
         for _ in 0..b.regions {
-            let r = self.regions.append(Region { blocks: Vec::new(), parent: Some(op) });
+            let r = self.regions.append(Region {
+                blocks: Vec::new(),
+                parent: Some(op),
+            });
             self.ops[op].regions.push(r);
         }
         for v in b.operands {
@@ -222,7 +228,10 @@ impl Module {
     /// Points operand `index` of `op` at `new`, keeping use lists right.
     pub fn set_operand(&mut self, op: OpId, index: usize, new: ValueId) {
         let old = self.ops[op].operands[index];
-        let u = Use { op, index: index as u32 };
+        let u = Use {
+            op,
+            index: index as u32,
+        };
         self.values[old].uses.retain(|x| *x != u);
         self.ops[op].operands[index] = new;
         self.values[new].uses.push(u);
@@ -241,11 +250,18 @@ impl Module {
 
     /// Appends a block to a region.
     pub fn add_block(&mut self, region: RegionId, arg_types: Vec<Type>) -> BlockId {
-        let block = self.blocks.append(Block { args: Vec::new(), ops: Vec::new(), parent: Some(region) });
+        let block = self.blocks.append(Block {
+            args: Vec::new(),
+            ops: Vec::new(),
+            parent: Some(region),
+        });
         for (i, ty) in arg_types.into_iter().enumerate() {
             let v = self.values.append(Value {
                 ty,
-                def: ValueDef::BlockArg { block, index: i as u32 },
+                def: ValueDef::BlockArg {
+                    block,
+                    index: i as u32,
+                },
                 uses: Vec::new(),
                 name: None,
             });
@@ -262,8 +278,14 @@ impl Module {
 
     /// Inserts `op` into the block of `anchor`, just before it.
     pub fn insert_before(&mut self, anchor: OpId, op: OpId) {
-        let block = self.ops[anchor].parent.expect("anchor operation is in a block");
-        let pos = self.blocks[block].ops.iter().position(|&o| o == anchor).expect("anchor in its block");
+        let block = self.ops[anchor]
+            .parent
+            .expect("anchor operation is in a block");
+        let pos = self.blocks[block]
+            .ops
+            .iter()
+            .position(|&o| o == anchor)
+            .expect("anchor in its block");
         self.blocks[block].ops.insert(pos, op);
         self.ops[op].parent = Some(block);
     }
@@ -271,7 +293,12 @@ impl Module {
     /// Detaches `op` from its block and drops its operand uses (and those of
     /// everything nested in it). Its results must have no uses left.
     pub fn erase_op(&mut self, op: OpId) {
-        debug_assert!(self.ops[op].results.iter().all(|&r| self.values[r].uses.is_empty()));
+        debug_assert!(
+            self.ops[op]
+                .results
+                .iter()
+                .all(|&r| self.values[r].uses.is_empty())
+        );
         if let Some(block) = self.ops[op].parent.take() {
             self.blocks[block].ops.retain(|&o| o != op);
         }
@@ -281,7 +308,10 @@ impl Module {
     fn drop_uses(&mut self, op: OpId) {
         let operands = std::mem::take(&mut self.ops[op].operands);
         for (i, v) in operands.into_iter().enumerate() {
-            let u = Use { op, index: i as u32 };
+            let u = Use {
+                op,
+                index: i as u32,
+            };
             self.values[v].uses.retain(|x| *x != u);
         }
         for r in self.ops[op].regions.clone() {
@@ -300,12 +330,19 @@ impl Module {
 
     /// Finds a top-level operation by its `sym_name`.
     pub fn lookup_symbol(&self, name: &str) -> Option<OpId> {
-        self.top_ops().iter().copied().find(|&op| self.ops[op].attr("sym_name").and_then(Attribute::as_str) == Some(name))
+        self.top_ops()
+            .iter()
+            .copied()
+            .find(|&op| self.ops[op].attr("sym_name").and_then(Attribute::as_str) == Some(name))
     }
 
     /// The `func.func`s of the module, in order.
     pub fn functions(&self) -> Vec<OpId> {
-        self.top_ops().iter().copied().filter(|&op| self.ops[op].name == "func.func").collect()
+        self.top_ops()
+            .iter()
+            .copied()
+            .filter(|&op| self.ops[op].name == "func.func")
+            .collect()
     }
 
     /// The entry block of an operation's first region.

@@ -26,9 +26,9 @@ pub use attr::{Attribute, Attributes, DenseAttr, DenseValues};
 pub use diag::{Diagnostic, Diagnostics, Location};
 pub use ir::{BlockId, Module, OpBuilder, OpId, Operation, RegionId, ValueId};
 pub use parse::{parse_attribute, parse_module};
+pub use print::{Form, print_module};
 pub use registry::{OpHooks, OpView, Registry};
 pub use tensor::{Tensor, TensorData};
-pub use print::{Form, print_module};
 pub use types::{ElemType, TensorType, Type};
 
 pub mod types;

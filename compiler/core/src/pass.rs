@@ -39,8 +39,15 @@ impl PassOptions {
     pub fn expect_only(&self, known: &[&str]) -> Result<(), String> {
         for k in self.values.keys() {
             if !known.contains(&k.as_str()) {
-                let list = if known.is_empty() { "none".to_string() } else { known.join(", ") };
-                return Err(format!("pass '{}' has no option '{k}' (options: {list})", self.pass));
+                let list = if known.is_empty() {
+                    "none".to_string()
+                } else {
+                    known.join(", ")
+                };
+                return Err(format!(
+                    "pass '{}' has no option '{k}' (options: {list})",
+                    self.pass
+                ));
             }
         }
         Ok(())
@@ -49,7 +56,12 @@ impl PassOptions {
     pub fn i64_or(&self, key: &str, default: i64) -> Result<i64, String> {
         match self.values.get(key) {
             None => Ok(default),
-            Some(v) => v.parse().map_err(|_| format!("option '{key}' of pass '{}' must be an integer, not '{v}'", self.pass)),
+            Some(v) => v.parse().map_err(|_| {
+                format!(
+                    "option '{key}' of pass '{}' must be an integer, not '{v}'",
+                    self.pass
+                )
+            }),
         }
     }
 
@@ -58,7 +70,10 @@ impl PassOptions {
             None => Ok(default),
             Some("true" | "1" | "") => Ok(true),
             Some("false" | "0") => Ok(false),
-            Some(v) => Err(format!("option '{key}' of pass '{}' must be true or false, not '{v}'", self.pass)),
+            Some(v) => Err(format!(
+                "option '{key}' of pass '{}' must be true or false, not '{v}'",
+                self.pass
+            )),
         }
     }
 
@@ -90,13 +105,23 @@ impl PassRegistry {
         summary: &str,
         constructor: impl Fn(&PassOptions) -> Result<Box<dyn Pass>, String> + 'static,
     ) {
-        self.passes.insert(name.to_string(), PassInfo { summary: summary.to_string(), constructor: Box::new(constructor) });
+        self.passes.insert(
+            name.to_string(),
+            PassInfo {
+                summary: summary.to_string(),
+                constructor: Box::new(constructor),
+            },
+        );
     }
 
     pub fn create(&self, options: &PassOptions) -> Result<Box<dyn Pass>, String> {
         let info = self.passes.get(&options.pass).ok_or_else(|| {
             let known: Vec<&str> = self.passes.keys().map(String::as_str).collect();
-            format!("unknown pass '{}' (known passes: {})", options.pass, known.join(", "))
+            format!(
+                "unknown pass '{}' (known passes: {})",
+                options.pass,
+                known.join(", ")
+            )
         })?;
         (info.constructor)(options)
     }
@@ -118,7 +143,11 @@ pub fn parse_pipeline(text: &str) -> Result<Vec<PassOptions>, String> {
     for (i, c) in text.char_indices() {
         match c {
             '{' => depth += 1,
-            '}' => depth = depth.checked_sub(1).ok_or_else(|| format!("unbalanced '}}' in pipeline '{text}'"))?,
+            '}' => {
+                depth = depth
+                    .checked_sub(1)
+                    .ok_or_else(|| format!("unbalanced '}}' in pipeline '{text}'"))?
+            }
             ',' if depth == 0 => {
                 items.push(&text[start..i]);
                 start = i + 1;
@@ -130,7 +159,12 @@ pub fn parse_pipeline(text: &str) -> Result<Vec<PassOptions>, String> {
         return Err(format!("unbalanced '{{' in pipeline '{text}'"));
     }
     items.push(&text[start..]);
-    items.into_iter().map(str::trim).filter(|s| !s.is_empty()).map(parse_pass_spec).collect()
+    items
+        .into_iter()
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+        .map(parse_pass_spec)
+        .collect()
 }
 
 fn parse_pass_spec(text: &str) -> Result<PassOptions, String> {
@@ -139,7 +173,11 @@ fn parse_pass_spec(text: &str) -> Result<PassOptions, String> {
         None => (text, None),
     };
     let name = name.trim();
-    if name.is_empty() || !name.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.')) {
+    if name.is_empty()
+        || !name
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+    {
         return Err(format!("'{name}' is not a pass name"));
     }
     let mut values = IndexMap::new();
@@ -150,12 +188,21 @@ fn parse_pass_spec(text: &str) -> Result<PassOptions, String> {
             .ok_or_else(|| format!("options of pass '{name}' must be written {{key=value,...}}"))?;
         for kv in body.split(',').map(str::trim).filter(|s| !s.is_empty()) {
             let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-            if values.insert(k.trim().to_string(), v.trim().to_string()).is_some() {
-                return Err(format!("option '{}' of pass '{name}' is given twice", k.trim()));
+            if values
+                .insert(k.trim().to_string(), v.trim().to_string())
+                .is_some()
+            {
+                return Err(format!(
+                    "option '{}' of pass '{name}' is given twice",
+                    k.trim()
+                ));
             }
         }
     }
-    Ok(PassOptions { pass: name.to_string(), values })
+    Ok(PassOptions {
+        pass: name.to_string(),
+        values,
+    })
 }
 
 /// Parses a `.pipeline` file: one pass a line, `#` starts a comment.
@@ -206,13 +253,27 @@ pub struct PassTiming {
 pub fn timing_table(timings: &[PassTiming]) -> String {
     let total: Duration = timings.iter().map(|t| t.run + t.verify).sum();
     let mut out = String::new();
-    let _ = writeln!(out, "===-------------------------------------------------------------------------===");
+    let _ = writeln!(
+        out,
+        "===-------------------------------------------------------------------------==="
+    );
     let _ = writeln!(out, "  Pass execution timing report");
-    let _ = writeln!(out, "===-------------------------------------------------------------------------===");
+    let _ = writeln!(
+        out,
+        "===-------------------------------------------------------------------------==="
+    );
     let _ = writeln!(out, "  Total: {:.3} ms", total.as_secs_f64() * 1e3);
-    let _ = writeln!(out, "  {:>10}  {:>10}  {:>6}  Pass", "run (ms)", "verify (ms)", "%");
+    let _ = writeln!(
+        out,
+        "  {:>10}  {:>10}  {:>6}  Pass",
+        "run (ms)", "verify (ms)", "%"
+    );
     for t in timings {
-        let share = if total.is_zero() { 0.0 } else { 100.0 * (t.run + t.verify).as_secs_f64() / total.as_secs_f64() };
+        let share = if total.is_zero() {
+            0.0
+        } else {
+            100.0 * (t.run + t.verify).as_secs_f64() / total.as_secs_f64()
+        };
         let _ = writeln!(
             out,
             "  {:>10.3}  {:>10.3}  {:>5.1}%  {}",
@@ -230,8 +291,15 @@ pub struct PassManager {
 }
 
 impl PassManager {
-    pub fn from_specs(registry: &PassRegistry, specs: &[PassOptions]) -> Result<PassManager, Diagnostic> {
-        let passes = specs.iter().map(|s| registry.create(s)).collect::<Result<_, _>>().map_err(Diagnostic::plain)?;
+    pub fn from_specs(
+        registry: &PassRegistry,
+        specs: &[PassOptions],
+    ) -> Result<PassManager, Diagnostic> {
+        let passes = specs
+            .iter()
+            .map(|s| registry.create(s))
+            .collect::<Result<_, _>>()
+            .map_err(Diagnostic::plain)?;
         Ok(PassManager { passes })
     }
 
@@ -254,8 +322,12 @@ impl PassManager {
         let ctx = PassContext { registry };
         let mut timings = Vec::new();
         if let Some(dir) = &options.dump_dir {
-            std::fs::create_dir_all(dir)
-                .map_err(|e| Diagnostic::plain(format!("cannot create dump directory {}: {e}", dir.display())))?;
+            std::fs::create_dir_all(dir).map_err(|e| {
+                Diagnostic::plain(format!(
+                    "cannot create dump directory {}: {e}",
+                    dir.display()
+                ))
+            })?;
         }
         for (i, pass) in self.passes.iter_mut().enumerate() {
             let name = pass.name().to_string();
@@ -271,20 +343,27 @@ impl PassManager {
             let start = Instant::now();
             if options.verify_each {
                 verify(module, registry, options.verify).map_err(|d| {
-                    let mut all = vec![Diagnostic::plain(format!("verification failed after pass '{name}'"))];
+                    let mut all = vec![Diagnostic::plain(format!(
+                        "verification failed after pass '{name}'"
+                    ))];
                     all.extend(d.0);
                     Diagnostics(all)
                 })?;
             }
-            timings.push(PassTiming { pass: name.clone(), run, verify: start.elapsed() });
+            timings.push(PassTiming {
+                pass: name.clone(),
+                run,
+                verify: start.elapsed(),
+            });
             if options.print_after_all || options.print_after.contains(&name) {
                 let _ = writeln!(out, "// -----// IR Dump After {name} //----- //");
                 let _ = write!(out, "{}", print_module(module, options.form));
             }
             if let Some(dir) = &options.dump_dir {
                 let path = dir.join(format!("{:02}-{name}.ir", i + 1));
-                std::fs::write(&path, print_module(module, options.form))
-                    .map_err(|e| Diagnostic::plain(format!("cannot write {}: {e}", path.display())))?;
+                std::fs::write(&path, print_module(module, options.form)).map_err(|e| {
+                    Diagnostic::plain(format!("cannot write {}: {e}", path.display()))
+                })?;
             }
         }
         Ok(timings)
@@ -306,6 +385,9 @@ mod tests {
         assert!(parse_pipeline("foo}").is_err());
         assert!(parse_pipeline("f o o").is_err());
         let f = parse_pipeline_file("# comment\ncanonicalize  # trailing\n\nfoo{x=2}\n").unwrap();
-        assert_eq!(f.iter().map(|p| p.pass.as_str()).collect::<Vec<_>>(), ["canonicalize", "foo"]);
+        assert_eq!(
+            f.iter().map(|p| p.pass.as_str()).collect::<Vec<_>>(),
+            ["canonicalize", "foo"]
+        );
     }
 }

@@ -8,7 +8,7 @@
 use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
-use crate::attr::{Attribute, Attributes, write_dict, write_string_literal, is_bare_id};
+use crate::attr::{Attribute, Attributes, is_bare_id, write_dict, write_string_literal};
 use crate::ir::{BlockId, Module, OpId, RegionId, ValueId};
 use crate::types::Type;
 
@@ -20,7 +20,12 @@ pub enum Form {
 }
 
 pub fn print_module(module: &Module, form: Form) -> String {
-    let mut p = Printer { module, form, out: String::new(), names: HashMap::new() };
+    let mut p = Printer {
+        module,
+        form,
+        out: String::new(),
+        names: HashMap::new(),
+    };
     p.module();
     p.out
 }
@@ -51,7 +56,13 @@ fn dict(attrs: &Attributes) -> String {
 fn sanitize(hint: &str) -> Option<String> {
     let mut s: String = hint
         .chars()
-        .map(|c| if c.is_ascii_alphanumeric() || matches!(c, '$' | '.' | '_' | '-') { c } else { '_' })
+        .map(|c| {
+            if c.is_ascii_alphanumeric() || matches!(c, '$' | '.' | '_' | '-') {
+                c
+            } else {
+                '_'
+            }
+        })
         .collect();
     if s.is_empty() || s.chars().all(|c| c.is_ascii_digit()) {
         return None;
@@ -138,16 +149,27 @@ impl Printer<'_> {
     }
 
     fn values(&self, vs: &[ValueId]) -> String {
-        vs.iter().map(|&v| self.value(v)).collect::<Vec<_>>().join(", ")
+        vs.iter()
+            .map(|&v| self.value(v))
+            .collect::<Vec<_>>()
+            .join(", ")
     }
 
     fn types(&self, vs: &[ValueId]) -> Vec<Type> {
-        vs.iter().map(|&v| self.module.value_type(v).clone()).collect()
+        vs.iter()
+            .map(|&v| self.module.value_type(v).clone())
+            .collect()
     }
 
     fn module(&mut self) {
         let m = self.module;
-        let mut namer = Namer { module: m, used: HashSet::new(), next_number: 0, next_arg: 0, names: HashMap::new() };
+        let mut namer = Namer {
+            module: m,
+            used: HashSet::new(),
+            next_number: 0,
+            next_arg: 0,
+            names: HashMap::new(),
+        };
         for &op in m.top_ops() {
             // Each top-level operation is its own naming scope, as in MLIR.
             namer.used.clear();
@@ -215,8 +237,17 @@ impl Printer<'_> {
                 "func.return" => {
                     self.out.push_str("func.return");
                     if !o.operands.is_empty() {
-                        let tys: Vec<String> = self.types(&o.operands).iter().map(Type::to_string).collect();
-                        let _ = write!(self.out, " {} : {}", self.values(&o.operands), tys.join(", "));
+                        let tys: Vec<String> = self
+                            .types(&o.operands)
+                            .iter()
+                            .map(Type::to_string)
+                            .collect();
+                        let _ = write!(
+                            self.out,
+                            " {} : {}",
+                            self.values(&o.operands),
+                            tys.join(", ")
+                        );
                     }
                     true
                 }
@@ -242,17 +273,32 @@ impl Printer<'_> {
         }
         self.regions(&o.regions, depth);
         let list = |tys: Vec<Type>| {
-            if tys.is_empty() { "()".to_string() } else { tys.iter().map(Type::to_string).collect::<Vec<_>>().join(", ") }
+            if tys.is_empty() {
+                "()".to_string()
+            } else {
+                tys.iter()
+                    .map(Type::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            }
         };
-        let _ = write!(self.out, " : {} -> {}", list(self.types(&o.operands)), list(self.types(&o.results)));
+        let _ = write!(
+            self.out,
+            " : {} -> {}",
+            list(self.types(&o.operands)),
+            list(self.types(&o.results))
+        );
     }
 
     fn generic_op(&mut self, op: OpId, depth: usize) {
         let o = self.module.op(op);
         let _ = write_string_literal(&mut self.out, &o.name);
         let _ = write!(self.out, "({})", self.values(&o.operands));
-        let (props, discardable): (Attributes, Attributes) =
-            o.attrs.iter().map(|(k, v)| (k.clone(), v.clone())).partition(|(k, _)| !is_discardable(k));
+        let (props, discardable): (Attributes, Attributes) = o
+            .attrs
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .partition(|(k, _)| !is_discardable(k));
         if !props.is_empty() {
             let _ = write!(self.out, " <{}>", dict(&props));
         }
@@ -260,7 +306,10 @@ impl Printer<'_> {
         if !discardable.is_empty() {
             let _ = write!(self.out, " {}", dict(&discardable));
         }
-        let fty = Type::Function { inputs: self.types(&o.operands), results: self.types(&o.results) };
+        let fty = Type::Function {
+            inputs: self.types(&o.operands),
+            results: self.types(&o.results),
+        };
         let _ = write!(self.out, " : {fty}");
     }
 
@@ -293,8 +342,10 @@ impl Printer<'_> {
                 self.indent(depth);
                 let _ = write!(self.out, "^bb{i}");
                 if !args.is_empty() {
-                    let list: Vec<String> =
-                        args.iter().map(|&a| format!("{}: {}", self.value(a), self.module.value_type(a))).collect();
+                    let list: Vec<String> = args
+                        .iter()
+                        .map(|&a| format!("{}: {}", self.value(a), self.module.value_type(a)))
+                        .collect();
                     let _ = write!(self.out, "({})", list.join(", "));
                 }
                 self.out.push_str(":\n");
@@ -312,8 +363,10 @@ impl Printer<'_> {
     /// pretty form can express, so the generic form is used instead.
     fn pretty_func(&mut self, op: OpId, depth: usize) -> bool {
         let o = self.module.op(op);
-        let (Some(Attribute::String(name)), Some(Attribute::Type(Type::Function { inputs, results }))) =
-            (o.attr("sym_name"), o.attr("function_type"))
+        let (
+            Some(Attribute::String(name)),
+            Some(Attribute::Type(Type::Function { inputs, results })),
+        ) = (o.attr("sym_name"), o.attr("function_type"))
         else {
             return false;
         };
@@ -321,7 +374,10 @@ impl Printer<'_> {
             return false;
         }
         let blocks = &self.module.regions[o.regions[0]].blocks;
-        let entry_args: Vec<ValueId> = blocks.first().map(|&b| self.module.blocks[b].args.clone()).unwrap_or_default();
+        let entry_args: Vec<ValueId> = blocks
+            .first()
+            .map(|&b| self.module.blocks[b].args.clone())
+            .unwrap_or_default();
         if !blocks.is_empty() && self.types(&entry_args) != *inputs {
             return false;
         }
@@ -338,12 +394,17 @@ impl Printer<'_> {
                 _ => None,
             }
         };
-        let (Some(arg_attrs), Some(res_attrs)) = (dicts("arg_attrs", inputs.len()), dicts("res_attrs", results.len())) else {
+        let (Some(arg_attrs), Some(res_attrs)) = (
+            dicts("arg_attrs", inputs.len()),
+            dicts("res_attrs", results.len()),
+        ) else {
             return false;
         };
         let visibility = match o.attr("sym_visibility") {
             None => None,
-            Some(Attribute::String(v)) if matches!(v.as_str(), "private" | "public" | "nested") => Some(v.clone()),
+            Some(Attribute::String(v)) if matches!(v.as_str(), "private" | "public" | "nested") => {
+                Some(v.clone())
+            }
             Some(_) => return false,
         };
         self.out.push_str("func.func ");
@@ -372,14 +433,22 @@ impl Printer<'_> {
         self.out.push(')');
         if !results.is_empty() {
             self.out.push_str(" -> ");
-            let simple = results.len() == 1 && res_attrs[0].is_empty() && !matches!(results[0], Type::Function { .. });
+            let simple = results.len() == 1
+                && res_attrs[0].is_empty()
+                && !matches!(results[0], Type::Function { .. });
             if simple {
                 let _ = write!(self.out, "{}", results[0]);
             } else {
                 let items: Vec<String> = results
                     .iter()
                     .zip(&res_attrs)
-                    .map(|(t, a)| if a.is_empty() { t.to_string() } else { format!("{t} {}", dict(a)) })
+                    .map(|(t, a)| {
+                        if a.is_empty() {
+                            t.to_string()
+                        } else {
+                            format!("{t} {}", dict(a))
+                        }
+                    })
                     .collect();
                 let _ = write!(self.out, "({})", items.join(", "));
             }
@@ -387,7 +456,12 @@ impl Printer<'_> {
         let extra: Attributes = o
             .attrs
             .iter()
-            .filter(|(k, _)| !matches!(k.as_str(), "sym_name" | "function_type" | "sym_visibility" | "arg_attrs" | "res_attrs"))
+            .filter(|(k, _)| {
+                !matches!(
+                    k.as_str(),
+                    "sym_name" | "function_type" | "sym_visibility" | "arg_attrs" | "res_attrs"
+                )
+            })
             .map(|(k, v)| (k.clone(), v.clone()))
             .collect();
         if !extra.is_empty() {

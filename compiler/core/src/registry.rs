@@ -182,11 +182,20 @@ pub struct ArgSpec {
 
 fn arg_spec(text: &str) -> ArgSpec {
     if let Some(n) = text.strip_suffix('?') {
-        ArgSpec { name: n.to_string(), arity: Arity::Optional }
+        ArgSpec {
+            name: n.to_string(),
+            arity: Arity::Optional,
+        }
     } else if let Some(n) = text.strip_suffix('*') {
-        ArgSpec { name: n.to_string(), arity: Arity::Variadic }
+        ArgSpec {
+            name: n.to_string(),
+            arity: Arity::Variadic,
+        }
     } else {
-        ArgSpec { name: text.to_string(), arity: Arity::One }
+        ArgSpec {
+            name: text.to_string(),
+            arity: Arity::One,
+        }
     }
 }
 
@@ -216,7 +225,11 @@ pub struct OpSpec {
 /// Allowed counts for a list of arguments.
 fn count_range(args: &[ArgSpec]) -> (usize, Option<usize>) {
     let min = args.iter().filter(|a| a.arity == Arity::One).count();
-    let max = if args.iter().any(|a| a.arity == Arity::Variadic) { None } else { Some(args.len()) };
+    let max = if args.iter().any(|a| a.arity == Arity::Variadic) {
+        None
+    } else {
+        Some(args.len())
+    };
     (min, max)
 }
 
@@ -253,10 +266,16 @@ impl<'a> OpView<'a> {
 
     /// Operand `i` as a tensor type, or an error naming the operand.
     pub fn tensor(&self, i: usize) -> Result<&'a TensorType, String> {
-        let name = self.spec.operands.get(i.min(self.spec.operands.len().saturating_sub(1))).map_or("operand", |a| &a.name);
+        let name = self
+            .spec
+            .operands
+            .get(i.min(self.spec.operands.len().saturating_sub(1)))
+            .map_or("operand", |a| &a.name);
         match self.operand_type(i) {
             Type::Tensor(t) => Ok(t),
-            other => Err(format!("operand #{i} ({name}) must be a tensor, not {other}")),
+            other => Err(format!(
+                "operand #{i} ({name}) must be a tensor, not {other}"
+            )),
         }
     }
 
@@ -265,7 +284,12 @@ impl<'a> OpView<'a> {
     }
 
     pub fn result_types(&self) -> Vec<&'a Type> {
-        self.module.op(self.op).results.iter().map(|&r| self.module.value_type(r)).collect()
+        self.module
+            .op(self.op)
+            .results
+            .iter()
+            .map(|&r| self.module.value_type(r))
+            .collect()
     }
 
     pub fn result_tensor(&self, i: usize) -> Result<&'a TensorType, String> {
@@ -278,7 +302,10 @@ impl<'a> OpView<'a> {
 
     /// The attribute as written, else the spec's default.
     pub fn attr(&self, name: &str) -> Option<&'a Attribute> {
-        self.module.op(self.op).attr(name).or_else(|| self.spec.attrs.get(name).and_then(|a| a.default.as_ref()))
+        self.module
+            .op(self.op)
+            .attr(name)
+            .or_else(|| self.spec.attrs.get(name).and_then(|a| a.default.as_ref()))
     }
 
     pub fn has_attr(&self, name: &str) -> bool {
@@ -286,11 +313,15 @@ impl<'a> OpView<'a> {
     }
 
     pub fn i64(&self, name: &str) -> Result<i64, String> {
-        self.attr(name).and_then(Attribute::as_i64).ok_or_else(|| format!("attribute '{name}' must be an integer"))
+        self.attr(name)
+            .and_then(Attribute::as_i64)
+            .ok_or_else(|| format!("attribute '{name}' must be an integer"))
     }
 
     pub fn f64(&self, name: &str) -> Result<f64, String> {
-        self.attr(name).and_then(Attribute::as_f64).ok_or_else(|| format!("attribute '{name}' must be a number"))
+        self.attr(name)
+            .and_then(Attribute::as_f64)
+            .ok_or_else(|| format!("attribute '{name}' must be a number"))
     }
 
     pub fn bool(&self, name: &str) -> Result<bool, String> {
@@ -304,21 +335,29 @@ impl<'a> OpView<'a> {
     }
 
     pub fn str(&self, name: &str) -> Result<&'a str, String> {
-        self.attr(name).and_then(Attribute::as_str).ok_or_else(|| format!("attribute '{name}' must be a string"))
+        self.attr(name)
+            .and_then(Attribute::as_str)
+            .ok_or_else(|| format!("attribute '{name}' must be a string"))
     }
 
     /// An integer-list attribute, or `None` when absent without default.
     pub fn i64s(&self, name: &str) -> Result<Option<Vec<i64>>, String> {
         match self.attr(name) {
             None => Ok(None),
-            Some(a) => a.as_i64_array().map(Some).ok_or_else(|| format!("attribute '{name}' must be a list of integers")),
+            Some(a) => a
+                .as_i64_array()
+                .map(Some)
+                .ok_or_else(|| format!("attribute '{name}' must be a list of integers")),
         }
     }
 
     pub fn f64s(&self, name: &str) -> Result<Option<Vec<f64>>, String> {
         match self.attr(name) {
             None => Ok(None),
-            Some(a) => a.as_f64_array().map(Some).ok_or_else(|| format!("attribute '{name}' must be a list of numbers")),
+            Some(a) => a
+                .as_f64_array()
+                .map(Some)
+                .ok_or_else(|| format!("attribute '{name}' must be a list of numbers")),
         }
     }
 }
@@ -361,13 +400,20 @@ impl Registry {
 
     /// Reads a dialect spec and binds each op to its hooks. Every spec op
     /// needs hooks and every hook a spec op.
-    pub fn add_dialect(&mut self, spec_toml: &str, hooks: &[(&str, OpHooks)]) -> Result<(), Diagnostic> {
+    pub fn add_dialect(
+        &mut self,
+        spec_toml: &str,
+        hooks: &[(&str, OpHooks)],
+    ) -> Result<(), Diagnostic> {
         let (info, specs) = parse_dialect_spec(spec_toml)?;
         let hook_map: IndexMap<&str, OpHooks> = hooks.iter().map(|(n, h)| (*n, *h)).collect();
         let mut problems = Vec::new();
         for s in &specs {
             if !hook_map.contains_key(s.name.as_str()) {
-                problems.push(format!("'{}' is declared in the spec but has no hooks", s.name));
+                problems.push(format!(
+                    "'{}' is declared in the spec but has no hooks",
+                    s.name
+                ));
             }
         }
         for name in hook_map.keys() {
@@ -376,7 +422,11 @@ impl Registry {
             }
         }
         if !problems.is_empty() {
-            return Err(Diagnostic::plain(format!("dialect '{}': {}", info.name, problems.join("; "))));
+            return Err(Diagnostic::plain(format!(
+                "dialect '{}': {}",
+                info.name,
+                problems.join("; ")
+            )));
         }
         for spec in specs {
             let hooks = hook_map[spec.name.as_str()];
@@ -392,13 +442,21 @@ impl Registry {
 
     pub fn view<'a>(&'a self, module: &'a Module, op: OpId) -> Option<OpView<'a>> {
         let def = self.ops.get(&module.op(op).name)?;
-        Some(OpView { module, op, spec: &def.spec })
+        Some(OpView {
+            module,
+            op,
+            spec: &def.spec,
+        })
     }
 
     /// The table printed by `ircc --list-ops`.
     pub fn ops_table(&self) -> String {
         let mut out = String::new();
-        let _ = writeln!(out, "{:<26} {:<13} {:<13} {:<24} SUMMARY", "OP", "MAPPING", "LAYOUT", "REDUCTION");
+        let _ = writeln!(
+            out,
+            "{:<26} {:<13} {:<13} {:<24} SUMMARY",
+            "OP", "MAPPING", "LAYOUT", "REDUCTION"
+        );
         for (name, def) in &self.ops {
             let s = &def.spec;
             let reduction: Vec<String> = s
@@ -415,7 +473,11 @@ impl Registry {
                 name,
                 s.mapping.map_or("-", MappingType::name),
                 s.layout.map_or("-", LayoutClass::name),
-                if reduction.is_empty() { "-".to_string() } else { reduction.join(",") },
+                if reduction.is_empty() {
+                    "-".to_string()
+                } else {
+                    reduction.join(",")
+                },
                 s.summary
             );
         }
@@ -425,7 +487,8 @@ impl Registry {
 
 /// Parses a dialect spec without binding hooks.
 pub fn parse_dialect_spec(text: &str) -> Result<(DialectInfo, Vec<OpSpec>), Diagnostic> {
-    let raw: DialectToml = toml::from_str(text).map_err(|e| Diagnostic::plain(format!("invalid dialect spec: {e}")))?;
+    let raw: DialectToml = toml::from_str(text)
+        .map_err(|e| Diagnostic::plain(format!("invalid dialect spec: {e}")))?;
     let mut specs = Vec::new();
     for op in raw.ops {
         let full = format!("{}.{}", raw.dialect, op.name);
@@ -433,21 +496,42 @@ pub fn parse_dialect_spec(text: &str) -> Result<(DialectInfo, Vec<OpSpec>), Diag
         for (name, a) in op.attrs {
             let default = match &a.default {
                 Some(text) => Some(crate::parse::parse_attribute(text).map_err(|e| {
-                    Diagnostic::plain(format!("spec of '{full}': default of '{name}' is not an attribute: {}", e.message))
+                    Diagnostic::plain(format!(
+                        "spec of '{full}': default of '{name}' is not an attribute: {}",
+                        e.message
+                    ))
                 })?),
                 None => None,
             };
-            if let Some(d) = &default {
-                if !a.kind.accepts(d) {
-                    return Err(Diagnostic::plain(format!("spec of '{full}': default of '{name}' is not of kind {}", a.kind.name())));
-                }
+            if let Some(d) = &default
+                && !a.kind.accepts(d)
+            {
+                return Err(Diagnostic::plain(format!(
+                    "spec of '{full}': default of '{name}' is not of kind {}",
+                    a.kind.name()
+                )));
             }
             let required = default.is_none() && !a.optional;
-            attrs.insert(name, AttrSpec { kind: a.kind, default, required, unbounded: a.unbounded, doc: a.doc });
+            attrs.insert(
+                name,
+                AttrSpec {
+                    kind: a.kind,
+                    default,
+                    required,
+                    unbounded: a.unbounded,
+                    doc: a.doc,
+                },
+            );
         }
         for operand in op.reduction.keys() {
-            if !op.operands.iter().any(|o| o.trim_end_matches(['?', '*']) == operand) {
-                return Err(Diagnostic::plain(format!("spec of '{full}': reduction names unknown operand '{operand}'")));
+            if !op
+                .operands
+                .iter()
+                .any(|o| o.trim_end_matches(['?', '*']) == operand)
+            {
+                return Err(Diagnostic::plain(format!(
+                    "spec of '{full}': reduction names unknown operand '{operand}'"
+                )));
             }
         }
         specs.push(OpSpec {
@@ -461,5 +545,11 @@ pub fn parse_dialect_spec(text: &str) -> Result<(DialectInfo, Vec<OpSpec>), Diag
             reduction: op.reduction,
         });
     }
-    Ok((DialectInfo { name: raw.dialect, summary: raw.summary }, specs))
+    Ok((
+        DialectInfo {
+            name: raw.dialect,
+            summary: raw.summary,
+        },
+        specs,
+    ))
 }

@@ -34,16 +34,27 @@ fn wrap_int(v: i64, elem: ElemType) -> i64 {
 impl Tensor {
     /// A float tensor, rounded to `elem`.
     pub fn float(elem: ElemType, data: ArrayD<f64>) -> Tensor {
-        Tensor { elem, data: TensorData::Float(data) }.normalized()
+        Tensor {
+            elem,
+            data: TensorData::Float(data),
+        }
+        .normalized()
     }
 
     /// An integer tensor, wrapped to `elem`'s width.
     pub fn int(elem: ElemType, data: ArrayD<i64>) -> Tensor {
-        Tensor { elem, data: TensorData::Int(data) }.normalized()
+        Tensor {
+            elem,
+            data: TensorData::Int(data),
+        }
+        .normalized()
     }
 
     pub fn bool(data: ArrayD<bool>) -> Tensor {
-        Tensor { elem: ElemType::I1, data: TensorData::Bool(data) }
+        Tensor {
+            elem: ElemType::I1,
+            data: TensorData::Bool(data),
+        }
     }
 
     /// All zeros (or false) of a type.
@@ -54,7 +65,10 @@ impl Tensor {
             ElemType::I1 => TensorData::Bool(ArrayD::from_elem(IxDyn(&shape), false)),
             _ => TensorData::Int(ArrayD::zeros(IxDyn(&shape))),
         };
-        Tensor { elem: ty.elem, data }
+        Tensor {
+            elem: ty.elem,
+            data,
+        }
     }
 
     /// Rounds floats and wraps integers to the element type.
@@ -146,7 +160,8 @@ impl Tensor {
             if v.len() == 1 {
                 ArrayD::from_elem(shape, v[0].clone())
             } else {
-                ArrayD::from_shape_vec(shape, v.to_vec()).expect("a dense constant holds one value per element")
+                ArrayD::from_shape_vec(shape, v.to_vec())
+                    .expect("a dense constant holds one value per element")
             }
         }
         let data = match &d.values {
@@ -154,12 +169,17 @@ impl Tensor {
             DenseValues::Int(v) => TensorData::Int(array(shape, v)),
             DenseValues::Bool(v) => TensorData::Bool(array(shape, v)),
         };
-        Tensor { elem: d.ty.elem, data }
+        Tensor {
+            elem: d.ty.elem,
+            data,
+        }
     }
 
     pub fn to_dense(&self) -> DenseAttr {
         let values = match &self.data {
-            TensorData::Float(a) => DenseValues::Float(a.iter().copied().collect::<Vec<_>>().into()),
+            TensorData::Float(a) => {
+                DenseValues::Float(a.iter().copied().collect::<Vec<_>>().into())
+            }
             TensorData::Int(a) => DenseValues::Int(a.iter().copied().collect::<Vec<_>>().into()),
             TensorData::Bool(a) => DenseValues::Bool(a.iter().copied().collect::<Vec<_>>().into()),
         };

@@ -51,7 +51,10 @@ impl ElemType {
     }
 
     pub fn is_float(self) -> bool {
-        matches!(self, ElemType::F64 | ElemType::F32 | ElemType::F16 | ElemType::BF16)
+        matches!(
+            self,
+            ElemType::F64 | ElemType::F32 | ElemType::F16 | ElemType::BF16
+        )
     }
 
     pub fn is_int(self) -> bool {
@@ -101,7 +104,8 @@ impl TensorType {
     }
 
     pub fn byte_size(&self) -> i64 {
-        self.num_elements().saturating_mul(self.elem.byte_size() as i64)
+        self.num_elements()
+            .saturating_mul(self.elem.byte_size() as i64)
     }
 }
 
@@ -109,12 +113,22 @@ impl TensorType {
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub enum Type {
     Tensor(TensorType),
-    Vector { shape: Vec<i64>, elem: ElemType },
+    Vector {
+        shape: Vec<i64>,
+        elem: ElemType,
+    },
     Scalar(ElemType),
     Index,
-    Function { inputs: Vec<Type>, results: Vec<Type> },
+    Function {
+        inputs: Vec<Type>,
+        results: Vec<Type>,
+    },
     /// `!dialect.name` or `!dialect.name<body>`; the body is kept verbatim.
-    Opaque { dialect: String, name: String, body: Option<String> },
+    Opaque {
+        dialect: String,
+        name: String,
+        body: Option<String>,
+    },
 }
 
 impl Type {
@@ -179,7 +193,11 @@ impl fmt::Display for Type {
                     f.write_str(")")
                 }
             }
-            Type::Opaque { dialect, name, body } => {
+            Type::Opaque {
+                dialect,
+                name,
+                body,
+            } => {
                 write!(f, "!{dialect}.{name}")?;
                 if let Some(body) = body {
                     write!(f, "<{body}>")?;

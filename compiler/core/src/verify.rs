@@ -25,15 +25,22 @@ pub struct VerifyOptions {
     pub allow_unregistered: bool,
 }
 
-pub fn verify(module: &Module, registry: &Registry, options: VerifyOptions) -> Result<(), Diagnostics> {
+pub fn verify(
+    module: &Module,
+    registry: &Registry,
+    options: VerifyOptions,
+) -> Result<(), Diagnostics> {
     let mut errors = Vec::new();
     let mut symbols: HashMap<&str, OpId> = HashMap::new();
     for &op in module.top_ops() {
         if let Some(Attribute::String(name)) = module.op(op).attr("sym_name") {
             if let Some(&prev) = symbols.get(name.as_str()) {
                 errors.push(
-                    Diagnostic::error(module.op(op).loc.clone(), format!("redefinition of symbol '@{name}'"))
-                        .with_note(module.op(prev).loc.clone(), "previously defined here"),
+                    Diagnostic::error(
+                        module.op(op).loc.clone(),
+                        format!("redefinition of symbol '@{name}'"),
+                    )
+                    .with_note(module.op(prev).loc.clone(), "previously defined here"),
                 );
             } else {
                 symbols.insert(name, op);
@@ -45,7 +52,11 @@ pub fn verify(module: &Module, registry: &Registry, options: VerifyOptions) -> R
             errors.push(Diagnostic::error(module.op(op).loc.clone(), message));
         }
     });
-    if errors.is_empty() { Ok(()) } else { Err(Diagnostics(errors)) }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(Diagnostics(errors))
+    }
 }
 
 fn check_count(what: &str, n: usize, (min, max): (usize, Option<usize>)) -> Result<(), String> {
@@ -70,18 +81,30 @@ fn check_affine(a: &Attribute) -> Result<(), String> {
     }
 }
 
-fn verify_op(module: &Module, registry: &Registry, options: VerifyOptions, op: OpId) -> Result<(), String> {
+fn verify_op(
+    module: &Module,
+    registry: &Registry,
+    options: VerifyOptions,
+    op: OpId,
+) -> Result<(), String> {
     let o = module.op(op);
     for &v in o.operands.iter().chain(&o.results) {
-        if let Type::Tensor(t) = module.value_type(v) {
-            if t.num_elements() > MAX_ELEMENTS {
-                return Err(format!("{t} has more than the supported {MAX_ELEMENTS} elements"));
-            }
+        if let Type::Tensor(t) = module.value_type(v)
+            && t.num_elements() > MAX_ELEMENTS
+        {
+            return Err(format!(
+                "{t} has more than the supported {MAX_ELEMENTS} elements"
+            ));
         }
     }
     for (i, &v) in o.operands.iter().enumerate() {
-        if !module.value(v).uses.contains(&Use { op, index: i as u32 }) {
-            return Err(format!("internal error: use list of operand #{i} is out of date"));
+        if !module.value(v).uses.contains(&Use {
+            op,
+            index: i as u32,
+        }) {
+            return Err(format!(
+                "internal error: use list of operand #{i} is out of date"
+            ));
         }
     }
     for a in o.attrs.values() {
@@ -94,8 +117,10 @@ fn verify_op(module: &Module, registry: &Registry, options: VerifyOptions, op: O
         return Err(format!("unknown operation '{}'", o.name));
     };
     let spec = &def.spec;
-    check_count("operands", o.operands.len(), spec.operand_range()).map_err(|e| format!("'{}' {e}", o.name))?;
-    check_count("results", o.results.len(), spec.result_range()).map_err(|e| format!("'{}' {e}", o.name))?;
+    check_count("operands", o.operands.len(), spec.operand_range())
+        .map_err(|e| format!("'{}' {e}", o.name))?;
+    check_count("results", o.results.len(), spec.result_range())
+        .map_err(|e| format!("'{}' {e}", o.name))?;
     for (name, a) in &o.attrs {
         match spec.attrs.get(name) {
             Some(s) if !s.kind.accepts(a) => {
@@ -107,17 +132,30 @@ fn verify_op(module: &Module, registry: &Registry, options: VerifyOptions, op: O
                 ));
             }
             Some(s) if !s.unbounded && matches!(s.kind, AttrKind::Int | AttrKind::Ints) => {
-                let values = a.as_i64_array().or_else(|| a.as_i64().map(|v| vec![v])).unwrap_or_default();
+                let values = a
+                    .as_i64_array()
+                    .or_else(|| a.as_i64().map(|v| vec![v]))
+                    .unwrap_or_default();
                 if let Some(v) = values.iter().find(|v| v.unsigned_abs() > MAX_DIM as u64) {
-                    return Err(format!("attribute '{name}' of '{}' holds {v}, outside the supported range ±{MAX_DIM}", o.name));
+                    return Err(format!(
+                        "attribute '{name}' of '{}' holds {v}, outside the supported range ±{MAX_DIM}",
+                        o.name
+                    ));
                 }
             }
             Some(_) => {}
             None if is_discardable(name) => {}
             None => {
                 let known: Vec<&str> = spec.attrs.keys().map(String::as_str).collect();
-                let hint = if known.is_empty() { "it takes none".to_string() } else { format!("it takes {}", known.join(", ")) };
-                return Err(format!("unknown attribute '{name}' for '{}' ({hint})", o.name));
+                let hint = if known.is_empty() {
+                    "it takes none".to_string()
+                } else {
+                    format!("it takes {}", known.join(", "))
+                };
+                return Err(format!(
+                    "unknown attribute '{name}' for '{}' ({hint})",
+                    o.name
+                ));
             }
         }
     }
@@ -134,11 +172,19 @@ fn verify_op(module: &Module, registry: &Registry, options: VerifyOptions, op: O
         let inferred = infer(&view).map_err(|e| format!("'{}': {e}", o.name))?;
         let declared = view.result_types();
         if inferred.len() != declared.len() {
-            return Err(format!("'{}' produces {} results but {} are declared", o.name, inferred.len(), declared.len()));
+            return Err(format!(
+                "'{}' produces {} results but {} are declared",
+                o.name,
+                inferred.len(),
+                declared.len()
+            ));
         }
         for (i, (inf, dec)) in inferred.iter().zip(declared).enumerate() {
             if inf != dec {
-                return Err(format!("'{}': result #{i} is declared as {dec} but the operands and attributes give {inf}", o.name));
+                return Err(format!(
+                    "'{}': result #{i} is declared as {dec} but the operands and attributes give {inf}",
+                    o.name
+                ));
             }
         }
     }

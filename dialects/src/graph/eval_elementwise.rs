@@ -39,7 +39,8 @@ fn erf(x: f64) -> f64 {
 }
 
 fn float_input<'a>(t: &'a Tensor, what: &str) -> Result<&'a ArrayD<f64>, String> {
-    t.as_float().ok_or_else(|| format!("{what} needs a float tensor"))
+    t.as_float()
+        .ok_or_else(|| format!("{what} needs a float tensor"))
 }
 
 pub fn unary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
@@ -117,13 +118,28 @@ pub fn clip(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
 }
 
 fn out_shape(v: &OpView) -> Result<Vec<usize>, String> {
-    Ok(v.result_tensor(0)?.shape.iter().map(|&d| d as usize).collect())
+    Ok(v.result_tensor(0)?
+        .shape
+        .iter()
+        .map(|&d| d as usize)
+        .collect())
 }
 
-fn zip_with<A: Clone, B: Clone, C>(a: &ArrayD<A>, b: &ArrayD<B>, shape: &[usize], f: impl Fn(A, B) -> C) -> Result<ArrayD<C>, String> {
-    let a = a.broadcast(IxDyn(shape)).ok_or("operand does not broadcast")?;
-    let b = b.broadcast(IxDyn(shape)).ok_or("operand does not broadcast")?;
-    Ok(Zip::from(&a).and(&b).map_collect(|x, y| f(x.clone(), y.clone())))
+fn zip_with<A: Clone, B: Clone, C>(
+    a: &ArrayD<A>,
+    b: &ArrayD<B>,
+    shape: &[usize],
+    f: impl Fn(A, B) -> C,
+) -> Result<ArrayD<C>, String> {
+    let a = a
+        .broadcast(IxDyn(shape))
+        .ok_or("operand does not broadcast")?;
+    let b = b
+        .broadcast(IxDyn(shape))
+        .ok_or("operand does not broadcast")?;
+    Ok(Zip::from(&a)
+        .and(&b)
+        .map_collect(|x, y| f(x.clone(), y.clone())))
 }
 
 fn int_pow(base: i64, exp: i64) -> i64 {
@@ -146,8 +162,20 @@ pub fn binary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
                 "graph.div" => |a, b| a / b,
                 "graph.pow" => f64::powf,
                 // NaN wins, as in numpy's maximum and ONNX's reference.
-                "graph.max" => |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.max(b) },
-                "graph.min" => |a, b| if a.is_nan() || b.is_nan() { f64::NAN } else { a.min(b) },
+                "graph.max" => |a, b| {
+                    if a.is_nan() || b.is_nan() {
+                        f64::NAN
+                    } else {
+                        a.max(b)
+                    }
+                },
+                "graph.min" => |a, b| {
+                    if a.is_nan() || b.is_nan() {
+                        f64::NAN
+                    } else {
+                        a.min(b)
+                    }
+                },
                 other => return Err(format!("'{other}' is not a binary op")),
             };
             Ok(vec![Tensor::float(a.elem, zip_with(x, y, &shape, f)?)])
@@ -202,11 +230,21 @@ pub fn not(_v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     Ok(vec![Tensor::bool(x.mapv(|b| !b))])
 }
 
-fn select<T: Clone>(c: &ArrayD<bool>, x: &ArrayD<T>, y: &ArrayD<T>, shape: &[usize]) -> Result<ArrayD<T>, String> {
-    let c = c.broadcast(IxDyn(shape)).ok_or("condition does not broadcast")?;
+fn select<T: Clone>(
+    c: &ArrayD<bool>,
+    x: &ArrayD<T>,
+    y: &ArrayD<T>,
+    shape: &[usize],
+) -> Result<ArrayD<T>, String> {
+    let c = c
+        .broadcast(IxDyn(shape))
+        .ok_or("condition does not broadcast")?;
     let x = x.broadcast(IxDyn(shape)).ok_or("x does not broadcast")?;
     let y = y.broadcast(IxDyn(shape)).ok_or("y does not broadcast")?;
-    Ok(Zip::from(&c).and(&x).and(&y).map_collect(|&c, x, y| if c { x.clone() } else { y.clone() }))
+    Ok(Zip::from(&c)
+        .and(&x)
+        .and(&y)
+        .map_collect(|&c, x, y| if c { x.clone() } else { y.clone() }))
 }
 
 pub fn where_(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
@@ -234,8 +272,19 @@ pub fn cast(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
 mod tests {
     #[test]
     fn erf_matches_known_values() {
-        for (x, want) in [(0.0, 0.0), (0.5, 0.5204998778130465), (1.0, 0.8427007929497149), (2.0, 0.9953222650189527), (3.0, 0.9999779095030014), (-1.5, -0.9661051464753108)] {
-            assert!((super::erf(x) - want).abs() < 1e-14, "erf({x}) = {} not {want}", super::erf(x));
+        for (x, want) in [
+            (0.0, 0.0),
+            (0.5, 0.5204998778130465),
+            (1.0, 0.8427007929497149),
+            (2.0, 0.9953222650189527),
+            (3.0, 0.9999779095030014),
+            (-1.5, -0.9661051464753108),
+        ] {
+            assert!(
+                (super::erf(x) - want).abs() < 1e-14,
+                "erf({x}) = {} not {want}",
+                super::erf(x)
+            );
         }
     }
 }

@@ -42,16 +42,29 @@ pub fn strides_of(shape: &[usize]) -> Vec<usize> {
     s
 }
 
-fn take<T: Clone>(a: &ArrayD<T>, idx: &[Option<usize>], shape: &[usize], fill: T) -> Result<ArrayD<T>, String> {
+fn take<T: Clone>(
+    a: &ArrayD<T>,
+    idx: &[Option<usize>],
+    shape: &[usize],
+    fill: T,
+) -> Result<ArrayD<T>, String> {
     let a = a.as_standard_layout();
     let data = a.as_slice().ok_or("tensor is not contiguous")?;
-    let out = idx.iter().map(|i| i.map_or_else(|| fill.clone(), |i| data[i].clone())).collect();
+    let out = idx
+        .iter()
+        .map(|i| i.map_or_else(|| fill.clone(), |i| data[i].clone()))
+        .collect();
     ArrayD::from_shape_vec(IxDyn(shape), out).map_err(|e| e.to_string())
 }
 
 /// Builds a tensor of `shape` whose element at each index is the input
 /// element at the flat offset `f` returns, or `fill` where it returns None.
-pub fn gather_by(t: &Tensor, shape: &[usize], fill: f64, mut f: impl FnMut(&[usize]) -> Option<usize>) -> Result<Tensor, String> {
+pub fn gather_by(
+    t: &Tensor,
+    shape: &[usize],
+    fill: f64,
+    mut f: impl FnMut(&[usize]) -> Option<usize>,
+) -> Result<Tensor, String> {
     let mut idx = Vec::with_capacity(shape.iter().product());
     for_each_index(shape, |o| idx.push(f(o)));
     let data = match &t.data {
@@ -63,7 +76,11 @@ pub fn gather_by(t: &Tensor, shape: &[usize], fill: f64, mut f: impl FnMut(&[usi
 }
 
 fn out_shape(v: &OpView, i: usize) -> Result<Vec<usize>, String> {
-    Ok(v.result_tensor(i)?.shape.iter().map(|&d| d as usize).collect())
+    Ok(v.result_tensor(i)?
+        .shape
+        .iter()
+        .map(|&d| d as usize)
+        .collect())
 }
 
 fn in_shape(t: &Tensor) -> Vec<usize> {
@@ -83,7 +100,9 @@ pub fn transpose(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let x = &args[0];
     let perm = shape::perm(v, x.shape().len())?;
     let istrides = strides_of(&in_shape(x));
-    Ok(vec![gather_by(x, &out_shape(v, 0)?, 0.0, |o| Some(o.iter().zip(&perm).map(|(i, &p)| i * istrides[p]).sum()))?])
+    Ok(vec![gather_by(x, &out_shape(v, 0)?, 0.0, |o| {
+        Some(o.iter().zip(&perm).map(|(i, &p)| i * istrides[p]).sum())
+    })?])
 }
 
 pub fn slice(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
@@ -92,14 +111,21 @@ pub fn slice(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let spec = shape::slice_spec(v, &dims)?;
     let istrides = strides_of(&in_shape(x));
     Ok(vec![gather_by(x, &out_shape(v, 0)?, 0.0, |o| {
-        Some(o.iter().enumerate().map(|(d, &i)| (spec.start[d] + i as i64 * spec.step[d]) as usize * istrides[d]).sum())
+        Some(
+            o.iter()
+                .enumerate()
+                .map(|(d, &i)| (spec.start[d] + i as i64 * spec.step[d]) as usize * istrides[d])
+                .sum(),
+        )
     })?])
 }
 
 fn wrap_index(i: i64, dim: usize) -> Result<usize, String> {
     let j = if i < 0 { i + dim as i64 } else { i };
     if j < 0 || j >= dim as i64 {
-        return Err(format!("index {i} is out of range for an axis of extent {dim}"));
+        return Err(format!(
+            "index {i} is out of range for an axis of extent {dim}"
+        ));
     }
     Ok(j as usize)
 }
@@ -109,21 +135,37 @@ pub fn gather(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let xs = in_shape(x);
     let a = shape::axis(v.i64("axis")?, xs.len())?;
     let indices = idx.as_int().ok_or("indices must be integers")?;
-    let flat_idx: Vec<usize> = indices.iter().map(|&i| wrap_index(i, xs[a])).collect::<Result<_, _>>()?;
+    let flat_idx: Vec<usize> = indices
+        .iter()
+        .map(|&i| wrap_index(i, xs[a]))
+        .collect::<Result<_, _>>()?;
     let istrides = strides_of(&xs);
     let q = idx.shape().len();
     let qstrides = strides_of(idx.shape());
     if v.name() == "graph.gather_elements" {
         return Ok(vec![gather_by(x, &out_shape(v, 0)?, 0.0, |o| {
             let k = o.iter().zip(&qstrides).map(|(i, s)| i * s).sum::<usize>();
-            Some(o.iter().enumerate().map(|(d, &i)| if d == a { flat_idx[k] } else { i } * istrides[d]).sum())
+            Some(
+                o.iter()
+                    .enumerate()
+                    .map(|(d, &i)| if d == a { flat_idx[k] } else { i } * istrides[d])
+                    .sum(),
+            )
         })?]);
     }
     Ok(vec![gather_by(x, &out_shape(v, 0)?, 0.0, |o| {
         let k: usize = o[a..a + q].iter().zip(&qstrides).map(|(i, s)| i * s).sum();
         let mut off = flat_idx[k] * istrides[a];
-        off += o[..a].iter().zip(&istrides).map(|(i, s)| i * s).sum::<usize>();
-        off += o[a + q..].iter().zip(&istrides[a + 1..]).map(|(i, s)| i * s).sum::<usize>();
+        off += o[..a]
+            .iter()
+            .zip(&istrides)
+            .map(|(i, s)| i * s)
+            .sum::<usize>();
+        off += o[a + q..]
+            .iter()
+            .zip(&istrides[a + 1..])
+            .map(|(i, s)| i * s)
+            .sum::<usize>();
         Some(off)
     })?])
 }
@@ -133,15 +175,24 @@ pub fn concat(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let elem = args[0].elem;
     let data = match &args[0].data {
         TensorData::Float(_) => {
-            let views: Vec<_> = args.iter().filter_map(|t| t.as_float().map(|x| x.view())).collect();
+            let views: Vec<_> = args
+                .iter()
+                .filter_map(|t| t.as_float().map(|x| x.view()))
+                .collect();
             TensorData::Float(ndarray::concatenate(a, &views).map_err(|e| e.to_string())?)
         }
         TensorData::Int(_) => {
-            let views: Vec<_> = args.iter().filter_map(|t| t.as_int().map(|x| x.view())).collect();
+            let views: Vec<_> = args
+                .iter()
+                .filter_map(|t| t.as_int().map(|x| x.view()))
+                .collect();
             TensorData::Int(ndarray::concatenate(a, &views).map_err(|e| e.to_string())?)
         }
         TensorData::Bool(_) => {
-            let views: Vec<_> = args.iter().filter_map(|t| t.as_bool().map(|x| x.view())).collect();
+            let views: Vec<_> = args
+                .iter()
+                .filter_map(|t| t.as_bool().map(|x| x.view()))
+                .collect();
             TensorData::Bool(ndarray::concatenate(a, &views).map_err(|e| e.to_string())?)
         }
     };
@@ -160,7 +211,12 @@ pub fn split(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let mut outs = Vec::new();
     for (r, &size) in sizes.iter().enumerate() {
         outs.push(gather_by(x, &out_shape(v, r)?, 0.0, |o| {
-            Some(o.iter().enumerate().map(|(d, &i)| if d == a { i + offset } else { i } * istrides[d]).sum())
+            Some(
+                o.iter()
+                    .enumerate()
+                    .map(|(d, &i)| if d == a { i + offset } else { i } * istrides[d])
+                    .sum(),
+            )
         })?);
         offset += size as usize;
     }
@@ -207,7 +263,14 @@ pub fn repeat(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let lead = shape.len() - xs.len();
     let istrides = strides_of(&xs);
     Ok(vec![gather_by(x, &shape, 0.0, |o| {
-        Some(o[lead..].iter().zip(&xs).zip(&istrides).map(|((&i, &n), &s)| (i % n) * s).sum())
+        Some(
+            o[lead..]
+                .iter()
+                .zip(&xs)
+                .zip(&istrides)
+                .map(|((&i, &n), &s)| (i % n) * s)
+                .sum(),
+        )
     })?])
 }
 
@@ -221,7 +284,11 @@ pub fn depth_to_space(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     Ok(vec![gather_by(x, &out_shape(v, 0)?, 0.0, |o| {
         let (n, c, h, w) = (o[0], o[1], o[2], o[3]);
         let (bh, bw) = (h % b, w % b);
-        let ci = if crd { c * b * b + bh * b + bw } else { (bh * b + bw) * c_out + c };
+        let ci = if crd {
+            c * b * b + bh * b + bw
+        } else {
+            (bh * b + bw) * c_out + c
+        };
         Some(n * st[0] + ci * st[1] + (h / b) * st[2] + (w / b) * st[3])
     })?])
 }
@@ -258,7 +325,11 @@ pub fn resize(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let shape = out_shape(v, 0)?;
     let scales: Vec<f64> = match v.f64s("scales")? {
         Some(s) => s,
-        None => shape.iter().zip(&xs).map(|(&o, &i)| o as f64 / i as f64).collect(),
+        None => shape
+            .iter()
+            .zip(&xs)
+            .map(|(&o, &i)| o as f64 / i as f64)
+            .collect(),
     };
     let ctm = v.str("coordinate_transformation_mode")?;
     let st = strides_of(&xs);
@@ -273,7 +344,11 @@ pub fn resize(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
                     "ceil" => c.ceil(),
                     "round_prefer_ceil" => (c + 0.5).floor(),
                     _ => {
-                        if c.fract() == 0.5 { c.floor() } else { c.round() }
+                        if c.fract() == 0.5 {
+                            c.floor()
+                        } else {
+                            c.round()
+                        }
                     }
                 };
                 off += (i.max(0.0) as usize).min(xs[d] - 1) * st[d];
@@ -284,7 +359,11 @@ pub fn resize(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     if !x.elem.is_float() {
         return Err("linear resize needs a float tensor".to_string());
     }
-    let data = x.as_float().ok_or("linear resize needs a float tensor")?.as_standard_layout().into_owned();
+    let data = x
+        .as_float()
+        .ok_or("linear resize needs a float tensor")?
+        .as_standard_layout()
+        .into_owned();
     let flat = data.as_slice().ok_or("tensor is not contiguous")?;
     let mut out = Vec::with_capacity(shape.iter().product());
     let r = xs.len();
@@ -292,7 +371,8 @@ pub fn resize(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
         // Two taps per axis: (low index, high index, weight of high).
         let taps: Vec<(usize, usize, f64)> = (0..r)
             .map(|d| {
-                let c = source_coord(ctm, o[d], xs[d], shape[d], scales[d]).clamp(0.0, xs[d] as f64 - 1.0);
+                let c = source_coord(ctm, o[d], xs[d], shape[d], scales[d])
+                    .clamp(0.0, xs[d] as f64 - 1.0);
                 let lo = c.floor() as usize;
                 (lo, (lo + 1).min(xs[d] - 1), c - lo as f64)
             })
@@ -327,10 +407,18 @@ pub fn param(v: &OpView, _args: &[Tensor], env: &mut dyn Env) -> Eval {
     let ty = v.result_tensor(0)?;
     let t = env.param(v.str("name")?, ty)?;
     if t.shape().iter().map(|&d| d as i64).collect::<Vec<_>>() != ty.shape {
-        return Err(format!("weight '{}' has shape {:?} but the IR declares {ty}", v.str("name")?, t.shape()));
+        return Err(format!(
+            "weight '{}' has shape {:?} but the IR declares {ty}",
+            v.str("name")?,
+            t.shape()
+        ));
     }
     if t.elem != ty.elem {
-        return Err(format!("weight '{}' has element type {} but the IR declares {ty}", v.str("name")?, t.elem));
+        return Err(format!(
+            "weight '{}' has element type {} but the IR declares {ty}",
+            v.str("name")?,
+            t.elem
+        ));
     }
     Ok(vec![t])
 }

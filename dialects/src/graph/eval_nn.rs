@@ -5,21 +5,28 @@
 use ircc_core::interp::Env;
 use ircc_core::registry::OpView;
 use ircc_core::{Tensor, TensorData};
-use ndarray::{Array2, ArrayD, ArrayView2, Axis, IxDyn, Ix2, s};
+use ndarray::{Array2, ArrayD, ArrayView2, Axis, Ix2, IxDyn, s};
 
 use super::eval_elementwise::Eval;
 use super::shape;
 
 fn floats<'a>(t: &'a Tensor, what: &str) -> Result<&'a ArrayD<f64>, String> {
-    t.as_float().ok_or_else(|| format!("{what} needs float tensors"))
+    t.as_float()
+        .ok_or_else(|| format!("{what} needs float tensors"))
 }
 
 fn usize_shape(v: &OpView) -> Result<Vec<usize>, String> {
-    Ok(v.result_tensor(0)?.shape.iter().map(|&d| d as usize).collect())
+    Ok(v.result_tensor(0)?
+        .shape
+        .iter()
+        .map(|&d| d as usize)
+        .collect())
 }
 
 fn as_2d(a: &ArrayD<f64>) -> Result<ArrayView2<'_, f64>, String> {
-    a.view().into_dimensionality::<Ix2>().map_err(|e| e.to_string())
+    a.view()
+        .into_dimensionality::<Ix2>()
+        .map_err(|e| e.to_string())
 }
 
 pub fn matmul(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
@@ -42,36 +49,66 @@ pub fn matmul(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let (m, k, n) = (xa.shape()[ra - 2], xa.shape()[ra - 1], xb.shape()[rb - 1]);
     let batch_a: Vec<i64> = xa.shape()[..ra - 2].iter().map(|&d| d as i64).collect();
     let batch_b: Vec<i64> = xb.shape()[..rb - 2].iter().map(|&d| d as i64).collect();
-    let batch: Vec<usize> = shape::broadcast(&batch_a, &batch_b)?.iter().map(|&d| d as usize).collect();
+    let batch: Vec<usize> = shape::broadcast(&batch_a, &batch_b)?
+        .iter()
+        .map(|&d| d as usize)
+        .collect();
     let mut full_a = batch.clone();
     full_a.extend([m, k]);
     let mut full_b = batch.clone();
     full_b.extend([k, n]);
-    let ba = xa.broadcast(IxDyn(&full_a)).ok_or("batch dimensions do not broadcast")?.to_owned();
-    let bb = xb.broadcast(IxDyn(&full_b)).ok_or("batch dimensions do not broadcast")?.to_owned();
+    let ba = xa
+        .broadcast(IxDyn(&full_a))
+        .ok_or("batch dimensions do not broadcast")?
+        .to_owned();
+    let bb = xb
+        .broadcast(IxDyn(&full_b))
+        .ok_or("batch dimensions do not broadcast")?
+        .to_owned();
     let count: usize = batch.iter().product();
-    let ba = ba.into_shape_with_order((count, m, k)).map_err(|e| e.to_string())?;
-    let bb = bb.into_shape_with_order((count, k, n)).map_err(|e| e.to_string())?;
+    let ba = ba
+        .into_shape_with_order((count, m, k))
+        .map_err(|e| e.to_string())?;
+    let bb = bb
+        .into_shape_with_order((count, k, n))
+        .map_err(|e| e.to_string())?;
     let mut out = Vec::with_capacity(count * m * n);
     for i in 0..count {
         let c = ba.slice(s![i, .., ..]).dot(&bb.slice(s![i, .., ..]));
         out.extend(c.iter().copied());
     }
     let result = ArrayD::from_shape_vec(IxDyn(&usize_shape(v)?), out).map_err(|e| e.to_string())?;
-    Ok(vec![if elem.is_float() { Tensor::float(elem, result) } else { Tensor::int(elem, result.mapv(|x| x as i64)) }])
+    Ok(vec![if elem.is_float() {
+        Tensor::float(elem, result)
+    } else {
+        Tensor::int(elem, result.mapv(|x| x as i64))
+    }])
 }
 
 pub fn gemm(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let a = as_2d(floats(&args[0], "gemm")?)?;
     let b = as_2d(floats(&args[1], "gemm")?)?;
-    let a = if v.i64("trans_a")? != 0 { a.reversed_axes() } else { a };
-    let b = if v.i64("trans_b")? != 0 { b.reversed_axes() } else { b };
+    let a = if v.i64("trans_a")? != 0 {
+        a.reversed_axes()
+    } else {
+        a
+    };
+    let b = if v.i64("trans_b")? != 0 {
+        b.reversed_axes()
+    } else {
+        b
+    };
     let mut y = a.dot(&b) * v.f64("alpha")?;
     if let Some(c) = args.get(2) {
         let c = floats(c, "gemm")?;
         let beta = v.f64("beta")?;
-        let cb = c.broadcast(IxDyn(y.shape())).ok_or("c does not broadcast")?;
-        y.zip_mut_with(&cb.into_dimensionality::<Ix2>().map_err(|e| e.to_string())?, |y, &c| *y += beta * c);
+        let cb = c
+            .broadcast(IxDyn(y.shape()))
+            .ok_or("c does not broadcast")?;
+        y.zip_mut_with(
+            &cb.into_dimensionality::<Ix2>().map_err(|e| e.to_string())?,
+            |y, &c| *y += beta * c,
+        );
     }
     Ok(vec![Tensor::float(args[0].elem, y.into_dyn())])
 }
@@ -133,7 +170,8 @@ pub fn conv(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
             let mut off = 0usize;
             let mut inside = true;
             for d in 0..spatial {
-                let i = (o[d] * win.strides[d] as usize + k[d] * win.dilations[d] as usize) as i64 - win.pads[d];
+                let i = (o[d] * win.strides[d] as usize + k[d] * win.dilations[d] as usize) as i64
+                    - win.pads[d];
                 if i < 0 || i >= ishape[d] as i64 {
                     inside = false;
                     break;
@@ -156,8 +194,11 @@ pub fn conv(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
                     }
                 }
             }
-            let wg = ArrayView2::from_shape((mg, cg * ksize), &ws[grp * mg * cg * ksize..(grp + 1) * mg * cg * ksize])
-                .map_err(|e| e.to_string())?;
+            let wg = ArrayView2::from_shape(
+                (mg, cg * ksize),
+                &ws[grp * mg * cg * ksize..(grp + 1) * mg * cg * ksize],
+            )
+            .map_err(|e| e.to_string())?;
             let y = wg.dot(&cols);
             let start = (b * m + grp * mg) * osize;
             for (dst, src) in out[start..start + mg * osize].iter_mut().zip(y.iter()) {
@@ -201,7 +242,9 @@ pub fn conv_transpose(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
                 for_each_index(&kshape, |k| {
                     let mut inside = true;
                     for d in 0..spatial {
-                        let o = (i[d] * win.strides[d] as usize + k[d] * win.dilations[d] as usize) as i64 - win.pads[d];
+                        let o = (i[d] * win.strides[d] as usize + k[d] * win.dilations[d] as usize)
+                            as i64
+                            - win.pads[d];
                         if o < 0 || o >= out_shape[2 + d] as i64 {
                             inside = false;
                             break;
@@ -236,7 +279,12 @@ pub fn pool(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let out_shape = usize_shape(v)?;
     let spatial = x.ndim() - 2;
     let win = shape::window(v, spatial)?;
-    let kernel: Vec<usize> = v.i64s("kernel_shape")?.unwrap_or_default().iter().map(|&k| k as usize).collect();
+    let kernel: Vec<usize> = v
+        .i64s("kernel_shape")?
+        .unwrap_or_default()
+        .iter()
+        .map(|&k| k as usize)
+        .collect();
     let is_max = v.name() == "graph.max_pool";
     let include_pad = !is_max && v.i64("count_include_pad")? != 0;
     let ishape: Vec<usize> = x.shape()[2..].to_vec();
@@ -251,7 +299,9 @@ pub fn pool(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
             let mut inside = true;
             let mut in_padded = true;
             for d in 0..spatial {
-                let i = (o[2 + d] * win.strides[d] as usize + k[d] * win.dilations[d] as usize) as i64 - win.pads[d];
+                let i = (o[2 + d] * win.strides[d] as usize + k[d] * win.dilations[d] as usize)
+                    as i64
+                    - win.pads[d];
                 if i < 0 || i >= ishape[d] as i64 {
                     inside = false;
                     in_padded &= i >= -win.pads[d] && i < ishape[d] as i64 + win.pads[spatial + d];
@@ -261,13 +311,21 @@ pub fn pool(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
             }
             if inside {
                 let val = x[IxDyn(&xi)];
-                acc = if is_max { if val > acc || val.is_nan() { val } else { acc } } else { acc + val };
+                acc = if is_max {
+                    if val > acc || val.is_nan() { val } else { acc }
+                } else {
+                    acc + val
+                };
                 count += 1;
             } else if include_pad && in_padded {
                 count += 1;
             }
         });
-        y[IxDyn(o)] = if is_max { acc } else { acc / count.max(1) as f64 };
+        y[IxDyn(o)] = if is_max {
+            acc
+        } else {
+            acc / count.max(1) as f64
+        };
     });
     Ok(vec![Tensor::float(args[0].elem, y)])
 }
@@ -275,15 +333,30 @@ pub fn pool(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
 pub fn global_average_pool(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let x = floats(&args[0], "global_average_pool")?;
     let (n, c) = (x.shape()[0], x.shape()[1]);
-    let flat = x.as_standard_layout().into_owned().into_shape_with_order((n, c, x.len() / (n * c).max(1))).map_err(|e| e.to_string())?;
+    let flat = x
+        .as_standard_layout()
+        .into_owned()
+        .into_shape_with_order((n, c, x.len() / (n * c).max(1)))
+        .map_err(|e| e.to_string())?;
     let mean = flat.mean_axis(Axis(2)).ok_or("empty spatial extent")?;
-    let y = mean.into_shape_with_order(IxDyn(&usize_shape(v)?)).map_err(|e| e.to_string())?;
+    let y = mean
+        .into_shape_with_order(IxDyn(&usize_shape(v)?))
+        .map_err(|e| e.to_string())?;
     Ok(vec![Tensor::float(args[0].elem, y)])
 }
 
 /// Normalizes `x` viewed as `[outer, inner]` rows; returns the normalized values.
-fn normalize_rows(x: &ArrayD<f64>, outer: usize, inner: usize, eps: f64) -> Result<Array2<f64>, String> {
-    let mut a = x.as_standard_layout().into_owned().into_shape_with_order((outer, inner)).map_err(|e| e.to_string())?;
+fn normalize_rows(
+    x: &ArrayD<f64>,
+    outer: usize,
+    inner: usize,
+    eps: f64,
+) -> Result<Array2<f64>, String> {
+    let mut a = x
+        .as_standard_layout()
+        .into_owned()
+        .into_shape_with_order((outer, inner))
+        .map_err(|e| e.to_string())?;
     for mut row in a.rows_mut() {
         let mean = row.sum() / inner as f64;
         let var = row.iter().map(|v| (v - mean) * (v - mean)).sum::<f64>() / inner as f64;
@@ -299,11 +372,19 @@ pub fn layer_norm(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let inner: usize = x.shape()[a..].iter().product();
     let outer = x.len() / inner.max(1);
     let normed = normalize_rows(x, outer, inner, v.f64("epsilon")?)?;
-    let mut y = normed.into_shape_with_order(IxDyn(x.shape())).map_err(|e| e.to_string())?;
+    let mut y = normed
+        .into_shape_with_order(IxDyn(x.shape()))
+        .map_err(|e| e.to_string())?;
     let scale = floats(&args[1], "layer_norm")?;
-    y = &y * &scale.broadcast(IxDyn(x.shape())).ok_or("scale does not broadcast")?;
+    y = &y
+        * &scale
+            .broadcast(IxDyn(x.shape()))
+            .ok_or("scale does not broadcast")?;
     if let Some(b) = args.get(2) {
-        y = &y + &floats(b, "layer_norm")?.broadcast(IxDyn(x.shape())).ok_or("bias does not broadcast")?;
+        y = &y
+            + &floats(b, "layer_norm")?
+                .broadcast(IxDyn(x.shape()))
+                .ok_or("bias does not broadcast")?;
     }
     Ok(vec![Tensor::float(args[0].elem, y)])
 }
@@ -320,8 +401,14 @@ pub fn instance_norm(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let (n, c) = (x.shape()[0], x.shape()[1]);
     let inner = x.len() / (n * c).max(1);
     let normed = normalize_rows(x, n * c, inner, v.f64("epsilon")?)?;
-    let mut y = normed.into_shape_with_order(IxDyn(x.shape())).map_err(|e| e.to_string())?;
-    per_channel(&mut y, floats(&args[1], "instance_norm")?, floats(&args[2], "instance_norm")?);
+    let mut y = normed
+        .into_shape_with_order(IxDyn(x.shape()))
+        .map_err(|e| e.to_string())?;
+    per_channel(
+        &mut y,
+        floats(&args[1], "instance_norm")?,
+        floats(&args[2], "instance_norm")?,
+    );
     Ok(vec![Tensor::float(args[0].elem, y)])
 }
 
@@ -337,7 +424,8 @@ pub fn batch_norm(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     for c in 0..y.shape()[1] {
         let inv = scale[[c]] / (var[[c]] + eps).sqrt();
         let (m, b) = (mean[[c]], bias[[c]]);
-        y.index_axis_mut(Axis(1), c).mapv_inplace(|v| (v - m) * inv + b);
+        y.index_axis_mut(Axis(1), c)
+            .mapv_inplace(|v| (v - m) * inv + b);
     }
     Ok(vec![Tensor::float(args[0].elem, y)])
 }
@@ -345,7 +433,9 @@ pub fn batch_norm(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
 pub fn softmax(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let x = floats(&args[0], "softmax")?;
     let a = Axis(shape::axis(v.i64("axis")?, x.ndim())?);
-    let max = x.fold_axis(a, f64::NEG_INFINITY, |&m, &v| m.max(v)).insert_axis(a);
+    let max = x
+        .fold_axis(a, f64::NEG_INFINITY, |&m, &v| m.max(v))
+        .insert_axis(a);
     let e = (x - &max).mapv(f64::exp);
     let sum = e.sum_axis(a).insert_axis(a);
     Ok(vec![Tensor::float(args[0].elem, &e / &sum)])
@@ -363,13 +453,23 @@ pub fn reduce(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
         y = match name {
             "graph.reduce_sum" | "graph.reduce_mean" => y.sum_axis(Axis(a)),
             "graph.reduce_prod" => y.fold_axis(Axis(a), 1.0, |&p, &v| p * v),
-            "graph.reduce_max" => y.fold_axis(Axis(a), f64::NEG_INFINITY, |&m, &v| if v > m || v.is_nan() { v } else { m }),
-            _ => y.fold_axis(Axis(a), f64::INFINITY, |&m, &v| if v < m || v.is_nan() { v } else { m }),
+            "graph.reduce_max" => y.fold_axis(Axis(a), f64::NEG_INFINITY, |&m, &v| {
+                if v > m || v.is_nan() { v } else { m }
+            }),
+            _ => y.fold_axis(Axis(a), f64::INFINITY, |&m, &v| {
+                if v < m || v.is_nan() { v } else { m }
+            }),
         };
     }
     if name == "graph.reduce_mean" {
         y.mapv_inplace(|v| v / count as f64);
     }
-    let y = y.into_shape_with_order(IxDyn(&usize_shape(v)?)).map_err(|e| e.to_string())?;
-    Ok(vec![if t.elem.is_float() { Tensor::float(t.elem, y) } else { Tensor::int(t.elem, y.mapv(|v| v as i64)) }])
+    let y = y
+        .into_shape_with_order(IxDyn(&usize_shape(v)?))
+        .map_err(|e| e.to_string())?;
+    Ok(vec![if t.elem.is_float() {
+        Tensor::float(t.elem, y)
+    } else {
+        Tensor::int(t.elem, y.mapv(|v| v as i64))
+    }])
 }

@@ -24,13 +24,25 @@ pub fn broadcast(a: &[i64], b: &[i64]) -> Result<Vec<i64>, String> {
     let n = a.len().max(b.len());
     let mut out = vec![0; n];
     for i in 0..n {
-        let da = if i + a.len() >= n { a[i + a.len() - n] } else { 1 };
-        let db = if i + b.len() >= n { b[i + b.len() - n] } else { 1 };
+        let da = if i + a.len() >= n {
+            a[i + a.len() - n]
+        } else {
+            1
+        };
+        let db = if i + b.len() >= n {
+            b[i + b.len() - n]
+        } else {
+            1
+        };
         out[i] = match (da, db) {
             (x, y) if x == y => x,
             (1, y) => y,
             (x, 1) => x,
-            _ => return Err(format!("shapes {a:?} and {b:?} cannot be broadcast together")),
+            _ => {
+                return Err(format!(
+                    "shapes {a:?} and {b:?} cannot be broadcast together"
+                ));
+            }
         };
     }
     Ok(out)
@@ -39,7 +51,10 @@ pub fn broadcast(a: &[i64], b: &[i64]) -> Result<Vec<i64>, String> {
 fn same_elem(v: &OpView, ts: &[&TensorType]) -> Result<ElemType, String> {
     let e = ts[0].elem;
     if let Some(t) = ts.iter().find(|t| t.elem != e) {
-        return Err(format!("operands have different element types ({e} and {})", t.elem));
+        return Err(format!(
+            "operands have different element types ({e} and {})",
+            t.elem
+        ));
     }
     let _ = v;
     Ok(e)
@@ -47,7 +62,10 @@ fn same_elem(v: &OpView, ts: &[&TensorType]) -> Result<ElemType, String> {
 
 pub fn elementwise_unary(v: &OpView) -> Infer {
     let x = v.tensor(0)?;
-    let float_only = !matches!(v.name(), "graph.neg" | "graph.abs" | "graph.relu" | "graph.identity");
+    let float_only = !matches!(
+        v.name(),
+        "graph.neg" | "graph.abs" | "graph.relu" | "graph.identity"
+    );
     if float_only && !x.elem.is_float() {
         return Err(format!("needs a float tensor, not {x}"));
     }
@@ -129,8 +147,16 @@ pub fn gemm(v: &OpView) -> Infer {
     if a.rank() != 2 || b.rank() != 2 {
         return Err("gemm operands a and b must be 2-D".to_string());
     }
-    let (m, k) = if v.i64("trans_a")? != 0 { (a.shape[1], a.shape[0]) } else { (a.shape[0], a.shape[1]) };
-    let (k2, n) = if v.i64("trans_b")? != 0 { (b.shape[1], b.shape[0]) } else { (b.shape[0], b.shape[1]) };
+    let (m, k) = if v.i64("trans_a")? != 0 {
+        (a.shape[1], a.shape[0])
+    } else {
+        (a.shape[0], a.shape[1])
+    };
+    let (k2, n) = if v.i64("trans_b")? != 0 {
+        (b.shape[1], b.shape[0])
+    } else {
+        (b.shape[0], b.shape[1])
+    };
     if k != k2 {
         return Err(format!("contracting dimensions differ: {k} and {k2}"));
     }
@@ -138,7 +164,10 @@ pub fn gemm(v: &OpView) -> Infer {
         let c = v.tensor(2)?;
         let out = broadcast(&c.shape, &[m, n])?;
         if out != [m, n] {
-            return Err(format!("c of shape {:?} does not broadcast to [{m}, {n}]", c.shape));
+            return Err(format!(
+                "c of shape {:?} does not broadcast to [{m}, {n}]",
+                c.shape
+            ));
         }
     }
     one(vec![m, n], elem)
@@ -156,10 +185,17 @@ pub fn window(v: &OpView, spatial: usize) -> Result<Window, String> {
         match v.i64s(name)? {
             None => Ok(vec![fill; n]),
             Some(x) if x.len() == n => Ok(x),
-            Some(x) => Err(format!("'{name}' has {} values but {n} are needed", x.len())),
+            Some(x) => Err(format!(
+                "'{name}' has {} values but {n} are needed",
+                x.len()
+            )),
         }
     };
-    let w = Window { strides: get("strides", spatial, 1)?, pads: get("pads", 2 * spatial, 0)?, dilations: get("dilations", spatial, 1)? };
+    let w = Window {
+        strides: get("strides", spatial, 1)?,
+        pads: get("pads", 2 * spatial, 0)?,
+        dilations: get("dilations", spatial, 1)?,
+    };
     if w.strides.iter().chain(&w.dilations).any(|&s| s < 1) {
         return Err("strides and dilations must be positive".to_string());
     }
@@ -173,20 +209,31 @@ pub fn conv(v: &OpView) -> Infer {
     let (x, w) = (v.tensor(0)?, v.tensor(1)?);
     let elem = same_elem(v, &[x, w])?;
     if x.rank() < 3 || w.rank() != x.rank() {
-        return Err(format!("conv needs x and w of the same rank, at least 3 ({x}, {w})"));
+        return Err(format!(
+            "conv needs x and w of the same rank, at least 3 ({x}, {w})"
+        ));
     }
     let spatial = x.rank() - 2;
     let g = v.i64("group")?;
     if g < 1 || x.shape[1] % g != 0 || w.shape[0] % g != 0 {
-        return Err(format!("group {g} does not divide the channels ({} in, {} out)", x.shape[1], w.shape[0]));
+        return Err(format!(
+            "group {g} does not divide the channels ({} in, {} out)",
+            x.shape[1], w.shape[0]
+        ));
     }
     if w.shape[1] * g != x.shape[1] {
-        return Err(format!("w has {} input channels per group but x has {} channels in {g} groups", w.shape[1], x.shape[1]));
+        return Err(format!(
+            "w has {} input channels per group but x has {} channels in {g} groups",
+            w.shape[1], x.shape[1]
+        ));
     }
     if v.num_operands() == 3 {
         let b = v.tensor(2)?;
         if b.shape != [w.shape[0]] {
-            return Err(format!("bias must have shape [{}], not {:?}", w.shape[0], b.shape));
+            return Err(format!(
+                "bias must have shape [{}], not {:?}",
+                w.shape[0], b.shape
+            ));
         }
     }
     let win = window(v, spatial)?;
@@ -195,7 +242,9 @@ pub fn conv(v: &OpView) -> Infer {
         let k = (w.shape[2 + i] - 1) * win.dilations[i] + 1;
         let padded = x.shape[2 + i] + win.pads[i] + win.pads[spatial + i];
         if padded < k {
-            return Err(format!("kernel of extent {k} is larger than the padded input ({padded}) on spatial axis {i}"));
+            return Err(format!(
+                "kernel of extent {k} is larger than the padded input ({padded}) on spatial axis {i}"
+            ));
         }
         shape.push((padded - k) / win.strides[i] + 1);
     }
@@ -206,24 +255,34 @@ pub fn conv_transpose(v: &OpView) -> Infer {
     let (x, w) = (v.tensor(0)?, v.tensor(1)?);
     let elem = same_elem(v, &[x, w])?;
     if x.rank() < 3 || w.rank() != x.rank() {
-        return Err(format!("conv_transpose needs x and w of the same rank, at least 3 ({x}, {w})"));
+        return Err(format!(
+            "conv_transpose needs x and w of the same rank, at least 3 ({x}, {w})"
+        ));
     }
     let spatial = x.rank() - 2;
     let g = v.i64("group")?;
     if g < 1 || w.shape[0] != x.shape[1] {
-        return Err(format!("w has {} input channels but x has {}", w.shape[0], x.shape[1]));
+        return Err(format!(
+            "w has {} input channels but x has {}",
+            w.shape[0], x.shape[1]
+        ));
     }
     let win = window(v, spatial)?;
-    let out_pad = v.i64s("output_padding")?.unwrap_or_else(|| vec![0; spatial]);
+    let out_pad = v
+        .i64s("output_padding")?
+        .unwrap_or_else(|| vec![0; spatial]);
     if out_pad.len() != spatial {
         return Err("output_padding needs one value per spatial axis".to_string());
     }
     let mut shape = vec![x.shape[0], w.shape[1] * g];
-    for i in 0..spatial {
+    for (i, extra) in out_pad.iter().enumerate() {
         let k = (w.shape[2 + i] - 1) * win.dilations[i] + 1;
-        let n = (x.shape[2 + i] - 1) * win.strides[i] + k + out_pad[i] - win.pads[i] - win.pads[spatial + i];
+        let n =
+            (x.shape[2 + i] - 1) * win.strides[i] + k + extra - win.pads[i] - win.pads[spatial + i];
         if n < 1 {
-            return Err(format!("output extent {n} on spatial axis {i} is not positive"));
+            return Err(format!(
+                "output extent {n} on spatial axis {i} is not positive"
+            ));
         }
         shape.push(n);
     }
@@ -238,19 +297,28 @@ pub fn pool(v: &OpView) -> Infer {
     let spatial = x.rank() - 2;
     let kernel = v.i64s("kernel_shape")?.ok_or("missing kernel_shape")?;
     if kernel.len() != spatial {
-        return Err(format!("kernel_shape has {} values but x has {spatial} spatial axes", kernel.len()));
+        return Err(format!(
+            "kernel_shape has {} values but x has {spatial} spatial axes",
+            kernel.len()
+        ));
     }
     let win = window(v, spatial)?;
     let ceil = v.i64("ceil_mode")? != 0;
     let mut shape = x.shape[..2].to_vec();
-    for i in 0..spatial {
-        let k = (kernel[i] - 1) * win.dilations[i] + 1;
+    for (i, extent) in kernel.iter().enumerate() {
+        let k = (extent - 1) * win.dilations[i] + 1;
         let padded = x.shape[2 + i] + win.pads[i] + win.pads[spatial + i];
         if padded < k {
-            return Err(format!("window of extent {k} is larger than the padded input ({padded})"));
+            return Err(format!(
+                "window of extent {k} is larger than the padded input ({padded})"
+            ));
         }
         let span = padded - k;
-        let mut n = if ceil { (span + win.strides[i] - 1) / win.strides[i] + 1 } else { span / win.strides[i] + 1 };
+        let mut n = if ceil {
+            (span + win.strides[i] - 1) / win.strides[i] + 1
+        } else {
+            span / win.strides[i] + 1
+        };
         // A window that starts in the end padding is dropped (ONNX, PyTorch).
         if ceil && (n - 1) * win.strides[i] >= x.shape[2 + i] + win.pads[i] {
             n -= 1;
@@ -283,7 +351,9 @@ pub fn norm(v: &OpView) -> Infer {
             for i in 1..v.num_operands() {
                 let p = v.tensor(i)?;
                 if broadcast(&p.shape, norm_shape)? != norm_shape {
-                    return Err(format!("{p} does not broadcast to the normalized shape {norm_shape:?}"));
+                    return Err(format!(
+                        "{p} does not broadcast to the normalized shape {norm_shape:?}"
+                    ));
                 }
             }
         }
@@ -291,7 +361,11 @@ pub fn norm(v: &OpView) -> Infer {
             for i in 1..v.num_operands() {
                 let p = v.tensor(i)?;
                 if p.shape != [channels()] {
-                    return Err(format!("operand #{i} must have shape [{}], not {:?}", channels(), p.shape));
+                    return Err(format!(
+                        "operand #{i} must have shape [{}], not {:?}",
+                        channels(),
+                        p.shape
+                    ));
                 }
             }
         }
@@ -312,7 +386,10 @@ pub fn softmax(v: &OpView) -> Infer {
 pub fn reduce_axes(v: &OpView, rank: usize) -> Result<Vec<usize>, String> {
     let mut axes = match v.i64s("axes")? {
         None => (0..rank).collect(),
-        Some(a) => a.iter().map(|&x| axis(x, rank)).collect::<Result<Vec<_>, _>>()?,
+        Some(a) => a
+            .iter()
+            .map(|&x| axis(x, rank))
+            .collect::<Result<Vec<_>, _>>()?,
     };
     axes.sort_unstable();
     if axes.windows(2).any(|w| w[0] == w[1]) {
@@ -345,7 +422,10 @@ pub fn reshape(v: &OpView) -> Infer {
         return Err(format!("shape {shape:?} must be static and non-negative"));
     }
     if TensorType::new(shape.clone(), x.elem).num_elements() != x.num_elements() {
-        return Err(format!("cannot reshape {x} ({} elements) to {shape:?}", x.num_elements()));
+        return Err(format!(
+            "cannot reshape {x} ({} elements) to {shape:?}",
+            x.num_elements()
+        ));
     }
     one(shape, x.elem)
 }
@@ -353,7 +433,10 @@ pub fn reshape(v: &OpView) -> Infer {
 pub fn perm(v: &OpView, rank: usize) -> Result<Vec<usize>, String> {
     let p: Vec<usize> = match v.i64s("perm")? {
         None => (0..rank).rev().collect(),
-        Some(p) => p.iter().map(|&a| usize::try_from(a).map_err(|_| format!("bad perm {p:?}"))).collect::<Result<_, _>>()?,
+        Some(p) => p
+            .iter()
+            .map(|&a| usize::try_from(a).map_err(|_| format!("bad perm {p:?}")))
+            .collect::<Result<_, _>>()?,
     };
     let mut seen = p.clone();
     seen.sort_unstable();
@@ -373,23 +456,43 @@ pub fn squeeze(v: &OpView) -> Infer {
     let x = v.tensor(0)?;
     let axes: Vec<usize> = match v.i64s("axes")? {
         None => (0..x.rank()).filter(|&i| x.shape[i] == 1).collect(),
-        Some(a) => a.iter().map(|&i| axis(i, x.rank())).collect::<Result<_, _>>()?,
+        Some(a) => a
+            .iter()
+            .map(|&i| axis(i, x.rank()))
+            .collect::<Result<_, _>>()?,
     };
     if let Some(&a) = axes.iter().find(|&&a| x.shape[a] != 1) {
         return Err(format!("cannot squeeze axis {a} of extent {}", x.shape[a]));
     }
-    one((0..x.rank()).filter(|i| !axes.contains(i)).map(|i| x.shape[i]).collect(), x.elem)
+    one(
+        (0..x.rank())
+            .filter(|i| !axes.contains(i))
+            .map(|i| x.shape[i])
+            .collect(),
+        x.elem,
+    )
 }
 
 pub fn unsqueeze_shape(shape: &[i64], axes: &[i64]) -> Result<Vec<i64>, String> {
     let rank = shape.len() + axes.len();
-    let mut axes: Vec<usize> = axes.iter().map(|&a| axis(a, rank)).collect::<Result<_, _>>()?;
+    let mut axes: Vec<usize> = axes
+        .iter()
+        .map(|&a| axis(a, rank))
+        .collect::<Result<_, _>>()?;
     axes.sort_unstable();
     if axes.windows(2).any(|w| w[0] == w[1]) {
         return Err("an axis is inserted twice".to_string());
     }
     let mut it = shape.iter();
-    Ok((0..rank).map(|i| if axes.contains(&i) { 1 } else { *it.next().unwrap_or(&1) }).collect())
+    Ok((0..rank)
+        .map(|i| {
+            if axes.contains(&i) {
+                1
+            } else {
+                *it.next().unwrap_or(&1)
+            }
+        })
+        .collect())
 }
 
 pub fn unsqueeze(v: &OpView) -> Infer {
@@ -429,7 +532,11 @@ pub fn slice_spec(v: &OpView, shape: &[i64]) -> Result<SliceSpec, String> {
     if ends.len() != starts.len() || axes.len() != starts.len() || steps.len() != starts.len() {
         return Err("starts, ends, axes and steps must have the same length".to_string());
     }
-    let mut s = SliceSpec { start: vec![0; rank], step: vec![1; rank], count: shape.to_vec() };
+    let mut s = SliceSpec {
+        start: vec![0; rank],
+        step: vec![1; rank],
+        count: shape.to_vec(),
+    };
     for (i, &a) in axes.iter().enumerate() {
         let dim = shape[a];
         let step = steps[i];
@@ -441,9 +548,16 @@ pub fn slice_spec(v: &OpView, shape: &[i64]) -> Result<SliceSpec, String> {
         let (start, end) = if step > 0 {
             (clamp(norm(starts[i]), 0, dim), clamp(norm(ends[i]), 0, dim))
         } else {
-            (clamp(norm(starts[i]), -1, dim - 1), clamp(norm(ends[i]), -1, dim - 1))
+            (
+                clamp(norm(starts[i]), -1, dim - 1),
+                clamp(norm(ends[i]), -1, dim - 1),
+            )
         };
-        let count = if step > 0 { (end - start + step - 1).div_euclid(step) } else { (start - end + (-step) - 1).div_euclid(-step) };
+        let count = if step > 0 {
+            (end - start + step - 1).div_euclid(step)
+        } else {
+            (start - end + (-step) - 1).div_euclid(-step)
+        };
         s.start[a] = start;
         s.step[a] = step;
         s.count[a] = count.max(0);
@@ -482,7 +596,8 @@ pub fn concat(v: &OpView) -> Infer {
     let mut shape = first.shape.clone();
     shape[a] = 0;
     for t in &ts {
-        if t.rank() != first.rank() || (0..t.rank()).any(|i| i != a && t.shape[i] != first.shape[i]) {
+        if t.rank() != first.rank() || (0..t.rank()).any(|i| i != a && t.shape[i] != first.shape[i])
+        {
             return Err(format!("{t} does not match {first} outside axis {a}"));
         }
         shape[a] += t.shape[a];
@@ -490,7 +605,11 @@ pub fn concat(v: &OpView) -> Infer {
     one(shape, elem)
 }
 
-pub fn split_sizes(v: &OpView, x: &TensorType, outputs: usize) -> Result<(usize, Vec<i64>), String> {
+pub fn split_sizes(
+    v: &OpView,
+    x: &TensorType,
+    outputs: usize,
+) -> Result<(usize, Vec<i64>), String> {
     let a = axis(v.i64("axis")?, x.rank())?;
     let sizes = match v.i64s("split")? {
         Some(s) => s,
@@ -500,11 +619,19 @@ pub fn split_sizes(v: &OpView, x: &TensorType, outputs: usize) -> Result<(usize,
                 return Err("split needs at least one result".to_string());
             }
             let chunk = (x.shape[a] + n - 1) / n;
-            (0..n).map(|i| (x.shape[a] - i * chunk).clamp(0, chunk)).collect()
+            (0..n)
+                .map(|i| (x.shape[a] - i * chunk).clamp(0, chunk))
+                .collect()
         }
     };
-    if sizes.len() != outputs || sizes.iter().sum::<i64>() != x.shape[a] || sizes.iter().any(|&s| s < 0) {
-        return Err(format!("split sizes {sizes:?} do not divide extent {} into {outputs} parts", x.shape[a]));
+    if sizes.len() != outputs
+        || sizes.iter().sum::<i64>() != x.shape[a]
+        || sizes.iter().any(|&s| s < 0)
+    {
+        return Err(format!(
+            "split sizes {sizes:?} do not divide extent {} into {outputs} parts",
+            x.shape[a]
+        ));
     }
     Ok((a, sizes))
 }
@@ -526,7 +653,12 @@ pub fn pad(v: &OpView) -> Infer {
     let x = v.tensor(0)?;
     let pads = v.i64s("pads")?.ok_or("missing pads")?;
     if pads.len() != 2 * x.rank() {
-        return Err(format!("pads has {} values but rank {} needs {}", pads.len(), x.rank(), 2 * x.rank()));
+        return Err(format!(
+            "pads has {} values but rank {} needs {}",
+            pads.len(),
+            x.rank(),
+            2 * x.rank()
+        ));
     }
     let mode = v.str("mode")?;
     if !matches!(mode, "constant" | "reflect" | "edge") {
@@ -537,7 +669,10 @@ pub fn pad(v: &OpView) -> Infer {
     if shape.iter().any(|&d| d < 0) {
         return Err(format!("pads {pads:?} remove more than the tensor has"));
     }
-    if mode == "reflect" && (0..r).any(|i| (pads[i] > 0 || pads[r + i] > 0) && (pads[i].max(pads[r + i]) >= x.shape[i])) {
+    if mode == "reflect"
+        && (0..r)
+            .any(|i| (pads[i] > 0 || pads[r + i] > 0) && (pads[i].max(pads[r + i]) >= x.shape[i]))
+    {
         return Err("reflect padding must be smaller than the padded axis".to_string());
     }
     one(shape, x.elem)
@@ -553,9 +688,14 @@ pub fn tile(v: &OpView) -> Infer {
     let x = v.tensor(0)?;
     let reps = v.i64s("repeats")?.ok_or("missing repeats")?;
     if reps.len() != x.rank() || reps.iter().any(|&r| r < 0) {
-        return Err(format!("repeats {reps:?} must give one non-negative count per axis"));
+        return Err(format!(
+            "repeats {reps:?} must give one non-negative count per axis"
+        ));
     }
-    one(x.shape.iter().zip(&reps).map(|(d, r)| d * r).collect(), x.elem)
+    one(
+        x.shape.iter().zip(&reps).map(|(d, r)| d * r).collect(),
+        x.elem,
+    )
 }
 
 pub fn depth_space(v: &OpView) -> Infer {
@@ -571,12 +711,17 @@ pub fn depth_space(v: &OpView) -> Infer {
             return Err(format!("mode must be DCR or CRD, not '{mode}'"));
         }
         if c % (b * b) != 0 {
-            return Err(format!("channels {c} are not divisible by blocksize² {}", b * b));
+            return Err(format!(
+                "channels {c} are not divisible by blocksize² {}",
+                b * b
+            ));
         }
         one(vec![n, c / (b * b), h * b, w * b], x.elem)
     } else {
         if h % b != 0 || w % b != 0 {
-            return Err(format!("spatial extents {h}x{w} are not divisible by blocksize {b}"));
+            return Err(format!(
+                "spatial extents {h}x{w} are not divisible by blocksize {b}"
+            ));
         }
         one(vec![n, c * b * b, h / b, w / b], x.elem)
     }
@@ -586,23 +731,40 @@ pub fn resize(v: &OpView) -> Infer {
     let x = v.tensor(0)?;
     let mode = v.str("mode")?;
     if !matches!(mode, "nearest" | "linear") {
-        return Err(format!("unsupported resize mode '{mode}' (nearest, linear)"));
+        return Err(format!(
+            "unsupported resize mode '{mode}' (nearest, linear)"
+        ));
     }
     let ctm = v.str("coordinate_transformation_mode")?;
-    if !matches!(ctm, "half_pixel" | "asymmetric" | "align_corners" | "pytorch_half_pixel") {
-        return Err(format!("unsupported coordinate_transformation_mode '{ctm}'"));
+    if !matches!(
+        ctm,
+        "half_pixel" | "asymmetric" | "align_corners" | "pytorch_half_pixel"
+    ) {
+        return Err(format!(
+            "unsupported coordinate_transformation_mode '{ctm}'"
+        ));
     }
     let nm = v.str("nearest_mode")?;
-    if !matches!(nm, "round_prefer_floor" | "round_prefer_ceil" | "floor" | "ceil") {
+    if !matches!(
+        nm,
+        "round_prefer_floor" | "round_prefer_ceil" | "floor" | "ceil"
+    ) {
         return Err(format!("unsupported nearest_mode '{nm}'"));
     }
     let shape = match (v.i64s("sizes")?, v.f64s("scales")?) {
         (Some(s), None) => s,
-        (None, Some(sc)) => x.shape.iter().zip(&sc).map(|(&d, &s)| (d as f64 * s).floor() as i64).collect(),
+        (None, Some(sc)) => x
+            .shape
+            .iter()
+            .zip(&sc)
+            .map(|(&d, &s)| (d as f64 * s).floor() as i64)
+            .collect(),
         _ => return Err("resize needs exactly one of 'sizes' and 'scales'".to_string()),
     };
     if shape.len() != x.rank() || shape.iter().any(|&d| d < 1) {
-        return Err(format!("resize target {shape:?} must give a positive extent per axis"));
+        return Err(format!(
+            "resize target {shape:?} must give a positive extent per axis"
+        ));
     }
     one(shape, x.elem)
 }

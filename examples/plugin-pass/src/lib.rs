@@ -1,9 +1,9 @@
 //! A pass that lives outside ircc: `example.fold-double-neg` rewrites
 //! `neg(neg(x))` to `x`. [`driver`] builds an `ircc` that knows it.
 
+use ircc_core::Module;
 use ircc_core::diag::Diagnostics;
 use ircc_core::pass::{Pass, PassContext};
-use ircc_core::Module;
 
 pub struct FoldDoubleNeg;
 
@@ -20,7 +20,9 @@ impl Pass for FoldDoubleNeg {
             if o.name != "graph.neg" || o.parent.is_none() {
                 continue;
             }
-            let Some(inner) = module.defining_op(o.operands[0]) else { continue };
+            let Some(inner) = module.defining_op(o.operands[0]) else {
+                continue;
+            };
             if module.op(inner).name != "graph.neg" {
                 continue;
             }
@@ -35,9 +37,10 @@ impl Pass for FoldDoubleNeg {
 /// ircc with this crate's pass added.
 pub fn driver() -> Result<ircc::Driver, ircc_core::Diagnostic> {
     let mut d = ircc::Driver::new()?;
-    d.passes_mut().register("example.fold-double-neg", "rewrite neg(neg(x)) to x", |o| {
-        o.expect_only(&[])?;
-        Ok(Box::new(FoldDoubleNeg))
-    });
+    d.passes_mut()
+        .register("example.fold-double-neg", "rewrite neg(neg(x)) to x", |o| {
+            o.expect_only(&[])?;
+            Ok(Box::new(FoldDoubleNeg))
+        });
     Ok(d)
 }

@@ -21,7 +21,11 @@ fn run_with(driver: &ircc::Driver, args: &[&str]) -> (i32, String, String) {
     argv.extend(args.iter().map(|s| s.to_string()));
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = driver.run_cli(argv, &mut out, &mut err);
-    (code, String::from_utf8(out).unwrap(), String::from_utf8(err).unwrap())
+    (
+        code,
+        String::from_utf8(out).unwrap(),
+        String::from_utf8(err).unwrap(),
+    )
 }
 
 #[test]
@@ -36,7 +40,13 @@ fn plugin_pass_runs_through_the_custom_driver() {
 fn stock_ircc_does_not_know_the_plugin_pass() {
     let (code, _, err) = run(&["--passes", "example.fold-double-neg"]);
     assert_eq!(code, 0, "the custom driver knows it: {err}");
-    let (code, _, err) = run_with(&ircc::Driver::new().unwrap(), &["--passes", "example.fold-double-neg"]);
+    let (code, _, err) = run_with(
+        &ircc::Driver::new().unwrap(),
+        &["--passes", "example.fold-double-neg"],
+    );
     assert_eq!(code, 1);
-    assert!(err.contains("unknown pass 'example.fold-double-neg'"), "{err}");
+    assert!(
+        err.contains("unknown pass 'example.fold-double-neg'"),
+        "{err}"
+    );
 }

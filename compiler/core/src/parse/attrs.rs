@@ -33,7 +33,11 @@ pub(super) fn unquote(pair: &Pair<Rule>) -> Result<String, String> {
             Some(b'n') => out.push(b'\n'),
             Some(b't') => out.push(b'\t'),
             Some(&h) if h.is_ascii_hexdigit() => {
-                let l = raw.get(i + 2).copied().filter(u8::is_ascii_hexdigit).ok_or("bad escape in string")?;
+                let l = raw
+                    .get(i + 2)
+                    .copied()
+                    .filter(u8::is_ascii_hexdigit)
+                    .ok_or("bad escape in string")?;
                 let hex = [h, l];
                 let text = std::str::from_utf8(&hex).map_err(|_| "bad escape in string")?;
                 out.push(u8::from_str_radix(text, 16).map_err(|_| "bad escape in string")?);
@@ -69,18 +73,39 @@ impl Builder {
                 let mut shape = Vec::new();
                 for d in shape_pair.into_inner() {
                     match d.as_str() {
-                        "?" => return Err(self.err(&d, "dynamic dimensions are not supported: ircc needs static shapes")),
-                        "*" => return Err(self.err(&d, "unranked tensors are not supported: ircc needs static shapes")),
+                        "?" => {
+                            return Err(self.err(
+                                &d,
+                                "dynamic dimensions are not supported: ircc needs static shapes",
+                            ));
+                        }
+                        "*" => {
+                            return Err(self.err(
+                                &d,
+                                "unranked tensors are not supported: ircc needs static shapes",
+                            ));
+                        }
                         n => match n.parse::<i64>() {
                             Ok(v) if v <= MAX_DIM => shape.push(v),
-                            _ => return Err(self.err(&d, format!("dimension {n} is larger than the supported maximum {MAX_DIM}"))),
+                            _ => return Err(self.err(
+                                &d,
+                                format!(
+                                    "dimension {n} is larger than the supported maximum {MAX_DIM}"
+                                ),
+                            )),
                         },
                     }
                 }
                 let elem = elem_type(elem_pair.as_str()).map_err(|m| self.err(&elem_pair, m))?;
-                Ok(if is_tensor { Type::Tensor(TensorType::new(shape, elem)) } else { Type::Vector { shape, elem } })
+                Ok(if is_tensor {
+                    Type::Tensor(TensorType::new(shape, elem))
+                } else {
+                    Type::Vector { shape, elem }
+                })
             }
-            Rule::scalar_type => Ok(Type::Scalar(elem_type(inner.as_str()).map_err(|m| self.err(&inner, m))?)),
+            Rule::scalar_type => Ok(Type::Scalar(
+                elem_type(inner.as_str()).map_err(|m| self.err(&inner, m))?,
+            )),
             Rule::index_type => Ok(Type::Index),
             Rule::none_type => Err(self.err(&inner, "the 'none' type is not supported")),
             Rule::function_type => self.function_type(inner),
@@ -89,11 +114,18 @@ impl Builder {
                 let dialect = it.next().expect("dialect").as_str().to_string();
                 let name = it.next().expect("name").as_str().to_string();
                 let body = it.next().map(|b| b.as_str().to_string());
-                Ok(Type::Opaque { dialect, name, body })
+                Ok(Type::Opaque {
+                    dialect,
+                    name,
+                    body,
+                })
             }
             Rule::type_alias_name => {
                 let key = &inner.as_str()[1..];
-                self.type_aliases.get(key).cloned().ok_or_else(|| self.err(&inner, format!("undefined type alias '!{key}'")))
+                self.type_aliases
+                    .get(key)
+                    .cloned()
+                    .ok_or_else(|| self.err(&inner, format!("undefined type alias '!{key}'")))
             }
             r => unreachable!("unexpected {r:?} in type"),
         }
@@ -134,7 +166,10 @@ impl Builder {
                 None => Attribute::Unit,
             };
             if dict.insert(key.clone(), value).is_some() {
-                return Err(self.err(&key_pair, format!("attribute '{key}' occurs more than once")));
+                return Err(self.err(
+                    &key_pair,
+                    format!("attribute '{key}' occurs more than once"),
+                ));
             }
         }
         Ok(dict)
@@ -146,9 +181,19 @@ impl Builder {
             Rule::unit_lit => Ok(Attribute::Unit),
             Rule::bool_lit => Ok(Attribute::Bool(inner.as_str() == "true")),
             Rule::int_attr | Rule::float_attr => self.number_attr(inner),
-            Rule::string_lit => Ok(Attribute::String(unquote(&inner).map_err(|m| self.err(&inner, m))?)),
-            Rule::symbol_ref => inner.into_inner().map(|s| self.symbol_name(&s)).collect::<PResult<_>>().map(Attribute::SymbolRef),
-            Rule::list_attr => inner.into_inner().map(|a| self.attr_value(a)).collect::<PResult<_>>().map(Attribute::Array),
+            Rule::string_lit => Ok(Attribute::String(
+                unquote(&inner).map_err(|m| self.err(&inner, m))?,
+            )),
+            Rule::symbol_ref => inner
+                .into_inner()
+                .map(|s| self.symbol_name(&s))
+                .collect::<PResult<_>>()
+                .map(Attribute::SymbolRef),
+            Rule::list_attr => inner
+                .into_inner()
+                .map(|a| self.attr_value(a))
+                .collect::<PResult<_>>()
+                .map(Attribute::Array),
             Rule::attr_dict => Ok(Attribute::Dict(self.attr_dict(inner)?)),
             Rule::type_value => Ok(Attribute::Type(self.type_value(inner)?)),
             Rule::opaque_attr => {
@@ -156,15 +201,24 @@ impl Builder {
                 let dialect = it.next().expect("dialect").as_str().to_string();
                 let name = it.next().expect("name").as_str().to_string();
                 let body = it.next().map(|b| b.as_str().to_string());
-                Ok(Attribute::Opaque { dialect, name, body })
+                Ok(Attribute::Opaque {
+                    dialect,
+                    name,
+                    body,
+                })
             }
             Rule::attr_alias_name => {
                 let key = &inner.as_str()[1..];
-                self.attr_aliases.get(key).cloned().ok_or_else(|| self.err(&inner, format!("undefined attribute alias '#{key}'")))
+                self.attr_aliases
+                    .get(key)
+                    .cloned()
+                    .ok_or_else(|| self.err(&inner, format!("undefined attribute alias '#{key}'")))
             }
             Rule::array_attr => self.array_attr(inner),
             Rule::dense_attr => self.dense_attr(inner),
-            Rule::affine_map_attr => Ok(Attribute::AffineMap(self.affine_map(inner.into_inner().next().expect("map"))?)),
+            Rule::affine_map_attr => Ok(Attribute::AffineMap(
+                self.affine_map(inner.into_inner().next().expect("map"))?,
+            )),
             r => unreachable!("unexpected {r:?} in attribute"),
         }
     }
@@ -178,15 +232,25 @@ impl Builder {
         };
         let is_float_lit = lit.as_rule() == Rule::float_lit;
         match ty {
-            None if is_float_lit => Ok(Attribute::Float(self.parse_f64(&lit)?, Type::Scalar(ElemType::F64))),
+            None if is_float_lit => Ok(Attribute::Float(
+                self.parse_f64(&lit)?,
+                Type::Scalar(ElemType::F64),
+            )),
             None => Ok(Attribute::i64(self.parse_i64(&lit)?)),
             Some((Type::Scalar(e), _)) if e.is_float() => {
-                let v = if is_float_lit { round_to(self.parse_f64(&lit)?, e) } else { self.float_from_int_lit(&lit, e)? };
+                let v = if is_float_lit {
+                    round_to(self.parse_f64(&lit)?, e)
+                } else {
+                    self.float_from_int_lit(&lit, e)?
+                };
                 Ok(Attribute::Float(v, Type::Scalar(e)))
             }
             Some((ty @ (Type::Scalar(_) | Type::Index), tp)) => {
                 if is_float_lit {
-                    return Err(self.err(&tp, format!("a float literal cannot have the integer type {ty}")));
+                    return Err(self.err(
+                        &tp,
+                        format!("a float literal cannot have the integer type {ty}"),
+                    ));
                 }
                 let v = self.parse_i64(&lit)?;
                 if ty == Type::Scalar(ElemType::I1) {
@@ -210,7 +274,9 @@ impl Builder {
     }
 
     fn parse_f64(&self, lit: &Pair<Rule>) -> PResult<f64> {
-        lit.as_str().parse::<f64>().map_err(|_| self.err(lit, format!("bad float literal '{}'", lit.as_str())))
+        lit.as_str()
+            .parse::<f64>()
+            .map_err(|_| self.err(lit, format!("bad float literal '{}'", lit.as_str())))
     }
 
     /// An integer literal where a float is expected: MLIR writes hex bit
@@ -219,7 +285,8 @@ impl Builder {
         let s = lit.as_str();
         match s.strip_prefix("0x") {
             Some(hex) => {
-                let bits = u64::from_str_radix(hex, 16).map_err(|_| self.err(lit, "hex float literal is too long"))?;
+                let bits = u64::from_str_radix(hex, 16)
+                    .map_err(|_| self.err(lit, "hex float literal is too long"))?;
                 Ok(float_from_bits(bits, elem))
             }
             None => Ok(round_to(self.parse_i64(lit)? as f64, elem)),
@@ -243,7 +310,10 @@ impl Builder {
             return Ok(Attribute::DenseFloatArray(elem, vals));
         }
         if elem != ElemType::I64 {
-            return Err(self.err(&ty_pair, format!("array<{elem}> is not supported; use array<i64>")));
+            return Err(self.err(
+                &ty_pair,
+                format!("array<{elem}> is not supported; use array<i64>"),
+            ));
         }
         let vals = nums
             .iter()
@@ -269,7 +339,12 @@ impl Builder {
         let ty_pair = ty.expect("dense type");
         let tensor = match self.type_value(ty_pair.clone())? {
             Type::Tensor(t) => t,
-            other => return Err(self.err(&ty_pair, format!("dense constants must have a tensor type, not {other}"))),
+            other => {
+                return Err(self.err(
+                    &ty_pair,
+                    format!("dense constants must have a tensor type, not {other}"),
+                ));
+            }
         };
         let elem = tensor.elem;
         let mut leaves = Vec::new();
@@ -283,7 +358,10 @@ impl Builder {
                 if !is_splat && shape != tensor.shape {
                     return Err(self.err(
                         &whole,
-                        format!("dense literal has shape [{}] but its type is {tensor}", join(&shape)),
+                        format!(
+                            "dense literal has shape [{}] but its type is {tensor}",
+                            join(&shape)
+                        ),
                     ));
                 }
                 self.dense_values(&leaves, elem)?
@@ -291,14 +369,26 @@ impl Builder {
         };
         let values = match values {
             DenseValues::Float(v) if v.is_empty() && !elem.is_float() => {
-                if elem.is_bool() { DenseValues::Bool(Arc::from(Vec::new())) } else { DenseValues::Int(Arc::from(Vec::new())) }
+                if elem.is_bool() {
+                    DenseValues::Bool(Arc::from(Vec::new()))
+                } else {
+                    DenseValues::Int(Arc::from(Vec::new()))
+                }
             }
             v => v,
         };
-        DenseAttr::new(tensor, values).map(Attribute::Dense).map_err(|m| self.err(&whole, m))
+        DenseAttr::new(tensor, values)
+            .map(Attribute::Dense)
+            .map_err(|m| self.err(&whole, m))
     }
 
-    fn dense_leaves<'a>(&self, pair: Pair<'a, Rule>, depth: usize, shape: &mut Vec<i64>, leaves: &mut Vec<Pair<'a, Rule>>) -> PResult<()> {
+    fn dense_leaves<'a>(
+        &self,
+        pair: Pair<'a, Rule>,
+        depth: usize,
+        shape: &mut Vec<i64>,
+        leaves: &mut Vec<Pair<'a, Rule>>,
+    ) -> PResult<()> {
         let children: Vec<Pair<Rule>> = pair.clone().into_inner().collect();
         if children.len() == 1 && children[0].as_rule() == Rule::number {
             if depth < shape.len() {
@@ -359,16 +449,28 @@ impl Builder {
     /// MLIR prints large constants.
     fn dense_hex(&self, pair: &Pair<Rule>, ty: &TensorType) -> PResult<DenseValues> {
         let text = unquote_raw(pair);
-        let hex = text.strip_prefix("0x").ok_or_else(|| self.err(pair, "a dense string must be hex, starting with 0x"))?;
+        let hex = text
+            .strip_prefix("0x")
+            .ok_or_else(|| self.err(pair, "a dense string must be hex, starting with 0x"))?;
         if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
             return Err(self.err(pair, "malformed hex data in dense constant"));
         }
-        let bytes: Vec<u8> = (0..hex.len()).step_by(2).map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0)).collect();
+        let bytes: Vec<u8> = (0..hex.len())
+            .step_by(2)
+            .map(|i| u8::from_str_radix(&hex[i..i + 2], 16).unwrap_or(0))
+            .collect();
         let elem = ty.elem;
         let width = elem.byte_size();
         let n = ty.num_elements() as usize;
         if bytes.len() != width.saturating_mul(n) && bytes.len() != width {
-            return Err(self.err(pair, format!("dense hex data has {} bytes but {ty} needs {}", bytes.len(), width.saturating_mul(n))));
+            return Err(self.err(
+                pair,
+                format!(
+                    "dense hex data has {} bytes but {ty} needs {}",
+                    bytes.len(),
+                    width.saturating_mul(n)
+                ),
+            ));
         }
         let words = bytes.chunks(width).map(|c| {
             let mut buf = [0u8; 8];
@@ -376,11 +478,21 @@ impl Builder {
             u64::from_le_bytes(buf)
         });
         Ok(match elem {
-            e if e.is_float() => DenseValues::Float(words.map(|w| float_from_bits(w, e)).collect::<Vec<_>>().into()),
+            e if e.is_float() => DenseValues::Float(
+                words
+                    .map(|w| float_from_bits(w, e))
+                    .collect::<Vec<_>>()
+                    .into(),
+            ),
             ElemType::I1 => DenseValues::Bool(words.map(|w| w != 0).collect::<Vec<_>>().into()),
             e => {
                 let bits = e.byte_size() * 8;
-                DenseValues::Int(words.map(|w| ((w << (64 - bits)) as i64) >> (64 - bits)).collect::<Vec<_>>().into())
+                DenseValues::Int(
+                    words
+                        .map(|w| ((w << (64 - bits)) as i64) >> (64 - bits))
+                        .collect::<Vec<_>>()
+                        .into(),
+                )
             }
         })
     }
@@ -395,9 +507,16 @@ impl Builder {
                 Rule::affine_dims | Rule::affine_syms => {
                     let is_dim = p.as_rule() == Rule::affine_dims;
                     for id in p.into_inner() {
-                        let e = if is_dim { AffineExpr::Dim(num_dims) } else { AffineExpr::Sym(num_syms) };
+                        let e = if is_dim {
+                            AffineExpr::Dim(num_dims)
+                        } else {
+                            AffineExpr::Sym(num_syms)
+                        };
                         if names.insert(id.as_str().to_string(), e).is_some() {
-                            return Err(self.err(&id, format!("'{}' is declared twice in the affine map", id.as_str())));
+                            return Err(self.err(
+                                &id,
+                                format!("'{}' is declared twice in the affine map", id.as_str()),
+                            ));
                         }
                         if is_dim { num_dims += 1 } else { num_syms += 1 }
                     }
@@ -418,17 +537,29 @@ impl Builder {
         Ok(AffineMap::new(num_dims, num_syms, results))
     }
 
-    fn affine_expr(&self, pair: Pair<Rule>, names: &HashMap<String, AffineExpr>) -> PResult<AffineExpr> {
+    fn affine_expr(
+        &self,
+        pair: Pair<Rule>,
+        names: &HashMap<String, AffineExpr>,
+    ) -> PResult<AffineExpr> {
         let mut it = pair.into_inner();
         let mut acc = self.affine_term(it.next().expect("term"), names)?;
         while let Some(op) = it.next() {
             let rhs = self.affine_term(it.next().expect("term after operator"), names)?;
-            acc = if op.as_str() == "+" { acc.add(rhs) } else { acc.sub(rhs) };
+            acc = if op.as_str() == "+" {
+                acc + rhs
+            } else {
+                acc - rhs
+            };
         }
         Ok(acc)
     }
 
-    fn affine_term(&self, pair: Pair<Rule>, names: &HashMap<String, AffineExpr>) -> PResult<AffineExpr> {
+    fn affine_term(
+        &self,
+        pair: Pair<Rule>,
+        names: &HashMap<String, AffineExpr>,
+    ) -> PResult<AffineExpr> {
         let mut it = pair.into_inner();
         let mut acc = self.affine_factor(it.next().expect("factor"), names)?;
         while let Some(op) = it.next() {
@@ -439,7 +570,7 @@ impl Builder {
                 return Err(self.err(&rhs_pair, format!("{op_text} by zero in affine map")));
             }
             acc = match op_text {
-                "*" => acc.mul(rhs),
+                "*" => acc * rhs,
                 "floordiv" => acc.floor_div(rhs),
                 "ceildiv" => acc.ceil_div(rhs),
                 _ => acc.modulo(rhs),
@@ -448,7 +579,11 @@ impl Builder {
         Ok(acc)
     }
 
-    fn affine_factor(&self, pair: Pair<Rule>, names: &HashMap<String, AffineExpr>) -> PResult<AffineExpr> {
+    fn affine_factor(
+        &self,
+        pair: Pair<Rule>,
+        names: &HashMap<String, AffineExpr>,
+    ) -> PResult<AffineExpr> {
         let mut negate = false;
         let mut result = None;
         for p in pair.into_inner() {
@@ -458,12 +593,19 @@ impl Builder {
                     let a = p.into_inner().next().expect("atom");
                     result = Some(match a.as_rule() {
                         Rule::affine_int => AffineExpr::Const(
-                            a.as_str().parse().map_err(|_| self.err(&a, "constant does not fit in 64 bits"))?,
+                            a.as_str()
+                                .parse()
+                                .map_err(|_| self.err(&a, "constant does not fit in 64 bits"))?,
                         ),
-                        Rule::bare_id => names
-                            .get(a.as_str())
-                            .cloned()
-                            .ok_or_else(|| self.err(&a, format!("'{}' is not a dimension or symbol of the affine map", a.as_str())))?,
+                        Rule::bare_id => names.get(a.as_str()).cloned().ok_or_else(|| {
+                            self.err(
+                                &a,
+                                format!(
+                                    "'{}' is not a dimension or symbol of the affine map",
+                                    a.as_str()
+                                ),
+                            )
+                        })?,
                         _ => self.affine_expr(a, names)?,
                     });
                 }
@@ -471,10 +613,14 @@ impl Builder {
             }
         }
         let e = result.expect("factor has an atom");
-        Ok(if negate { e.neg() } else { e })
+        Ok(if negate { -e } else { e })
     }
 }
 
 fn join(shape: &[i64]) -> String {
-    shape.iter().map(i64::to_string).collect::<Vec<_>>().join(", ")
+    shape
+        .iter()
+        .map(i64::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }

@@ -26,16 +26,21 @@ type PResult<T> = Result<T, Diagnostic>;
 /// Parses a module. `file` names the source in diagnostics.
 pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnostic> {
     let file: Option<Arc<str>> = file.map(Arc::from);
-    let mut pairs = IrGrammar::parse(Rule::file, source).map_err(|e| syntax_error(e, file.clone()))?;
+    let mut pairs =
+        IrGrammar::parse(Rule::file, source).map_err(|e| syntax_error(e, file.clone()))?;
     let root = pairs.next().expect("the file rule always produces a pair");
     let mut p = Builder {
         file,
+        line_starts: line_starts(source),
         module: Module::new(),
         scopes: vec![HashMap::new()],
         attr_aliases: HashMap::new(),
         type_aliases: HashMap::new(),
     };
-    let items: Vec<Pair<Rule>> = root.into_inner().filter(|x| x.as_rule() != Rule::EOI).collect();
+    let items: Vec<Pair<Rule>> = root
+        .into_inner()
+        .filter(|x| x.as_rule() != Rule::EOI)
+        .collect();
     let ops: Vec<&Pair<Rule>> = items.iter().filter(|x| x.as_rule() == Rule::op).collect();
     let single_module = ops.len() == 1 && is_module_op(ops[0]);
     for item in items.iter().cloned() {
@@ -44,7 +49,10 @@ pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnost
             Rule::op if single_module => p.module_op(item)?,
             Rule::op => {
                 if is_module_op(&item) {
-                    return Err(p.err(&item, "a module must be the only operation at the top level of a file"));
+                    return Err(p.err(
+                        &item,
+                        "a module must be the only operation at the top level of a file",
+                    ));
                 }
                 let body = p.module.body;
                 p.op(item, body)?;
@@ -55,11 +63,19 @@ pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnost
     Ok(p.module)
 }
 
+fn line_starts(text: &str) -> Vec<usize> {
+    std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect()
+}
+
 fn is_module_op(op: &Pair<Rule>) -> bool {
     op.clone().into_inner().any(|x| {
         x.as_rule() == Rule::module_op
             || (x.as_rule() == Rule::generic_op
-                && x.clone().into_inner().next().map(|s| attrs::unquote_raw(&s) == "builtin.module").unwrap_or(false))
+                && x.clone()
+                    .into_inner()
+                    .next()
+                    .map(|s| attrs::unquote_raw(&s) == "builtin.module")
+                    .unwrap_or(false))
     })
 }
 
@@ -75,7 +91,9 @@ fn rule_description(rule: &Rule) -> String {
         Rule::function_type => "a function type",
         Rule::region | Rule::region_list => "a region",
         Rule::string_lit => "a string",
-        Rule::affine_expr | Rule::affine_term | Rule::affine_factor | Rule::affine_atom => "an affine expression",
+        Rule::affine_expr | Rule::affine_term | Rule::affine_factor | Rule::affine_atom => {
+            "an affine expression"
+        }
         Rule::add_op | Rule::mul_op => "an affine operator",
         Rule::scalar_type => "an element type",
         Rule::dim => "a dimension",
@@ -102,7 +120,9 @@ fn syntax_error(e: pest::error::Error<Rule>, file: Option<Arc<str>>) -> Diagnost
             wanted.dedup();
             format!("syntax error: expected {}", wanted.join(" or "))
         }
-        pest::error::ErrorVariant::ParsingError { .. } => "syntax error: unexpected input".to_string(),
+        pest::error::ErrorVariant::ParsingError { .. } => {
+            "syntax error: unexpected input".to_string()
+        }
         pest::error::ErrorVariant::CustomError { message } => message.clone(),
     };
     Diagnostic::error(Location::new(file, line as u32, col as u32), message)
@@ -110,6 +130,8 @@ fn syntax_error(e: pest::error::Error<Rule>, file: Option<Arc<str>>) -> Diagnost
 
 struct Builder {
     file: Option<Arc<str>>,
+    /// Byte offset of the start of every line.
+    line_starts: Vec<usize>,
     module: Module,
     /// SSA names visible at this point, innermost region last. A name maps
     /// to its result group (`%0:2` defines two values).
@@ -121,13 +143,22 @@ struct Builder {
 /// Strips the `%` of a value name; numeric names carry no name hint.
 fn name_hint(name: &str) -> Option<String> {
     let bare = name.trim_start_matches('%');
-    if bare.chars().all(|c| c.is_ascii_digit()) { None } else { Some(bare.to_string()) }
+    if bare.chars().all(|c| c.is_ascii_digit()) {
+        None
+    } else {
+        Some(bare.to_string())
+    }
 }
 
 impl Builder {
+    /// pest's own `line_col` rescans the input from its start, which makes
+    /// parsing quadratic; the line index answers in O(log lines).
     fn loc(&self, pair: &Pair<Rule>) -> Location {
-        let (line, col) = pair.as_span().start_pos().line_col();
-        Location::new(self.file.clone(), line as u32, col as u32)
+        let offset = pair.as_span().start();
+        let line = self.line_starts.partition_point(|&start| start <= offset) - 1;
+        let start = self.line_starts[line];
+        let col = pair.get_input().get(start..offset).map_or(offset - start, |s| s.chars().count());
+        Location::new(self.file.clone(), line as u32 + 1, col as u32 + 1)
     }
 
     fn err(&self, pair: &Pair<Rule>, message: impl Into<String>) -> Diagnostic {
@@ -162,8 +193,10 @@ impl Builder {
         let loc = self.loc(name_pair);
         for scope in &self.scopes {
             if let Some((_, prev)) = scope.get(&name) {
-                return Err(Diagnostic::error(loc, format!("redefinition of SSA value '{name}'"))
-                    .with_note(prev.clone(), "previously defined here"));
+                return Err(
+                    Diagnostic::error(loc, format!("redefinition of SSA value '{name}'"))
+                        .with_note(prev.clone(), "previously defined here"),
+                );
             }
         }
         if values.len() == 1 {
@@ -171,7 +204,10 @@ impl Builder {
         } else if let Some(&first) = values.first() {
             self.module.values[first].name = name_hint(&name);
         }
-        self.scopes.last_mut().expect("a scope is open").insert(name, (values, loc));
+        self.scopes
+            .last_mut()
+            .expect("a scope is open")
+            .insert(name, (values, loc));
         Ok(())
     }
 
@@ -179,20 +215,32 @@ impl Builder {
         let mut it = use_pair.clone().into_inner();
         let name = it.next().expect("value name").as_str();
         let index: usize = match it.next() {
-            Some(c) => c.as_str().parse().map_err(|_| self.err(use_pair, "result index is too large"))?,
+            Some(c) => c
+                .as_str()
+                .parse()
+                .map_err(|_| self.err(use_pair, "result index is too large"))?,
             None => 0,
         };
         for scope in self.scopes.iter().rev() {
             if let Some((group, _)) = scope.get(name) {
                 return group.get(index).copied().ok_or_else(|| {
-                    self.err(use_pair, format!("'{name}' has {} results, so '#{index}' does not exist", group.len()))
+                    self.err(
+                        use_pair,
+                        format!(
+                            "'{name}' has {} results, so '#{index}' does not exist",
+                            group.len()
+                        ),
+                    )
                 });
             }
         }
         Err(self.err(use_pair, format!("use of undefined value '{name}'")))
     }
 
-    fn value_uses<'i>(&self, pair: Option<Pair<'i, Rule>>) -> PResult<Vec<(ValueId, Pair<'i, Rule>)>> {
+    fn value_uses<'i>(
+        &self,
+        pair: Option<Pair<'i, Rule>>,
+    ) -> PResult<Vec<(ValueId, Pair<'i, Rule>)>> {
         match pair {
             None => Ok(Vec::new()),
             Some(p) => p.into_inner().map(|u| Ok((self.resolve(&u)?, u))).collect(),
@@ -200,11 +248,20 @@ impl Builder {
     }
 
     /// Checks that the types written for operands match their definitions.
-    fn check_operand_types(&self, operands: &[(ValueId, Pair<Rule>)], types: &[Type], at: &Pair<Rule>) -> PResult<()> {
+    fn check_operand_types(
+        &self,
+        operands: &[(ValueId, Pair<Rule>)],
+        types: &[Type],
+        at: &Pair<Rule>,
+    ) -> PResult<()> {
         if operands.len() != types.len() {
             return Err(self.err(
                 at,
-                format!("{} operands but {} operand types", operands.len(), types.len()),
+                format!(
+                    "{} operands but {} operand types",
+                    operands.len(),
+                    types.len()
+                ),
             ));
         }
         for ((v, p), ty) in operands.iter().zip(types) {
@@ -212,7 +269,10 @@ impl Builder {
             if actual != ty {
                 return Err(self.err(
                     p,
-                    format!("use of value '{}' expects type {ty} but it was defined as {actual}", p.as_str()),
+                    format!(
+                        "use of value '{}' expects type {ty} but it was defined as {actual}",
+                        p.as_str()
+                    ),
                 ));
             }
         }
@@ -231,7 +291,9 @@ impl Builder {
             Rule::pretty_op => self.pretty_op(body)?,
             Rule::func_op => self.func_op(body)?,
             Rule::return_op => self.return_op(body)?,
-            Rule::module_op => return Err(self.err(&body, "a module can only appear at the top level")),
+            Rule::module_op => {
+                return Err(self.err(&body, "a module can only appear at the top level"));
+            }
             r => unreachable!("unexpected op body {r:?}"),
         };
         self.module.append_op(block, op);
@@ -246,7 +308,13 @@ impl Builder {
                 return Ok(());
             }
             let loc = self.module.op(op).loc.clone();
-            return Err(Diagnostic::error(loc, format!("operation has {} results but no names for them", values.len())));
+            return Err(Diagnostic::error(
+                loc,
+                format!(
+                    "operation has {} results but no names for them",
+                    values.len()
+                ),
+            ));
         };
         let mut next = 0;
         let groups: Vec<Pair<Rule>> = results.clone().into_inner().collect();
@@ -254,17 +322,32 @@ impl Builder {
             let mut gi = g.clone().into_inner();
             let name = gi.next().expect("result name");
             let n: usize = match gi.next() {
-                Some(c) => c.as_str().parse().map_err(|_| self.err(&g, "result count is too large"))?,
+                Some(c) => c
+                    .as_str()
+                    .parse()
+                    .map_err(|_| self.err(&g, "result count is too large"))?,
                 None => 1,
             };
             if next + n > values.len() {
-                return Err(self.err(&results, format!("more result names than the {} results of the operation", values.len())));
+                return Err(self.err(
+                    &results,
+                    format!(
+                        "more result names than the {} results of the operation",
+                        values.len()
+                    ),
+                ));
             }
             self.define(&name, values[next..next + n].to_vec())?;
             next += n;
         }
         if next != values.len() {
-            return Err(self.err(&results, format!("{next} result names for an operation with {} results", values.len())));
+            return Err(self.err(
+                &results,
+                format!(
+                    "{next} result names for an operation with {} results",
+                    values.len()
+                ),
+            ));
         }
         Ok(())
     }
@@ -281,7 +364,11 @@ impl Builder {
                 Rule::string_lit => name = attrs::unquote(&p).map_err(|m| self.err(&p, m))?,
                 Rule::value_uses => operands = self.value_uses(Some(p))?,
                 Rule::properties | Rule::attr_dict => {
-                    let dict = if p.as_rule() == Rule::properties { p.into_inner().next().expect("dict") } else { p };
+                    let dict = if p.as_rule() == Rule::properties {
+                        p.into_inner().next().expect("dict")
+                    } else {
+                        p
+                    };
                     for (k, v) in self.attr_dict(dict)? {
                         attrs.insert(k, v);
                     }
@@ -328,7 +415,11 @@ impl Builder {
                 }
                 Rule::value_uses => operands = self.value_uses(Some(p))?,
                 Rule::properties | Rule::attr_dict => {
-                    let dict = if p.as_rule() == Rule::properties { p.into_inner().next().expect("dict") } else { p };
+                    let dict = if p.as_rule() == Rule::properties {
+                        p.into_inner().next().expect("dict")
+                    } else {
+                        p
+                    };
                     for (k, v) in self.attr_dict(dict)? {
                         attrs.insert(k, v);
                     }
@@ -384,7 +475,11 @@ impl Builder {
         if let Some(tp) = types_pair {
             self.check_operand_types(&operands, &types, &tp)?;
         }
-        Ok(self.module.create_op(OpBuilder::new("func.return").operands(operands.into_iter().map(|(v, _)| v)).loc(loc)))
+        Ok(self.module.create_op(
+            OpBuilder::new("func.return")
+                .operands(operands.into_iter().map(|(v, _)| v))
+                .loc(loc),
+        ))
     }
 
     fn func_op(&mut self, pair: Pair<Rule>) -> PResult<OpId> {
@@ -443,13 +538,26 @@ impl Builder {
             attrs.insert("sym_visibility".into(), Attribute::String(v));
         }
         if args.iter().any(|a| !a.2.is_empty()) {
-            attrs.insert("arg_attrs".into(), Attribute::Array(args.iter().map(|a| Attribute::Dict(a.2.clone())).collect()));
+            attrs.insert(
+                "arg_attrs".into(),
+                Attribute::Array(args.iter().map(|a| Attribute::Dict(a.2.clone())).collect()),
+            );
         }
         if results.iter().any(|r| !r.1.is_empty()) {
-            attrs.insert("res_attrs".into(), Attribute::Array(results.iter().map(|r| Attribute::Dict(r.1.clone())).collect()));
+            attrs.insert(
+                "res_attrs".into(),
+                Attribute::Array(
+                    results
+                        .iter()
+                        .map(|r| Attribute::Dict(r.1.clone()))
+                        .collect(),
+                ),
+            );
         }
         attrs.extend(extra);
-        let op = self.module.create_op(OpBuilder::new("func.func").attrs(attrs).regions(1).loc(loc));
+        let op = self
+            .module
+            .create_op(OpBuilder::new("func.func").attrs(attrs).regions(1).loc(loc));
         if let Some(body) = body {
             let region = self.module.op(op).regions[0];
             self.region(body, region, Some(args))?;
@@ -479,10 +587,16 @@ impl Builder {
                 for p in body_pair.clone().into_inner() {
                     match p.as_rule() {
                         Rule::properties | Rule::attr_dict => {
-                            let dict = if p.as_rule() == Rule::properties { p.into_inner().next().expect("dict") } else { p };
+                            let dict = if p.as_rule() == Rule::properties {
+                                p.into_inner().next().expect("dict")
+                            } else {
+                                p
+                            };
                             for (k, v) in self.attr_dict(dict)? {
                                 match (k.as_str(), v) {
-                                    ("sym_name", Attribute::String(s)) => self.module.name = Some(s),
+                                    ("sym_name", Attribute::String(s)) => {
+                                        self.module.name = Some(s)
+                                    }
                                     (_, v) => {
                                         self.module.attrs.insert(k, v);
                                     }
@@ -496,7 +610,9 @@ impl Builder {
                                 return Err(self.err(&p, "'builtin.module' has exactly one region"));
                             }
                         }
-                        Rule::value_uses => return Err(self.err(&p, "'builtin.module' takes no operands")),
+                        Rule::value_uses => {
+                            return Err(self.err(&p, "'builtin.module' takes no operands"));
+                        }
                         _ => {}
                     }
                 }
@@ -520,23 +636,38 @@ impl Builder {
 
     /// Builds a region. `entry_args` are the arguments of a function written
     /// in the pretty form, which become the entry block's arguments.
-    fn region(&mut self, pair: Pair<Rule>, region: RegionId, entry_args: Option<Vec<(Pair<Rule>, Type, Attributes)>>) -> PResult<()> {
+    fn region(
+        &mut self,
+        pair: Pair<Rule>,
+        region: RegionId,
+        entry_args: Option<Vec<(Pair<Rule>, Type, Attributes)>>,
+    ) -> PResult<()> {
         self.scopes.push(HashMap::new());
         let result = self.region_inner(pair, region, entry_args);
         self.scopes.pop();
         result
     }
 
-    fn region_inner(&mut self, pair: Pair<Rule>, region: RegionId, entry_args: Option<Vec<(Pair<Rule>, Type, Attributes)>>) -> PResult<()> {
+    fn region_inner(
+        &mut self,
+        pair: Pair<Rule>,
+        region: RegionId,
+        entry_args: Option<Vec<(Pair<Rule>, Type, Attributes)>>,
+    ) -> PResult<()> {
         let mut inner = pair.clone().into_inner();
         let entry_ops = inner.next().expect("entry ops");
         let blocks: Vec<Pair<Rule>> = inner.filter(|p| p.as_rule() == Rule::block).collect();
         let has_entry_ops = entry_ops.clone().into_inner().next().is_some();
         if let Some(args) = entry_args {
             if !blocks.is_empty() && !has_entry_ops {
-                return Err(self.err(&blocks[0], "a function written with named arguments has an unlabelled entry block"));
+                return Err(self.err(
+                    &blocks[0],
+                    "a function written with named arguments has an unlabelled entry block",
+                ));
             }
-            let block = self.module.add_block(region, args.iter().map(|a| a.1.clone()).collect());
+            let block = self
+                .module
+                .add_block(region, args.iter().map(|a| a.1.clone()).collect());
             for (i, (name, _, _)) in args.iter().enumerate() {
                 let v = self.module.blocks[block].args[i];
                 self.define(name, vec![v])?;
@@ -554,13 +685,18 @@ impl Builder {
             let mut bi = b.into_inner();
             let label = bi.next().expect("block label");
             let mut arg_pairs = Vec::new();
-            for a in label.into_inner().filter(|x| x.as_rule() == Rule::block_arg) {
+            for a in label
+                .into_inner()
+                .filter(|x| x.as_rule() == Rule::block_arg)
+            {
                 let mut ai = a.into_inner();
                 let name = ai.next().expect("arg name");
                 let ty = self.type_value(ai.next().expect("arg type"))?;
                 arg_pairs.push((name, ty));
             }
-            let block = self.module.add_block(region, arg_pairs.iter().map(|a| a.1.clone()).collect());
+            let block = self
+                .module
+                .add_block(region, arg_pairs.iter().map(|a| a.1.clone()).collect());
             for (i, (name, _)) in arg_pairs.iter().enumerate() {
                 let v = self.module.blocks[block].args[i];
                 self.define(name, vec![v])?;
@@ -584,9 +720,13 @@ impl Builder {
 /// Parses one attribute in the textual syntax (`array<i64: 1, 2>`, `1.0 : f32`).
 pub fn parse_attribute(text: &str) -> Result<Attribute, Diagnostic> {
     let mut pairs = IrGrammar::parse(Rule::attr_only, text).map_err(|e| syntax_error(e, None))?;
-    let value = pairs.next().and_then(|p| p.into_inner().next()).expect("attr_only holds an attribute");
+    let value = pairs
+        .next()
+        .and_then(|p| p.into_inner().next())
+        .expect("attr_only holds an attribute");
     let b = Builder {
         file: None,
+        line_starts: line_starts(text),
         module: Module::new(),
         scopes: vec![HashMap::new()],
         attr_aliases: HashMap::new(),
