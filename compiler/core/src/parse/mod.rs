@@ -64,7 +64,9 @@ pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnost
 }
 
 fn line_starts(text: &str) -> Vec<usize> {
-    std::iter::once(0).chain(text.match_indices('\n').map(|(i, _)| i + 1)).collect()
+    std::iter::once(0)
+        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .collect()
 }
 
 fn is_module_op(op: &Pair<Rule>) -> bool {
@@ -157,7 +159,10 @@ impl Builder {
         let offset = pair.as_span().start();
         let line = self.line_starts.partition_point(|&start| start <= offset) - 1;
         let start = self.line_starts[line];
-        let col = pair.get_input().get(start..offset).map_or(offset - start, |s| s.chars().count());
+        let col = pair
+            .get_input()
+            .get(start..offset)
+            .map_or(offset - start, |s| s.chars().count());
         Location::new(self.file.clone(), line as u32 + 1, col as u32 + 1)
     }
 

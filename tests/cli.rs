@@ -1,0 +1,155 @@
+//! Driver options whose output is not byte-stable (timings) or that write
+//! files, and verification after a broken pass.
+
+use ircc_core::Module;
+use ircc_core::diag::Diagnostics;
+use ircc_core::pass::{Pass, PassContext};
+use ircc_tests::{ircc, root, scratch_dir};
+
+fn example() -> String {
+    root()
+        .join("tests/ir/canonicalize/cse.ir")
+        .display()
+        .to_string()
+}
+
+#[test]
+fn dump_dir_holds_the_ir_after_each_pass() {
+    let dir = scratch_dir("dump");
+    let d = dir.display().to_string();
+    let out = ircc(&[
+        &example(),
+        "--passes",
+        "canonicalize,canonicalize",
+        "--dump-dir",
+        &d,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let first = std::fs::read_to_string(dir.join("01-canonicalize.ir")).unwrap();
+    let second = std::fs::read_to_string(dir.join("02-canonicalize.ir")).unwrap();
+    assert_eq!(first, second);
+    assert_eq!(first, out.stdout);
+}
+
+#[test]
+fn timing_reports_every_pass() {
+    let out = ircc(&[
+        &example(),
+        "--passes",
+        "canonicalize,canonicalize",
+        "--timing",
+    ]);
+    assert_eq!(out.code, 0);
+    assert!(
+        out.stderr.contains("Pass execution timing report"),
+        "{}",
+        out.stderr
+    );
+    assert_eq!(
+        out.stderr.matches("% canonicalize").count()
+            + out.stderr.matches("%  canonicalize").count(),
+        2,
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn output_file_and_listings() {
+    let dir = scratch_dir("outfile");
+    let file = dir.join("out.ir").display().to_string();
+    let out = ircc(&[&example(), "--emit", "generic", "-o", &file]);
+    assert_eq!(out.code, 0);
+    assert!(out.stdout.is_empty());
+    assert!(
+        std::fs::read_to_string(&file)
+            .unwrap()
+            .starts_with("\"builtin.module\"() ({")
+    );
+
+    let ops = ircc(&["--list-ops"]);
+    assert_eq!(ops.code, 0);
+    let registry = ircc_dialects::registry().unwrap();
+    for name in registry.ops.keys() {
+        assert!(
+            ops.stdout
+                .lines()
+                .any(|l| l.starts_with(&format!("{name} "))),
+            "{name} not listed"
+        );
+    }
+    assert!(
+        ops.stdout
+            .contains("graph.conv                 many-to-many  ILD-Variable"),
+        "{}",
+        ops.stdout
+    );
+    let passes = ircc(&["--list-passes"]);
+    assert!(
+        passes.stdout.starts_with("canonicalize "),
+        "{}",
+        passes.stdout
+    );
+
+    let usage = ircc(&[]);
+    assert_eq!(usage.code, 2);
+    let missing = ircc(&["/nonexistent/file.ir"]);
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing
+            .stderr
+            .starts_with("error: cannot read /nonexistent/file.ir"),
+        "{}",
+        missing.stderr
+    );
+}
+
+/// Changes every relu's result type, which the verifier must catch.
+struct BreakTypes;
+
+impl Pass for BreakTypes {
+    fn name(&self) -> &str {
+        "test.break-types"
+    }
+    fn run(&mut self, module: &mut Module, _: &PassContext) -> Result<(), Diagnostics> {
+        let mut relus = Vec::new();
+        module.walk(|op| relus.push(op));
+        for op in relus {
+            if module.op(op).name == "graph.relu" {
+                let r = module.op(op).results[0];
+                module.values[r].ty = ircc_core::Type::tensor(vec![1], ircc_core::ElemType::F32);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn verification_after_a_pass_names_the_pass() {
+    let mut driver = ircc::Driver::new().unwrap();
+    driver
+        .passes_mut()
+        .register("test.break-types", "breaks types", |_| {
+            Ok(Box::new(BreakTypes))
+        });
+    let run = |extra: &[&str]| {
+        let mut args = vec!["ircc".to_string(), example()];
+        args.extend(extra.iter().map(|s| s.to_string()));
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = driver.run_cli(args, &mut out, &mut err);
+        (code, String::from_utf8(err).unwrap())
+    };
+    let (code, err) = run(&["--passes", "canonicalize,test.break-types"]);
+    assert_eq!(code, 1);
+    assert!(
+        err.starts_with("error: verification failed after pass 'test.break-types'"),
+        "{err}"
+    );
+    assert!(
+        err.contains("cse.ir:4:8: error: 'graph.relu': result #0 is declared as tensor<1xf32>"),
+        "{err}"
+    );
+    // Without verification the broken module goes through.
+    let (code, _) = run(&["--passes", "test.break-types", "--no-verify-each"]);
+    assert_eq!(code, 0);
+}

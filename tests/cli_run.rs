@@ -1,0 +1,136 @@
+//! `ircc run`: a module with weights in .safetensors, inputs and outputs
+//! as .npy, and the errors a user can make.
+
+use ircc_core::{ElemType, Tensor};
+use ircc_tests::{ircc, scratch_dir};
+use ndarray::{ArrayD, IxDyn};
+use safetensors::{Dtype, tensor::TensorView};
+
+const MODEL: &str = r#"module attributes {ircc.weights = "w.safetensors"} {
+  func.func @main(%x: tensor<1x2xf32>) -> (tensor<1x2xf32> {ircc.name = "logits"}, tensor<1x2xf32>) {
+    %w = graph.param {name = "layer.weight"} : () -> tensor<2x2xf32>
+    %b = graph.param {name = "layer.bias"} : () -> tensor<2xf32>
+    %h = graph.matmul %x, %w : tensor<1x2xf32>, tensor<2x2xf32> -> tensor<1x2xf32>
+    %y = graph.add %h, %b : tensor<1x2xf32>, tensor<2xf32> -> tensor<1x2xf32>
+    %r = graph.relu %y : tensor<1x2xf32> -> tensor<1x2xf32>
+    func.return %y, %r : tensor<1x2xf32>, tensor<1x2xf32>
+  }
+}
+"#;
+
+fn f32_bytes(v: &[f32]) -> Vec<u8> {
+    v.iter().flat_map(|x| x.to_le_bytes()).collect()
+}
+
+fn setup(name: &str) -> std::path::PathBuf {
+    let dir = scratch_dir(name);
+    std::fs::write(dir.join("model.ir"), MODEL).unwrap();
+    let w = f32_bytes(&[1.0, 2.0, 3.0, 4.0]);
+    let b = f32_bytes(&[0.5, -100.0]);
+    let tensors = vec![
+        (
+            "layer.weight",
+            TensorView::new(Dtype::F32, vec![2, 2], &w).unwrap(),
+        ),
+        (
+            "layer.bias",
+            TensorView::new(Dtype::F32, vec![2], &b).unwrap(),
+        ),
+    ];
+    safetensors::serialize_to_file(tensors, None, &dir.join("w.safetensors")).unwrap();
+    let x = Tensor::float(
+        ElemType::F32,
+        ArrayD::from_shape_vec(IxDyn(&[1, 2]), vec![1.0, -1.0]).unwrap(),
+    );
+    ircc_reference::write_npy(&dir.join("x.npy"), &x).unwrap();
+    dir
+}
+
+fn path(dir: &std::path::Path, f: &str) -> String {
+    dir.join(f).display().to_string()
+}
+
+#[test]
+fn run_reads_weights_and_names_outputs() {
+    let dir = setup("run-ok");
+    let out = ircc(&[
+        "run",
+        &path(&dir, "model.ir"),
+        "--backend",
+        "reference",
+        "--input",
+        &format!("x={}", path(&dir, "x.npy")),
+        "--output-dir",
+        &path(&dir, "out"),
+        "--pipeline",
+        "canonicalize",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // x·W + b = [1-3, 2-4] + [0.5, -100] = [-1.5, -102]
+    let logits = ircc_reference::read_npy(&dir.join("out/logits.npy")).unwrap();
+    assert_eq!(
+        logits.to_f64().iter().copied().collect::<Vec<_>>(),
+        vec![-1.5, -102.0]
+    );
+    let relu = ircc_reference::read_npy(&dir.join("out/result1.npy")).unwrap();
+    assert_eq!(
+        relu.to_f64().iter().copied().collect::<Vec<_>>(),
+        vec![0.0, 0.0]
+    );
+    assert!(out.stdout.contains("logits.npy"), "{}", out.stdout);
+}
+
+#[test]
+fn run_errors_are_clear() {
+    let dir = setup("run-errors");
+    let model = path(&dir, "model.ir");
+    let outdir = path(&dir, "out");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["run", model.as_str(), "--output-dir", outdir.as_str()];
+        args.extend_from_slice(extra);
+        ircc(&args)
+    };
+
+    let missing = run(&[]);
+    assert_eq!(missing.code, 1);
+    assert!(
+        missing.stderr.contains("missing input 'x'"),
+        "{}",
+        missing.stderr
+    );
+
+    let unknown = run(&["--input", "y=whatever.npy"]);
+    assert!(
+        unknown.stderr.contains("no input named 'y' (inputs: x)"),
+        "{}",
+        unknown.stderr
+    );
+
+    let bad = Tensor::float(ElemType::F32, ArrayD::zeros(IxDyn(&[2, 2])));
+    ircc_reference::write_npy(&dir.join("bad.npy"), &bad).unwrap();
+    let shape = run(&["--input", &format!("x={}", path(&dir, "bad.npy"))]);
+    assert!(
+        shape.stderr.contains(
+            "input 'x' has type tensor<2x2xf32> but the function expects tensor<1x2xf32>"
+        ),
+        "{}",
+        shape.stderr
+    );
+
+    std::fs::write(
+        dir.join("model.ir"),
+        MODEL.replace("layer.bias", "layer.missing"),
+    )
+    .unwrap();
+    let weight = run(&["--input", &path(&dir, "x.npy")]);
+    assert_eq!(weight.code, 1);
+    assert!(weight.stderr.contains("model.ir:4:10: error: while interpreting 'graph.param': weight 'layer.missing' is not in"), "{}", weight.stderr);
+
+    std::fs::write(dir.join("w.safetensors"), b"not a safetensors file").unwrap();
+    let corrupt = run(&["--input", &path(&dir, "x.npy")]);
+    assert!(
+        corrupt.stderr.contains("not a valid safetensors file"),
+        "{}",
+        corrupt.stderr
+    );
+}
