@@ -9,7 +9,7 @@ mod npy;
 mod weights;
 
 pub use npy::{read_npy, write_npy};
-pub use weights::SafetensorsWeights;
+pub use weights::{MemoryWeights, SafetensorsWeights};
 
 use ircc_core::interp::Env;
 use ircc_core::ir::ValueId;

@@ -73,3 +73,15 @@ impl Env for SafetensorsWeights {
         })
     }
 }
+
+/// Weights held in memory, as an import produces them.
+pub struct MemoryWeights(pub std::collections::HashMap<String, Tensor>);
+
+impl Env for MemoryWeights {
+    fn param(&mut self, name: &str, _ty: &TensorType) -> Result<Tensor, String> {
+        self.0
+            .get(name)
+            .cloned()
+            .ok_or_else(|| format!("weight '{name}' is not among the imported weights"))
+    }
+}

@@ -29,6 +29,44 @@ pub struct Cli {
 pub enum Command {
     /// Run a module on inputs and write its outputs as .npy files.
     Run(RunArgs),
+    /// Import an ONNX model: write its graph-dialect IR and a .safetensors file of its weights.
+    Import(ImportArgs),
+    /// Print static figures of a model after a pipeline.
+    Stats(StatsArgs),
+}
+
+/// Options for reading ONNX models.
+#[derive(Args, Debug, Clone, Default)]
+pub struct OnnxArgs {
+    /// The shape of an input with symbolic dimensions: NAME=1x3x224x224 (repeatable).
+    #[arg(long = "input-shape", value_name = "NAME=SHAPE")]
+    pub input_shapes: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct ImportArgs {
+    /// The ONNX model (weights in external data are read from beside it).
+    #[arg(value_name = "MODEL.onnx")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub onnx: OnnxArgs,
+    /// The IR file to write; the weights go beside it as NAME.safetensors.
+    #[arg(short = 'o', long, value_name = "FILE.ir")]
+    pub output: PathBuf,
+}
+
+#[derive(Args, Debug)]
+pub struct StatsArgs {
+    /// The model: a .ir file or an ONNX model.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub onnx: OnnxArgs,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Print JSON instead of a table.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -76,9 +114,11 @@ pub struct PipelineArgs {
 
 #[derive(Args, Debug)]
 pub struct CompileArgs {
-    /// The input: a .ir file in ircc's pretty form or MLIR's generic form ('-' for stdin).
+    /// The input: a .ir file (pretty or generic form, '-' for stdin) or an ONNX model.
     #[arg(value_name = "FILE", required_unless_present_any = ["list_ops", "list_passes"])]
     pub file: Option<PathBuf>,
+    #[command(flatten)]
+    pub onnx: OnnxArgs,
     #[command(flatten)]
     pub pipeline: PipelineArgs,
     /// What to print.
@@ -91,9 +131,11 @@ pub struct CompileArgs {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The module to run.
+    /// The module to run: a .ir file or an ONNX model.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
+    #[command(flatten)]
+    pub onnx: OnnxArgs,
     #[command(flatten)]
     pub pipeline: PipelineArgs,
     /// Where to run it.

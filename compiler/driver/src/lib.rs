@@ -6,22 +6,25 @@
 //! builds a custom `mlir-opt`.
 
 mod cli;
+mod commands;
 
+use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Parser;
+use ircc_core::interp::Env;
 use ircc_core::pass::{
     PassManager, PassOptions, PassRegistry, RunOptions, parse_pipeline, parse_pipeline_file,
     timing_table,
 };
 use ircc_core::verify::{VerifyOptions, verify};
-use ircc_core::{
-    Diagnostic, Diagnostics, Form, Module, Registry, Tensor, parse_module, print_module,
-};
+use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tensor, parse_module};
 
-pub use cli::{Cli, Command, CompileArgs, Emit, PipelineArgs, RunArgs};
+pub use cli::{
+    Cli, Command, CompileArgs, Emit, ImportArgs, OnnxArgs, PipelineArgs, RunArgs, StatsArgs,
+};
 
 /// The pipelines that ship inside the binary, by name.
 pub const PIPELINES: &[(&str, &str)] = &[
@@ -42,7 +45,7 @@ pub struct Driver {
 
 /// A failure with what to show the user. `source` lets diagnostics print
 /// the offending line.
-struct Failure {
+pub(crate) struct Failure {
     diagnostics: Diagnostics,
     source: Option<String>,
 }
@@ -65,10 +68,27 @@ impl From<Diagnostics> for Failure {
     }
 }
 
-type Outcome = Result<(), Failure>;
+pub(crate) type Outcome = Result<(), Failure>;
 
-fn io_err(what: &str, path: &Path, e: std::io::Error) -> Failure {
+pub(crate) fn io_err(what: &str, path: &Path, e: std::io::Error) -> Failure {
     Diagnostic::plain(format!("cannot {what} {}: {e}", path.display())).into()
+}
+
+/// A module read from a file, with where its weights come from.
+pub struct Loaded {
+    pub module: Module,
+    /// The text it was parsed from (none for an ONNX model).
+    pub source: Option<String>,
+    /// Weights of an imported model, held in memory.
+    pub weights: Option<Vec<(String, Tensor)>>,
+    pub path: PathBuf,
+    /// Milliseconds spent importing, for an ONNX model.
+    pub import_ms: f64,
+}
+
+pub fn is_onnx(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
 }
 
 impl Driver {
@@ -129,6 +149,8 @@ impl Driver {
         } else {
             match &cli.command {
                 Some(Command::Run(args)) => self.run_command(args, stdout, stderr),
+                Some(Command::Import(args)) => self.import_command(args, stdout),
+                Some(Command::Stats(args)) => self.stats_command(args, stdout, stderr),
                 None => self.compile_command(&cli.compile, stdout, stderr),
             }
         };
@@ -141,28 +163,41 @@ impl Driver {
         }
     }
 
-    /// Reads and parses a module, then verifies it.
+    /// Reads a module — parsing IR text or importing an ONNX model — and
+    /// verifies it.
     pub fn load(
         &self,
         path: &Path,
+        onnx: &OnnxArgs,
         allow_unregistered: bool,
-    ) -> Result<(Module, String), (Diagnostics, Option<String>)> {
+    ) -> Result<Loaded, (Diagnostics, Option<String>)> {
+        let plain =
+            |m: String| -> (Diagnostics, Option<String>) { (Diagnostic::plain(m).into(), None) };
+        if is_onnx(path) {
+            let options = onnx_options(onnx).map_err(plain)?;
+            let start = std::time::Instant::now();
+            let imported = ircc_onnx::import_file(path, &self.registry, &options)
+                .map_err(|e| plain(format!("{}: {e}", path.display())))?;
+            let import_ms = start.elapsed().as_secs_f64() * 1e3;
+            verify(&imported.module, &self.registry, VerifyOptions::default())
+                .map_err(|d| (d, None))?;
+            return Ok(Loaded {
+                module: imported.module,
+                source: None,
+                weights: Some(imported.weights),
+                path: path.to_path_buf(),
+                import_ms,
+            });
+        }
         let source = if path == Path::new("-") {
             let mut s = String::new();
-            std::io::stdin().read_to_string(&mut s).map_err(|e| {
-                (
-                    Diagnostic::plain(format!("cannot read stdin: {e}")).into(),
-                    None,
-                )
-            })?;
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| plain(format!("cannot read stdin: {e}")))?;
             s
         } else {
-            std::fs::read_to_string(path).map_err(|e| {
-                (
-                    Diagnostic::plain(format!("cannot read {}: {e}", path.display())).into(),
-                    None,
-                )
-            })?
+            std::fs::read_to_string(path)
+                .map_err(|e| plain(format!("cannot read {}: {e}", path.display())))?
         };
         let name = path.display().to_string();
         let module = match parse_module(&source, Some(&name)) {
@@ -176,15 +211,22 @@ impl Driver {
         ) {
             return Err((d, Some(source)));
         }
-        Ok((module, source))
+        Ok(Loaded {
+            module,
+            source: Some(source),
+            weights: None,
+            path: path.to_path_buf(),
+            import_ms: 0.0,
+        })
     }
 
-    fn load_or_fail(
+    pub(crate) fn load_or_fail(
         &self,
         path: &Path,
+        onnx: &OnnxArgs,
         allow_unregistered: bool,
-    ) -> Result<(Module, String), Failure> {
-        self.load(path, allow_unregistered)
+    ) -> Result<Loaded, Failure> {
+        self.load(path, onnx, allow_unregistered)
             .map_err(|(diagnostics, source)| Failure {
                 diagnostics,
                 source,
@@ -218,9 +260,9 @@ impl Driver {
     }
 
     /// Runs the pipeline chosen by `args` over `module`.
-    fn transform(
+    pub(crate) fn transform(
         &self,
-        module: &mut Module,
+        loaded: &mut Loaded,
         args: &PipelineArgs,
         form: Form,
         stderr: &mut dyn Write,
@@ -237,154 +279,30 @@ impl Driver {
             dump_dir: args.dump_dir.clone(),
             form,
         };
-        let timings = pm.run(module, &self.registry, &options, stderr)?;
+        let timings = pm
+            .run(&mut loaded.module, &self.registry, &options, stderr)
+            .map_err(|d| Failure {
+                diagnostics: d,
+                source: loaded.source.clone(),
+            })?;
         if args.timing {
             let _ = write!(stderr, "{}", timing_table(&timings));
         }
         Ok(())
     }
 
-    fn compile_command(
-        &self,
-        args: &CompileArgs,
-        stdout: &mut dyn Write,
-        stderr: &mut dyn Write,
-    ) -> Outcome {
-        let file = args
-            .file
-            .as_deref()
-            .ok_or_else(|| Diagnostic::plain("no input file"))?;
-        let (mut module, source) =
-            self.load_or_fail(file, args.pipeline.allow_unregistered_dialect)?;
-        let form = match args.emit {
-            Emit::Ir => Form::Pretty,
-            Emit::Generic => Form::Generic,
-        };
-        self.transform(&mut module, &args.pipeline, form, stderr)
-            .map_err(|mut f| {
-                f.source = Some(source);
-                f
-            })?;
-        let text = print_module(&module, form);
-        match &args.output {
-            Some(path) => std::fs::write(path, text).map_err(|e| io_err("write", path, e))?,
-            None => {
-                let _ = stdout.write_all(text.as_bytes());
-            }
+    /// Where `graph.param` values come from: an import's weights, or the
+    /// file named by the module attribute `ircc.weights` (relative to the IR file).
+    pub(crate) fn weights_env(&self, loaded: &Loaded) -> Result<Box<dyn Env>, Failure> {
+        if let Some(w) = &loaded.weights {
+            return Ok(Box::new(ircc_reference::MemoryWeights(
+                w.iter().cloned().collect::<HashMap<_, _>>(),
+            )));
         }
-        Ok(())
-    }
-
-    fn run_command(
-        &self,
-        args: &RunArgs,
-        stdout: &mut dyn Write,
-        stderr: &mut dyn Write,
-    ) -> Outcome {
-        let (mut module, source) =
-            self.load_or_fail(&args.file, args.pipeline.allow_unregistered_dialect)?;
-        self.transform(&mut module, &args.pipeline, Form::Pretty, stderr)
-            .map_err(|mut f| {
-                f.source = Some(source.clone());
-                f
-            })?;
-        let func = module.lookup_symbol(&args.entry).ok_or_else(|| {
-            Diagnostic::plain(format!(
-                "no function '@{}' in {}",
-                args.entry,
-                args.file.display()
-            ))
-        })?;
-        let names = ircc_reference::input_names(&module, func);
-        let inputs = self.read_inputs(&args.inputs, &names)?;
-        let mut env = self.weights_env(&module, &args.file)?;
-        let outputs = ircc_reference::run_function(
-            &module,
-            &self.registry,
-            &args.entry,
-            inputs,
-            env.as_mut(),
-        )
-        .map_err(|d| Failure {
-            diagnostics: d.into(),
-            source: Some(source),
-        })?;
-        std::fs::create_dir_all(&args.output_dir)
-            .map_err(|e| io_err("create", &args.output_dir, e))?;
-        for (name, t) in ircc_reference::output_names(&module, func)
-            .iter()
-            .zip(&outputs)
-        {
-            let file: String = name
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            let path = args.output_dir.join(format!("{file}.npy"));
-            ircc_reference::write_npy(&path, t).map_err(Diagnostic::plain)?;
-            let _ = writeln!(stdout, "wrote {} ({})", path.display(), t.ty());
-        }
-        Ok(())
-    }
-
-    fn read_inputs(&self, specs: &[String], names: &[String]) -> Result<Vec<Tensor>, Failure> {
-        let mut slots: Vec<Option<Tensor>> = vec![None; names.len()];
-        let mut next_positional = 0;
-        for spec in specs {
-            let (index, path) = match spec.split_once('=') {
-                Some((name, path)) => {
-                    let i = names.iter().position(|n| n == name).ok_or_else(|| {
-                        Diagnostic::plain(format!(
-                            "no input named '{name}' (inputs: {})",
-                            names.join(", ")
-                        ))
-                    })?;
-                    (i, path)
-                }
-                None => {
-                    let i = next_positional;
-                    next_positional += 1;
-                    (i, spec.as_str())
-                }
-            };
-            if index >= names.len() {
-                return Err(Diagnostic::plain(format!(
-                    "too many inputs: the function takes {}",
-                    names.len()
-                ))
-                .into());
-            }
-            slots[index] =
-                Some(ircc_reference::read_npy(Path::new(path)).map_err(Diagnostic::plain)?);
-        }
-        slots
-            .into_iter()
-            .zip(names)
-            .map(|(t, n)| {
-                t.ok_or_else(|| {
-                    Diagnostic::plain(format!("missing input '{n}' (give --input {n}=PATH.npy)"))
-                        .into()
-                })
-            })
-            .collect()
-    }
-
-    /// The weights named by the module's `ircc.weights` attribute, relative
-    /// to the IR file.
-    fn weights_env(
-        &self,
-        module: &Module,
-        file: &Path,
-    ) -> Result<Box<dyn ircc_core::interp::Env>, Failure> {
-        match module.attrs.get("ircc.weights") {
+        match loaded.module.attrs.get("ircc.weights") {
             None => Ok(Box::new(ircc_core::interp::NoWeights)),
-            Some(ircc_core::Attribute::String(rel)) => {
-                let base = file.parent().unwrap_or(Path::new("."));
+            Some(Attribute::String(rel)) => {
+                let base = loaded.path.parent().unwrap_or(Path::new("."));
                 let w = ircc_reference::SafetensorsWeights::open(&base.join(rel))
                     .map_err(Diagnostic::plain)?;
                 Ok(Box::new(w))
@@ -395,4 +313,22 @@ impl Driver {
             .into()),
         }
     }
+}
+
+fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
+    let mut options = ircc_onnx::ImportOptions::default();
+    for spec in &args.input_shapes {
+        let (name, shape) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--input-shape '{spec}' must be NAME=DIMSxDIMS"))?;
+        let dims = shape
+            .split('x')
+            .map(|d| d.parse::<i64>().ok().filter(|&v| v >= 0))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                format!("--input-shape '{spec}': '{shape}' is not a shape like 1x3x224x224")
+            })?;
+        options.input_shapes.insert(name.to_string(), dims);
+    }
+    Ok(options)
 }

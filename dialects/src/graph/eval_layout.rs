@@ -312,7 +312,10 @@ fn source_coord(mode: &str, o: usize, in_len: usize, out_len: usize, scale: f64)
     let o = o as f64;
     match mode {
         "asymmetric" => o / scale,
-        "align_corners" if out_len > 1 => o * (in_len as f64 - 1.0) / (out_len as f64 - 1.0),
+        // ONNX uses the unrounded output length `in * scale` here.
+        "align_corners" if in_len as f64 * scale > 1.0 => {
+            o * (in_len as f64 - 1.0) / (in_len as f64 * scale - 1.0)
+        }
         "align_corners" => 0.0,
         "pytorch_half_pixel" if out_len <= 1 => 0.0,
         _ => (o + 0.5) / scale - 0.5,

@@ -64,7 +64,7 @@ pub fn elementwise_unary(v: &OpView) -> Infer {
     let x = v.tensor(0)?;
     let float_only = !matches!(
         v.name(),
-        "graph.neg" | "graph.abs" | "graph.relu" | "graph.identity"
+        "graph.neg" | "graph.abs" | "graph.relu" | "graph.identity" | "graph.clip"
     );
     if float_only && !x.elem.is_float() {
         return Err(format!("needs a float tensor, not {x}"));

@@ -1,0 +1,206 @@
+//! The subcommands: compile (the default), run, import, stats.
+
+use std::io::Write;
+use std::path::Path;
+use std::time::Instant;
+
+use ircc_core::{Attribute, Diagnostic, Form, Module, Tensor, print_module};
+
+use crate::{
+    CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err, is_onnx,
+};
+
+/// Operations that compute: graph ops other than constants and weights.
+pub fn graph_op_count(module: &Module) -> usize {
+    let mut n = 0;
+    module.walk(|op| {
+        let name = &module.op(op).name;
+        if name.starts_with("graph.") && name != "graph.constant" && name != "graph.param" {
+            n += 1;
+        }
+    });
+    n
+}
+
+impl Driver {
+    pub(crate) fn compile_command(
+        &self,
+        args: &CompileArgs,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Outcome {
+        let file = args
+            .file
+            .as_deref()
+            .ok_or_else(|| Diagnostic::plain("no input file"))?;
+        let mut loaded =
+            self.load_or_fail(file, &args.onnx, args.pipeline.allow_unregistered_dialect)?;
+        let form = match args.emit {
+            Emit::Ir => Form::Pretty,
+            Emit::Generic => Form::Generic,
+        };
+        self.transform(&mut loaded, &args.pipeline, form, stderr)?;
+        let text = print_module(&loaded.module, form);
+        match &args.output {
+            Some(path) => std::fs::write(path, text).map_err(|e| io_err("write", path, e))?,
+            None => {
+                let _ = stdout.write_all(text.as_bytes());
+            }
+        }
+        Ok(())
+    }
+
+    pub(crate) fn run_command(
+        &self,
+        args: &RunArgs,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Outcome {
+        let mut loaded = self.load_or_fail(
+            &args.file,
+            &args.onnx,
+            args.pipeline.allow_unregistered_dialect,
+        )?;
+        self.transform(&mut loaded, &args.pipeline, Form::Pretty, stderr)?;
+        let module = &loaded.module;
+        let func = module.lookup_symbol(&args.entry).ok_or_else(|| {
+            Diagnostic::plain(format!(
+                "no function '@{}' in {}",
+                args.entry,
+                args.file.display()
+            ))
+        })?;
+        let names = ircc_reference::input_names(module, func);
+        let inputs = read_inputs(&args.inputs, &names)?;
+        let mut env = self.weights_env(&loaded)?;
+        let outputs =
+            ircc_reference::run_function(module, &self.registry, &args.entry, inputs, env.as_mut())
+                .map_err(|d| Failure {
+                    diagnostics: d.into(),
+                    source: loaded.source.clone(),
+                })?;
+        std::fs::create_dir_all(&args.output_dir)
+            .map_err(|e| io_err("create", &args.output_dir, e))?;
+        for (name, t) in ircc_reference::output_names(module, func)
+            .iter()
+            .zip(&outputs)
+        {
+            let file: String = name
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || "._-".contains(c) {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            let path = args.output_dir.join(format!("{file}.npy"));
+            ircc_reference::write_npy(&path, t).map_err(Diagnostic::plain)?;
+            let _ = writeln!(stdout, "wrote {} ({})", path.display(), t.ty());
+        }
+        Ok(())
+    }
+
+    pub(crate) fn import_command(&self, args: &ImportArgs, stdout: &mut dyn Write) -> Outcome {
+        if !is_onnx(&args.file) {
+            return Err(
+                Diagnostic::plain(format!("{} is not an .onnx file", args.file.display())).into(),
+            );
+        }
+        let mut loaded = self.load_or_fail(&args.file, &args.onnx, false)?;
+        let weights_path = args.output.with_extension("safetensors");
+        let weights = loaded.weights.take().unwrap_or_default();
+        let relative = weights_path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        loaded
+            .module
+            .attrs
+            .insert("ircc.weights".into(), Attribute::String(relative));
+        ircc_onnx::write_weights(&weights_path, &weights).map_err(Diagnostic::plain)?;
+        std::fs::write(&args.output, print_module(&loaded.module, Form::Pretty))
+            .map_err(|e| io_err("write", &args.output, e))?;
+        let _ = writeln!(
+            stdout,
+            "wrote {} ({} graph ops) and {} ({} weights)",
+            args.output.display(),
+            graph_op_count(&loaded.module),
+            weights_path.display(),
+            weights.len()
+        );
+        Ok(())
+    }
+
+    pub(crate) fn stats_command(
+        &self,
+        args: &StatsArgs,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Outcome {
+        let start = Instant::now();
+        let mut loaded = self.load_or_fail(
+            &args.file,
+            &args.onnx,
+            args.pipeline.allow_unregistered_dialect,
+        )?;
+        let graph_ops = graph_op_count(&loaded.module);
+        self.transform(&mut loaded, &args.pipeline, Form::Pretty, stderr)?;
+        let compile_ms = start.elapsed().as_secs_f64() * 1e3;
+        let stats = serde_json::json!({
+            "graph_ops": graph_ops,
+            "import_ms": loaded.import_ms,
+            "compile_ms": compile_ms,
+        });
+        if args.json {
+            let _ = writeln!(stdout, "{stats}");
+        } else {
+            let _ = writeln!(stdout, "{}", args.file.display());
+            let _ = writeln!(stdout, "  graph ops   {graph_ops}");
+            let _ = writeln!(stdout, "  import      {:.1} ms", loaded.import_ms);
+            let _ = writeln!(stdout, "  compile     {compile_ms:.1} ms");
+        }
+        Ok(())
+    }
+}
+
+fn read_inputs(specs: &[String], names: &[String]) -> Result<Vec<Tensor>, Failure> {
+    let mut slots: Vec<Option<Tensor>> = vec![None; names.len()];
+    let mut next_positional = 0;
+    for spec in specs {
+        let (index, path) = match spec.split_once('=') {
+            Some((name, path)) => {
+                let i = names.iter().position(|n| n == name).ok_or_else(|| {
+                    Diagnostic::plain(format!(
+                        "no input named '{name}' (inputs: {})",
+                        names.join(", ")
+                    ))
+                })?;
+                (i, path)
+            }
+            None => {
+                let i = next_positional;
+                next_positional += 1;
+                (i, spec.as_str())
+            }
+        };
+        if index >= names.len() {
+            return Err(Diagnostic::plain(format!(
+                "too many inputs: the function takes {}",
+                names.len()
+            ))
+            .into());
+        }
+        slots[index] = Some(ircc_reference::read_npy(Path::new(path)).map_err(Diagnostic::plain)?);
+    }
+    slots
+        .into_iter()
+        .zip(names)
+        .map(|(t, n)| {
+            t.ok_or_else(|| {
+                Diagnostic::plain(format!("missing input '{n}' (give --input {n}=PATH.npy)")).into()
+            })
+        })
+        .collect()
+}

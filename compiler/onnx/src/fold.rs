@@ -1,0 +1,339 @@
+//! Operators that exist only as shape arithmetic: with static shapes their
+//! inputs are constants, so import evaluates them and they never reach the
+//! IR. Given a non-constant input they are reported as unsupported.
+
+use ircc_core::{ElemType, Tensor, TensorData};
+use ndarray::{ArrayD, IxDyn};
+
+use crate::import::{Importer, Val, i64s};
+use crate::ops::Attrs;
+use crate::proto::NodeProto;
+use crate::tensor::to_tensor;
+use crate::{ImportError, Result};
+
+pub fn scalar(v: f64, elem: ElemType) -> Tensor {
+    let a = ndarray::arr0(v).into_dyn();
+    if elem.is_float() {
+        Tensor::float(elem, a)
+    } else {
+        Tensor::int(elem, a.mapv(|x| x as i64))
+    }
+}
+
+fn int_vector(v: Vec<i64>) -> Tensor {
+    Tensor::int(ElemType::I64, ndarray::Array1::from(v).into_dyn())
+}
+
+/// ONNX Reshape's target: 0 copies the input extent (unless allowzero), -1
+/// takes what is left.
+pub fn reshape_target(input: &[i64], shape: &[i64], allowzero: bool) -> Result<Vec<i64>> {
+    let mut out: Vec<i64> = shape
+        .iter()
+        .enumerate()
+        .map(|(i, &d)| {
+            if d == 0 && !allowzero {
+                input.get(i).copied().unwrap_or(0)
+            } else {
+                d
+            }
+        })
+        .collect();
+    let total: i64 = input.iter().product();
+    let holes: Vec<usize> = out
+        .iter()
+        .enumerate()
+        .filter(|(_, d)| **d == -1)
+        .map(|(i, _)| i)
+        .collect();
+    match holes.as_slice() {
+        [] => {}
+        [h] => {
+            let known: i64 = out.iter().filter(|&&d| d != -1).product();
+            if known == 0 || total % known != 0 {
+                return Err(ImportError::invalid(format!(
+                    "cannot reshape {input:?} to {shape:?}"
+                )));
+            }
+            out[*h] = total / known;
+        }
+        _ => {
+            return Err(ImportError::invalid(format!(
+                "reshape target {shape:?} has more than one -1"
+            )));
+        }
+    }
+    if out.iter().any(|&d| d < 0) || out.iter().product::<i64>() != total {
+        return Err(ImportError::invalid(format!(
+            "cannot reshape {input:?} to {shape:?}"
+        )));
+    }
+    Ok(out)
+}
+
+fn constant(imp: &Importer, n: &NodeProto, i: usize) -> Result<Tensor> {
+    imp.known_constant(&imp.required(n, i)?).ok_or_else(|| {
+        ImportError::unsupported(format!(
+            "operator '{}' is supported only on constant inputs (shape arithmetic), and input #{i} is not constant",
+            n.op_type
+        ))
+    })
+}
+
+pub fn import_only(imp: &mut Importer, n: &NodeProto, a: &Attrs) -> Result<Val> {
+    let t =
+        match n.op_type.as_str() {
+            "Shape" => {
+                a.only(&["start", "end"])?;
+                let shape = imp.type_of(&imp.required(n, 0)?).shape;
+                let r = shape.len() as i64;
+                let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+                let (s, e) = (clamp(a.i("start", 0)), clamp(a.i("end", r)));
+                int_vector(shape[s..e.max(s)].to_vec())
+            }
+            "Size" => {
+                a.only(&[])?;
+                let n = imp.type_of(&imp.required(n, 0)?).num_elements();
+                Tensor::int(ElemType::I64, ndarray::arr0(n).into_dyn())
+            }
+            "ConstantOfShape" => {
+                a.only(&["value"])?;
+                let shape: Vec<usize> = i64s(&constant(imp, n, 0)?)
+                    .iter()
+                    .map(|&d| d.max(0) as usize)
+                    .collect();
+                let value = match n
+                    .attribute
+                    .iter()
+                    .find(|x| x.name == "value")
+                    .and_then(|x| x.t.as_ref())
+                {
+                    Some(t) => to_tensor(t, std::path::Path::new("."))?,
+                    None => scalar(0.0, ElemType::F32),
+                };
+                let data = match &value.data {
+                    TensorData::Float(v) => TensorData::Float(ArrayD::from_elem(
+                        IxDyn(&shape),
+                        v.iter().next().copied().unwrap_or(0.0),
+                    )),
+                    TensorData::Int(v) => TensorData::Int(ArrayD::from_elem(
+                        IxDyn(&shape),
+                        v.iter().next().copied().unwrap_or(0),
+                    )),
+                    TensorData::Bool(v) => TensorData::Bool(ArrayD::from_elem(
+                        IxDyn(&shape),
+                        v.iter().next().copied().unwrap_or(false),
+                    )),
+                };
+                Tensor {
+                    elem: value.elem,
+                    data,
+                }
+            }
+            "Range" => {
+                a.only(&[])?;
+                let (start, limit, delta) = (
+                    constant(imp, n, 0)?,
+                    constant(imp, n, 1)?,
+                    constant(imp, n, 2)?,
+                );
+                let elem = start.elem;
+                let f = |t: &Tensor| t.to_f64().iter().next().copied().unwrap_or(0.0);
+                let (s, l, d) = (f(&start), f(&limit), f(&delta));
+                if d == 0.0 {
+                    return Err(ImportError::invalid("Range with delta 0"));
+                }
+                let count = ((l - s) / d).ceil().max(0.0) as usize;
+                let values: Vec<f64> = (0..count).map(|i| s + i as f64 * d).collect();
+                let arr = ndarray::Array1::from(values).into_dyn();
+                if elem.is_float() {
+                    Tensor::float(elem, arr)
+                } else {
+                    Tensor::int(elem, arr.mapv(|x| x as i64))
+                }
+            }
+            "ScatterND" => {
+                a.only(&["reduction"])?;
+                if a.s("reduction", "none") != "none" {
+                    return Err(ImportError::unsupported(
+                        "ScatterND reductions are not supported",
+                    ));
+                }
+                let (data, indices, updates) = (
+                    constant(imp, n, 0)?,
+                    constant(imp, n, 1)?,
+                    constant(imp, n, 2)?,
+                );
+                scatter_nd(&data, &indices, &updates)?
+            }
+            "Mod" => {
+                a.only(&["fmod"])?;
+                let (x, y) = (constant(imp, n, 0)?, constant(imp, n, 1)?);
+                let fmod = a.i("fmod", 0) != 0;
+                // Python's modulo takes the divisor's sign: fmod, then shift.
+                let float_mod = |p: f64, q: f64| {
+                    let m = p % q;
+                    if !fmod && m != 0.0 && (m < 0.0) != (q < 0.0) {
+                        m + q
+                    } else {
+                        m
+                    }
+                };
+                elementwise(&x, &y, float_mod, |p, q| {
+                    if q == 0 {
+                        0
+                    } else if fmod {
+                        p % q
+                    } else {
+                        p.rem_euclid(q) + if q < 0 && p.rem_euclid(q) != 0 { q } else { 0 }
+                    }
+                })?
+            }
+            "Floor" | "Ceil" => {
+                a.only(&[])?;
+                let x = constant(imp, n, 0)?;
+                let f = if n.op_type == "Floor" {
+                    f64::floor
+                } else {
+                    f64::ceil
+                };
+                Tensor::float(x.elem, x.to_f64().mapv(f))
+            }
+            "And" | "Or" | "Xor" => {
+                a.only(&[])?;
+                let (x, y) = (constant(imp, n, 0)?, constant(imp, n, 1)?);
+                let (p, q) = (
+                    x.as_bool()
+                        .ok_or_else(|| ImportError::invalid("needs bool"))?,
+                    y.as_bool()
+                        .ok_or_else(|| ImportError::invalid("needs bool"))?,
+                );
+                let shape = broadcast_shape(p.shape(), q.shape())?;
+                let (p, q) = (
+                    p.broadcast(IxDyn(&shape)).expect("broadcast"),
+                    q.broadcast(IxDyn(&shape)).expect("broadcast"),
+                );
+                let op = n.op_type.clone();
+                Tensor::bool(ndarray::Zip::from(&p).and(&q).map_collect(
+                    |&u, &v| match op.as_str() {
+                        "And" => u && v,
+                        "Or" => u || v,
+                        _ => u != v,
+                    },
+                ))
+            }
+            other => {
+                return Err(ImportError::unsupported(format!(
+                    "operator '{other}' is not supported"
+                )));
+            }
+        };
+    Ok(Val::constant(t))
+}
+
+fn broadcast_shape(a: &[usize], b: &[usize]) -> Result<Vec<usize>> {
+    let a: Vec<i64> = a.iter().map(|&d| d as i64).collect();
+    let b: Vec<i64> = b.iter().map(|&d| d as i64).collect();
+    let s = ircc_dialects::graph::shape::broadcast(&a, &b).map_err(ImportError::invalid)?;
+    Ok(s.iter().map(|&d| d as usize).collect())
+}
+
+fn elementwise(
+    x: &Tensor,
+    y: &Tensor,
+    f: impl Fn(f64, f64) -> f64,
+    g: impl Fn(i64, i64) -> i64,
+) -> Result<Tensor> {
+    let shape = broadcast_shape(x.shape(), y.shape())?;
+    match (&x.data, &y.data) {
+        (TensorData::Float(p), TensorData::Float(q)) => {
+            let (p, q) = (
+                p.broadcast(IxDyn(&shape)).expect("broadcast"),
+                q.broadcast(IxDyn(&shape)).expect("broadcast"),
+            );
+            Ok(Tensor::float(
+                x.elem,
+                ndarray::Zip::from(&p).and(&q).map_collect(|&u, &v| f(u, v)),
+            ))
+        }
+        (TensorData::Int(p), TensorData::Int(q)) => {
+            let (p, q) = (
+                p.broadcast(IxDyn(&shape)).expect("broadcast"),
+                q.broadcast(IxDyn(&shape)).expect("broadcast"),
+            );
+            Ok(Tensor::int(
+                x.elem,
+                ndarray::Zip::from(&p).and(&q).map_collect(|&u, &v| g(u, v)),
+            ))
+        }
+        _ => Err(ImportError::invalid(
+            "operands must have the same numeric type",
+        )),
+    }
+}
+
+fn scatter_nd(data: &Tensor, indices: &Tensor, updates: &Tensor) -> Result<Tensor> {
+    let shape = data.shape().to_vec();
+    let idx = indices.to_i64();
+    let k = *idx
+        .shape()
+        .last()
+        .ok_or_else(|| ImportError::invalid("ScatterND indices must have rank 1 or more"))?;
+    if k > shape.len() {
+        return Err(ImportError::invalid(
+            "ScatterND index is longer than the data's rank",
+        ));
+    }
+    let slice: usize = shape[k..].iter().product();
+    let strides = ircc_dialects::graph::strides_of(&shape);
+    let positions = idx.len() / k.max(1);
+    let idx = idx.as_standard_layout().iter().copied().collect::<Vec<_>>();
+    let mut offsets = Vec::with_capacity(positions);
+    for p in 0..positions {
+        let mut off = 0usize;
+        for d in 0..k {
+            let i = idx[p * k + d];
+            let i = if i < 0 { i + shape[d] as i64 } else { i };
+            if i < 0 || i >= shape[d] as i64 {
+                return Err(ImportError::invalid("ScatterND index out of range"));
+            }
+            off += i as usize * strides[d];
+        }
+        offsets.push(off);
+    }
+    fn apply<T: Clone>(
+        data: &ArrayD<T>,
+        updates: &ArrayD<T>,
+        offsets: &[usize],
+        slice: usize,
+    ) -> Result<ArrayD<T>> {
+        let mut out: Vec<T> = data.as_standard_layout().iter().cloned().collect();
+        let upd: Vec<T> = updates.as_standard_layout().iter().cloned().collect();
+        if upd.len() != offsets.len() * slice {
+            return Err(ImportError::invalid(
+                "ScatterND updates have the wrong shape",
+            ));
+        }
+        for (p, &off) in offsets.iter().enumerate() {
+            out[off..off + slice].clone_from_slice(&upd[p * slice..(p + 1) * slice]);
+        }
+        ArrayD::from_shape_vec(data.raw_dim(), out).map_err(|e| ImportError::invalid(e.to_string()))
+    }
+    let data_out = match (&data.data, &updates.data) {
+        (TensorData::Float(d), TensorData::Float(u)) => {
+            TensorData::Float(apply(d, u, &offsets, slice)?)
+        }
+        (TensorData::Int(d), TensorData::Int(u)) => TensorData::Int(apply(d, u, &offsets, slice)?),
+        (TensorData::Bool(d), TensorData::Bool(u)) => {
+            TensorData::Bool(apply(d, u, &offsets, slice)?)
+        }
+        _ => {
+            return Err(ImportError::invalid(
+                "ScatterND data and updates differ in type",
+            ));
+        }
+    };
+    Ok(Tensor {
+        elem: data.elem,
+        data: data_out,
+    })
+}

@@ -1,0 +1,440 @@
+//! The importer's state: values by ONNX name, each either a constant known
+//! at import time or an SSA value of the function being built.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+
+use ircc_core::interp::NoWeights;
+use ircc_core::ir::{BlockId, OpBuilder, ValueId};
+use ircc_core::{Attribute, Attributes, Module, OpId, Registry, Tensor, TensorType, Type};
+use prost::Message;
+
+use crate::proto::{ModelProto, NodeProto};
+use crate::tensor::{elem_type, to_tensor};
+use crate::{ImportError, ImportOptions, Imported, Result};
+
+/// An ONNX value during import. Constants are shared, so one that is used
+/// in several places is placed in the IR once (keyed by its allocation).
+#[derive(Clone)]
+pub enum Val {
+    Const(Arc<Tensor>),
+    Dyn(ValueId),
+}
+
+impl Val {
+    pub fn constant(t: Tensor) -> Val {
+        Val::Const(Arc::new(t))
+    }
+}
+
+fn key(t: &Arc<Tensor>) -> usize {
+    Arc::as_ptr(t) as usize
+}
+
+pub struct Importer<'r> {
+    pub registry: &'r Registry,
+    pub module: Module,
+    pub block: BlockId,
+    pub opset: i64,
+    values: HashMap<String, Val>,
+    /// Input values to specialize on (see `ImportOptions::known_inputs`).
+    known: HashMap<ValueId, Tensor>,
+    /// Constants already placed in the IR; the Arc keeps the key's address alive.
+    placed: HashMap<usize, (Arc<Tensor>, ValueId)>,
+    /// ONNX names of constants, for the placed ops and weights.
+    const_names: HashMap<usize, String>,
+    weight_names: HashSet<String>,
+    pub weights: Vec<(String, Tensor)>,
+    inline_limit: usize,
+    /// Scratch space for evaluating ops on constants.
+    scratch: Module,
+}
+
+/// Decodes and imports a model held in memory.
+pub fn import_model(
+    bytes: &[u8],
+    base: &Path,
+    registry: &Registry,
+    options: &ImportOptions,
+) -> Result<Imported> {
+    let model = ModelProto::decode(bytes)
+        .map_err(|e| ImportError::invalid(format!("not a valid ONNX model: {e}")))?;
+    let graph = model
+        .graph
+        .as_ref()
+        .ok_or_else(|| ImportError::invalid("the model has no graph"))?;
+    let opset = model
+        .opset_import
+        .iter()
+        .find(|o| o.domain.is_empty() || o.domain == "ai.onnx")
+        .map(|o| o.version)
+        .ok_or_else(|| {
+            let domains: Vec<&str> = model.opset_import.iter().map(|o| o.domain.as_str()).collect();
+            ImportError::unsupported(format!("only the operator sets {domains:?} are imported; ircc supports the default ONNX domain"))
+        })?;
+    // 28 is the newest opset of onnx 1.23; the graph ops' semantics are
+    // those of opsets 13 to 28 (older ones are converted where they differ).
+    if !(7..=28).contains(&opset) {
+        return Err(ImportError::unsupported(format!(
+            "opset {opset} is not supported (7 to 28 are)"
+        )));
+    }
+    let mut m = Module::new();
+    let initializers: HashMap<&str, usize> = graph
+        .initializer
+        .iter()
+        .enumerate()
+        .map(|(i, t)| (t.name.as_str(), i))
+        .collect();
+    let mut arg_types = Vec::new();
+    let mut arg_names = Vec::new();
+    for input in &graph.input {
+        if initializers.contains_key(input.name.as_str()) {
+            continue;
+        }
+        arg_types.push(Type::Tensor(input_type(input, options)?));
+        arg_names.push(input.name.clone());
+    }
+    let func = m.create_op(OpBuilder::new("func.func").regions(1));
+    let body = m.body;
+    m.append_op(body, func);
+    let region = m.op(func).regions[0];
+    let block = m.add_block(region, arg_types.clone());
+    let mut imp = Importer {
+        registry,
+        module: m,
+        block,
+        opset,
+        values: HashMap::new(),
+        known: HashMap::new(),
+        placed: HashMap::new(),
+        const_names: HashMap::new(),
+        weight_names: HashSet::new(),
+        weights: Vec::new(),
+        inline_limit: if options.inline_limit == 0 {
+            64
+        } else {
+            options.inline_limit
+        },
+        scratch: Module::new(),
+    };
+    for (i, name) in arg_names.iter().enumerate() {
+        let v = imp.module.blocks[block].args[i];
+        imp.module.values[v].name = Some(name.clone());
+        imp.values.insert(name.clone(), Val::Dyn(v));
+        if let Some(t) = options.known_inputs.get(name) {
+            imp.known.insert(v, t.clone());
+        }
+    }
+    for t in &graph.initializer {
+        let tensor =
+            to_tensor(t, base).map_err(|e| e.context(format!("initializer '{}'", t.name)))?;
+        let c = Arc::new(tensor);
+        imp.const_names.insert(key(&c), t.name.clone());
+        imp.values.insert(t.name.clone(), Val::Const(c));
+    }
+    for (i, node) in graph.node.iter().enumerate() {
+        let place = if node.name.is_empty() {
+            format!("node #{i} ({})", node.op_type)
+        } else {
+            format!("node '{}' ({})", node.name, node.op_type)
+        };
+        imp.node(node).map_err(|e| e.context(place))?;
+    }
+    let mut outputs = Vec::new();
+    let mut result_types = Vec::new();
+    let mut res_attrs = Vec::new();
+    for out in &graph.output {
+        let v = imp
+            .value(&out.name)
+            .map_err(|e| e.context("graph output"))?;
+        let v = imp.materialize(v)?;
+        result_types.push(imp.module.value_type(v).clone());
+        let mut d = Attributes::new();
+        d.insert("ircc.name".into(), Attribute::String(out.name.clone()));
+        res_attrs.push(Attribute::Dict(d));
+        outputs.push(v);
+    }
+    let ret = imp
+        .module
+        .create_op(OpBuilder::new("func.return").operands(outputs));
+    imp.module.append_op(block, ret);
+    let mut attrs = Attributes::new();
+    attrs.insert("sym_name".into(), Attribute::String("main".into()));
+    attrs.insert(
+        "function_type".into(),
+        Attribute::Type(Type::Function {
+            inputs: arg_types,
+            results: result_types,
+        }),
+    );
+    attrs.insert(
+        "arg_attrs".into(),
+        Attribute::Array(
+            arg_names
+                .iter()
+                .map(|n| {
+                    let mut d = Attributes::new();
+                    d.insert("ircc.name".into(), Attribute::String(n.clone()));
+                    Attribute::Dict(d)
+                })
+                .collect(),
+        ),
+    );
+    attrs.insert("res_attrs".into(), Attribute::Array(res_attrs));
+    imp.module.op_mut(func).attrs = attrs;
+    Ok(Imported {
+        module: imp.module,
+        weights: imp.weights,
+    })
+}
+
+fn input_type(input: &crate::proto::ValueInfoProto, options: &ImportOptions) -> Result<TensorType> {
+    let tt = input
+        .r#type
+        .as_ref()
+        .and_then(|t| t.tensor_type.as_ref())
+        .ok_or_else(|| {
+            ImportError::unsupported(format!("input '{}' is not a tensor", input.name))
+        })?;
+    let elem = elem_type(tt.elem_type).map_err(|e| e.context(format!("input '{}'", input.name)))?;
+    if let Some(shape) = options.input_shapes.get(&input.name) {
+        return Ok(TensorType::new(shape.clone(), elem));
+    }
+    let dims = tt
+        .shape
+        .as_ref()
+        .map(|s| s.dim.as_slice())
+        .unwrap_or_default();
+    let mut shape = Vec::new();
+    for d in dims {
+        match (d.dim_value, &d.dim_param) {
+            (Some(v), _) if v >= 0 => shape.push(v),
+            (_, Some(p)) => {
+                return Err(ImportError::invalid(format!(
+                    "input '{}' has the symbolic dimension '{p}': give its shape with --input-shape {}=...",
+                    input.name, input.name
+                )));
+            }
+            _ => {
+                return Err(ImportError::invalid(format!(
+                    "input '{}' has an unknown dimension",
+                    input.name
+                )));
+            }
+        }
+    }
+    Ok(TensorType::new(shape, elem))
+}
+
+impl Importer<'_> {
+    pub fn value(&self, name: &str) -> Result<Val> {
+        self.values.get(name).cloned().ok_or_else(|| {
+            ImportError::invalid(format!("value '{name}' is used before it is defined"))
+        })
+    }
+
+    /// The node's input `i`, or None when it is absent (or named "").
+    pub fn input(&self, node: &NodeProto, i: usize) -> Result<Option<Val>> {
+        match node.input.get(i) {
+            None => Ok(None),
+            Some(n) if n.is_empty() => Ok(None),
+            Some(n) => self.value(n).map(Some),
+        }
+    }
+
+    pub fn required(&self, node: &NodeProto, i: usize) -> Result<Val> {
+        self.input(node, i)?
+            .ok_or_else(|| ImportError::invalid(format!("input #{i} is missing")))
+    }
+
+    /// The value's constant, if it has one: a constant, or a known input.
+    pub fn known_constant(&self, v: &Val) -> Option<Tensor> {
+        match v {
+            Val::Const(t) => Some(Tensor::clone(t)),
+            Val::Dyn(id) => self.known.get(id).cloned(),
+        }
+    }
+
+    /// Input `i` as a constant, for shape-like inputs.
+    pub fn constant_input(&self, node: &NodeProto, i: usize, what: &str) -> Result<Option<Tensor>> {
+        match self.input(node, i)? {
+            None => Ok(None),
+            Some(Val::Const(t)) => Ok(Some(Tensor::clone(&t))),
+            Some(Val::Dyn(v)) if self.known.contains_key(&v) => Ok(self.known.get(&v).cloned()),
+            Some(Val::Dyn(_)) => Err(ImportError::unsupported(format!(
+                "input '{what}' must be a constant after shape folding (it depends on the model's inputs)"
+            ))),
+        }
+    }
+
+    pub fn define(&mut self, node: &NodeProto, outputs: Vec<Val>) -> Result<()> {
+        for (i, v) in outputs.into_iter().enumerate() {
+            match node.output.get(i) {
+                Some(name) if !name.is_empty() => {
+                    match &v {
+                        Val::Dyn(id) if self.module.value(*id).name.is_none() => {
+                            self.module.values[*id].name = Some(name.clone());
+                        }
+                        Val::Const(c) => {
+                            self.const_names
+                                .entry(key(c))
+                                .or_insert_with(|| name.clone());
+                        }
+                        Val::Dyn(_) => {}
+                    }
+                    self.values.insert(name.clone(), v);
+                }
+                _ => {}
+            }
+        }
+        Ok(())
+    }
+
+    pub fn type_of(&self, v: &Val) -> TensorType {
+        match v {
+            Val::Const(t) => t.ty(),
+            Val::Dyn(id) => self
+                .module
+                .value_type(*id)
+                .as_tensor()
+                .cloned()
+                .expect("imported values are tensors"),
+        }
+    }
+
+    /// Puts a value into the IR: constants become `graph.constant` (small)
+    /// or `graph.param` with a weight (large), once each.
+    pub fn materialize(&mut self, v: Val) -> Result<ValueId> {
+        let c = match v {
+            Val::Dyn(id) => return Ok(id),
+            Val::Const(c) => c,
+        };
+        if let Some((_, id)) = self.placed.get(&key(&c)) {
+            return Ok(*id);
+        }
+        let name = self.const_names.get(&key(&c)).cloned();
+        let ty = Type::Tensor(c.ty());
+        let b = if c.len() > self.inline_limit {
+            let base = name.clone().unwrap_or_else(|| "weight".to_string());
+            let mut weight = base.clone();
+            let mut k = 1;
+            while !self.weight_names.insert(weight.clone()) {
+                weight = format!("{base}_{k}");
+                k += 1;
+            }
+            self.weights.push((weight.clone(), Tensor::clone(&c)));
+            OpBuilder::new("graph.param").attr("name", Attribute::String(weight))
+        } else {
+            OpBuilder::new("graph.constant").attr("value", Attribute::Dense(c.to_dense()))
+        };
+        let op = self.module.create_op(b.results([ty]));
+        self.module.append_op(self.block, op);
+        let id = self.module.op(op).results[0];
+        self.module.values[id].name = name;
+        self.placed.insert(key(&c), (c, id));
+        Ok(id)
+    }
+
+    /// Emits a graph op, or evaluates it when every operand is a constant.
+    pub fn emit(
+        &mut self,
+        name: &str,
+        operands: Vec<Val>,
+        attrs: Attributes,
+        results: usize,
+    ) -> Result<Vec<Val>> {
+        if operands.iter().all(|v| matches!(v, Val::Const(_))) && !operands.is_empty() {
+            let args: Vec<Tensor> = operands
+                .into_iter()
+                .map(|v| match v {
+                    Val::Const(t) => Tensor::clone(&t),
+                    Val::Dyn(_) => unreachable!("checked above"),
+                })
+                .collect();
+            return self
+                .evaluate(name, args, attrs, results)
+                .map(|ts| ts.into_iter().map(Val::constant).collect());
+        }
+        let mut ids = Vec::new();
+        for v in operands {
+            ids.push(self.materialize(v)?);
+        }
+        let op = self.module.create_op(
+            OpBuilder::new(name)
+                .operands(ids)
+                .attrs(attrs)
+                .results(vec![Type::Index; results]),
+        );
+        infer(&mut self.module, self.registry, op)?;
+        self.module.append_op(self.block, op);
+        Ok(self
+            .module
+            .op(op)
+            .results
+            .iter()
+            .map(|&r| Val::Dyn(r))
+            .collect())
+    }
+
+    /// Runs a graph op on constants through its interpret hook.
+    pub fn evaluate(
+        &mut self,
+        name: &str,
+        args: Vec<Tensor>,
+        attrs: Attributes,
+        results: usize,
+    ) -> Result<Vec<Tensor>> {
+        let s = &mut self.scratch;
+        let holder = s.create_op(
+            OpBuilder::new("import.args").results(args.iter().map(|t| Type::Tensor(t.ty()))),
+        );
+        let operands = s.op(holder).results.clone();
+        let op = s.create_op(
+            OpBuilder::new(name)
+                .operands(operands)
+                .attrs(attrs)
+                .results(vec![Type::Index; results]),
+        );
+        infer(s, self.registry, op)?;
+        let view = self
+            .registry
+            .view(s, op)
+            .ok_or_else(|| ImportError::unsupported(format!("'{name}' is not registered")))?;
+        let def = self.registry.get(name).expect("registered");
+        let interpret = def
+            .hooks
+            .interpret
+            .ok_or_else(|| ImportError::unsupported(format!("'{name}' cannot be evaluated")))?;
+        interpret(&view, &args, &mut NoWeights).map_err(ImportError::invalid)
+    }
+}
+
+/// Sets the result types of `op` from its infer hook, checking its verifier.
+fn infer(module: &mut Module, registry: &Registry, op: OpId) -> Result<()> {
+    let name = module.op(op).name.clone();
+    let def = registry
+        .get(&name)
+        .ok_or_else(|| ImportError::unsupported(format!("'{name}' is not registered")))?;
+    let view = registry.view(module, op).expect("registered");
+    if let Some(verify) = def.hooks.verify {
+        verify(&view).map_err(ImportError::invalid)?;
+    }
+    let Some(hook) = def.hooks.infer else {
+        return Ok(());
+    };
+    let types = hook(&view).map_err(ImportError::invalid)?;
+    for (r, t) in module.op(op).results.clone().into_iter().zip(types) {
+        module.values[r].ty = t;
+    }
+    Ok(())
+}
+
+pub fn i64s(t: &Tensor) -> Vec<i64> {
+    t.to_i64().iter().copied().collect()
+}
+
+pub fn scalar_f64(t: &Tensor) -> Option<f64> {
+    t.to_f64().iter().next().copied()
+}

@@ -1,0 +1,141 @@
+//! ONNX import. A model becomes a `func.func @main` of graph-dialect ops;
+//! its weights go to a safetensors file that `graph.param` ops name.
+//!
+//! Shapes are static, so everything computed from shapes alone — the
+//! Shape/Gather/Concat/Range/... arithmetic that the torchscript exporter
+//! leaves in a graph — is evaluated during import through the graph
+//! dialect's own interpret hooks, and never reaches the IR. Shape-like
+//! inputs (Reshape's shape, Slice's bounds, ...) must therefore be
+//! constants after this folding, and become attributes.
+
+mod fold;
+mod import;
+mod ops;
+pub mod proto;
+pub mod tensor;
+
+use std::collections::HashMap;
+use std::fmt;
+use std::path::Path;
+
+use ircc_core::{Module, Registry, Tensor};
+
+pub use import::import_model;
+
+pub type Result<T> = std::result::Result<T, ImportError>;
+
+/// Why a model could not be imported.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ImportError {
+    /// The model uses something ircc does not support (an operator, an
+    /// attribute value, a data type); the model itself may be fine.
+    pub unsupported: bool,
+    pub message: String,
+}
+
+impl ImportError {
+    pub fn unsupported(message: impl Into<String>) -> Self {
+        ImportError {
+            unsupported: true,
+            message: message.into(),
+        }
+    }
+
+    pub fn invalid(message: impl Into<String>) -> Self {
+        ImportError {
+            unsupported: false,
+            message: message.into(),
+        }
+    }
+
+    /// Prefixes the message with where the error happened.
+    pub fn context(mut self, place: impl fmt::Display) -> Self {
+        self.message = format!("{place}: {}", self.message);
+        self
+    }
+}
+
+impl fmt::Display for ImportError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for ImportError {}
+
+/// How to import.
+#[derive(Clone, Debug, Default)]
+pub struct ImportOptions {
+    /// Shapes for inputs with symbolic dimensions: `input name -> shape`.
+    pub input_shapes: HashMap<String, Vec<i64>>,
+    /// Constants with more elements than this become `graph.param` weights
+    /// instead of inline `graph.constant`s.
+    pub inline_limit: usize,
+    /// Values of inputs to specialize on: where an operator needs a
+    /// constant (a Reshape's shape, a Slice's bounds) and gets one of these
+    /// inputs, the value is used. Elsewhere the input stays an argument.
+    pub known_inputs: HashMap<String, Tensor>,
+}
+
+/// An imported model: the module and the weights its `graph.param`s name.
+pub struct Imported {
+    pub module: Module,
+    pub weights: Vec<(String, Tensor)>,
+}
+
+/// Reads and imports a model file; external data is looked up beside it.
+pub fn import_file(path: &Path, registry: &Registry, options: &ImportOptions) -> Result<Imported> {
+    let bytes = std::fs::read(path)
+        .map_err(|e| ImportError::invalid(format!("cannot read {}: {e}", path.display())))?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    import_model(&bytes, base, registry, options)
+}
+
+/// Writes weights as a safetensors file.
+pub fn write_weights(path: &Path, weights: &[(String, Tensor)]) -> std::result::Result<(), String> {
+    use ircc_core::{ElemType, TensorData};
+    use safetensors::{Dtype, tensor::TensorView};
+    let mut buffers: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    for (name, t) in weights {
+        let (dtype, bytes): (Dtype, Vec<u8>) = match (&t.data, t.elem) {
+            (TensorData::Float(a), ElemType::F64) => {
+                (Dtype::F64, a.iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+            (TensorData::Float(a), ElemType::F16) => (
+                Dtype::F16,
+                a.iter()
+                    .flat_map(|&x| half::f16::from_f64(x).to_le_bytes())
+                    .collect(),
+            ),
+            (TensorData::Float(a), ElemType::BF16) => (
+                Dtype::BF16,
+                a.iter()
+                    .flat_map(|&x| half::bf16::from_f64(x).to_le_bytes())
+                    .collect(),
+            ),
+            (TensorData::Float(a), _) => (
+                Dtype::F32,
+                a.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
+            ),
+            (TensorData::Int(a), ElemType::I32) => (
+                Dtype::I32,
+                a.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
+            ),
+            (TensorData::Int(a), ElemType::I8) => {
+                (Dtype::I8, a.iter().map(|&x| x as i8 as u8).collect())
+            }
+            (TensorData::Int(a), _) => {
+                (Dtype::I64, a.iter().flat_map(|x| x.to_le_bytes()).collect())
+            }
+            (TensorData::Bool(a), _) => (Dtype::BOOL, a.iter().map(|&b| b as u8).collect()),
+        };
+        buffers.push((name.clone(), dtype, t.shape().to_vec(), bytes));
+    }
+    let views = buffers
+        .iter()
+        .map(|(n, d, s, b)| TensorView::new(*d, s.clone(), b).map(|v| (n.clone(), v)))
+        .collect::<std::result::Result<Vec<_>, _>>()
+        .map_err(|e| e.to_string())?;
+    safetensors::serialize_to_file(views, None, path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}

@@ -1,0 +1,1158 @@
+//! ONNX operators to graph ops, one arm per operator family. Attribute
+//! names follow ONNX in snake_case; shape-like inputs become attributes.
+
+use ircc_core::{Attribute, Attributes, ElemType, Tensor, Type};
+
+use crate::fold;
+use crate::import::{Importer, Val, i64s, scalar_f64};
+use crate::proto::{AttributeProto, NodeProto, attr_type};
+use crate::tensor::{elem_type, to_tensor};
+use crate::{ImportError, Result};
+
+/// Typed access to a node's attributes.
+pub struct Attrs<'a>(pub &'a NodeProto);
+
+impl<'a> Attrs<'a> {
+    fn get(&self, name: &str) -> Option<&'a AttributeProto> {
+        self.0.attribute.iter().find(|a| a.name == name)
+    }
+
+    pub fn i(&self, name: &str, default: i64) -> i64 {
+        self.get(name).map_or(default, |a| a.i)
+    }
+
+    pub fn f(&self, name: &str, default: f32) -> f32 {
+        self.get(name).map_or(default, |a| a.f)
+    }
+
+    pub fn s(&self, name: &str, default: &str) -> String {
+        self.get(name).map_or(default.to_string(), |a| {
+            String::from_utf8_lossy(&a.s).into_owned()
+        })
+    }
+
+    pub fn ints(&self, name: &str) -> Option<Vec<i64>> {
+        self.get(name).map(|a| a.ints.clone())
+    }
+
+    pub fn floats(&self, name: &str) -> Option<Vec<f32>> {
+        self.get(name).map(|a| a.floats.clone())
+    }
+
+    pub fn has(&self, name: &str) -> bool {
+        self.get(name).is_some()
+    }
+
+    /// Fails on an attribute this import does not understand.
+    pub fn only(&self, known: &[&str]) -> Result<()> {
+        for a in &self.0.attribute {
+            if !known.contains(&a.name.as_str()) {
+                return Err(ImportError::unsupported(format!(
+                    "attribute '{}' is not supported",
+                    a.name
+                )));
+            }
+            if !a.ref_attr_name.is_empty() {
+                return Err(ImportError::unsupported(
+                    "attribute references (functions) are not supported",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+fn ints_attr(v: Vec<i64>) -> Attribute {
+    Attribute::DenseI64Array(v)
+}
+
+fn f32_attr(v: f64) -> Attribute {
+    Attribute::f32(v)
+}
+
+fn attrs(pairs: Vec<(&str, Attribute)>) -> Attributes {
+    pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
+}
+
+fn rank_axis(axis: i64, rank: usize) -> Result<usize> {
+    ircc_dialects::graph::shape::axis(axis, rank).map_err(ImportError::invalid)
+}
+
+/// Explicit pads for auto_pad SAME_UPPER / SAME_LOWER / VALID.
+fn auto_pads(
+    mode: &str,
+    input: &[i64],
+    kernel: &[i64],
+    strides: &[i64],
+    dilations: &[i64],
+) -> Result<Option<Vec<i64>>> {
+    let n = input.len();
+    match mode {
+        "NOTSET" => Ok(None),
+        "VALID" => Ok(Some(vec![0; 2 * n])),
+        "SAME_UPPER" | "SAME_LOWER" => {
+            let mut pads = vec![0; 2 * n];
+            for i in 0..n {
+                let out = (input[i] + strides[i] - 1) / strides[i];
+                let k = (kernel[i] - 1) * dilations[i] + 1;
+                let total = ((out - 1) * strides[i] + k - input[i]).max(0);
+                let (small, big) = (total / 2, total - total / 2);
+                (pads[i], pads[n + i]) = if mode == "SAME_UPPER" {
+                    (small, big)
+                } else {
+                    (big, small)
+                };
+            }
+            Ok(Some(pads))
+        }
+        other => Err(ImportError::unsupported(format!(
+            "auto_pad '{other}' is not supported"
+        ))),
+    }
+}
+
+impl Importer<'_> {
+    pub fn node(&mut self, n: &NodeProto) -> Result<()> {
+        if !(n.domain.is_empty() || n.domain == "ai.onnx") {
+            return Err(ImportError::unsupported(format!(
+                "operator domain '{}' is not supported",
+                n.domain
+            )));
+        }
+        let a = Attrs(n);
+        let op = n.op_type.as_str();
+        let outputs = match op {
+            "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" => {
+                a.only(&[])?;
+                let name = format!("graph.{}", op.to_lowercase());
+                let (x, y) = (self.required(n, 0)?, self.required(n, 1)?);
+                if op == "Pow" && self.type_of(&x).elem != self.type_of(&y).elem {
+                    let to = self.type_of(&x).elem;
+                    let y = self.cast(y, to)?;
+                    return self.finish(n, "graph.pow", vec![x, y], Attributes::new());
+                }
+                self.emit(&name, vec![x, y], Attributes::new(), 1)?
+            }
+            "LessOrEqual" | "GreaterOrEqual" => {
+                a.only(&[])?;
+                let opposite = if op == "LessOrEqual" {
+                    "graph.greater"
+                } else {
+                    "graph.less"
+                };
+                let c = self.emit(
+                    opposite,
+                    vec![self.required(n, 0)?, self.required(n, 1)?],
+                    Attributes::new(),
+                    1,
+                )?;
+                self.emit("graph.not", c, Attributes::new(), 1)?
+            }
+            "Max" | "Min" | "Sum" | "Mean" => {
+                a.only(&[])?;
+                let name = match op {
+                    "Max" => "graph.max",
+                    "Min" => "graph.min",
+                    _ => "graph.add",
+                };
+                let inputs: Vec<Val> = (0..n.input.len())
+                    .map(|i| self.required(n, i))
+                    .collect::<Result<_>>()?;
+                let count = inputs.len();
+                let mut it = inputs.into_iter();
+                let mut acc = it
+                    .next()
+                    .ok_or_else(|| ImportError::invalid("needs at least one input"))?;
+                for v in it {
+                    acc = self
+                        .emit(name, vec![acc, v], Attributes::new(), 1)?
+                        .remove(0);
+                }
+                if op == "Mean" {
+                    let elem = self.type_of(&acc).elem;
+                    let div = fold::scalar(count as f64, elem);
+                    acc = self
+                        .emit(
+                            "graph.div",
+                            vec![acc, Val::constant(div)],
+                            Attributes::new(),
+                            1,
+                        )?
+                        .remove(0);
+                }
+                if count == 1 {
+                    vec![
+                        self.emit("graph.identity", vec![acc], Attributes::new(), 1)?
+                            .remove(0),
+                    ]
+                } else {
+                    vec![acc]
+                }
+            }
+            "Neg" | "Abs" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Erf" | "Tanh" | "Sigmoid"
+            | "Relu" | "Not" | "Identity" | "HardSwish" => {
+                a.only(&[])?;
+                let name = match op {
+                    "HardSwish" => "graph.hard_swish".to_string(),
+                    other => format!("graph.{}", other.to_lowercase()),
+                };
+                self.emit(&name, vec![self.required(n, 0)?], Attributes::new(), 1)?
+            }
+            "Dropout" => {
+                a.only(&["seed", "ratio"])?;
+                if n.output.len() > 1 && !n.output[1].is_empty() {
+                    return Err(ImportError::unsupported(
+                        "the mask output of Dropout is not supported",
+                    ));
+                }
+                if let Some(mode) = self.input(n, 2)? {
+                    let training = self
+                        .known_constant(&mode)
+                        .is_none_or(|t| t.to_i64().iter().any(|&v| v != 0));
+                    if training {
+                        return Err(ImportError::unsupported(
+                            "Dropout in training mode is not supported",
+                        ));
+                    }
+                }
+                self.emit(
+                    "graph.identity",
+                    vec![self.required(n, 0)?],
+                    Attributes::new(),
+                    1,
+                )?
+            }
+            "LeakyRelu" => {
+                a.only(&["alpha"])?;
+                self.emit(
+                    "graph.leaky_relu",
+                    vec![self.required(n, 0)?],
+                    attrs(vec![("alpha", f32_attr(a.f("alpha", 0.01) as f64))]),
+                    1,
+                )?
+            }
+            "HardSigmoid" => {
+                a.only(&["alpha", "beta"])?;
+                let at = attrs(vec![
+                    ("alpha", f32_attr(a.f("alpha", 0.2) as f64)),
+                    ("beta", f32_attr(a.f("beta", 0.5) as f64)),
+                ]);
+                self.emit("graph.hard_sigmoid", vec![self.required(n, 0)?], at, 1)?
+            }
+            "Gelu" => {
+                a.only(&["approximate"])?;
+                let at = attrs(vec![(
+                    "approximate",
+                    Attribute::String(a.s("approximate", "none")),
+                )]);
+                self.emit("graph.gelu", vec![self.required(n, 0)?], at, 1)?
+            }
+            "Clip" => {
+                a.only(&["min", "max"])?;
+                let x = self.required(n, 0)?;
+                let (lo, hi) = if self.opset < 11 {
+                    (
+                        a.has("min").then(|| a.f("min", 0.0) as f64),
+                        a.has("max").then(|| a.f("max", 0.0) as f64),
+                    )
+                } else {
+                    (
+                        self.constant_input(n, 1, "min")?
+                            .as_ref()
+                            .and_then(scalar_f64),
+                        self.constant_input(n, 2, "max")?
+                            .as_ref()
+                            .and_then(scalar_f64),
+                    )
+                };
+                let mut at = Attributes::new();
+                if let Some(l) = lo {
+                    at.insert("min".into(), f32_attr(l));
+                }
+                if let Some(h) = hi {
+                    at.insert("max".into(), f32_attr(h));
+                }
+                self.emit("graph.clip", vec![x], at, 1)?
+            }
+            "Where" => {
+                a.only(&[])?;
+                self.emit(
+                    "graph.where",
+                    vec![
+                        self.required(n, 0)?,
+                        self.required(n, 1)?,
+                        self.required(n, 2)?,
+                    ],
+                    Attributes::new(),
+                    1,
+                )?
+            }
+            "Cast" => {
+                a.only(&["to", "saturate"])?;
+                let to = elem_type(a.i("to", 0) as i32)?;
+                vec![self.cast(self.required(n, 0)?, to)?]
+            }
+            "CastLike" => {
+                a.only(&["saturate"])?;
+                let to = self.type_of(&self.required(n, 1)?).elem;
+                vec![self.cast(self.required(n, 0)?, to)?]
+            }
+            "LogSoftmax" => {
+                let s = self.softmax(n, &a)?;
+                self.emit("graph.log", s, Attributes::new(), 1)?
+            }
+            "PRelu" | "Softplus" | "Softsign" | "Elu" | "Selu" | "Celu" | "ThresholdedRelu"
+            | "Mish" => self.activation(n, &a)?,
+            "RMSNormalization" => self.rms_norm(n, &a)?,
+            "MatMul" => {
+                a.only(&[])?;
+                self.emit(
+                    "graph.matmul",
+                    vec![self.required(n, 0)?, self.required(n, 1)?],
+                    Attributes::new(),
+                    1,
+                )?
+            }
+            "Gemm" => {
+                a.only(&["alpha", "beta", "transA", "transB"])?;
+                let mut ops = vec![self.required(n, 0)?, self.required(n, 1)?];
+                ops.extend(self.input(n, 2)?);
+                let at = attrs(vec![
+                    ("alpha", f32_attr(a.f("alpha", 1.0) as f64)),
+                    ("beta", f32_attr(a.f("beta", 1.0) as f64)),
+                    ("trans_a", Attribute::i64(a.i("transA", 0))),
+                    ("trans_b", Attribute::i64(a.i("transB", 0))),
+                ]);
+                self.emit("graph.gemm", ops, at, 1)?
+            }
+            "Conv" | "ConvTranspose" => self.conv(n, &a)?,
+            "MaxPool" | "AveragePool" => self.pool(n, &a)?,
+            "GlobalAveragePool" => {
+                a.only(&[])?;
+                self.emit(
+                    "graph.global_average_pool",
+                    vec![self.required(n, 0)?],
+                    Attributes::new(),
+                    1,
+                )?
+            }
+            "GlobalMaxPool" => {
+                a.only(&[])?;
+                let x = self.required(n, 0)?;
+                let rank = self.type_of(&x).rank() as i64;
+                self.emit(
+                    "graph.reduce_max",
+                    vec![x],
+                    attrs(vec![("axes", ints_attr((2..rank).collect()))]),
+                    1,
+                )?
+            }
+            "BatchNormalization" => {
+                a.only(&["epsilon", "momentum", "training_mode", "spatial"])?;
+                if a.i("training_mode", 0) != 0 || n.output.iter().skip(1).any(|o| !o.is_empty()) {
+                    return Err(ImportError::unsupported(
+                        "BatchNormalization in training mode is not supported",
+                    ));
+                }
+                let ops = (0..5)
+                    .map(|i| self.required(n, i))
+                    .collect::<Result<Vec<_>>>()?;
+                self.emit(
+                    "graph.batch_norm",
+                    ops,
+                    attrs(vec![("epsilon", f32_attr(a.f("epsilon", 1e-5) as f64))]),
+                    1,
+                )?
+            }
+            "InstanceNormalization" => {
+                a.only(&["epsilon"])?;
+                let ops = (0..3)
+                    .map(|i| self.required(n, i))
+                    .collect::<Result<Vec<_>>>()?;
+                self.emit(
+                    "graph.instance_norm",
+                    ops,
+                    attrs(vec![("epsilon", f32_attr(a.f("epsilon", 1e-5) as f64))]),
+                    1,
+                )?
+            }
+            "LayerNormalization" => {
+                a.only(&["axis", "epsilon", "stash_type"])?;
+                let mut ops = vec![self.required(n, 0)?, self.required(n, 1)?];
+                ops.extend(self.input(n, 2)?);
+                let at = attrs(vec![
+                    ("axis", Attribute::i64(a.i("axis", -1))),
+                    ("epsilon", f32_attr(a.f("epsilon", 1e-5) as f64)),
+                ]);
+                let mut out = self.emit("graph.layer_norm", ops, at, 1)?;
+                if n.output.iter().skip(1).any(|o| !o.is_empty()) {
+                    out.extend(self.moments(
+                        self.required(n, 0)?,
+                        a.i("axis", -1),
+                        a.f("epsilon", 1e-5) as f64,
+                    )?);
+                }
+                out
+            }
+            "Softmax" => self.softmax(n, &a)?,
+            "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
+            | "ReduceL2" | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => {
+                self.reduce(n, &a)?
+            }
+            "Reshape" => {
+                a.only(&["allowzero"])?;
+                let x = self.required(n, 0)?;
+                let shape = self
+                    .constant_input(n, 1, "shape")?
+                    .ok_or_else(|| ImportError::invalid("missing shape"))?;
+                let target = fold::reshape_target(
+                    &self.type_of(&x).shape,
+                    &i64s(&shape),
+                    a.i("allowzero", 0) != 0,
+                )?;
+                self.emit(
+                    "graph.reshape",
+                    vec![x],
+                    attrs(vec![("shape", ints_attr(target))]),
+                    1,
+                )?
+            }
+            "Flatten" => {
+                a.only(&["axis"])?;
+                self.emit(
+                    "graph.flatten",
+                    vec![self.required(n, 0)?],
+                    attrs(vec![("axis", Attribute::i64(a.i("axis", 1)))]),
+                    1,
+                )?
+            }
+            "Transpose" => {
+                a.only(&["perm"])?;
+                let mut at = Attributes::new();
+                if let Some(p) = a.ints("perm") {
+                    at.insert("perm".into(), ints_attr(p));
+                }
+                self.emit("graph.transpose", vec![self.required(n, 0)?], at, 1)?
+            }
+            "Squeeze" | "Unsqueeze" => {
+                a.only(&["axes"])?;
+                let axes = if self.opset >= 13 {
+                    self.constant_input(n, 1, "axes")?.map(|t| i64s(&t))
+                } else {
+                    a.ints("axes")
+                };
+                let mut at = Attributes::new();
+                if let Some(ax) = axes {
+                    at.insert("axes".into(), ints_attr(ax));
+                }
+                let name = if op == "Squeeze" {
+                    "graph.squeeze"
+                } else {
+                    "graph.unsqueeze"
+                };
+                self.emit(name, vec![self.required(n, 0)?], at, 1)?
+            }
+            "Slice" => {
+                a.only(&["starts", "ends", "axes"])?;
+                let x = self.required(n, 0)?;
+                let (starts, ends, axes, steps) = if self.opset < 10 {
+                    (a.ints("starts"), a.ints("ends"), a.ints("axes"), None)
+                } else {
+                    let c = |i, w| self.constant_input(n, i, w).map(|t| t.map(|t| i64s(&t)));
+                    (
+                        c(1, "starts")?,
+                        c(2, "ends")?,
+                        c(3, "axes")?,
+                        c(4, "steps")?,
+                    )
+                };
+                let mut at = attrs(vec![
+                    (
+                        "starts",
+                        ints_attr(starts.ok_or_else(|| ImportError::invalid("missing starts"))?),
+                    ),
+                    (
+                        "ends",
+                        ints_attr(ends.ok_or_else(|| ImportError::invalid("missing ends"))?),
+                    ),
+                ]);
+                if let Some(ax) = axes {
+                    at.insert("axes".into(), ints_attr(ax));
+                }
+                if let Some(st) = steps {
+                    at.insert("steps".into(), ints_attr(st));
+                }
+                self.emit("graph.slice", vec![x], at, 1)?
+            }
+            "Gather" | "GatherElements" => {
+                a.only(&["axis"])?;
+                let name = if op == "Gather" {
+                    "graph.gather"
+                } else {
+                    "graph.gather_elements"
+                };
+                let idx = self.required(n, 1)?;
+                let idx = if self.type_of(&idx).elem != ElemType::I64 {
+                    self.cast(idx, ElemType::I64)?
+                } else {
+                    idx
+                };
+                self.emit(
+                    name,
+                    vec![self.required(n, 0)?, idx],
+                    attrs(vec![("axis", Attribute::i64(a.i("axis", 0)))]),
+                    1,
+                )?
+            }
+            "Concat" => {
+                a.only(&["axis"])?;
+                let inputs: Vec<Val> = (0..n.input.len())
+                    .filter_map(|i| self.input(n, i).transpose())
+                    .collect::<Result<_>>()?;
+                self.emit(
+                    "graph.concat",
+                    inputs,
+                    attrs(vec![("axis", Attribute::i64(a.i("axis", 0)))]),
+                    1,
+                )?
+            }
+            "Split" => {
+                a.only(&["axis", "split", "num_outputs"])?;
+                let sizes = if self.opset >= 13 {
+                    self.constant_input(n, 1, "split")?.map(|t| i64s(&t))
+                } else {
+                    a.ints("split")
+                };
+                let mut at = attrs(vec![("axis", Attribute::i64(a.i("axis", 0)))]);
+                let x = self.required(n, 0)?;
+                let sizes = match sizes {
+                    Some(s) => Some(s),
+                    // opset 18: num_outputs parts, the last one smaller.
+                    None if a.has("num_outputs") => {
+                        let ty = self.type_of(&x);
+                        let dim = ty.shape[rank_axis(a.i("axis", 0), ty.rank())?];
+                        let parts = a.i("num_outputs", 1).max(1);
+                        let chunk = (dim + parts - 1) / parts;
+                        Some(
+                            (0..parts)
+                                .map(|i| (dim - i * chunk).clamp(0, chunk))
+                                .collect(),
+                        )
+                    }
+                    None => None,
+                };
+                if let Some(s) = sizes {
+                    at.insert("split".into(), ints_attr(s));
+                }
+                self.emit("graph.split", vec![x], at, n.output.len())?
+            }
+            "Pad" => self.pad(n, &a)?,
+            "Expand" => {
+                a.only(&[])?;
+                let shape = self
+                    .constant_input(n, 1, "shape")?
+                    .ok_or_else(|| ImportError::invalid("missing shape"))?;
+                self.emit(
+                    "graph.expand",
+                    vec![self.required(n, 0)?],
+                    attrs(vec![("shape", ints_attr(i64s(&shape)))]),
+                    1,
+                )?
+            }
+            "Tile" => {
+                a.only(&[])?;
+                let reps = self
+                    .constant_input(n, 1, "repeats")?
+                    .ok_or_else(|| ImportError::invalid("missing repeats"))?;
+                self.emit(
+                    "graph.tile",
+                    vec![self.required(n, 0)?],
+                    attrs(vec![("repeats", ints_attr(i64s(&reps)))]),
+                    1,
+                )?
+            }
+            "DepthToSpace" => {
+                a.only(&["blocksize", "mode"])?;
+                let at = attrs(vec![
+                    ("blocksize", Attribute::i64(a.i("blocksize", 0))),
+                    ("mode", Attribute::String(a.s("mode", "DCR"))),
+                ]);
+                self.emit("graph.depth_to_space", vec![self.required(n, 0)?], at, 1)?
+            }
+            "SpaceToDepth" => {
+                a.only(&["blocksize"])?;
+                self.emit(
+                    "graph.space_to_depth",
+                    vec![self.required(n, 0)?],
+                    attrs(vec![("blocksize", Attribute::i64(a.i("blocksize", 0)))]),
+                    1,
+                )?
+            }
+            "Resize" => self.resize(n, &a)?,
+            "Constant" => {
+                a.only(&[
+                    "value",
+                    "value_float",
+                    "value_floats",
+                    "value_int",
+                    "value_ints",
+                ])?;
+                vec![Val::constant(self.constant_value(n, &a)?)]
+            }
+            _ => vec![fold::import_only(self, n, &a)?],
+        };
+        self.define(n, outputs)
+    }
+
+    fn finish(&mut self, n: &NodeProto, name: &str, ops: Vec<Val>, at: Attributes) -> Result<()> {
+        let out = self.emit(name, ops, at, 1)?;
+        self.define(n, out)
+    }
+
+    pub fn cast(&mut self, v: Val, to: ElemType) -> Result<Val> {
+        let at = attrs(vec![("to", Attribute::Type(Type::Scalar(to)))]);
+        Ok(self.emit("graph.cast", vec![v], at, 1)?.remove(0))
+    }
+
+    fn constant_value(&self, n: &NodeProto, a: &Attrs) -> Result<Tensor> {
+        let attr = n
+            .attribute
+            .first()
+            .ok_or_else(|| ImportError::invalid("Constant without a value"))?;
+        let v = |data: Vec<f64>, shape: Vec<usize>| {
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), data).expect("sizes agree")
+        };
+        Ok(match (attr.name.as_str(), attr.r#type) {
+            ("value", attr_type::TENSOR) => to_tensor(
+                attr.t
+                    .as_ref()
+                    .ok_or_else(|| ImportError::invalid("empty tensor"))?,
+                std::path::Path::new("."),
+            )?,
+            ("value_float", _) => Tensor::float(
+                ElemType::F32,
+                v(vec![a.f("value_float", 0.0) as f64], vec![]),
+            ),
+            ("value_floats", _) => {
+                let f = a.floats("value_floats").unwrap_or_default();
+                let len = f.len();
+                Tensor::float(
+                    ElemType::F32,
+                    v(f.into_iter().map(f64::from).collect(), vec![len]),
+                )
+            }
+            ("value_int", _) => {
+                Tensor::int(ElemType::I64, ndarray::arr0(a.i("value_int", 0)).into_dyn())
+            }
+            ("value_ints", _) => Tensor::int(
+                ElemType::I64,
+                ndarray::Array1::from(a.ints("value_ints").unwrap_or_default()).into_dyn(),
+            ),
+            (other, _) => {
+                return Err(ImportError::unsupported(format!(
+                    "Constant attribute '{other}' is not supported"
+                )));
+            }
+        })
+    }
+
+    fn conv(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&[
+            "auto_pad",
+            "dilations",
+            "group",
+            "kernel_shape",
+            "pads",
+            "strides",
+            "output_padding",
+            "output_shape",
+        ])?;
+        let x = self.required(n, 0)?;
+        let w = self.required(n, 1)?;
+        let (xt, wt) = (self.type_of(&x), self.type_of(&w));
+        let spatial = xt.rank().saturating_sub(2);
+        let strides = a.ints("strides").unwrap_or_else(|| vec![1; spatial]);
+        let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; spatial]);
+        let kernel = a
+            .ints("kernel_shape")
+            .unwrap_or_else(|| wt.shape.get(2..).unwrap_or_default().to_vec());
+        let mut at = attrs(vec![
+            ("strides", ints_attr(strides.clone())),
+            ("dilations", ints_attr(dilations.clone())),
+            ("group", Attribute::i64(a.i("group", 1))),
+        ]);
+        let mut ops = vec![x, w];
+        ops.extend(self.input(n, 2)?);
+        if n.op_type == "Conv" {
+            let pads = match auto_pads(
+                &a.s("auto_pad", "NOTSET"),
+                &xt.shape[2.min(xt.rank())..],
+                &kernel,
+                &strides,
+                &dilations,
+            )? {
+                Some(p) => p,
+                None => a.ints("pads").unwrap_or_else(|| vec![0; 2 * spatial]),
+            };
+            at.insert("pads".into(), ints_attr(pads));
+            return self.emit("graph.conv", ops, at, 1);
+        }
+        let mut out_pad = a.ints("output_padding").unwrap_or_else(|| vec![0; spatial]);
+        let pads = match (a.ints("output_shape"), a.s("auto_pad", "NOTSET").as_str()) {
+            (Some(out), mode) => {
+                // Total padding from the requested output size; SAME_UPPER
+                // puts the odd element at the end, like ONNX.
+                let out = &out[out.len().saturating_sub(spatial)..];
+                let mut p = vec![0; 2 * spatial];
+                for i in 0..spatial {
+                    let k = (kernel[i] - 1) * dilations[i] + 1;
+                    let mut total = (xt.shape[2 + i] - 1) * strides[i] + out_pad[i] + k - out[i];
+                    if total < 0 {
+                        // A larger output than the strides give: the extra goes to the end.
+                        out_pad[i] -= total;
+                        total = 0;
+                    }
+                    let (small, big) = (total / 2, total - total / 2);
+                    (p[i], p[spatial + i]) = if mode == "SAME_LOWER" {
+                        (big, small)
+                    } else {
+                        (small, big)
+                    };
+                }
+                p
+            }
+            (None, "SAME_UPPER" | "SAME_LOWER") => {
+                let mut p = vec![0; 2 * spatial];
+                for i in 0..spatial {
+                    let k = (kernel[i] - 1) * dilations[i] + 1;
+                    let total = ((xt.shape[2 + i] - 1) * strides[i] + out_pad[i] + k
+                        - xt.shape[2 + i] * strides[i])
+                        .max(0);
+                    let (small, big) = (total / 2, total - total / 2);
+                    (p[i], p[spatial + i]) = if a.s("auto_pad", "") == "SAME_UPPER" {
+                        (small, big)
+                    } else {
+                        (big, small)
+                    };
+                }
+                p
+            }
+            _ => a.ints("pads").unwrap_or_else(|| vec![0; 2 * spatial]),
+        };
+        at.insert("pads".into(), ints_attr(pads));
+        at.insert("output_padding".into(), ints_attr(out_pad));
+        self.emit("graph.conv_transpose", ops, at, 1)
+    }
+
+    fn pool(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&[
+            "auto_pad",
+            "ceil_mode",
+            "count_include_pad",
+            "dilations",
+            "kernel_shape",
+            "pads",
+            "strides",
+            "storage_order",
+        ])?;
+        if n.output.len() > 1 && !n.output[1].is_empty() {
+            return Err(ImportError::unsupported(
+                "the Indices output of MaxPool is not supported",
+            ));
+        }
+        if a.i("storage_order", 0) != 0 {
+            return Err(ImportError::unsupported("storage_order 1 is not supported"));
+        }
+        let x = self.required(n, 0)?;
+        let xt = self.type_of(&x);
+        let kernel = a
+            .ints("kernel_shape")
+            .ok_or_else(|| ImportError::invalid("missing kernel_shape"))?;
+        let spatial = kernel.len();
+        let strides = a.ints("strides").unwrap_or_else(|| vec![1; spatial]);
+        let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; spatial]);
+        let pads = match auto_pads(
+            &a.s("auto_pad", "NOTSET"),
+            &xt.shape[2.min(xt.rank())..],
+            &kernel,
+            &strides,
+            &dilations,
+        )? {
+            Some(p) => p,
+            None => a.ints("pads").unwrap_or_else(|| vec![0; 2 * spatial]),
+        };
+        let mut at = attrs(vec![
+            ("kernel_shape", ints_attr(kernel)),
+            ("strides", ints_attr(strides)),
+            ("pads", ints_attr(pads)),
+            ("dilations", ints_attr(dilations)),
+            ("ceil_mode", Attribute::i64(a.i("ceil_mode", 0))),
+        ]);
+        let name = if n.op_type == "MaxPool" {
+            "graph.max_pool"
+        } else {
+            at.insert(
+                "count_include_pad".into(),
+                Attribute::i64(a.i("count_include_pad", 0)),
+            );
+            "graph.average_pool"
+        };
+        self.emit(name, vec![x], at, 1)
+    }
+
+    fn softmax(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["axis"])?;
+        let x = self.required(n, 0)?;
+        let ty = self.type_of(&x);
+        if self.opset >= 13 {
+            return self.emit(
+                "graph.softmax",
+                vec![x],
+                attrs(vec![("axis", Attribute::i64(a.i("axis", -1)))]),
+                1,
+            );
+        }
+        // Before opset 13, Softmax flattens to 2-D at `axis` (default 1).
+        let axis = rank_axis(a.i("axis", 1), ty.rank())?;
+        if axis + 1 == ty.rank() {
+            return self.emit(
+                "graph.softmax",
+                vec![x],
+                attrs(vec![("axis", Attribute::i64(-1))]),
+                1,
+            );
+        }
+        let outer: i64 = ty.shape[..axis].iter().product();
+        let inner: i64 = ty.shape[axis..].iter().product();
+        let flat = self.emit(
+            "graph.reshape",
+            vec![x],
+            attrs(vec![("shape", ints_attr(vec![outer, inner]))]),
+            1,
+        )?;
+        let s = self.emit(
+            "graph.softmax",
+            flat,
+            attrs(vec![("axis", Attribute::i64(1))]),
+            1,
+        )?;
+        self.emit(
+            "graph.reshape",
+            s,
+            attrs(vec![("shape", ints_attr(ty.shape.clone()))]),
+            1,
+        )
+    }
+
+    fn reduce(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["axes", "keepdims", "noop_with_empty_axes"])?;
+        let x = self.required(n, 0)?;
+        let axes_from_input = self.opset >= 18 || (n.op_type == "ReduceSum" && self.opset >= 13);
+        let axes = if axes_from_input {
+            self.constant_input(n, 1, "axes")?.map(|t| i64s(&t))
+        } else {
+            a.ints("axes")
+        };
+        let axes = axes.filter(|v| !v.is_empty());
+        if axes.is_none() && a.i("noop_with_empty_axes", 0) != 0 {
+            return self.emit("graph.identity", vec![x], Attributes::new(), 1);
+        }
+        let mut at = attrs(vec![("keepdims", Attribute::i64(a.i("keepdims", 1)))]);
+        if let Some(ax) = axes {
+            at.insert("axes".into(), ints_attr(ax));
+        }
+        let elem = self.type_of(&x).elem;
+        let one = |name: &str, s: &mut Self, v: Vec<Val>| s.emit(name, v, Attributes::new(), 1);
+        match n.op_type.as_str() {
+            "ReduceL1" => {
+                let m = one("graph.abs", self, vec![x])?;
+                self.emit("graph.reduce_sum", m, at, 1)
+            }
+            "ReduceL2" | "ReduceSumSquare" => {
+                let sq = self.emit("graph.mul", vec![x.clone(), x], Attributes::new(), 1)?;
+                let s = self.emit("graph.reduce_sum", sq, at, 1)?;
+                if n.op_type == "ReduceL2" {
+                    one("graph.sqrt", self, s)
+                } else {
+                    Ok(s)
+                }
+            }
+            "ReduceLogSum" => {
+                let s = self.emit("graph.reduce_sum", vec![x], at, 1)?;
+                one("graph.log", self, s)
+            }
+            "ReduceLogSumExp" => {
+                let e = one("graph.exp", self, vec![x])?;
+                let s = self.emit("graph.reduce_sum", e, at, 1)?;
+                one("graph.log", self, s)
+            }
+            _ if !elem.is_float() && !elem.is_int() => Err(ImportError::unsupported(
+                "reductions of booleans are not supported",
+            )),
+            _ => {
+                let name = format!(
+                    "graph.reduce_{}",
+                    n.op_type.trim_start_matches("Reduce").to_lowercase()
+                );
+                self.emit(&name, vec![x], at, 1)
+            }
+        }
+    }
+
+    fn bin(&mut self, name: &str, x: Val, y: Val) -> Result<Val> {
+        Ok(self.emit(name, vec![x, y], Attributes::new(), 1)?.remove(0))
+    }
+
+    fn un(&mut self, name: &str, x: Val) -> Result<Val> {
+        Ok(self.emit(name, vec![x], Attributes::new(), 1)?.remove(0))
+    }
+
+    fn scalar_like(&self, x: &Val, v: f64) -> Val {
+        Val::constant(fold::scalar(v, self.type_of(x).elem))
+    }
+
+    /// Activations that are compositions of graph ops.
+    fn activation(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        let x = self.required(n, 0)?;
+        let zero = self.scalar_like(&x, 0.0);
+        let one = self.scalar_like(&x, 1.0);
+        let y = match n.op_type.as_str() {
+            "PRelu" => {
+                a.only(&[])?;
+                let slope = self.required(n, 1)?;
+                let neg = self.bin("graph.less", x.clone(), zero)?;
+                let scaled = self.bin("graph.mul", x.clone(), slope)?;
+                self.emit("graph.where", vec![neg, scaled, x], Attributes::new(), 1)?
+                    .remove(0)
+            }
+            "Softplus" => {
+                a.only(&[])?;
+                let e = self.un("graph.exp", x)?;
+                let p = self.bin("graph.add", e, one)?;
+                self.un("graph.log", p)?
+            }
+            "Softsign" => {
+                a.only(&[])?;
+                let m = self.un("graph.abs", x.clone())?;
+                let d = self.bin("graph.add", m, one)?;
+                self.bin("graph.div", x, d)?
+            }
+            "Elu" | "Selu" | "Celu" => {
+                a.only(&["alpha", "gamma"])?;
+                // alpha * (exp(x / c) - 1) below zero, x above; Selu scales both by gamma.
+                let (alpha, gamma, c) = match n.op_type.as_str() {
+                    "Elu" => (a.f("alpha", 1.0) as f64, 1.0, 1.0),
+                    "Selu" => (
+                        a.f("alpha", 1.673_263_2) as f64,
+                        a.f("gamma", 1.050_701) as f64,
+                        1.0,
+                    ),
+                    _ => (a.f("alpha", 1.0) as f64, 1.0, a.f("alpha", 1.0) as f64),
+                };
+                let xs = if c == 1.0 {
+                    x.clone()
+                } else {
+                    self.bin("graph.div", x.clone(), self.scalar_like(&x, c))?
+                };
+                let e = self.un("graph.exp", xs)?;
+                let em1 = self.bin("graph.sub", e, one)?;
+                let neg = self.bin("graph.mul", em1, self.scalar_like(&x, alpha))?;
+                let pos = self.bin("graph.greater", x.clone(), zero)?;
+                let y = self
+                    .emit(
+                        "graph.where",
+                        vec![pos, x.clone(), neg],
+                        Attributes::new(),
+                        1,
+                    )?
+                    .remove(0);
+                if gamma == 1.0 {
+                    y
+                } else {
+                    self.bin("graph.mul", y, self.scalar_like(&x, gamma))?
+                }
+            }
+            "ThresholdedRelu" => {
+                a.only(&["alpha"])?;
+                let t = self.scalar_like(&x, a.f("alpha", 1.0) as f64);
+                let above = self.bin("graph.greater", x.clone(), t)?;
+                self.emit("graph.where", vec![above, x, zero], Attributes::new(), 1)?
+                    .remove(0)
+            }
+            _ => {
+                a.only(&[])?;
+                // Mish: x * tanh(softplus(x))
+                let e = self.un("graph.exp", x.clone())?;
+                let p = self.bin("graph.add", e, one)?;
+                let sp = self.un("graph.log", p)?;
+                let t = self.un("graph.tanh", sp)?;
+                self.bin("graph.mul", x, t)?
+            }
+        };
+        Ok(vec![y])
+    }
+
+    /// LayerNormalization's optional Mean and InvStdDev outputs.
+    fn moments(&mut self, x: Val, axis: i64, eps: f64) -> Result<Vec<Val>> {
+        let rank = self.type_of(&x).rank();
+        let first = rank_axis(axis, rank)?;
+        let axes = attrs(vec![
+            ("axes", ints_attr((first as i64..rank as i64).collect())),
+            ("keepdims", Attribute::i64(1)),
+        ]);
+        let mean = self
+            .emit("graph.reduce_mean", vec![x.clone()], axes.clone(), 1)?
+            .remove(0);
+        let d = self.bin("graph.sub", x.clone(), mean.clone())?;
+        let sq = self.bin("graph.mul", d.clone(), d)?;
+        let var = self.emit("graph.reduce_mean", vec![sq], axes, 1)?.remove(0);
+        let ve = self.bin("graph.add", var, self.scalar_like(&x, eps))?;
+        let sd = self.un("graph.sqrt", ve)?;
+        let inv = self.un("graph.reciprocal", sd)?;
+        Ok(vec![mean, inv])
+    }
+
+    /// x / sqrt(mean(x², axes from axis) + epsilon) * scale.
+    fn rms_norm(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["axis", "epsilon", "stash_type"])?;
+        let x = self.required(n, 0)?;
+        let scale = self.required(n, 1)?;
+        let rank = self.type_of(&x).rank();
+        let first = rank_axis(a.i("axis", -1), rank)?;
+        let axes = attrs(vec![
+            ("axes", ints_attr((first as i64..rank as i64).collect())),
+            ("keepdims", Attribute::i64(1)),
+        ]);
+        let sq = self.bin("graph.mul", x.clone(), x.clone())?;
+        let ms = self.emit("graph.reduce_mean", vec![sq], axes, 1)?.remove(0);
+        let eps = self.scalar_like(&x, a.f("epsilon", 1e-5) as f64);
+        let me = self.bin("graph.add", ms, eps)?;
+        let r = self.un("graph.sqrt", me)?;
+        let y = self.bin("graph.div", x, r)?;
+        Ok(vec![self.bin("graph.mul", y, scale)?])
+    }
+
+    fn pad(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["mode", "pads", "value"])?;
+        let x = self.required(n, 0)?;
+        let rank = self.type_of(&x).rank();
+        let mode = a.s("mode", "constant");
+        if !matches!(mode.as_str(), "constant" | "reflect" | "edge") {
+            return Err(ImportError::unsupported(format!(
+                "Pad mode '{mode}' is not supported (constant, reflect, edge)"
+            )));
+        }
+        let (pads, value) = if self.opset < 11 {
+            (
+                a.ints("pads")
+                    .ok_or_else(|| ImportError::invalid("missing pads"))?,
+                a.f("value", 0.0) as f64,
+            )
+        } else {
+            let pads = i64s(
+                &self
+                    .constant_input(n, 1, "pads")?
+                    .ok_or_else(|| ImportError::invalid("missing pads"))?,
+            );
+            let value = self
+                .constant_input(n, 2, "constant_value")?
+                .as_ref()
+                .and_then(scalar_f64)
+                .unwrap_or(0.0);
+            (pads, value)
+        };
+        // opset 18: pads for the listed axes only.
+        let pads = match self.constant_input(n, 3, "axes")? {
+            None => pads,
+            Some(axes) => {
+                let axes = i64s(&axes);
+                let mut full = vec![0; 2 * rank];
+                for (i, &ax) in axes.iter().enumerate() {
+                    let ax = rank_axis(ax, rank)?;
+                    full[ax] = pads[i];
+                    full[rank + ax] = pads[axes.len() + i];
+                }
+                full
+            }
+        };
+        let at = attrs(vec![
+            ("pads", ints_attr(pads)),
+            ("mode", Attribute::String(mode)),
+            (
+                "value",
+                Attribute::Float(value, Type::Scalar(ElemType::F64)),
+            ),
+        ]);
+        self.emit("graph.pad", vec![x], at, 1)
+    }
+
+    fn resize(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&[
+            "mode",
+            "coordinate_transformation_mode",
+            "nearest_mode",
+            "cubic_coeff_a",
+            "exclude_outside",
+            "extrapolation_value",
+            "antialias",
+            "keep_aspect_ratio_policy",
+            "axes",
+        ])?;
+        if a.i("antialias", 0) != 0
+            || a.i("exclude_outside", 0) != 0
+            || a.has("axes")
+            || a.s("keep_aspect_ratio_policy", "stretch") != "stretch"
+        {
+            return Err(ImportError::unsupported(
+                "antialias, exclude_outside, axes and keep_aspect_ratio_policy are not supported",
+            ));
+        }
+        let x = self.required(n, 0)?;
+        let mode = a.s("mode", "nearest");
+        let ctm = a.s("coordinate_transformation_mode", "half_pixel");
+        if !matches!(mode.as_str(), "nearest" | "linear") {
+            return Err(ImportError::unsupported(format!(
+                "Resize mode '{mode}' is not supported (nearest, linear)"
+            )));
+        }
+        if !matches!(
+            ctm.as_str(),
+            "half_pixel" | "asymmetric" | "align_corners" | "pytorch_half_pixel"
+        ) {
+            return Err(ImportError::unsupported(format!(
+                "coordinate_transformation_mode '{ctm}' is not supported"
+            )));
+        }
+        let mut at = attrs(vec![
+            ("mode", Attribute::String(mode)),
+            ("coordinate_transformation_mode", Attribute::String(ctm)),
+            (
+                "nearest_mode",
+                Attribute::String(a.s("nearest_mode", "round_prefer_floor")),
+            ),
+        ]);
+        let (scales_at, sizes_at) = if self.opset >= 11 {
+            (2, 3)
+        } else {
+            (1, usize::MAX)
+        };
+        let scales = self
+            .constant_input(n, scales_at, "scales")?
+            .filter(|t| !t.is_empty());
+        let sizes = if sizes_at == usize::MAX {
+            None
+        } else {
+            self.constant_input(n, sizes_at, "sizes")?
+                .filter(|t| !t.is_empty())
+        };
+        match (scales, sizes) {
+            (_, Some(s)) => at.insert("sizes".into(), ints_attr(i64s(&s))),
+            (Some(s), None) => at.insert(
+                "scales".into(),
+                Attribute::DenseFloatArray(ElemType::F32, s.to_f64().iter().copied().collect()),
+            ),
+            (None, None) => return Err(ImportError::invalid("Resize needs scales or sizes")),
+        };
+        self.emit("graph.resize", vec![x], at, 1)
+    }
+}

@@ -1,0 +1,180 @@
+//! ONNX tensors (TensorProto) to ircc tensors and back, external data
+//! included.
+
+use std::path::Path;
+
+use ircc_core::{ElemType, Tensor};
+use ndarray::{ArrayD, IxDyn};
+
+use crate::proto::{DATA_LOCATION_EXTERNAL, TensorProto, data_type as dt};
+use crate::{ImportError, Result};
+
+/// The ircc element type of an ONNX data type.
+pub fn elem_type(data_type: i32) -> Result<ElemType> {
+    Ok(match data_type {
+        dt::FLOAT => ElemType::F32,
+        dt::DOUBLE => ElemType::F64,
+        dt::FLOAT16 => ElemType::F16,
+        dt::BFLOAT16 => ElemType::BF16,
+        dt::INT64 => ElemType::I64,
+        dt::INT32 => ElemType::I32,
+        dt::INT8 => ElemType::I8,
+        dt::BOOL => ElemType::I1,
+        other => {
+            return Err(ImportError::unsupported(format!(
+                "data type {} is not supported",
+                data_type_name(other)
+            )));
+        }
+    })
+}
+
+pub fn data_type_name(t: i32) -> &'static str {
+    match t {
+        dt::FLOAT => "float32",
+        dt::UINT8 => "uint8",
+        dt::INT8 => "int8",
+        dt::UINT16 => "uint16",
+        dt::INT16 => "int16",
+        dt::INT32 => "int32",
+        dt::INT64 => "int64",
+        dt::STRING => "string",
+        dt::BOOL => "bool",
+        dt::FLOAT16 => "float16",
+        dt::DOUBLE => "float64",
+        dt::UINT32 => "uint32",
+        dt::UINT64 => "uint64",
+        dt::BFLOAT16 => "bfloat16",
+        _ => "an unknown data type",
+    }
+}
+
+fn external_bytes(t: &TensorProto, base: &Path) -> Result<Vec<u8>> {
+    let get = |k: &str| {
+        t.external_data
+            .iter()
+            .find(|e| e.key == k)
+            .map(|e| e.value.as_str())
+    };
+    let location = get("location").ok_or_else(|| {
+        ImportError::invalid(format!(
+            "tensor '{}' has external data without a location",
+            t.name
+        ))
+    })?;
+    if Path::new(location).is_absolute() || location.split(['/', '\\']).any(|c| c == "..") {
+        return Err(ImportError::invalid(format!(
+            "external data location '{location}' of tensor '{}' leaves the model's folder",
+            t.name
+        )));
+    }
+    let path = base.join(location);
+    let data = std::fs::read(&path).map_err(|e| {
+        ImportError::invalid(format!(
+            "cannot read external data {} of tensor '{}': {e}",
+            path.display(),
+            t.name
+        ))
+    })?;
+    let number = |k: &str| -> Result<Option<usize>> {
+        get(k)
+            .map(|v| {
+                v.parse::<usize>()
+                    .map_err(|_| ImportError::invalid(format!("bad external data {k} '{v}'")))
+            })
+            .transpose()
+    };
+    let offset = number("offset")?.unwrap_or(0);
+    let length = number("length")?.unwrap_or(data.len().saturating_sub(offset));
+    data.get(offset..offset.saturating_add(length))
+        .map(<[u8]>::to_vec)
+        .ok_or_else(|| {
+            ImportError::invalid(format!(
+                "external data of tensor '{}' ({offset}+{length} bytes) is beyond the end of {}",
+                t.name,
+                path.display()
+            ))
+        })
+}
+
+fn from_le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
+    raw.chunks_exact(N)
+        .map(|c| f(c.try_into().unwrap_or([0; N])))
+        .collect()
+}
+
+/// Decodes a tensor; `base` is the folder external data is relative to.
+pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
+    let elem = elem_type(t.data_type).map_err(|e| e.context(format!("tensor '{}'", t.name)))?;
+    if t.dims.iter().any(|&d| d < 0) {
+        return Err(ImportError::invalid(format!(
+            "tensor '{}' has a negative dimension",
+            t.name
+        )));
+    }
+    let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
+    let n = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .ok_or_else(|| ImportError::invalid("tensor too large"))?;
+    let raw = if t.data_location == DATA_LOCATION_EXTERNAL {
+        Some(external_bytes(t, base)?)
+    } else if !t.raw_data.is_empty() {
+        Some(t.raw_data.clone())
+    } else {
+        None
+    };
+    let floats: Vec<f64> = match (&raw, elem) {
+        (Some(r), ElemType::F32) => from_le(r, |b| f32::from_le_bytes(b) as f64),
+        (Some(r), ElemType::F64) => from_le(r, f64::from_le_bytes),
+        (Some(r), ElemType::F16) => from_le(r, |b| half::f16::from_le_bytes(b).to_f64()),
+        (Some(r), ElemType::BF16) => from_le(r, |b| half::bf16::from_le_bytes(b).to_f64()),
+        (None, ElemType::F32) => t.float_data.iter().map(|&x| x as f64).collect(),
+        (None, ElemType::F64) => t.double_data.clone(),
+        // float16 and bfloat16 travel as their bit patterns in int32_data.
+        (None, ElemType::F16) => t
+            .int32_data
+            .iter()
+            .map(|&x| half::f16::from_bits(x as u16).to_f64())
+            .collect(),
+        (None, ElemType::BF16) => t
+            .int32_data
+            .iter()
+            .map(|&x| half::bf16::from_bits(x as u16).to_f64())
+            .collect(),
+        _ => Vec::new(),
+    };
+    let ints: Vec<i64> = match (&raw, elem) {
+        (Some(r), ElemType::I64) => from_le(r, i64::from_le_bytes),
+        (Some(r), ElemType::I32) => from_le(r, |b| i32::from_le_bytes(b) as i64),
+        (Some(r), ElemType::I8 | ElemType::I1) => r.iter().map(|&b| b as i8 as i64).collect(),
+        (None, ElemType::I64) => t.int64_data.clone(),
+        (None, ElemType::I32 | ElemType::I8 | ElemType::I1) => {
+            t.int32_data.iter().map(|&x| x as i64).collect()
+        }
+        _ => Vec::new(),
+    };
+    let count = if elem.is_float() {
+        floats.len()
+    } else {
+        ints.len()
+    };
+    if count != n {
+        return Err(ImportError::invalid(format!(
+            "tensor '{}' holds {count} values but its shape {:?} needs {n}",
+            t.name, t.dims
+        )));
+    }
+    let bad = |e: ndarray::ShapeError| ImportError::invalid(e.to_string());
+    Ok(match elem {
+        e if e.is_float() => Tensor::float(
+            e,
+            ArrayD::from_shape_vec(IxDyn(&shape), floats).map_err(bad)?,
+        ),
+        ElemType::I1 => Tensor::bool(
+            ArrayD::from_shape_vec(IxDyn(&shape), ints.iter().map(|&v| v != 0).collect())
+                .map_err(bad)?,
+        ),
+        e => Tensor::int(e, ArrayD::from_shape_vec(IxDyn(&shape), ints).map_err(bad)?),
+    })
+}
