@@ -1,0 +1,304 @@
+//! Bad ONNX input gets a clear error naming the node and operator, never a
+//! panic: truncated or corrupted protobuf, missing external data, unknown
+//! operators, unsupported attribute values, mismatched shapes. The importer
+//! is also fuzzed with mutations of a real model.
+
+use ircc_onnx::proto::*;
+use ircc_tests::{ircc, root, scratch_dir};
+use proptest::prelude::*;
+use prost::Message;
+
+fn value_info(name: &str, shape: &[i64]) -> ValueInfoProto {
+    ValueInfoProto {
+        name: name.into(),
+        r#type: Some(TypeProto {
+            tensor_type: Some(TypeProtoTensor {
+                elem_type: data_type::FLOAT,
+                shape: Some(TensorShapeProto {
+                    dim: shape
+                        .iter()
+                        .map(|&d| Dimension {
+                            dim_value: Some(d),
+                            dim_param: None,
+                        })
+                        .collect(),
+                }),
+            }),
+        }),
+    }
+}
+
+fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, output: &str) -> Vec<u8> {
+    ModelProto {
+        ir_version: 8,
+        opset_import: vec![OperatorSetIdProto {
+            domain: String::new(),
+            version: 17,
+        }],
+        producer_name: "test".into(),
+        graph: Some(GraphProto {
+            node: nodes,
+            name: "g".into(),
+            initializer: vec![],
+            input: inputs,
+            output: vec![value_info(output, &[])],
+        }),
+        functions: vec![],
+    }
+    .encode_to_vec()
+}
+
+fn node(
+    name: &str,
+    op: &str,
+    inputs: &[&str],
+    output: &str,
+    attrs: Vec<AttributeProto>,
+) -> NodeProto {
+    NodeProto {
+        input: inputs.iter().map(|s| s.to_string()).collect(),
+        output: vec![output.into()],
+        name: name.into(),
+        op_type: op.into(),
+        domain: String::new(),
+        attribute: attrs,
+    }
+}
+
+fn import_error(bytes: &[u8], file: &str) -> String {
+    let dir = scratch_dir(file);
+    let path = dir.join(file);
+    std::fs::write(&path, bytes).unwrap();
+    let out = ircc(&[path.to_str().unwrap()]);
+    assert_eq!(out.code, 1, "expected an error, got: {}", out.stdout);
+    out.stderr
+}
+
+#[test]
+fn corrupt_and_truncated_models_are_rejected() {
+    let good = std::fs::read(root().join("tests/models/bert_l2_w64.onnx")).unwrap();
+    let err = import_error(&good[..good.len() / 2], "truncated.onnx");
+    assert!(
+        err.contains("truncated.onnx: not a valid ONNX model"),
+        "{err}"
+    );
+    let err = import_error(b"\xff\xff\xff\xff garbage", "garbage.onnx");
+    assert!(err.contains("not a valid ONNX model"), "{err}");
+}
+
+#[test]
+fn missing_external_data_is_named() {
+    let dir = scratch_dir("no-data");
+    std::fs::copy(
+        root().join("tests/models/bert_l2_w64_dynamo.onnx"),
+        dir.join("m.onnx"),
+    )
+    .unwrap();
+    let out = ircc(&[dir.join("m.onnx").to_str().unwrap()]);
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains("cannot read external data")
+            && out.stderr.contains("bert_l2_w64_dynamo.onnx.data"),
+        "{}",
+        out.stderr
+    );
+}
+
+#[test]
+fn unknown_operators_and_attributes_name_the_node() {
+    let x = value_info("x", &[2, 3]);
+    let err = import_error(
+        &model(
+            vec![node("mystery", "FooBar", &["x"], "y", vec![])],
+            vec![x.clone()],
+            "y",
+        ),
+        "unknown.onnx",
+    );
+    assert!(
+        err.contains("node 'mystery' (FooBar): operator 'FooBar' is not supported"),
+        "{err}"
+    );
+
+    let wrap = AttributeProto {
+        name: "mode".into(),
+        r#type: attr_type::STRING,
+        s: b"wrap".to_vec(),
+        ..Default::default()
+    };
+    let pads = NodeProto {
+        input: vec!["x".into(), "p".into()],
+        ..node("pad0", "Pad", &[], "y", vec![wrap])
+    };
+    let mut bytes = ModelProto::decode(&model(vec![pads], vec![x.clone()], "y")[..]).unwrap();
+    bytes.graph.as_mut().unwrap().initializer.push(TensorProto {
+        dims: vec![4],
+        data_type: data_type::INT64,
+        int64_data: vec![0, 1, 0, 1],
+        name: "p".into(),
+        ..Default::default()
+    });
+    let err = import_error(&bytes.encode_to_vec(), "wrap.onnx");
+    assert!(
+        err.contains("node 'pad0' (Pad): Pad mode 'wrap' is not supported"),
+        "{err}"
+    );
+
+    let odd = AttributeProto {
+        name: "frobnication".into(),
+        r#type: attr_type::INT,
+        i: 1,
+        ..Default::default()
+    };
+    let err = import_error(
+        &model(
+            vec![node("r", "Relu", &["x"], "y", vec![odd])],
+            vec![x],
+            "y",
+        ),
+        "attr.onnx",
+    );
+    assert!(
+        err.contains("node 'r' (Relu): attribute 'frobnication' is not supported"),
+        "{err}"
+    );
+}
+
+#[test]
+fn shape_mismatches_and_symbolic_dimensions_are_explained() {
+    let err = import_error(
+        &model(
+            vec![node("mm", "MatMul", &["a", "b"], "y", vec![])],
+            vec![value_info("a", &[2, 3]), value_info("b", &[4, 5])],
+            "y",
+        ),
+        "matmul.onnx",
+    );
+    assert!(
+        err.contains("node 'mm' (MatMul): contracting dimensions differ"),
+        "{err}"
+    );
+
+    let mut sym = value_info("x", &[1, 3]);
+    sym.r#type
+        .as_mut()
+        .unwrap()
+        .tensor_type
+        .as_mut()
+        .unwrap()
+        .shape
+        .as_mut()
+        .unwrap()
+        .dim[0] = Dimension {
+        dim_value: None,
+        dim_param: Some("batch".into()),
+    };
+    let bytes = model(vec![node("r", "Relu", &["x"], "y", vec![])], vec![sym], "y");
+    let err = import_error(&bytes, "sym.onnx");
+    assert!(
+        err.contains(
+            "input 'x' has the symbolic dimension 'batch': give its shape with --input-shape x=..."
+        ),
+        "{err}"
+    );
+    let dir = scratch_dir("sym-ok");
+    std::fs::write(dir.join("sym.onnx"), &bytes).unwrap();
+    let out = ircc(&[
+        dir.join("sym.onnx").to_str().unwrap(),
+        "--input-shape",
+        "x=4x3",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("graph.relu %x : tensor<4x3xf32> -> tensor<4x3xf32>"),
+        "{}",
+        out.stdout
+    );
+}
+
+#[test]
+fn import_writes_ir_and_weights_that_run() {
+    let dir = scratch_dir("import");
+    let ir = dir.join("vit.ir");
+    let out = ircc(&[
+        "import",
+        root()
+            .join("tests/models/vit_l4_w64_dynamo.onnx")
+            .to_str()
+            .unwrap(),
+        "-o",
+        ir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(dir.join("vit.safetensors").exists());
+    let text = std::fs::read_to_string(&ir).unwrap();
+    assert!(
+        text.starts_with("module attributes {ircc.weights = \"vit.safetensors\"}"),
+        "{}",
+        &text[..100]
+    );
+    let run = ircc(&[
+        "run",
+        ir.to_str().unwrap(),
+        "--input",
+        root()
+            .join("tests/models/vit_l4_w64_dynamo.input.npy")
+            .to_str()
+            .unwrap(),
+        "--output-dir",
+        dir.join("out").to_str().unwrap(),
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    let got = std::fs::read_dir(dir.join("out"))
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let got = ircc_reference::read_npy(&got).unwrap().to_f64();
+    let want = ircc_reference::read_npy(&root().join("tests/models/vit_l4_w64_dynamo.output.npy"))
+        .unwrap()
+        .to_f64();
+    let diff = got
+        .iter()
+        .zip(want.iter())
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(diff < 1e-4, "{diff}");
+    let stats = ircc(&[
+        "stats",
+        root()
+            .join("tests/models/vit_l4_w64_dynamo.onnx")
+            .to_str()
+            .unwrap(),
+        "--pipeline",
+        "none",
+        "--json",
+    ]);
+    assert!(
+        stats.stdout.contains("\"graph_ops\":180"),
+        "{}",
+        stats.stdout
+    );
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 200, ..ProptestConfig::default() })]
+
+    /// Byte flips, truncations and splices of a real model never panic.
+    #[test]
+    fn mutated_models_never_panic(edits in proptest::collection::vec((any::<prop::sample::Index>(), any::<u8>(), 0u8..3), 1..6)) {
+        let mut bytes = std::fs::read(root().join("tests/models/bert_l2_w64.onnx")).unwrap();
+        for (at, byte, kind) in edits {
+            let i = at.index(bytes.len());
+            match kind {
+                0 => bytes[i] = byte,
+                1 => bytes.truncate(i.max(1)),
+                _ => { let piece = bytes[i..(i + 16).min(bytes.len())].to_vec(); bytes.splice(i..i, piece); }
+            }
+        }
+        let registry = ircc_dialects::registry().unwrap();
+        let _ = ircc_onnx::import_model(&bytes, &root().join("tests/models"), &registry, &Default::default());
+    }
+}
