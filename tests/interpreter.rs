@@ -104,14 +104,60 @@ fn conv_matches_a_direct_loop_nest() {
         pads: [usize; 4],
         dilations: [usize; 2],
     }
-    let case = |x, w, group, strides, pads, dilations| Case { x, w, group, strides, pads, dilations };
+    let case = |x, w, group, strides, pads, dilations| Case {
+        x,
+        w,
+        group,
+        strides,
+        pads,
+        dilations,
+    };
     let cases = [
-        case(&[1, 3, 7, 6], &[4, 3, 3, 3], 1, [1, 1], [1, 1, 1, 1], [1, 1]),
-        case(&[2, 4, 9, 9], &[6, 2, 3, 2], 2, [2, 1], [0, 1, 2, 0], [1, 2]),
-        case(&[1, 4, 8, 8], &[4, 1, 3, 3], 4, [2, 2], [1, 1, 1, 1], [2, 2]),
-        case(&[1, 2, 5, 5], &[3, 2, 1, 1], 1, [1, 1], [0, 0, 0, 0], [1, 1]),
+        case(
+            &[1, 3, 7, 6],
+            &[4, 3, 3, 3],
+            1,
+            [1, 1],
+            [1, 1, 1, 1],
+            [1, 1],
+        ),
+        case(
+            &[2, 4, 9, 9],
+            &[6, 2, 3, 2],
+            2,
+            [2, 1],
+            [0, 1, 2, 0],
+            [1, 2],
+        ),
+        case(
+            &[1, 4, 8, 8],
+            &[4, 1, 3, 3],
+            4,
+            [2, 2],
+            [1, 1, 1, 1],
+            [2, 2],
+        ),
+        case(
+            &[1, 2, 5, 5],
+            &[3, 2, 1, 1],
+            1,
+            [1, 1],
+            [0, 0, 0, 0],
+            [1, 1],
+        ),
     ];
-    for (k, Case { x: xs, w: ws, group: g, strides: st, pads: pd, dilations: dl }) in cases.into_iter().enumerate() {
+    for (
+        k,
+        Case {
+            x: xs,
+            w: ws,
+            group: g,
+            strides: st,
+            pads: pd,
+            dilations: dl,
+        },
+    ) in cases.into_iter().enumerate()
+    {
         let x = random(xs, 2 * k as u64);
         let w = random(ws, 2 * k as u64 + 1);
         let oh = (xs[2] + pd[0] + pd[2] - ((ws[2] - 1) * dl[0] + 1)) / st[0] + 1;

@@ -3,6 +3,7 @@
 //! stands alone.
 
 pub mod graph;
+pub mod index;
 
 use ircc_core::{Diagnostic, Registry};
 
@@ -11,5 +12,6 @@ pub fn registry() -> Result<Registry, Diagnostic> {
     let mut r = Registry::new();
     ircc_core::builtin::register(&mut r)?;
     graph::register(&mut r)?;
+    index::register(&mut r)?;
     Ok(r)
 }

@@ -2,6 +2,7 @@
 //! pass manager.
 
 pub mod canonicalize;
+pub mod index;
 
 use ircc_core::pass::PassRegistry;
 
@@ -10,5 +11,26 @@ pub fn register_all(passes: &mut PassRegistry) {
         "canonicalize",
         "fold constant graph ops, merge common subexpressions, remove dead code (option: max-elements)",
         |o| Ok(Box::new(canonicalize::Canonicalize::from_options(o)?)),
+    );
+    passes.register(
+        "index.lower-layout-ops",
+        "turn reshape, transpose, slice, ... into index.view ops with composed maps",
+        |o| {
+            o.expect_only(&[])?;
+            Ok(Box::new(index::LowerLayoutOps))
+        },
+    );
+    passes.register(
+        "index.simplify",
+        "simplify every view's map by equality saturation (options: iterations, nodes)",
+        |o| Ok(Box::new(index::Simplify::from_options(o)?)),
+    );
+    passes.register(
+        "index.annotate-dependencies",
+        "record on every view the identity/split/merge dependency of each source axis",
+        |o| {
+            o.expect_only(&[])?;
+            Ok(Box::new(index::AnnotateDependencies))
+        },
     );
 }

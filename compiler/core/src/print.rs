@@ -234,6 +234,23 @@ impl Printer<'_> {
         let done = self.form == Form::Pretty
             && match o.name.as_str() {
                 "func.func" => self.pretty_func(op, depth),
+                "index.view"
+                    if o.operands.len() == 1 && o.results.len() == 1 && o.attrs.len() == 1 =>
+                {
+                    match o.attr("map") {
+                        Some(Attribute::AffineMap(m)) => {
+                            let _ = write!(
+                                self.out,
+                                "index.view {} by affine_map<{m}> : {} to {}",
+                                self.value(o.operands[0]),
+                                self.module.value_type(o.operands[0]),
+                                self.module.value_type(o.results[0])
+                            );
+                            true
+                        }
+                        _ => false,
+                    }
+                }
                 "func.return" => {
                     self.out.push_str("func.return");
                     if !o.operands.is_empty() {

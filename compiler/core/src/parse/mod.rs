@@ -296,6 +296,7 @@ impl Builder {
             Rule::pretty_op => self.pretty_op(body)?,
             Rule::func_op => self.func_op(body)?,
             Rule::return_op => self.return_op(body)?,
+            Rule::view_op => self.view_op(body)?,
             Rule::module_op => {
                 return Err(self.err(&body, "a module can only appear at the top level"));
             }
@@ -483,6 +484,28 @@ impl Builder {
         Ok(self.module.create_op(
             OpBuilder::new("func.return")
                 .operands(operands.into_iter().map(|(v, _)| v))
+                .loc(loc),
+        ))
+    }
+
+    fn view_op(&mut self, pair: Pair<Rule>) -> PResult<OpId> {
+        let loc = self.loc(&pair);
+        let mut it = pair
+            .into_inner()
+            .filter(|p| !matches!(p.as_rule(), Rule::kw_by | Rule::kw_to | Rule::colon));
+        let source = it.next().expect("source");
+        let v = self.resolve(&source)?;
+        let map_pair = it.next().expect("map");
+        let map = self.affine_map(map_pair.into_inner().next().expect("map body"))?;
+        let from_pair = it.next().expect("source type");
+        let from = self.type_value(from_pair.clone())?;
+        let to = self.type_value(it.next().expect("result type"))?;
+        self.check_operand_types(&[(v, source)], &[from], &from_pair)?;
+        Ok(self.module.create_op(
+            OpBuilder::new("index.view")
+                .operands([v])
+                .results([to])
+                .attr("map", Attribute::AffineMap(map))
                 .loc(loc),
         ))
     }

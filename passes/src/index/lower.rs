@@ -1,0 +1,172 @@
+//! `index.lower-layout-ops`: reshape, flatten, squeeze, unsqueeze,
+//! transpose, slice, expand, tile, depth_to_space, space_to_depth and
+//! gathers of constant, evenly spaced indices become `index.view`s; a view
+//! of a view becomes one view with the composed map.
+//!
+//! Left as ops: concat and pad (their maps are piecewise, which affine maps
+//! cannot say) and gathers of data-dependent or irregular indices.
+
+use ircc_core::diag::Diagnostics;
+use ircc_core::ir::OpBuilder;
+use ircc_core::pass::{Pass, PassContext};
+use ircc_core::{AffineMap, Attribute, Module, OpId, Tensor, Type};
+
+use super::maps;
+
+pub struct LowerLayoutOps;
+
+fn tensor_shape(m: &Module, v: ircc_core::ValueId) -> Option<Vec<i64>> {
+    m.value_type(v).as_tensor().map(|t| t.shape.clone())
+}
+
+fn constant(m: &Module, v: ircc_core::ValueId) -> Option<Tensor> {
+    let op = m.defining_op(v)?;
+    match (m.op(op).name.as_str(), m.op(op).attr("value")) {
+        ("graph.constant", Some(Attribute::Dense(d))) => Some(Tensor::from_dense(d)),
+        _ => None,
+    }
+}
+
+/// The map of a layout op, from its result index to its source index.
+fn layout_map(m: &Module, ctx: &PassContext, op: OpId) -> Option<AffineMap> {
+    let o = m.op(op);
+    let view = ctx.registry.view(m, op)?;
+    let from = tensor_shape(m, *o.operands.first()?)?;
+    let to = tensor_shape(m, *o.results.first()?)?;
+    match o.name.as_str() {
+        "graph.reshape" | "graph.flatten" | "graph.squeeze" | "graph.unsqueeze" => {
+            maps::reshape(&from, &to)
+        }
+        "graph.transpose" => Some(maps::transpose(
+            &ircc_dialects::graph::shape::perm(&view, from.len()).ok()?,
+        )),
+        "graph.slice" => {
+            let spec = ircc_dialects::graph::shape::slice_spec(&view, &from).ok()?;
+            Some(maps::slice(&spec.start, &spec.step))
+        }
+        "graph.expand" => Some(maps::repeat(&from, &to, false)),
+        "graph.tile" => Some(maps::repeat(&from, &to, true)),
+        "graph.depth_to_space" => Some(maps::depth_to_space(
+            view.i64("blocksize").ok()?,
+            to[1],
+            view.str("mode").ok()? == "CRD",
+        )),
+        "graph.space_to_depth" => Some(maps::space_to_depth(view.i64("blocksize").ok()?, from[1])),
+        "graph.gather" => {
+            let axis =
+                ircc_dialects::graph::shape::axis(view.i64("axis").ok()?, from.len()).ok()?;
+            let idx = constant(m, o.operands[1])?;
+            let values: Vec<i64> = idx
+                .to_i64()
+                .iter()
+                .map(|&i| if i < 0 { i + from[axis] } else { i })
+                .collect();
+            match (idx.shape().len(), values.as_slice()) {
+                (0, [k]) => Some(maps::strided_pick(from.len(), axis, *k, 0, true)),
+                (1, [first, rest @ ..]) => {
+                    let step = rest.first().map_or(1, |s| s - first);
+                    let even = values.windows(2).all(|w| w[1] - w[0] == step);
+                    even.then(|| maps::strided_pick(from.len(), axis, *first, step, false))
+                }
+                _ => None,
+            }
+        }
+        _ => None,
+    }
+}
+
+impl Pass for LowerLayoutOps {
+    fn name(&self) -> &str {
+        "index.lower-layout-ops"
+    }
+
+    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
+        let mut ops = Vec::new();
+        module.walk(|op| ops.push(op));
+        for op in ops {
+            if module.op(op).parent.is_none() {
+                continue;
+            }
+            let Some(map) = layout_map(module, ctx, op) else {
+                continue;
+            };
+            let source = module.op(op).operands[0];
+            // A view of a view reads the first view's source directly.
+            let (source, map) = match module.defining_op(source) {
+                Some(p) if module.op(p).name == "index.view" => match module.op(p).attr("map") {
+                    Some(Attribute::AffineMap(inner)) => match inner.compose(&map) {
+                        Ok(composed) => (module.op(p).operands[0], composed),
+                        Err(_) => (source, map),
+                    },
+                    _ => (source, map),
+                },
+                _ => (source, map),
+            };
+            let result = module.op(op).results[0];
+            let ty: Type = module.value_type(result).clone();
+            let loc = module.op(op).loc.clone();
+            let view = module.create_op(
+                OpBuilder::new("index.view")
+                    .operands([source])
+                    .results([ty])
+                    .attr("map", Attribute::AffineMap(map))
+                    .loc(loc),
+            );
+            module.insert_before(op, view);
+            let new = module.op(view).results[0];
+            module.values[new].name = module.value(result).name.clone();
+            module.replace_all_uses(result, new);
+            module.erase_op(op);
+        }
+        // Views whose only reader was folded into another view are dead.
+        for f in module.functions() {
+            let Some(body) = module.entry_block(f) else {
+                continue;
+            };
+            for op in module.blocks[body].ops.clone().into_iter().rev() {
+                let o = module.op(op);
+                if o.name == "index.view"
+                    && o.results.iter().all(|&r| module.value(r).uses.is_empty())
+                {
+                    module.erase_op(op);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// `index.annotate-dependencies`: records on every view the SmartMem
+/// dependency kind of each source axis (identity, split, merge, ...), a
+/// debugging aid that shows in the printed IR.
+pub struct AnnotateDependencies;
+
+impl Pass for AnnotateDependencies {
+    fn name(&self) -> &str {
+        "index.annotate-dependencies"
+    }
+
+    fn run(&mut self, module: &mut Module, _ctx: &PassContext) -> Result<(), Diagnostics> {
+        let mut views = Vec::new();
+        module.walk(|op| {
+            if module.op(op).name == "index.view" {
+                views.push(op);
+            }
+        });
+        for op in views {
+            let Some(Attribute::AffineMap(m)) = module.op(op).attr("map").cloned() else {
+                continue;
+            };
+            let kinds = m
+                .results
+                .iter()
+                .map(|e| Attribute::String(maps::dependency(e).to_string()))
+                .collect();
+            module
+                .op_mut(op)
+                .attrs
+                .insert("index.dependencies".into(), Attribute::Array(kinds));
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,81 @@
+//! The tensor-index passes: lowering layout ops to views, and simplifying
+//! the views' maps.
+
+mod lower;
+pub mod maps;
+pub mod simplify;
+
+pub use lower::{AnnotateDependencies, LowerLayoutOps};
+
+use ircc_core::diag::Diagnostics;
+use ircc_core::pass::{Pass, PassContext, PassOptions};
+use ircc_core::{AffineExpr, AffineMap, Attribute, Module, Type};
+
+/// Whether the map sends every index to itself (an extent-1 axis may read 0).
+fn is_identity(map: &AffineMap, shape: &[i64]) -> bool {
+    map.num_results() == shape.len()
+        && map.results.iter().enumerate().all(|(i, e)| match e {
+            AffineExpr::Dim(d) => *d as usize == i,
+            AffineExpr::Const(0) => shape[i] == 1,
+            _ => false,
+        })
+}
+
+/// `index.simplify`: rewrites the map of every view with [`simplify::simplify_map`].
+pub struct Simplify {
+    limits: simplify::Limits,
+    rules: Vec<egg::Rewrite<simplify::Idx, simplify::Ranges>>,
+}
+
+impl Simplify {
+    pub fn from_options(o: &PassOptions) -> Result<Self, String> {
+        o.expect_only(&["iterations", "nodes"])?;
+        let d = simplify::Limits::default();
+        let limits = simplify::Limits {
+            iterations: o.i64_or("iterations", d.iterations as i64)?.max(0) as usize,
+            nodes: o.i64_or("nodes", d.nodes as i64)?.max(0) as usize,
+        };
+        Ok(Simplify {
+            limits,
+            rules: simplify::rules(),
+        })
+    }
+}
+
+impl Pass for Simplify {
+    fn name(&self) -> &str {
+        "index.simplify"
+    }
+
+    fn run(&mut self, module: &mut Module, _ctx: &PassContext) -> Result<(), Diagnostics> {
+        let mut views = Vec::new();
+        module.walk(|op| {
+            if module.op(op).name == "index.view" {
+                views.push(op);
+            }
+        });
+        for op in views {
+            let Some(Attribute::AffineMap(map)) = module.op(op).attr("map").cloned() else {
+                continue;
+            };
+            let Type::Tensor(t) = module.value_type(module.op(op).results[0]) else {
+                continue;
+            };
+            let simplified = simplify::simplify_map(&map, &t.shape, &self.rules, self.limits);
+            let (source, result) = (module.op(op).operands[0], module.op(op).results[0]);
+            if is_identity(&simplified, &t.shape)
+                && module.value_type(source) == module.value_type(result)
+            {
+                // Partition followed by reverse, say: the view is the source.
+                module.replace_all_uses(result, source);
+                module.erase_op(op);
+                continue;
+            }
+            module
+                .op_mut(op)
+                .attrs
+                .insert("map".into(), Attribute::AffineMap(simplified));
+        }
+        Ok(())
+    }
+}
