@@ -64,10 +64,21 @@ pub fn relative(path: &Path) -> String {
         .replace('\\', "/")
 }
 
-/// A fresh, empty scratch directory for one test.
-pub fn scratch_dir(name: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!("ircc-test-{}-{name}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    std::fs::create_dir_all(&dir).expect("create scratch dir");
-    dir
+/// A fresh, empty directory for one test, removed when dropped.
+pub struct Scratch(tempfile::TempDir);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+pub fn scratch_dir(name: &str) -> Scratch {
+    Scratch(
+        tempfile::Builder::new()
+            .prefix(&format!("ircc-{name}-"))
+            .tempdir()
+            .expect("create a scratch directory"),
+    )
 }

@@ -22,7 +22,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn setup(name: &str) -> std::path::PathBuf {
+fn setup(name: &str) -> ircc_tests::Scratch {
     let dir = scratch_dir(name);
     std::fs::write(dir.join("model.ir"), MODEL).unwrap();
     let w = f32_bytes(&[1.0, 2.0, 3.0, 4.0]);

@@ -213,10 +213,7 @@ mod tests {
     fn maps_agree_with_their_definitions() {
         let m = depth_to_space(2, 3, false);
         // DCR: y[0, c, h, w] = x[0, (h%2)*2*3 + (w%2)*3 + c, h/2, w/2]; at (0, 1, 3, 2): 6 + 0 + 1
-        assert_eq!(
-            m.eval(&[0, 1, 3, 2], &[]).unwrap(),
-            vec![0, 7, 1, 1]
-        );
+        assert_eq!(m.eval(&[0, 1, 3, 2], &[]).unwrap(), vec![0, 7, 1, 1]);
         let m = space_to_depth(2, 3);
         // channel 7 = block 2 (bh 1, bw 0), ci 1: row 1·2 + 1, column 1·2 + 0
         assert_eq!(m.eval(&[0, 7, 1, 1], &[]).unwrap(), vec![0, 1, 3, 2]);
