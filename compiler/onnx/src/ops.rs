@@ -698,11 +698,19 @@ impl Importer<'_> {
             return self.emit("graph.conv", ops, at, 1);
         }
         let mut out_pad = a.ints("output_padding").unwrap_or_else(|| vec![0; spatial]);
-        let pads = match (a.ints("output_shape"), a.s("auto_pad", "NOTSET").as_str()) {
-            (Some(out), mode) => {
-                // Total padding from the requested output size; SAME_UPPER
-                // puts the odd element at the end, like ONNX.
-                let out = &out[out.len().saturating_sub(spatial)..];
+        // The output size asked for (output_shape, or input * stride for the
+        // SAME modes) fixes the total padding; SAME_LOWER puts the odd
+        // element first, everything else puts it at the end, as ONNX does.
+        let mode = a.s("auto_pad", "NOTSET");
+        let target: Option<Vec<i64>> = match (a.ints("output_shape"), mode.as_str()) {
+            (Some(out), _) => Some(out[out.len().saturating_sub(spatial)..].to_vec()),
+            (None, "SAME_UPPER" | "SAME_LOWER") => {
+                Some((0..spatial).map(|i| xt.shape[2 + i] * strides[i]).collect())
+            }
+            _ => None,
+        };
+        let pads = match target {
+            Some(out) => {
                 let mut p = vec![0; 2 * spatial];
                 for i in 0..spatial {
                     let k = (kernel[i] - 1) * dilations[i] + 1;
@@ -721,23 +729,7 @@ impl Importer<'_> {
                 }
                 p
             }
-            (None, "SAME_UPPER" | "SAME_LOWER") => {
-                let mut p = vec![0; 2 * spatial];
-                for i in 0..spatial {
-                    let k = (kernel[i] - 1) * dilations[i] + 1;
-                    let total = ((xt.shape[2 + i] - 1) * strides[i] + out_pad[i] + k
-                        - xt.shape[2 + i] * strides[i])
-                        .max(0);
-                    let (small, big) = (total / 2, total - total / 2);
-                    (p[i], p[spatial + i]) = if a.s("auto_pad", "") == "SAME_UPPER" {
-                        (small, big)
-                    } else {
-                        (big, small)
-                    };
-                }
-                p
-            }
-            _ => a.ints("pads").unwrap_or_else(|| vec![0; 2 * spatial]),
+            None => a.ints("pads").unwrap_or_else(|| vec![0; 2 * spatial]),
         };
         at.insert("pads".into(), ints_attr(pads));
         at.insert("output_padding".into(), ints_attr(out_pad));

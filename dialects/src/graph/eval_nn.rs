@@ -8,6 +8,7 @@ use ircc_core::{Tensor, TensorData};
 use ndarray::{Array2, ArrayD, ArrayView2, Axis, Ix2, IxDyn, s};
 
 use super::eval_elementwise::Eval;
+use super::eval_layout::{for_each_index, strides_of};
 use super::shape;
 
 fn floats<'a>(t: &'a Tensor, what: &str) -> Result<&'a ArrayD<f64>, String> {
@@ -111,37 +112,6 @@ pub fn gemm(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
         );
     }
     Ok(vec![Tensor::float(args[0].elem, y.into_dyn())])
-}
-
-/// Iterates over every multi-index of `shape`, row-major.
-fn for_each_index(shape: &[usize], mut f: impl FnMut(&[usize])) {
-    if shape.contains(&0) {
-        return;
-    }
-    let mut idx = vec![0; shape.len()];
-    loop {
-        f(&idx);
-        let mut d = shape.len();
-        loop {
-            if d == 0 {
-                return;
-            }
-            d -= 1;
-            idx[d] += 1;
-            if idx[d] < shape[d] {
-                break;
-            }
-            idx[d] = 0;
-        }
-    }
-}
-
-fn strides_of(shape: &[usize]) -> Vec<usize> {
-    let mut s = vec![1; shape.len()];
-    for i in (0..shape.len().saturating_sub(1)).rev() {
-        s[i] = s[i + 1] * shape[i + 1];
-    }
-    s
 }
 
 pub fn conv(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {

@@ -147,13 +147,7 @@ impl Pass for AnnotateDependencies {
     }
 
     fn run(&mut self, module: &mut Module, _ctx: &PassContext) -> Result<(), Diagnostics> {
-        let mut views = Vec::new();
-        module.walk(|op| {
-            if module.op(op).name == "index.view" {
-                views.push(op);
-            }
-        });
-        for op in views {
+        for op in super::views(module) {
             let Some(Attribute::AffineMap(m)) = module.op(op).attr("map").cloned() else {
                 continue;
             };

@@ -11,6 +11,17 @@ use ircc_core::diag::Diagnostics;
 use ircc_core::pass::{Pass, PassContext, PassOptions};
 use ircc_core::{AffineExpr, AffineMap, Attribute, Module, Type};
 
+/// Every `index.view` of the module.
+fn views(module: &Module) -> Vec<ircc_core::OpId> {
+    let mut views = Vec::new();
+    module.walk(|op| {
+        if module.op(op).name == "index.view" {
+            views.push(op);
+        }
+    });
+    views
+}
+
 /// Whether the map sends every index to itself (an extent-1 axis may read 0).
 fn is_identity(map: &AffineMap, shape: &[i64]) -> bool {
     map.num_results() == shape.len()

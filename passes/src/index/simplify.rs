@@ -225,6 +225,22 @@ fn num(g: &mut Graph, c: i64) -> Id {
     g.add(Idx::Num(c))
 }
 
+/// For `(a + b) op c` with g = gcd(divisor(a), c) strictly between 1 and
+/// c: the classes of `a/g + b floordiv g`, `c/g` and `g`.
+fn common_factor(g: &mut Graph, s: &Subst) -> Option<(Id, Id, Id)> {
+    let c = positive_const(g, s, "?c")? as i128;
+    let f = gcd(facts(g, s, "?a").divisor, c);
+    if f <= 1 || f >= c {
+        return None;
+    }
+    let fi = num(g, f as i64);
+    let a = g.add(Idx::FloorDiv([s[var("?a")], fi]));
+    let b = g.add(Idx::FloorDiv([s[var("?b")], fi]));
+    let high = g.add(Idx::Add([a, b]));
+    let rest = num(g, (c / f) as i64);
+    Some((high, rest, fi))
+}
+
 /// The rules. Conditions read the analysis: `c` constant and positive,
 /// `divisor(a)` a multiple of `c`, `x` within `[0, c)`.
 pub fn rules() -> Vec<Rewrite<Idx, Ranges>> {
@@ -251,34 +267,16 @@ pub fn rules() -> Vec<Rewrite<Idx, Ranges>> {
             "floordiv-common-factor",
             "(floordiv (+ ?a ?b) ?c)",
             |g, s| {
-                let c = positive_const(g, s, "?c")? as i128;
-                let f = gcd(facts(g, s, "?a").divisor, c);
-                if f <= 1 || f >= c {
-                    return None;
-                }
-                let fi = num(g, f as i64);
-                let a = g.add(Idx::FloorDiv([s[var("?a")], fi]));
-                let b = g.add(Idx::FloorDiv([s[var("?b")], fi]));
-                let sum = g.add(Idx::Add([a, b]));
-                let rest = num(g, (c / f) as i64);
-                Some(g.add(Idx::FloorDiv([sum, rest])))
+                let (high, rest, _) = common_factor(g, s)?;
+                Some(g.add(Idx::FloorDiv([high, rest])))
             },
         ),
         // With g as above: (a + b) mod c = ((a/g + b floordiv g) mod (c/g)) * g + b mod g.
         computed("mod-common-factor", "(mod (+ ?a ?b) ?c)", |g, s| {
-            let c = positive_const(g, s, "?c")? as i128;
-            let f = gcd(facts(g, s, "?a").divisor, c);
-            if f <= 1 || f >= c {
-                return None;
-            }
-            let fi = num(g, f as i64);
-            let a = g.add(Idx::FloorDiv([s[var("?a")], fi]));
-            let b = g.add(Idx::FloorDiv([s[var("?b")], fi]));
-            let sum = g.add(Idx::Add([a, b]));
-            let rest = num(g, (c / f) as i64);
-            let high = g.add(Idx::Mod([sum, rest]));
-            let high = g.add(Idx::Mul([high, fi]));
-            let low = g.add(Idx::Mod([s[var("?b")], fi]));
+            let (high, rest, f) = common_factor(g, s)?;
+            let high = g.add(Idx::Mod([high, rest]));
+            let high = g.add(Idx::Mul([high, f]));
+            let low = g.add(Idx::Mod([s[var("?b")], f]));
             Some(g.add(Idx::Add([high, low])))
         }),
         // (x * k) floordiv c: x * (k / c) when c divides k, x floordiv (c / k) when k divides c.

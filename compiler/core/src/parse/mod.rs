@@ -358,6 +358,26 @@ impl Builder {
         Ok(())
     }
 
+    /// The attributes of a `<{properties}>` or `{dictionary}`; both end up
+    /// in the op's one dictionary.
+    fn dictionary(&self, p: Pair<Rule>) -> PResult<Attributes> {
+        let dict = if p.as_rule() == Rule::properties {
+            p.into_inner().next().expect("dict")
+        } else {
+            p
+        };
+        self.attr_dict(dict)
+    }
+
+    /// Builds the regions of a just-created op from their parse trees.
+    fn regions(&mut self, op: OpId, regions: Vec<Pair<Rule>>) -> PResult<()> {
+        for (i, r) in regions.into_iter().enumerate() {
+            let region = self.module.op(op).regions[i];
+            self.region(r, region, None)?;
+        }
+        Ok(())
+    }
+
     fn generic_op(&mut self, pair: Pair<Rule>) -> PResult<OpId> {
         let loc = self.loc(&pair);
         let mut name = String::new();
@@ -369,16 +389,7 @@ impl Builder {
             match p.as_rule() {
                 Rule::string_lit => name = attrs::unquote(&p).map_err(|m| self.err(&p, m))?,
                 Rule::value_uses => operands = self.value_uses(Some(p))?,
-                Rule::properties | Rule::attr_dict => {
-                    let dict = if p.as_rule() == Rule::properties {
-                        p.into_inner().next().expect("dict")
-                    } else {
-                        p
-                    };
-                    for (k, v) in self.attr_dict(dict)? {
-                        attrs.insert(k, v);
-                    }
-                }
+                Rule::properties | Rule::attr_dict => attrs.extend(self.dictionary(p)?),
                 Rule::region_list => regions = p.into_inner().collect(),
                 Rule::function_type => fty = Some(p),
                 Rule::trailing_loc | Rule::colon => {}
@@ -399,10 +410,7 @@ impl Builder {
                 .regions(regions.len())
                 .loc(loc),
         );
-        for (i, r) in regions.into_iter().enumerate() {
-            let region = self.module.op(op).regions[i];
-            self.region(r, region, None)?;
-        }
+        self.regions(op, regions)?;
         Ok(op)
     }
 
@@ -420,16 +428,7 @@ impl Builder {
                     name = p.as_str().to_string();
                 }
                 Rule::value_uses => operands = self.value_uses(Some(p))?,
-                Rule::properties | Rule::attr_dict => {
-                    let dict = if p.as_rule() == Rule::properties {
-                        p.into_inner().next().expect("dict")
-                    } else {
-                        p
-                    };
-                    for (k, v) in self.attr_dict(dict)? {
-                        attrs.insert(k, v);
-                    }
-                }
+                Rule::properties | Rule::attr_dict => attrs.extend(self.dictionary(p)?),
                 Rule::region_list => regions = p.into_inner().collect(),
                 Rule::pretty_types => types.push(p),
                 Rule::colon | Rule::arrow => {}
@@ -448,10 +447,7 @@ impl Builder {
                 .regions(regions.len())
                 .loc(loc),
         );
-        for (i, r) in regions.into_iter().enumerate() {
-            let region = self.module.op(op).regions[i];
-            self.region(r, region, None)?;
-        }
+        self.regions(op, regions)?;
         Ok(op)
     }
 
@@ -615,12 +611,7 @@ impl Builder {
                 for p in body_pair.clone().into_inner() {
                     match p.as_rule() {
                         Rule::properties | Rule::attr_dict => {
-                            let dict = if p.as_rule() == Rule::properties {
-                                p.into_inner().next().expect("dict")
-                            } else {
-                                p
-                            };
-                            for (k, v) in self.attr_dict(dict)? {
+                            for (k, v) in self.dictionary(p)? {
                                 match (k.as_str(), v) {
                                     ("sym_name", Attribute::String(s)) => {
                                         self.module.name = Some(s)
