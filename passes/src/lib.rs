@@ -2,6 +2,7 @@
 //! pass manager.
 
 pub mod canonicalize;
+pub mod fusion;
 pub mod index;
 
 use ircc_core::pass::PassRegistry;
@@ -11,6 +12,14 @@ pub fn register_all(passes: &mut PassRegistry) {
         "canonicalize",
         "fold constant graph ops, merge common subexpressions, remove dead code (option: max-elements)",
         |o| Ok(Box::new(canonicalize::Canonicalize::from_options(o)?)),
+    );
+    passes.register(
+        "graph.classify",
+        "record each graph op's DNNFusion mapping type and SmartMem class (ircc.mapping, ircc.layout)",
+        |o| {
+            o.expect_only(&[])?;
+            Ok(Box::new(fusion::Classify::new()))
+        },
     );
     passes.register(
         "index.lower-layout-ops",

@@ -23,6 +23,9 @@ pub struct Cli {
     /// List every registered pass, and exit.
     #[arg(long)]
     pub list_passes: bool,
+    /// Print the DNNFusion and SmartMem tables of spec/fusion.toml, and exit.
+    #[arg(long)]
+    pub list_fusion_tables: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -115,7 +118,7 @@ pub struct PipelineArgs {
 #[derive(Args, Debug)]
 pub struct CompileArgs {
     /// The input: a .ir file (pretty or generic form, '-' for stdin) or an ONNX model.
-    #[arg(value_name = "FILE", required_unless_present_any = ["list_ops", "list_passes"])]
+    #[arg(value_name = "FILE", required_unless_present_any = ["list_ops", "list_passes", "list_fusion_tables"])]
     pub file: Option<PathBuf>,
     #[command(flatten)]
     pub onnx: OnnxArgs,

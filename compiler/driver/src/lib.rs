@@ -146,6 +146,9 @@ impl Driver {
         } else if cli.list_passes {
             let _ = write!(stdout, "{}", self.passes.table());
             Ok(())
+        } else if cli.list_fusion_tables {
+            let _ = write!(stdout, "{}", ircc_passes::fusion::Tables::load().render());
+            Ok(())
         } else {
             match &cli.command {
                 Some(Command::Run(args)) => self.run_command(args, stdout, stderr),
