@@ -640,11 +640,25 @@ impl Builder {
         };
         let mut inner = region.clone().into_inner();
         let entry = inner.next().expect("entry ops");
-        if inner.next().is_some_and(|p| p.as_rule() == Rule::block) {
-            return Err(self.err(&region, "a module body is a single block without a label"));
-        }
+        let blocks: Vec<Pair<Rule>> = inner.filter(|p| p.as_rule() == Rule::block).collect();
+        // The body is one block; mlir-opt labels it (`^bb0:`) when it is empty.
+        let ops: Vec<Pair<Rule>> = match (
+            entry.clone().into_inner().next().is_some(),
+            blocks.as_slice(),
+        ) {
+            (_, []) => entry.into_inner().collect(),
+            (false, [block]) => {
+                let mut parts = block.clone().into_inner();
+                let label = parts.next().expect("block label");
+                if label.into_inner().any(|p| p.as_rule() == Rule::block_arg) {
+                    return Err(self.err(block, "a module body takes no arguments"));
+                }
+                parts.collect()
+            }
+            _ => return Err(self.err(&region, "a module body is a single block")),
+        };
         let body = self.module.body;
-        for op in entry.into_inner() {
+        for op in ops {
             if is_module_op(&op) {
                 return Err(self.err(&op, "nested modules are not supported"));
             }
