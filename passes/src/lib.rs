@@ -22,6 +22,19 @@ pub fn register_all(passes: &mut PassRegistry) {
         },
     );
     passes.register(
+        "graph.eliminate-layout-ops",
+        "eliminate layout ops into index views where SmartMem's Table 5 says so",
+        |o| {
+            o.expect_only(&[])?;
+            Ok(Box::new(fusion::EliminateLayoutOps::new()))
+        },
+    );
+    passes.register(
+        "graph.fuse",
+        "DNNFusion's fusion plan: groups of ops become graph.fused kernels (option: max-ops)",
+        |o| Ok(Box::new(fusion::Fuse::from_options(o)?)),
+    );
+    passes.register(
         "index.lower-layout-ops",
         "turn reshape, transpose, slice, ... into index.view ops with composed maps",
         |o| {

@@ -11,6 +11,8 @@ mod weights;
 pub use npy::{read_npy, write_npy};
 pub use weights::{MemoryWeights, SafetensorsWeights};
 
+use std::collections::HashMap;
+
 use ircc_core::interp::Env;
 use ircc_core::ir::ValueId;
 use ircc_core::{Attribute, Diagnostic, Module, OpId, Registry, Tensor, Type};
@@ -43,8 +45,7 @@ pub fn run_function(
             inputs.len()
         )));
     }
-    let mut values: Vec<Option<Tensor>> = vec![None; module.values.len()];
-    for (i, (&a, t)) in args.iter().zip(inputs).enumerate() {
+    for (i, (&a, t)) in args.iter().zip(&inputs).enumerate() {
         let want = module.value_type(a);
         if Type::Tensor(t.ty()) != *want {
             let name = module
@@ -57,38 +58,87 @@ pub fn run_function(
                 t.ty()
             )));
         }
-        values[a.index()] = Some(t);
     }
+    let mut regions = Regions {
+        registry,
+        weights: env,
+    };
+    run_block(module, registry, entry, inputs, &mut regions)
+}
+
+/// The interpreter's environment: weights from the caller, and regions
+/// run by this interpreter.
+struct Regions<'a> {
+    registry: &'a Registry,
+    weights: &'a mut dyn Env,
+}
+
+impl Env for Regions<'_> {
+    fn param(&mut self, name: &str, ty: &ircc_core::TensorType) -> Result<Tensor, String> {
+        self.weights.param(name, ty)
+    }
+
+    fn run_region(
+        &mut self,
+        module: &Module,
+        region: ircc_core::RegionId,
+        args: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>, String> {
+        let block = *module.regions[region]
+            .blocks
+            .first()
+            .ok_or("the region has no block")?;
+        let registry = self.registry;
+        run_block(module, registry, block, args, self).map_err(|d| d.to_string())
+    }
+}
+
+/// Runs a block: its arguments are `args`, its last op (a terminator such
+/// as `func.return` or `graph.yield`) gives the results.
+fn run_block(
+    module: &Module,
+    registry: &Registry,
+    block: ircc_core::BlockId,
+    args: Vec<Tensor>,
+    env: &mut dyn Env,
+) -> Result<Vec<Tensor>, Diagnostic> {
+    let b = &module.blocks[block];
+    let mut values: HashMap<ValueId, Tensor> = b.args.iter().copied().zip(args).collect();
     // How many reads are left of each value, so intermediates are freed early.
-    let mut remaining: Vec<usize> = module.values.iter().map(|(_, v)| v.uses.len()).collect();
-    for &op in &module.blocks[entry].ops {
-        let o = module.op(op);
-        if o.name == "func.return" {
-            return o
-                .operands
-                .iter()
-                .map(|&v| {
-                    values[v.index()]
-                        .clone()
-                        .ok_or_else(|| missing(module, op, v))
-                })
-                .collect();
+    let mut remaining: HashMap<ValueId, usize> = HashMap::new();
+    for &op in &b.ops {
+        for &v in &module.op(op).operands {
+            *remaining.entry(v).or_default() += 1;
         }
+    }
+    let Some((&last, body)) = b.ops.split_last() else {
+        return Ok(Vec::new());
+    };
+    for &op in body {
+        let o = module.op(op);
         let outputs = run_op(module, registry, op, &values, env)?;
         for &v in &o.operands {
-            remaining[v.index()] -= 1;
-            if remaining[v.index()] == 0 {
-                values[v.index()] = None;
+            let left = remaining.get_mut(&v).expect("counted above");
+            *left -= 1;
+            if *left == 0 {
+                values.remove(&v);
             }
         }
         for (&r, t) in o.results.iter().zip(outputs) {
-            values[r.index()] = Some(t);
+            values.insert(r, t);
         }
     }
-    Err(Diagnostic::error(
-        module.op(f).loc.clone(),
-        format!("function '@{func}' does not end with func.return"),
-    ))
+    module
+        .op(last)
+        .operands
+        .iter()
+        .map(|&v| {
+            values
+                .get(&v)
+                .cloned()
+                .ok_or_else(|| missing(module, last, v))
+        })
+        .collect()
 }
 
 fn missing(module: &Module, op: OpId, v: ValueId) -> Diagnostic {
@@ -103,7 +153,7 @@ pub fn run_op(
     module: &Module,
     registry: &Registry,
     op: OpId,
-    values: &[Option<Tensor>],
+    values: &HashMap<ValueId, Tensor>,
     env: &mut dyn Env,
 ) -> Result<Vec<Tensor>, Diagnostic> {
     let o = module.op(op);
@@ -124,8 +174,9 @@ pub fn run_op(
         .operands
         .iter()
         .map(|&v| {
-            values[v.index()]
-                .clone()
+            values
+                .get(&v)
+                .cloned()
                 .ok_or_else(|| missing(module, op, v))
         })
         .collect::<Result<_, _>>()?;

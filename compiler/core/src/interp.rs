@@ -1,11 +1,23 @@
 //! What an interpret hook may ask of the interpreter running it.
 
+use crate::ir::{Module, RegionId};
 use crate::tensor::Tensor;
 use crate::types::TensorType;
 
 pub trait Env {
     /// The weight named `name` (a `graph.param`), checked against `ty`.
     fn param(&mut self, name: &str, ty: &TensorType) -> Result<Tensor, String>;
+
+    /// Runs the single block of `region` on `args` and returns what its
+    /// terminator yields (the body of a fused op, say).
+    fn run_region(
+        &mut self,
+        _module: &Module,
+        _region: RegionId,
+        _args: Vec<Tensor>,
+    ) -> Result<Vec<Tensor>, String> {
+        Err("regions cannot be run here".to_string())
+    }
 }
 
 /// An environment with no weights, for constant folding.

@@ -10,6 +10,21 @@ use crate::{
     CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err, is_onnx,
 };
 
+/// Kernel launches: the top-level ops that compute (not constants,
+/// weights or views, which kernels read).
+pub fn kernel_count(module: &Module) -> usize {
+    module
+        .functions()
+        .iter()
+        .filter_map(|&f| module.entry_block(f))
+        .flat_map(|b| module.blocks[b].ops.iter())
+        .filter(|&&op| {
+            let name = &module.op(op).name;
+            name.starts_with("graph.") && name != "graph.constant" && name != "graph.param"
+        })
+        .count()
+}
+
 /// Operations that compute: graph ops other than constants and weights.
 pub fn graph_op_count(module: &Module) -> usize {
     let mut n = 0;
@@ -150,6 +165,7 @@ impl Driver {
         let compile_ms = start.elapsed().as_secs_f64() * 1e3;
         let stats = serde_json::json!({
             "graph_ops": graph_ops,
+            "kernels": kernel_count(&loaded.module),
             "import_ms": loaded.import_ms,
             "compile_ms": compile_ms,
         });
@@ -158,6 +174,7 @@ impl Driver {
         } else {
             let _ = writeln!(stdout, "{}", args.file.display());
             let _ = writeln!(stdout, "  graph ops   {graph_ops}");
+            let _ = writeln!(stdout, "  kernels     {}", kernel_count(&loaded.module));
             let _ = writeln!(stdout, "  import      {:.1} ms", loaded.import_ms);
             let _ = writeln!(stdout, "  compile     {compile_ms:.1} ms");
         }

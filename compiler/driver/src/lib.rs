@@ -36,6 +36,14 @@ pub const PIPELINES: &[(&str, &str)] = &[
         "canonicalize",
         include_str!("../../../spec/pipelines/canonicalize.pipeline"),
     ),
+    (
+        "dnnfusion",
+        include_str!("../../../spec/pipelines/dnnfusion.pipeline"),
+    ),
+    (
+        "smartmem",
+        include_str!("../../../spec/pipelines/smartmem.pipeline"),
+    ),
 ];
 
 pub struct Driver {

@@ -5,6 +5,7 @@
 mod eval_elementwise;
 mod eval_layout;
 mod eval_nn;
+mod fused;
 pub mod shape;
 
 pub use eval_layout::{for_each_index, gather_by, strides_of};
@@ -92,6 +93,22 @@ pub fn op_hooks() -> Vec<(&'static str, OpHooks)> {
         ("graph.constant", hooks(shape::constant, lay::constant)),
         ("graph.param", checked(shape::param, lay::param)),
         ("graph.identity", hooks(shape::elementwise_unary, ew::unary)),
+        (
+            "graph.fused",
+            OpHooks {
+                infer: None,
+                verify: Some(fused::verify_fused),
+                interpret: Some(fused::interpret_fused),
+            },
+        ),
+        (
+            "graph.yield",
+            OpHooks {
+                infer: None,
+                verify: Some(fused::verify_yield),
+                interpret: None,
+            },
+        ),
     ];
     let groups: [(&[&'static str], OpHooks); 4] = [
         (

@@ -1,7 +1,12 @@
 //! DNNFusion and SmartMem: operator classification against the tables of
 //! `spec/fusion.toml`.
 
+mod eliminate;
+mod fuse;
 pub mod tables;
+
+pub use eliminate::EliminateLayoutOps;
+pub use fuse::Fuse;
 
 use ircc_core::diag::Diagnostics;
 use ircc_core::pass::{Pass, PassContext};

@@ -75,6 +75,58 @@ fn layout_map(m: &Module, ctx: &PassContext, op: OpId) -> Option<AffineMap> {
     }
 }
 
+/// Replaces one layout op by a view (composed with a view it reads);
+/// returns false, changing nothing, for an op that has no map.
+pub fn lower_to_view(module: &mut Module, ctx: &PassContext, op: OpId) -> bool {
+    let Some(map) = layout_map(module, ctx, op) else {
+        return false;
+    };
+    let source = module.op(op).operands[0];
+    // A view of a view reads the first view's source directly.
+    let (source, map) = match module.defining_op(source) {
+        Some(p) if module.op(p).name == "index.view" => match module.op(p).attr("map") {
+            Some(Attribute::AffineMap(inner)) => match inner.compose(&map) {
+                Ok(composed) => (module.op(p).operands[0], composed),
+                Err(_) => (source, map),
+            },
+            _ => (source, map),
+        },
+        _ => (source, map),
+    };
+    let result = module.op(op).results[0];
+    let ty: Type = module.value_type(result).clone();
+    let loc = module.op(op).loc.clone();
+    let view = module.create_op(
+        OpBuilder::new("index.view")
+            .operands([source])
+            .results([ty])
+            .attr("map", Attribute::AffineMap(map))
+            .loc(loc),
+    );
+    module.insert_before(op, view);
+    let new = module.op(view).results[0];
+    module.values[new].name = module.value(result).name.clone();
+    module.replace_all_uses(result, new);
+    module.erase_op(op);
+    true
+}
+
+/// Erases views that nothing reads any more (their reader became a view).
+pub fn remove_dead_views(module: &mut Module) {
+    for f in module.functions() {
+        let Some(body) = module.entry_block(f) else {
+            continue;
+        };
+        for op in module.blocks[body].ops.clone().into_iter().rev() {
+            let o = module.op(op);
+            if o.name == "index.view" && o.results.iter().all(|&r| module.value(r).uses.is_empty())
+            {
+                module.erase_op(op);
+            }
+        }
+    }
+}
+
 impl Pass for LowerLayoutOps {
     fn name(&self) -> &str {
         "index.lower-layout-ops"
@@ -84,54 +136,11 @@ impl Pass for LowerLayoutOps {
         let mut ops = Vec::new();
         module.walk(|op| ops.push(op));
         for op in ops {
-            if module.op(op).parent.is_none() {
-                continue;
-            }
-            let Some(map) = layout_map(module, ctx, op) else {
-                continue;
-            };
-            let source = module.op(op).operands[0];
-            // A view of a view reads the first view's source directly.
-            let (source, map) = match module.defining_op(source) {
-                Some(p) if module.op(p).name == "index.view" => match module.op(p).attr("map") {
-                    Some(Attribute::AffineMap(inner)) => match inner.compose(&map) {
-                        Ok(composed) => (module.op(p).operands[0], composed),
-                        Err(_) => (source, map),
-                    },
-                    _ => (source, map),
-                },
-                _ => (source, map),
-            };
-            let result = module.op(op).results[0];
-            let ty: Type = module.value_type(result).clone();
-            let loc = module.op(op).loc.clone();
-            let view = module.create_op(
-                OpBuilder::new("index.view")
-                    .operands([source])
-                    .results([ty])
-                    .attr("map", Attribute::AffineMap(map))
-                    .loc(loc),
-            );
-            module.insert_before(op, view);
-            let new = module.op(view).results[0];
-            module.values[new].name = module.value(result).name.clone();
-            module.replace_all_uses(result, new);
-            module.erase_op(op);
-        }
-        // Views whose only reader was folded into another view are dead.
-        for f in module.functions() {
-            let Some(body) = module.entry_block(f) else {
-                continue;
-            };
-            for op in module.blocks[body].ops.clone().into_iter().rev() {
-                let o = module.op(op);
-                if o.name == "index.view"
-                    && o.results.iter().all(|&r| module.value(r).uses.is_empty())
-                {
-                    module.erase_op(op);
-                }
+            if module.op(op).parent.is_some() {
+                lower_to_view(module, ctx, op);
             }
         }
+        remove_dead_views(module);
         Ok(())
     }
 }

@@ -5,7 +5,7 @@ mod lower;
 pub mod maps;
 pub mod simplify;
 
-pub use lower::{AnnotateDependencies, LowerLayoutOps};
+pub use lower::{AnnotateDependencies, LowerLayoutOps, lower_to_view, remove_dead_views};
 
 use ircc_core::diag::Diagnostics;
 use ircc_core::pass::{Pass, PassContext, PassOptions};

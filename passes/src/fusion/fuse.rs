@@ -1,0 +1,393 @@
+//! `graph.fuse`: DNNFusion's fusion plan (Listing 1). Seeds are One-to-One
+//! ops, smallest result first; a seed's group grows through its consumers,
+//! then its producers, as far as the mapping-type table allows: red
+//! (fuse_break) stops, green (fuse_through) goes, yellow (fuse_depend) goes
+//! unless the new op duplicates data (One-to-Many), the cost model until
+//! measured profiles exist. A group keeps one anchor (at most one
+//! Many-to-Many op), a bounded size, and stays convex (no path leaves the
+//! group and comes back), so it can run as one kernel. Each group of two or
+//! more ops becomes a `graph.fused` op whose region holds them; views that
+//! only feed a group go into it, since they cost the kernel nothing.
+
+use std::cmp::Reverse;
+use std::collections::{BinaryHeap, HashMap, HashSet};
+
+use ircc_core::diag::Diagnostics;
+use ircc_core::ir::{BlockId, OpBuilder, ValueId};
+use ircc_core::pass::{Pass, PassContext, PassOptions};
+use ircc_core::registry::MappingType;
+use ircc_core::{Attribute, Module, OpId, Type};
+
+use super::classify;
+use super::tables::{Color, Tables};
+
+pub struct Fuse {
+    tables: Tables,
+    max_ops: usize,
+}
+
+impl Fuse {
+    pub fn from_options(o: &PassOptions) -> Result<Self, String> {
+        o.expect_only(&["max-ops"])?;
+        Ok(Fuse {
+            tables: Tables::load(),
+            max_ops: o.i64_or("max-ops", 64)?.max(1) as usize,
+        })
+    }
+}
+
+struct Group {
+    ops: Vec<OpId>,
+    mapping: MappingType,
+    /// The group's Many-to-Many op, if it has one.
+    anchor: Option<OpId>,
+}
+
+/// The fusion state of one block.
+struct Plan<'a> {
+    module: &'a Module,
+    position: HashMap<OpId, usize>,
+    mapping: HashMap<OpId, MappingType>,
+    group_of: HashMap<OpId, usize>,
+}
+
+fn is_data(name: &str) -> bool {
+    matches!(name, "graph.constant" | "graph.param" | "index.view")
+}
+
+impl Plan<'_> {
+    fn consumers(&self, op: OpId) -> Vec<OpId> {
+        let mut out: Vec<OpId> = self
+            .module
+            .op(op)
+            .results
+            .iter()
+            .flat_map(|&r| self.module.value(r).uses.iter().map(|u| u.op))
+            .collect();
+        out.sort_by_key(|o| self.position.get(o).copied().unwrap_or(usize::MAX));
+        out.dedup();
+        out
+    }
+
+    fn producers(&self, op: OpId) -> Vec<OpId> {
+        let mut out: Vec<OpId> = self
+            .module
+            .op(op)
+            .operands
+            .iter()
+            .filter_map(|&v| self.module.defining_op(v))
+            .collect();
+        out.sort_by_key(|o| self.position.get(o).copied().unwrap_or(usize::MAX));
+        out.dedup();
+        out
+    }
+
+    /// Whether `members` is convex: no path leaves it and comes back.
+    fn convex(&self, members: &HashSet<OpId>) -> bool {
+        let last = members.iter().map(|o| self.position[o]).max().unwrap_or(0);
+        let mut stack: Vec<OpId> = members
+            .iter()
+            .flat_map(|&m| self.consumers(m))
+            .filter(|c| !members.contains(c))
+            .collect();
+        let mut seen = HashSet::new();
+        while let Some(op) = stack.pop() {
+            match self.position.get(&op) {
+                Some(&p) if p < last && seen.insert(op) => {
+                    for c in self.consumers(op) {
+                        if members.contains(&c) {
+                            return false;
+                        }
+                        stack.push(c);
+                    }
+                }
+                _ => {}
+            }
+        }
+        true
+    }
+}
+
+impl Fuse {
+    /// Tries to add `op` to `group`; `first` is the mapping type of what
+    /// runs first in the pair (the group when growing forwards).
+    fn try_add(&self, plan: &Plan, group: &mut Group, op: OpId, forwards: bool) -> bool {
+        let Some(&kind) = plan.mapping.get(&op) else {
+            return false;
+        };
+        if plan.group_of.contains_key(&op) || group.ops.len() >= self.max_ops {
+            return false;
+        }
+        let (mapping, color) = if forwards {
+            self.tables.fuse(group.mapping, kind)
+        } else {
+            self.tables.fuse(kind, group.mapping)
+        };
+        let allowed = match color {
+            Color::Green => true,
+            Color::Yellow => kind != MappingType::OneToMany,
+            Color::Red => false,
+        };
+        let anchor = kind == MappingType::ManyToMany;
+        if !allowed || (anchor && group.anchor.is_some()) {
+            return false;
+        }
+        let mut members: HashSet<OpId> = group.ops.iter().copied().collect();
+        members.insert(op);
+        if !plan.convex(&members) {
+            return false;
+        }
+        group.ops.push(op);
+        group.mapping = mapping;
+        if anchor {
+            group.anchor = Some(op);
+        }
+        true
+    }
+
+    fn plan(&self, module: &Module, ctx: &PassContext, block: BlockId) -> Vec<Group> {
+        let ops = &module.blocks[block].ops;
+        let mut plan = Plan {
+            module,
+            position: HashMap::new(),
+            mapping: HashMap::new(),
+            group_of: HashMap::new(),
+        };
+        for (i, &op) in ops.iter().enumerate() {
+            plan.position.insert(op, i);
+            let name = &module.op(op).name;
+            if name.starts_with("graph.")
+                && !is_data(name)
+                && module.op(op).regions.is_empty()
+                && let Some((m, _)) = classify(module, ctx.registry, &self.tables, op)
+            {
+                plan.mapping.insert(op, m);
+            }
+        }
+        let size = |op: OpId| -> i64 {
+            module
+                .op(op)
+                .results
+                .iter()
+                .filter_map(|&r| module.value_type(r).as_tensor())
+                .map(|t| t.num_elements())
+                .sum()
+        };
+        let mut seeds: Vec<OpId> = ops
+            .iter()
+            .copied()
+            .filter(|o| plan.mapping.get(o) == Some(&MappingType::OneToOne))
+            .collect();
+        seeds.sort_by_key(|&o| (size(o), plan.position[&o]));
+        let mut groups = Vec::new();
+        for seed in seeds {
+            if plan.group_of.contains_key(&seed) {
+                continue;
+            }
+            let mut group = Group {
+                ops: vec![seed],
+                mapping: MappingType::OneToOne,
+                anchor: None,
+            };
+            for forwards in [true, false] {
+                let mut grew = true;
+                while grew {
+                    grew = false;
+                    let neighbours: Vec<OpId> = group
+                        .ops
+                        .iter()
+                        .flat_map(|&m| {
+                            if forwards {
+                                plan.consumers(m)
+                            } else {
+                                plan.producers(m)
+                            }
+                        })
+                        .filter(|n| !group.ops.contains(n))
+                        .collect();
+                    for n in neighbours {
+                        if !group.ops.contains(&n) && self.try_add(&plan, &mut group, n, forwards) {
+                            grew = true;
+                        }
+                    }
+                }
+            }
+            for &op in &group.ops {
+                plan.group_of.insert(op, groups.len());
+            }
+            groups.push(group);
+        }
+        groups.retain(|g| g.ops.len() > 1);
+        groups
+    }
+}
+
+/// Turns one group into a `graph.fused` op placed at its last member.
+fn outline(module: &mut Module, block: BlockId, group: &Group) {
+    let position: HashMap<OpId, usize> = module.blocks[block]
+        .ops
+        .iter()
+        .enumerate()
+        .map(|(i, &o)| (o, i))
+        .collect();
+    let mut members: HashSet<OpId> = group.ops.iter().copied().collect();
+    // Views whose every reader is in the group are part of its index math.
+    for &op in &group.ops {
+        for &v in &module.op(op).operands {
+            if let Some(p) = module.defining_op(v) {
+                let only_here = module
+                    .op(p)
+                    .results
+                    .iter()
+                    .all(|&r| module.value(r).uses.iter().all(|u| members.contains(&u.op)));
+                if module.op(p).name == "index.view" && only_here {
+                    members.insert(p);
+                }
+            }
+        }
+    }
+    let mut ordered: Vec<OpId> = members.iter().copied().collect();
+    ordered.sort_by_key(|o| position[o]);
+    let mut inputs: Vec<ValueId> = Vec::new();
+    for &op in &ordered {
+        for &v in &module.op(op).operands {
+            let inside = module.defining_op(v).is_some_and(|p| members.contains(&p));
+            if !inside && !inputs.contains(&v) {
+                inputs.push(v);
+            }
+        }
+    }
+    let mut outputs: Vec<ValueId> = Vec::new();
+    for &op in &ordered {
+        for &r in &module.op(op).results {
+            if module
+                .value(r)
+                .uses
+                .iter()
+                .any(|u| !members.contains(&u.op))
+            {
+                outputs.push(r);
+            }
+        }
+    }
+    let anchor = module.op(group.anchor.unwrap_or(group.ops[0])).name.clone();
+    let last = *ordered.last().expect("a group has ops");
+    let fused = module.create_op(
+        OpBuilder::new("graph.fused")
+            .operands(inputs.clone())
+            .results(
+                outputs
+                    .iter()
+                    .map(|&r| module.value_type(r).clone())
+                    .collect::<Vec<Type>>(),
+            )
+            .attr("anchor", Attribute::String(anchor))
+            .attr(
+                "mapping",
+                Attribute::String(group.mapping.name().to_string()),
+            )
+            .regions(1)
+            .loc(module.op(last).loc.clone()),
+    );
+    let region = module.op(fused).regions[0];
+    let body = module.add_block(
+        region,
+        inputs
+            .iter()
+            .map(|&v| module.value_type(v).clone())
+            .collect(),
+    );
+    let mut mapped: HashMap<ValueId, ValueId> = inputs
+        .iter()
+        .copied()
+        .zip(module.blocks[body].args.clone())
+        .collect();
+    for &op in &ordered {
+        let o = module.op(op).clone();
+        let clone = module.create_op(
+            OpBuilder::new(o.name.clone())
+                .operands(o.operands.iter().map(|v| mapped[v]))
+                .results(o.results.iter().map(|&r| module.value_type(r).clone()))
+                .attrs(o.attrs.clone())
+                .loc(o.loc.clone()),
+        );
+        module.append_op(body, clone);
+        for (&old, &new) in o.results.iter().zip(&module.op(clone).results.clone()) {
+            module.values[new].name = module.value(old).name.clone();
+            mapped.insert(old, new);
+        }
+    }
+    let terminator =
+        module.create_op(OpBuilder::new("graph.yield").operands(outputs.iter().map(|v| mapped[v])));
+    module.append_op(body, terminator);
+    module.insert_before(last, fused);
+    for (i, &r) in outputs.iter().enumerate() {
+        let new = module.op(fused).results[i];
+        module.values[new].name = module.value(r).name.clone();
+        module.replace_all_uses(r, new);
+    }
+    for &op in ordered.iter().rev() {
+        module.erase_op(op);
+    }
+}
+
+/// Reorders a block so every value is defined before it is used, keeping
+/// the original order wherever it already is.
+fn sort_topologically(module: &mut Module, block: BlockId) {
+    let ops = module.blocks[block].ops.clone();
+    let position: HashMap<OpId, usize> = ops.iter().enumerate().map(|(i, &o)| (o, i)).collect();
+    let mut waiting: HashMap<OpId, usize> = HashMap::new();
+    let mut readers: HashMap<OpId, Vec<OpId>> = HashMap::new();
+    for &op in &ops {
+        let deps: HashSet<OpId> = module
+            .op(op)
+            .operands
+            .iter()
+            .filter_map(|&v| module.defining_op(v))
+            .filter(|p| position.contains_key(p))
+            .collect();
+        waiting.insert(op, deps.len());
+        for d in deps {
+            readers.entry(d).or_default().push(op);
+        }
+    }
+    let mut ready: BinaryHeap<Reverse<(usize, OpId)>> = ops
+        .iter()
+        .filter(|o| waiting[o] == 0)
+        .map(|&o| Reverse((position[&o], o)))
+        .collect();
+    let mut sorted = Vec::with_capacity(ops.len());
+    while let Some(Reverse((_, op))) = ready.pop() {
+        sorted.push(op);
+        for &r in readers.get(&op).map(Vec::as_slice).unwrap_or_default() {
+            let w = waiting.get_mut(&r).expect("a reader waits");
+            *w -= 1;
+            if *w == 0 {
+                ready.push(Reverse((position[&r], r)));
+            }
+        }
+    }
+    if sorted.len() == ops.len() {
+        module.blocks[block].ops = sorted;
+    }
+}
+
+impl Pass for Fuse {
+    fn name(&self) -> &str {
+        "graph.fuse"
+    }
+
+    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
+        for f in module.functions() {
+            let Some(body) = module.entry_block(f) else {
+                continue;
+            };
+            let groups = self.plan(module, ctx, body);
+            for g in &groups {
+                outline(module, body, g);
+            }
+            sort_topologically(module, body);
+        }
+        Ok(())
+    }
+}
