@@ -60,8 +60,9 @@ fn every_spec_op_has_its_hooks_and_a_shape_filetest() {
         if !name.starts_with("graph.") {
             continue;
         }
+        // Terminators are not interpreted: the block that ends in one is.
         assert!(
-            def.hooks.interpret.is_some(),
+            def.hooks.interpret.is_some() || def.spec.results.is_empty(),
             "{name} cannot be interpreted"
         );
         assert!(
