@@ -153,3 +153,60 @@ fn verification_after_a_pass_names_the_pass() {
     let (code, _) = run(&["--passes", "test.break-types", "--no-verify-each"]);
     assert_eq!(code, 0);
 }
+
+/// Turns every gelu into a relu: valid IR, wrong results.
+struct WrongResults;
+
+impl Pass for WrongResults {
+    fn name(&self) -> &str {
+        "test.wrong-results"
+    }
+    fn run(&mut self, module: &mut Module, _: &PassContext) -> Result<(), Diagnostics> {
+        let mut ops = Vec::new();
+        module.walk(|op| ops.push(op));
+        for op in ops {
+            if module.op(op).name == "graph.gelu" {
+                module.op_mut(op).name = "graph.relu".into();
+                module.op_mut(op).attrs.clear();
+            }
+        }
+        Ok(())
+    }
+}
+
+#[test]
+fn check_names_the_pass_that_changes_results() {
+    let mut driver = ircc::Driver::new().unwrap();
+    driver
+        .passes_mut()
+        .register("test.wrong-results", "breaks results", |_| {
+            Ok(Box::new(WrongResults))
+        });
+    let model = root().join("examples/mlp.ir").display().to_string();
+    let run = |pipeline: &str| {
+        let (mut out, mut err) = (Vec::new(), Vec::new());
+        let code = driver.run_cli(
+            ["ircc", "check", model.as_str(), "--passes", pipeline],
+            &mut out,
+            &mut err,
+        );
+        (
+            code,
+            String::from_utf8(out).unwrap(),
+            String::from_utf8(err).unwrap(),
+        )
+    };
+    let (code, out, err) = run("canonicalize,graph.eliminate-layout-ops,index.simplify,graph.fuse");
+    assert_eq!(code, 0, "{out}{err}");
+    assert!(out.contains("4 passes checked"), "{out}");
+    let (code, out, err) = run("canonicalize,test.wrong-results,graph.fuse");
+    assert_eq!(code, 1, "{out}");
+    assert!(
+        err.contains("pass 'test.wrong-results' changed the results"),
+        "{err}"
+    );
+    assert!(
+        !out.contains("graph.fuse"),
+        "checking stops at the first bad pass: {out}"
+    );
+}

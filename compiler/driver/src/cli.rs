@@ -36,6 +36,25 @@ pub enum Command {
     Import(ImportArgs),
     /// Print static figures of a model after a pipeline.
     Stats(StatsArgs),
+    /// Run the interpreter before and after every pass of a pipeline on random inputs, and fail on the first pass that changes the results.
+    Check(CheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CheckArgs {
+    /// The model: a .ir file or an ONNX model.
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub onnx: OnnxArgs,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Relative tolerance, on the scale of each output.
+    #[arg(long, default_value_t = 1e-4)]
+    pub rtol: f64,
 }
 
 /// Options for reading ONNX models.

@@ -4,38 +4,13 @@ use std::io::Write;
 use std::path::Path;
 use std::time::Instant;
 
-use ircc_core::{Attribute, Diagnostic, Form, Module, Tensor, print_module};
+use ircc_core::{Attribute, Diagnostic, Form, Tensor, print_module};
+
+use crate::figures::{self, graph_op_count};
 
 use crate::{
     CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err, is_onnx,
 };
-
-/// Kernel launches: the top-level ops that compute (not constants,
-/// weights or views, which kernels read).
-pub fn kernel_count(module: &Module) -> usize {
-    module
-        .functions()
-        .iter()
-        .filter_map(|&f| module.entry_block(f))
-        .flat_map(|b| module.blocks[b].ops.iter())
-        .filter(|&&op| {
-            let name = &module.op(op).name;
-            name.starts_with("graph.") && name != "graph.constant" && name != "graph.param"
-        })
-        .count()
-}
-
-/// Operations that compute: graph ops other than constants and weights.
-pub fn graph_op_count(module: &Module) -> usize {
-    let mut n = 0;
-    module.walk(|op| {
-        let name = &module.op(op).name;
-        if name.starts_with("graph.") && name != "graph.constant" && name != "graph.param" {
-            n += 1;
-        }
-    });
-    n
-}
 
 impl Driver {
     pub(crate) fn compile_command(
@@ -154,30 +129,90 @@ impl Driver {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
-        let start = Instant::now();
-        let mut loaded = self.load_or_fail(
+        let loaded = self.load_or_fail(
             &args.file,
             &args.onnx,
             args.pipeline.allow_unregistered_dialect,
         )?;
-        let graph_ops = graph_op_count(&loaded.module);
-        self.transform(&mut loaded, &args.pipeline, Form::Pretty, stderr)?;
-        let compile_ms = start.elapsed().as_secs_f64() * 1e3;
-        let stats = serde_json::json!({
-            "graph_ops": graph_ops,
-            "kernels": kernel_count(&loaded.module),
-            "import_ms": loaded.import_ms,
-            "compile_ms": compile_ms,
-        });
-        if args.json {
-            let _ = writeln!(stdout, "{stats}");
+        let graph_ops = figures::graph_op_count(&loaded.module);
+        let chosen = args.pipeline.pipeline.is_some() || args.pipeline.passes.is_some();
+        // Without a pipeline, the table compares the three named ones.
+        let runs: Vec<(String, crate::PipelineArgs)> = if chosen || args.json {
+            let name = args
+                .pipeline
+                .pipeline
+                .clone()
+                .or(args.pipeline.passes.clone())
+                .unwrap_or_else(|| "none".into());
+            vec![(name, args.pipeline.clone())]
         } else {
-            let _ = writeln!(stdout, "{}", args.file.display());
-            let _ = writeln!(stdout, "  graph ops   {graph_ops}");
-            let _ = writeln!(stdout, "  kernels     {}", kernel_count(&loaded.module));
-            let _ = writeln!(stdout, "  import      {:.1} ms", loaded.import_ms);
-            let _ = writeln!(stdout, "  compile     {compile_ms:.1} ms");
+            ["none", "dnnfusion", "smartmem"]
+                .iter()
+                .map(|p| {
+                    (
+                        p.to_string(),
+                        crate::PipelineArgs {
+                            pipeline: Some(p.to_string()),
+                            ..args.pipeline.clone()
+                        },
+                    )
+                })
+                .collect()
+        };
+        let mut rows = Vec::new();
+        for (name, pipeline) in runs {
+            let start = Instant::now();
+            let mut run = crate::Loaded {
+                module: loaded.module.clone(),
+                source: loaded.source.clone(),
+                weights: None,
+                path: loaded.path.clone(),
+                import_ms: loaded.import_ms,
+            };
+            self.transform(&mut run, &pipeline, Form::Pretty, stderr)?;
+            let compile_ms = loaded.import_ms + start.elapsed().as_secs_f64() * 1e3;
+            rows.push((name, figures::traffic(&run.module), compile_ms));
         }
+        if args.json {
+            let (_, t, compile_ms) = &rows[0];
+            let stats = serde_json::json!({
+                "graph_ops": graph_ops,
+                "kernels": t.kernels,
+                "bytes_moved": t.bytes_moved,
+                "intermediate_bytes": t.intermediate_bytes,
+                "import_ms": loaded.import_ms,
+                "compile_ms": compile_ms,
+            });
+            let _ = writeln!(stdout, "{stats}");
+            return Ok(());
+        }
+        let _ = writeln!(
+            stdout,
+            "{}: {graph_ops} graph ops after import ({:.1} ms)",
+            args.file.display(),
+            loaded.import_ms
+        );
+        let _ = write!(stdout, "{:<22}", "");
+        for (name, _, _) in &rows {
+            let _ = write!(stdout, "{name:>16}");
+        }
+        let _ = writeln!(stdout);
+        let line =
+            |out: &mut dyn Write, label: &str, f: &dyn Fn(&figures::Traffic, f64) -> String| {
+                let _ = write!(out, "{label:<22}");
+                for (_, t, ms) in &rows {
+                    let _ = write!(out, "{:>16}", f(t, *ms));
+                }
+                let _ = writeln!(out);
+            };
+        line(stdout, "kernels", &|t, _| t.kernels.to_string());
+        line(stdout, "bytes moved (MB)", &|t, _| {
+            format!("{:.2}", t.bytes_moved as f64 / 1e6)
+        });
+        line(stdout, "intermediate (MB)", &|t, _| {
+            format!("{:.2}", t.intermediate_bytes as f64 / 1e6)
+        });
+        line(stdout, "compile (ms)", &|_, ms| format!("{ms:.1}"));
         Ok(())
     }
 }

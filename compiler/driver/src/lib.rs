@@ -5,8 +5,10 @@
 //! and call [`Driver::main`] to get an `ircc` of its own, the way one
 //! builds a custom `mlir-opt`.
 
+mod check;
 mod cli;
 mod commands;
+pub mod figures;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -23,7 +25,8 @@ use ircc_core::verify::{VerifyOptions, verify};
 use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tensor, parse_module};
 
 pub use cli::{
-    Cli, Command, CompileArgs, Emit, ImportArgs, OnnxArgs, PipelineArgs, RunArgs, StatsArgs,
+    CheckArgs, Cli, Command, CompileArgs, Emit, ImportArgs, OnnxArgs, PipelineArgs, RunArgs,
+    StatsArgs,
 };
 
 /// The pipelines that ship inside the binary, by name.
@@ -162,6 +165,7 @@ impl Driver {
                 Some(Command::Run(args)) => self.run_command(args, stdout, stderr),
                 Some(Command::Import(args)) => self.import_command(args, stdout),
                 Some(Command::Stats(args)) => self.stats_command(args, stdout, stderr),
+                Some(Command::Check(args)) => self.check_command(args, stdout, stderr),
                 None => self.compile_command(&cli.compile, stdout, stderr),
             }
         };

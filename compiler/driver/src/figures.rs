@@ -1,0 +1,111 @@
+//! Static figures of a compiled module, the same on every machine:
+//! `ircc stats`.
+
+use std::collections::HashSet;
+
+use ircc_core::ir::ValueId;
+use ircc_core::{Module, OpId, Type};
+
+/// Operations that compute: graph ops other than constants and weights,
+/// nested ones included.
+pub fn graph_op_count(module: &Module) -> usize {
+    let mut n = 0;
+    module.walk(|op| {
+        let name = &module.op(op).name;
+        if name.starts_with("graph.")
+            && !is_data(name)
+            && name != "graph.fused"
+            && name != "graph.yield"
+        {
+            n += 1;
+        }
+    });
+    n
+}
+
+fn is_data(name: &str) -> bool {
+    matches!(name, "graph.constant" | "graph.param" | "index.view")
+}
+
+/// The top-level ops that launch a kernel: everything that computes (not
+/// constants, weights or views, which kernels read).
+pub fn kernels(module: &Module) -> Vec<OpId> {
+    module
+        .functions()
+        .iter()
+        .filter_map(|&f| module.entry_block(f))
+        .flat_map(|b| module.blocks[b].ops.iter().copied())
+        .filter(|&op| {
+            let name = &module.op(op).name;
+            name.starts_with("graph.") && !is_data(name)
+        })
+        .collect()
+}
+
+fn bytes(module: &Module, v: ValueId) -> i64 {
+    match module.value_type(v) {
+        Type::Tensor(t) => t.byte_size(),
+        _ => 0,
+    }
+}
+
+/// What a kernel reads for an operand: a view's source, not the view.
+fn stored(module: &Module, mut v: ValueId) -> ValueId {
+    while let Some(op) = module
+        .defining_op(v)
+        .filter(|&op| module.op(op).name == "index.view")
+    {
+        v = module.op(op).operands[0];
+    }
+    v
+}
+
+pub struct Traffic {
+    pub kernels: usize,
+    /// Bytes read and written by all kernels: each distinct input once per
+    /// kernel, weights included, each output once.
+    pub bytes_moved: i64,
+    /// Bytes of the tensors one kernel writes and another reads.
+    pub intermediate_bytes: i64,
+}
+
+pub fn traffic(module: &Module) -> Traffic {
+    let ks = kernels(module);
+    let launched: HashSet<OpId> = ks.iter().copied().collect();
+    let mut moved = 0;
+    let mut intermediate = 0;
+    for &k in &ks {
+        let o = module.op(k);
+        let inputs: HashSet<ValueId> = o.operands.iter().map(|&v| stored(module, v)).collect();
+        moved += inputs.iter().map(|&v| bytes(module, v)).sum::<i64>();
+        for &r in &o.results {
+            moved += bytes(module, r);
+            let read_by_kernel = readers(module, r)
+                .iter()
+                .any(|u| launched.contains(u) && *u != k);
+            if read_by_kernel {
+                intermediate += bytes(module, r);
+            }
+        }
+    }
+    Traffic {
+        kernels: ks.len(),
+        bytes_moved: moved,
+        intermediate_bytes: intermediate,
+    }
+}
+
+/// The ops that read `v`, looking through views.
+fn readers(module: &Module, v: ValueId) -> Vec<OpId> {
+    let mut out = Vec::new();
+    for u in &module.value(v).uses {
+        if module.op(u.op).name == "index.view" {
+            for &r in &module.op(u.op).results {
+                out.extend(readers(module, r));
+            }
+        } else {
+            out.push(u.op);
+        }
+    }
+    out
+}
