@@ -128,15 +128,24 @@ fn run_block(
             values.insert(r, t);
         }
     }
+    operand_values(module, last, &values)
+}
+
+/// The values of `op`'s operands.
+fn operand_values(
+    module: &Module,
+    op: OpId,
+    values: &HashMap<ValueId, Tensor>,
+) -> Result<Vec<Tensor>, Diagnostic> {
     module
-        .op(last)
+        .op(op)
         .operands
         .iter()
         .map(|&v| {
             values
                 .get(&v)
                 .cloned()
-                .ok_or_else(|| missing(module, last, v))
+                .ok_or_else(|| missing(module, op, v))
         })
         .collect()
 }
@@ -170,16 +179,7 @@ pub fn run_op(
         .hooks
         .interpret
         .ok_or_else(|| err("the operation cannot be interpreted".to_string()))?;
-    let args: Vec<Tensor> = o
-        .operands
-        .iter()
-        .map(|&v| {
-            values
-                .get(&v)
-                .cloned()
-                .ok_or_else(|| missing(module, op, v))
-        })
-        .collect::<Result<_, _>>()?;
+    let args = operand_values(module, op, values)?;
     for &r in &o.results {
         if let Type::Tensor(t) = module.value_type(r)
             && t.num_elements() > MAX_INTERPRETED_ELEMENTS

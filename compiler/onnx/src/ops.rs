@@ -549,27 +549,11 @@ impl Importer<'_> {
             "Pad" => self.pad(n, &a)?,
             "Expand" => {
                 a.only(&[])?;
-                let shape = self
-                    .constant_input(n, 1, "shape")?
-                    .ok_or_else(|| ImportError::invalid("missing shape"))?;
-                self.emit(
-                    "graph.expand",
-                    vec![self.required(n, 0)?],
-                    attrs(vec![("shape", ints_attr(i64s(&shape)))]),
-                    1,
-                )?
+                self.with_shape_input(n, "graph.expand", "shape")?
             }
             "Tile" => {
                 a.only(&[])?;
-                let reps = self
-                    .constant_input(n, 1, "repeats")?
-                    .ok_or_else(|| ImportError::invalid("missing repeats"))?;
-                self.emit(
-                    "graph.tile",
-                    vec![self.required(n, 0)?],
-                    attrs(vec![("repeats", ints_attr(i64s(&reps)))]),
-                    1,
-                )?
+                self.with_shape_input(n, "graph.tile", "repeats")?
             }
             "DepthToSpace" => {
                 a.only(&["blocksize", "mode"])?;
@@ -607,6 +591,20 @@ impl Importer<'_> {
     fn finish(&mut self, n: &NodeProto, name: &str, ops: Vec<Val>, at: Attributes) -> Result<()> {
         let out = self.emit(name, ops, at, 1)?;
         self.define(n, out)
+    }
+
+    /// An op whose second input is a constant integer list, which becomes
+    /// the attribute `attr` (Expand's shape, Tile's repeats).
+    fn with_shape_input(&mut self, n: &NodeProto, op: &str, attr: &str) -> Result<Vec<Val>> {
+        let values = self
+            .constant_input(n, 1, attr)?
+            .ok_or_else(|| ImportError::invalid(format!("missing {attr}")))?;
+        self.emit(
+            op,
+            vec![self.required(n, 0)?],
+            attrs(vec![(attr, ints_attr(i64s(&values)))]),
+            1,
+        )
     }
 
     pub fn cast(&mut self, v: Val, to: ElemType) -> Result<Val> {
