@@ -97,6 +97,8 @@ pub enum Emit {
     Ir,
     /// MLIR's generic form, readable by mlir-opt.
     Generic,
+    /// The graph for Graphviz: one cluster per kernel, eliminated layout ops dashed.
+    Dot,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]

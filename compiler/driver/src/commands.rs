@@ -26,11 +26,14 @@ impl Driver {
         let mut loaded =
             self.load_or_fail(file, &args.onnx, args.pipeline.allow_unregistered_dialect)?;
         let form = match args.emit {
-            Emit::Ir => Form::Pretty,
+            Emit::Ir | Emit::Dot => Form::Pretty,
             Emit::Generic => Form::Generic,
         };
         self.transform(&mut loaded, &args.pipeline, form, stderr)?;
-        let text = print_module(&loaded.module, form);
+        let text = match args.emit {
+            Emit::Dot => crate::dot::to_dot(&loaded.module),
+            _ => print_module(&loaded.module, form),
+        };
         match &args.output {
             Some(path) => std::fs::write(path, text).map_err(|e| io_err("write", path, e))?,
             None => {

@@ -8,6 +8,7 @@
 mod check;
 mod cli;
 mod commands;
+pub mod dot;
 pub mod figures;
 
 use std::collections::HashMap;
