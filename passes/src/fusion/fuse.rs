@@ -56,27 +56,50 @@ fn is_data(name: &str) -> bool {
 }
 
 impl Plan<'_> {
+    /// The ops that read `op`'s results, looking through views (a view is
+    /// part of its reader's index computation, not a kernel).
     fn consumers(&self, op: OpId) -> Vec<OpId> {
-        let mut out: Vec<OpId> = self
-            .module
-            .op(op)
-            .results
-            .iter()
-            .flat_map(|&r| self.module.value(r).uses.iter().map(|u| u.op))
-            .collect();
+        let mut out = Vec::new();
+        let mut stack: Vec<OpId> = vec![op];
+        while let Some(o) = stack.pop() {
+            for &r in &self.module.op(o).results {
+                for u in &self.module.value(r).uses {
+                    if self.module.op(u.op).name == "index.view" {
+                        stack.push(u.op);
+                    } else {
+                        out.push(u.op);
+                    }
+                }
+            }
+        }
         out.sort_by_key(|o| self.position.get(o).copied().unwrap_or(usize::MAX));
         out.dedup();
         out
     }
 
+    /// The ops whose results `op` reads, looking through views.
     fn producers(&self, op: OpId) -> Vec<OpId> {
-        let mut out: Vec<OpId> = self
+        let mut out = Vec::new();
+        let mut stack: Vec<OpId> = self
             .module
             .op(op)
             .operands
             .iter()
             .filter_map(|&v| self.module.defining_op(v))
             .collect();
+        while let Some(p) = stack.pop() {
+            if self.module.op(p).name == "index.view" {
+                stack.extend(
+                    self.module
+                        .op(p)
+                        .operands
+                        .iter()
+                        .filter_map(|&v| self.module.defining_op(v)),
+                );
+            } else {
+                out.push(p);
+            }
+        }
         out.sort_by_key(|o| self.position.get(o).copied().unwrap_or(usize::MAX));
         out.dedup();
         out
