@@ -4,6 +4,7 @@
 pub mod canonicalize;
 pub mod fusion;
 pub mod index;
+pub mod math;
 
 use ircc_core::pass::PassRegistry;
 
@@ -12,6 +13,14 @@ pub fn register_all(passes: &mut PassRegistry) {
         "canonicalize",
         "fold constant graph ops, merge common subexpressions, remove dead code (option: max-elements)",
         |o| Ok(Box::new(canonicalize::Canonicalize::from_options(o)?)),
+    );
+    passes.register(
+        "graph.math-rewrite",
+        "DNNFusion's algebraic rewriting (associative, commutative, distributive) by FLOP count, with egg",
+        |o| {
+            o.expect_only(&[])?;
+            Ok(Box::new(math::MathRewrite::new()))
+        },
     );
     passes.register(
         "graph.classify",

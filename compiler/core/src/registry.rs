@@ -449,6 +449,31 @@ impl Registry {
         })
     }
 
+    /// Sets the result types of a freshly built `op` from its infer hook,
+    /// after its verify hook accepts it.
+    pub fn infer_result_types(&self, module: &mut Module, op: OpId) -> Result<(), String> {
+        let def = self
+            .ops
+            .get(&module.op(op).name)
+            .ok_or_else(|| format!("'{}' is not registered", module.op(op).name))?;
+        let view = OpView {
+            module,
+            op,
+            spec: &def.spec,
+        };
+        if let Some(verify) = def.hooks.verify {
+            verify(&view)?;
+        }
+        let Some(infer) = def.hooks.infer else {
+            return Ok(());
+        };
+        let types = infer(&view)?;
+        for (r, t) in module.op(op).results.clone().into_iter().zip(types) {
+            module.values[r].ty = t;
+        }
+        Ok(())
+    }
+
     /// The table printed by `ircc --list-ops`.
     pub fn ops_table(&self) -> String {
         let mut out = String::new();

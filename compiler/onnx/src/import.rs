@@ -413,22 +413,15 @@ impl Importer<'_> {
 
 /// Sets the result types of `op` from its infer hook, checking its verifier.
 fn infer(module: &mut Module, registry: &Registry, op: OpId) -> Result<()> {
-    let name = module.op(op).name.clone();
-    let def = registry
-        .get(&name)
-        .ok_or_else(|| ImportError::unsupported(format!("'{name}' is not registered")))?;
-    let view = registry.view(module, op).expect("registered");
-    if let Some(verify) = def.hooks.verify {
-        verify(&view).map_err(ImportError::invalid)?;
+    if registry.get(&module.op(op).name).is_none() {
+        return Err(ImportError::unsupported(format!(
+            "'{}' is not registered",
+            module.op(op).name
+        )));
     }
-    let Some(hook) = def.hooks.infer else {
-        return Ok(());
-    };
-    let types = hook(&view).map_err(ImportError::invalid)?;
-    for (r, t) in module.op(op).results.clone().into_iter().zip(types) {
-        module.values[r].ty = t;
-    }
-    Ok(())
+    registry
+        .infer_result_types(module, op)
+        .map_err(ImportError::invalid)
 }
 
 pub fn i64s(t: &Tensor) -> Vec<i64> {

@@ -1,0 +1,608 @@
+//! `graph.math-rewrite` (DNNFusion §4.2): algebraic rewriting of the graph
+//! by equality saturation. Each value computed by algebraic ops (add, sub,
+//! mul, div, neg, reciprocal, matmul, reduce_sum) is a term over the values
+//! where the algebra stops (inputs, weights, any other op), the subgraph
+//! cut DNNFusion describes. egg saturates the term with the rules below and
+//! extracts the cheapest by FLOP count; a term is rewritten only when that
+//! is strictly cheaper. Every rule keeps the term's shape (checked before a
+//! match is accepted), and `tests/math.rs` runs each against the
+//! interpreter on random data.
+//!
+//! Not included: `sqrt(x) * sqrt(x) -> x`, which floating point does not
+//! make exact (and which is wrong for negative x).
+
+use std::collections::HashMap;
+
+use egg::{
+    Analysis, Applier, CostFunction, DidMerge, EGraph, Extractor, Id, Language, PatternAst,
+    RecExpr, Rewrite, Runner, Subst, Symbol, Var, define_language,
+};
+use ircc_core::diag::Diagnostics;
+use ircc_core::ir::{OpBuilder, ValueId};
+use ircc_core::pass::{Pass, PassContext};
+use ircc_core::{
+    Attribute, DenseAttr, DenseValues, Diagnostic, ElemType, Module, OpId, TensorType, Type,
+};
+
+define_language! {
+    /// `reduce_sum` carries its axes and keepdims in a leaf symbol
+    /// (`axes:1,2;keep:1`); other leaves are values outside the algebra
+    /// (`v3`) and scalar constants (`c1.5`).
+    pub enum Term {
+        "+" = Add([Id; 2]),
+        "-" = Sub([Id; 2]),
+        "*" = Mul([Id; 2]),
+        "/" = Div([Id; 2]),
+        "neg" = Neg(Id),
+        "recip" = Recip(Id),
+        "matmul" = MatMul([Id; 2]),
+        "reduce_sum" = ReduceSum([Id; 2]),
+        Leaf(Symbol),
+    }
+}
+
+/// The shape of every e-class, and its value when it is a scalar constant.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Info {
+    pub shape: Option<Vec<i64>>,
+    pub constant: Option<f64>,
+}
+
+#[derive(Default)]
+pub struct Shapes {
+    leaves: HashMap<Symbol, Vec<i64>>,
+}
+
+type Graph = EGraph<Term, Shapes>;
+
+fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
+    ircc_dialects::graph::shape::broadcast(a, b).ok()
+}
+
+fn reduce_spec(s: &str) -> Option<(Vec<i64>, bool)> {
+    let (axes, keep) = s.strip_prefix("axes:")?.split_once(";keep:")?;
+    let axes = if axes.is_empty() {
+        Vec::new()
+    } else {
+        axes.split(',')
+            .map(|a| a.parse().ok())
+            .collect::<Option<_>>()?
+    };
+    Some((axes, keep == "1"))
+}
+
+fn matmul_shape(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
+    if a.len() < 2 || b.len() < 2 || a[a.len() - 1] != b[b.len() - 2] {
+        return None;
+    }
+    let mut s = broadcast(&a[..a.len() - 2], &b[..b.len() - 2])?;
+    s.extend([a[a.len() - 2], b[b.len() - 1]]);
+    Some(s)
+}
+
+impl Analysis<Term> for Shapes {
+    type Data = Info;
+
+    fn make(egraph: &mut Graph, enode: &Term, _id: Id) -> Info {
+        let shape = |id: &Id| egraph[*id].data.shape.clone();
+        let constant = |id: &Id| egraph[*id].data.constant;
+        let shape = match enode {
+            Term::Leaf(s) => {
+                if let Some(c) = s
+                    .as_str()
+                    .strip_prefix('c')
+                    .and_then(|c| c.parse::<f64>().ok())
+                {
+                    return Info {
+                        shape: Some(Vec::new()),
+                        constant: Some(c),
+                    };
+                }
+                egraph.analysis.leaves.get(s).cloned()
+            }
+            Term::Add([a, b]) | Term::Sub([a, b]) | Term::Mul([a, b]) | Term::Div([a, b]) => {
+                shape(a).zip(shape(b)).and_then(|(x, y)| broadcast(&x, &y))
+            }
+            Term::Neg(a) | Term::Recip(a) => shape(a),
+            Term::MatMul([a, b]) => shape(a)
+                .zip(shape(b))
+                .and_then(|(x, y)| matmul_shape(&x, &y)),
+            Term::ReduceSum([a, spec]) => {
+                let spec = match &egraph[*spec].nodes[0] {
+                    Term::Leaf(s) => reduce_spec(s.as_str()),
+                    _ => None,
+                };
+                shape(a).zip(spec).map(|(x, (axes, keep))| {
+                    let rank = x.len() as i64;
+                    let axes: Vec<usize> = if axes.is_empty() {
+                        (0..x.len()).collect()
+                    } else {
+                        axes.iter()
+                            .map(|&a| {
+                                if a < 0 {
+                                    (a + rank) as usize
+                                } else {
+                                    a as usize
+                                }
+                            })
+                            .collect()
+                    };
+                    x.iter()
+                        .enumerate()
+                        .filter_map(|(i, &d)| {
+                            if axes.contains(&i) {
+                                keep.then_some(1)
+                            } else {
+                                Some(d)
+                            }
+                        })
+                        .collect()
+                })
+            }
+        };
+        let constant = match enode {
+            Term::Mul([a, b]) => constant(a).zip(constant(b)).map(|(x, y)| x * y),
+            Term::Add([a, b]) => constant(a).zip(constant(b)).map(|(x, y)| x + y),
+            _ => None,
+        };
+        Info { shape, constant }
+    }
+
+    fn merge(&mut self, a: &mut Info, b: Info) -> DidMerge {
+        let before = a.clone();
+        if a.shape.is_none() {
+            a.shape = b.shape.clone();
+        }
+        if a.constant.is_none() {
+            a.constant = b.constant;
+        }
+        DidMerge(*a != before, *a != b)
+    }
+}
+
+fn var(s: &str) -> Var {
+    s.parse().expect("a pattern variable")
+}
+
+fn is_scalar(g: &Graph, s: &Subst, v: &str) -> bool {
+    g[s[var(v)]]
+        .data
+        .shape
+        .as_ref()
+        .is_some_and(|sh| sh.iter().product::<i64>() == 1 && sh.len() <= 1)
+}
+
+/// A rewrite whose right-hand side is built in code; the match is accepted
+/// only when the new term has the same shape.
+struct Checked(fn(&mut Graph, &Subst) -> Option<Id>);
+
+impl Applier<Term, Shapes> for Checked {
+    fn apply_one(
+        &self,
+        g: &mut Graph,
+        eclass: Id,
+        subst: &Subst,
+        _: Option<&PatternAst<Term>>,
+        rule: Symbol,
+    ) -> Vec<Id> {
+        match (self.0)(g, subst) {
+            Some(id)
+                if g[id].data.shape.is_some()
+                    && g[id].data.shape == g[eclass].data.shape
+                    && g.union_trusted(eclass, id, rule) =>
+            {
+                vec![eclass]
+            }
+            _ => vec![],
+        }
+    }
+}
+
+fn rule(
+    name: &str,
+    lhs: &str,
+    build: fn(&mut Graph, &Subst) -> Option<Id>,
+) -> Rewrite<Term, Shapes> {
+    Rewrite::new(
+        name,
+        lhs.parse::<egg::Pattern<Term>>().expect("pattern"),
+        Checked(build),
+    )
+    .expect("rule")
+}
+
+fn get(s: &Subst, v: &str) -> Id {
+    s[var(v)]
+}
+
+/// DNNFusion's families: associativity and commutativity to find matches,
+/// distributivity to factor, and scalar factors moved past matmul and
+/// reduce_sum, where they multiply fewer elements.
+pub fn rules() -> Vec<Rewrite<Term, Shapes>> {
+    vec![
+        rule("add-comm", "(+ ?a ?b)", |g, s| {
+            Some(g.add(Term::Add([get(s, "?b"), get(s, "?a")])))
+        }),
+        rule("mul-comm", "(* ?a ?b)", |g, s| {
+            Some(g.add(Term::Mul([get(s, "?b"), get(s, "?a")])))
+        }),
+        rule("mul-assoc", "(* (* ?a ?b) ?c)", |g, s| {
+            let bc = g.add(Term::Mul([get(s, "?b"), get(s, "?c")]));
+            Some(g.add(Term::Mul([get(s, "?a"), bc])))
+        }),
+        // a*b + a*c -> a*(b + c)
+        rule("factor", "(+ (* ?a ?b) (* ?a ?c))", |g, s| {
+            let sum = g.add(Term::Add([get(s, "?b"), get(s, "?c")]));
+            Some(g.add(Term::Mul([get(s, "?a"), sum])))
+        }),
+        // recip(a) * recip(b) -> recip(a * b)
+        rule("recip-product", "(* (recip ?a) (recip ?b))", |g, s| {
+            let p = g.add(Term::Mul([get(s, "?a"), get(s, "?b")]));
+            Some(g.add(Term::Recip(p)))
+        }),
+        // (a * s) matmul b -> (a matmul b) * s, for scalar s
+        rule("matmul-scalar-left", "(matmul (* ?a ?s) ?b)", |g, s| {
+            if !is_scalar(g, s, "?s") {
+                return None;
+            }
+            let m = g.add(Term::MatMul([get(s, "?a"), get(s, "?b")]));
+            Some(g.add(Term::Mul([m, get(s, "?s")])))
+        }),
+        // a matmul (b * s) -> (a matmul b) * s, for scalar s
+        rule("matmul-scalar-right", "(matmul ?a (* ?b ?s))", |g, s| {
+            if !is_scalar(g, s, "?s") {
+                return None;
+            }
+            let m = g.add(Term::MatMul([get(s, "?a"), get(s, "?b")]));
+            Some(g.add(Term::Mul([m, get(s, "?s")])))
+        }),
+        // reduce_sum(a * s) -> reduce_sum(a) * s, for scalar s
+        rule("reduce-scalar", "(reduce_sum (* ?a ?s) ?spec)", |g, s| {
+            if !is_scalar(g, s, "?s") {
+                return None;
+            }
+            let r = g.add(Term::ReduceSum([get(s, "?a"), get(s, "?spec")]));
+            Some(g.add(Term::Mul([r, get(s, "?s")])))
+        }),
+        // (x * c1) * c2 -> x * (c1 * c2) for scalar constants: chains fold.
+        rule("fold-scalar-chain", "(* (* ?x ?c1) ?c2)", |g, s| {
+            let c = g[get(s, "?c1")].data.constant? * g[get(s, "?c2")].data.constant?;
+            let k = g.add(Term::Leaf(Symbol::from(format!("c{c:?}"))));
+            Some(g.add(Term::Mul([get(s, "?x"), k])))
+        }),
+    ]
+}
+
+/// Floating-point operations of a term.
+struct Flops<'a>(&'a Graph);
+
+impl CostFunction<Term> for Flops<'_> {
+    type Cost = f64;
+    fn cost<C: FnMut(Id) -> f64>(&mut self, enode: &Term, mut costs: C) -> f64 {
+        let g = self.0;
+        let size = |id: &Id| {
+            g[*id]
+                .data
+                .shape
+                .as_ref()
+                .map_or(f64::INFINITY, |s| s.iter().product::<i64>() as f64)
+        };
+        let own = match enode {
+            Term::Leaf(_) => 0.0,
+            Term::Add([a, b]) | Term::Sub([a, b]) | Term::Mul([a, b]) | Term::Div([a, b]) => {
+                let s = g[*a]
+                    .data
+                    .shape
+                    .clone()
+                    .zip(g[*b].data.shape.clone())
+                    .and_then(|(x, y)| broadcast(&x, &y));
+                s.map_or(f64::INFINITY, |s| s.iter().product::<i64>() as f64)
+            }
+            Term::Neg(a) | Term::Recip(a) => size(a),
+            Term::MatMul([a, b]) => match (&g[*a].data.shape, &g[*b].data.shape) {
+                (Some(x), Some(y)) => matmul_shape(x, y).map_or(f64::INFINITY, |o| {
+                    2.0 * o.iter().product::<i64>() as f64 * x[x.len() - 1] as f64
+                }),
+                _ => f64::INFINITY,
+            },
+            Term::ReduceSum([a, _]) => size(a),
+        };
+        enode.fold(own, |sum, id| sum + costs(id))
+    }
+}
+
+pub struct MathRewrite {
+    rules: Vec<Rewrite<Term, Shapes>>,
+}
+
+impl MathRewrite {
+    pub fn new() -> Self {
+        MathRewrite { rules: rules() }
+    }
+}
+
+impl Default for MathRewrite {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+fn algebraic(m: &Module, op: OpId) -> bool {
+    let o = m.op(op);
+    let floats = o.operands.iter().chain(&o.results).all(|&v| {
+        m.value_type(v)
+            .as_tensor()
+            .is_some_and(|t| t.elem.is_float())
+    });
+    floats
+        && o.results.len() == 1
+        && matches!(
+            o.name.as_str(),
+            "graph.add"
+                | "graph.sub"
+                | "graph.mul"
+                | "graph.div"
+                | "graph.neg"
+                | "graph.reciprocal"
+                | "graph.matmul"
+                | "graph.reduce_sum"
+        )
+        && (o.name != "graph.matmul"
+            || o.operands
+                .iter()
+                .all(|&v| m.value_type(v).as_tensor().is_some_and(|t| t.rank() >= 2)))
+}
+
+fn scalar_constant(m: &Module, v: ValueId) -> Option<f64> {
+    let op = m.defining_op(v)?;
+    match (m.op(op).name.as_str(), m.op(op).attr("value")) {
+        ("graph.constant", Some(Attribute::Dense(d))) if d.ty.rank() == 0 => match &d.values {
+            DenseValues::Float(x) => x.first().copied(),
+            _ => None,
+        },
+        _ => None,
+    }
+}
+
+/// The term of `v`: its algebraic ops down to the values where the algebra stops.
+fn term(
+    m: &Module,
+    v: ValueId,
+    expr: &mut RecExpr<Term>,
+    leaves: &mut HashMap<Symbol, (ValueId, Vec<i64>)>,
+) -> Id {
+    if let Some(c) = scalar_constant(m, v) {
+        return expr.add(Term::Leaf(Symbol::from(format!("c{c:?}"))));
+    }
+    let Some(op) = m.defining_op(v).filter(|&op| algebraic(m, op)) else {
+        let s = Symbol::from(format!("v{}", v.index()));
+        let shape = m
+            .value_type(v)
+            .as_tensor()
+            .map(|t| t.shape.clone())
+            .unwrap_or_default();
+        leaves.insert(s, (v, shape));
+        return expr.add(Term::Leaf(s));
+    };
+    let o = m.op(op);
+    let mut sub = |i: usize, expr: &mut RecExpr<Term>| term(m, o.operands[i], expr, leaves);
+    match o.name.as_str() {
+        "graph.neg" | "graph.reciprocal" => {
+            let a = sub(0, expr);
+            expr.add(if o.name == "graph.neg" {
+                Term::Neg(a)
+            } else {
+                Term::Recip(a)
+            })
+        }
+        "graph.reduce_sum" => {
+            let a = sub(0, expr);
+            let axes = match o.attr("axes") {
+                Some(at) => at
+                    .as_i64_array()
+                    .unwrap_or_default()
+                    .iter()
+                    .map(i64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(","),
+                None => String::new(),
+            };
+            let keep = o.attr("keepdims").and_then(Attribute::as_i64).unwrap_or(1);
+            let spec = expr.add(Term::Leaf(Symbol::from(format!("axes:{axes};keep:{keep}"))));
+            expr.add(Term::ReduceSum([a, spec]))
+        }
+        name => {
+            let (a, b) = (sub(0, expr), sub(1, expr));
+            expr.add(match name {
+                "graph.add" => Term::Add([a, b]),
+                "graph.sub" => Term::Sub([a, b]),
+                "graph.mul" => Term::Mul([a, b]),
+                "graph.div" => Term::Div([a, b]),
+                _ => Term::MatMul([a, b]),
+            })
+        }
+    }
+}
+
+/// Builds graph ops for `expr`, before `anchor`; returns the root's value.
+fn build(
+    m: &mut Module,
+    ctx: &PassContext,
+    expr: &RecExpr<Term>,
+    leaves: &HashMap<Symbol, (ValueId, Vec<i64>)>,
+    elem: ElemType,
+    anchor: OpId,
+) -> Result<ValueId, String> {
+    // One entry per node; reduce_sum's attribute leaf has no value.
+    let mut values: Vec<Option<ValueId>> = Vec::with_capacity(expr.as_ref().len());
+    let loc = m.op(anchor).loc.clone();
+    for node in expr.as_ref() {
+        let (name, operands, attrs): (&str, Vec<ValueId>, Vec<(&str, Attribute)>) = match node {
+            Term::Leaf(s) => {
+                if let Some((v, _)) = leaves.get(s) {
+                    values.push(Some(*v));
+                    continue;
+                }
+                match s
+                    .as_str()
+                    .strip_prefix('c')
+                    .and_then(|c| c.parse::<f64>().ok())
+                {
+                    Some(c) => {
+                        let dense = DenseAttr::new(
+                            TensorType::new(Vec::new(), elem),
+                            DenseValues::Float(vec![c].into()),
+                        )?;
+                        (
+                            "graph.constant",
+                            Vec::new(),
+                            vec![("value", Attribute::Dense(dense))],
+                        )
+                    }
+                    // reduce_sum's attributes: not a value; its reader uses them.
+                    None => {
+                        values.push(None);
+                        continue;
+                    }
+                }
+            }
+            Term::Add([a, b]) => (
+                "graph.add",
+                vec![val(&values, *a)?, val(&values, *b)?],
+                vec![],
+            ),
+            Term::Sub([a, b]) => (
+                "graph.sub",
+                vec![val(&values, *a)?, val(&values, *b)?],
+                vec![],
+            ),
+            Term::Mul([a, b]) => (
+                "graph.mul",
+                vec![val(&values, *a)?, val(&values, *b)?],
+                vec![],
+            ),
+            Term::Div([a, b]) => (
+                "graph.div",
+                vec![val(&values, *a)?, val(&values, *b)?],
+                vec![],
+            ),
+            Term::MatMul([a, b]) => (
+                "graph.matmul",
+                vec![val(&values, *a)?, val(&values, *b)?],
+                vec![],
+            ),
+            Term::Neg(a) => ("graph.neg", vec![val(&values, *a)?], vec![]),
+            Term::Recip(a) => ("graph.reciprocal", vec![val(&values, *a)?], vec![]),
+            Term::ReduceSum([a, spec]) => {
+                let Term::Leaf(s) = &expr[*spec] else {
+                    return Err("malformed reduce_sum".into());
+                };
+                let (axes, keep) = reduce_spec(s.as_str()).ok_or("malformed reduce_sum")?;
+                let mut at = vec![("keepdims", Attribute::i64(keep as i64))];
+                if !axes.is_empty() {
+                    at.push(("axes", Attribute::DenseI64Array(axes)));
+                }
+                ("graph.reduce_sum", vec![val(&values, *a)?], at)
+            }
+        };
+        let mut b = OpBuilder::new(name)
+            .operands(operands)
+            .results([Type::Index])
+            .loc(loc.clone());
+        for (k, v) in attrs {
+            b = b.attr(k, v);
+        }
+        let op = m.create_op(b);
+        ctx.registry.infer_result_types(m, op)?;
+        m.insert_before(anchor, op);
+        values.push(Some(m.op(op).results[0]));
+    }
+    values
+        .last()
+        .copied()
+        .flatten()
+        .ok_or_else(|| "empty term".to_string())
+}
+
+fn val(values: &[Option<ValueId>], id: Id) -> Result<ValueId, String> {
+    values[usize::from(id)].ok_or_else(|| "an attribute leaf used as a value".to_string())
+}
+
+impl Pass for MathRewrite {
+    fn name(&self) -> &str {
+        "graph.math-rewrite"
+    }
+
+    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
+        for f in module.functions() {
+            let Some(body) = module.entry_block(f) else {
+                continue;
+            };
+            // Roots: algebraic values read by something outside the algebra.
+            let roots: Vec<OpId> = module.blocks[body]
+                .ops
+                .iter()
+                .copied()
+                .filter(|&op| algebraic(module, op))
+                .filter(|&op| {
+                    module
+                        .value(module.op(op).results[0])
+                        .uses
+                        .iter()
+                        .any(|u| !algebraic(module, u.op))
+                })
+                .collect();
+            for root in roots {
+                let result = module.op(root).results[0];
+                let mut expr = RecExpr::default();
+                let mut leaves = HashMap::new();
+                term(module, result, &mut expr, &mut leaves);
+                if expr.as_ref().len() < 3 {
+                    continue;
+                }
+                let shapes = Shapes {
+                    leaves: leaves.iter().map(|(s, (_, sh))| (*s, sh.clone())).collect(),
+                };
+                let runner = Runner::default()
+                    .with_egraph(Graph::new(shapes))
+                    .with_expr(&expr)
+                    .with_iter_limit(8)
+                    .with_node_limit(5_000)
+                    .with_time_limit(std::time::Duration::from_secs(3600))
+                    .run(&self.rules);
+                let root_class = runner.egraph.find(runner.roots[0]);
+                let extractor = Extractor::new(&runner.egraph, Flops(&runner.egraph));
+                let (best_cost, best) = extractor.find_best(root_class);
+                let mut original = Flops(&runner.egraph);
+                let original_cost = expr.as_ref().iter().enumerate().fold(
+                    Vec::new(),
+                    |mut acc: Vec<f64>, (_, n)| {
+                        let c = original.cost(n, |id| acc[usize::from(id)]);
+                        acc.push(c);
+                        acc
+                    },
+                );
+                if best_cost >= *original_cost.last().unwrap_or(&0.0) {
+                    continue;
+                }
+                let elem = module
+                    .value_type(result)
+                    .as_tensor()
+                    .map_or(ElemType::F32, |t| t.elem);
+                let new = build(module, ctx, &best, &leaves, elem, root).map_err(|e| {
+                    Diagnostic::error(module.op(root).loc.clone(), format!("math rewrite: {e}"))
+                })?;
+                if module.value_type(new) != module.value_type(result) {
+                    return Err(Diagnostic::error(
+                        module.op(root).loc.clone(),
+                        "math rewrite changed a type",
+                    )
+                    .into());
+                }
+                module.values[new].name = module.value(result).name.clone();
+                module.replace_all_uses(result, new);
+            }
+        }
+        Ok(())
+    }
+}
