@@ -466,33 +466,16 @@ fn build(
                     }
                 }
             }
-            Term::Add([a, b]) => (
-                "graph.add",
+            Term::Add([a, b])
+            | Term::Sub([a, b])
+            | Term::Mul([a, b])
+            | Term::Div([a, b])
+            | Term::MatMul([a, b]) => (
+                graph_name(node),
                 vec![val(&values, *a)?, val(&values, *b)?],
                 vec![],
             ),
-            Term::Sub([a, b]) => (
-                "graph.sub",
-                vec![val(&values, *a)?, val(&values, *b)?],
-                vec![],
-            ),
-            Term::Mul([a, b]) => (
-                "graph.mul",
-                vec![val(&values, *a)?, val(&values, *b)?],
-                vec![],
-            ),
-            Term::Div([a, b]) => (
-                "graph.div",
-                vec![val(&values, *a)?, val(&values, *b)?],
-                vec![],
-            ),
-            Term::MatMul([a, b]) => (
-                "graph.matmul",
-                vec![val(&values, *a)?, val(&values, *b)?],
-                vec![],
-            ),
-            Term::Neg(a) => ("graph.neg", vec![val(&values, *a)?], vec![]),
-            Term::Recip(a) => ("graph.reciprocal", vec![val(&values, *a)?], vec![]),
+            Term::Neg(a) | Term::Recip(a) => (graph_name(node), vec![val(&values, *a)?], vec![]),
             Term::ReduceSum([a, spec]) => {
                 let Term::Leaf(s) = &expr[*spec] else {
                     return Err("malformed reduce_sum".into());
@@ -522,6 +505,21 @@ fn build(
         .copied()
         .flatten()
         .ok_or_else(|| "empty term".to_string())
+}
+
+/// The graph op a term node stands for.
+fn graph_name(t: &Term) -> &'static str {
+    match t {
+        Term::Add(_) => "graph.add",
+        Term::Sub(_) => "graph.sub",
+        Term::Mul(_) => "graph.mul",
+        Term::Div(_) => "graph.div",
+        Term::MatMul(_) => "graph.matmul",
+        Term::Neg(_) => "graph.neg",
+        Term::Recip(_) => "graph.reciprocal",
+        Term::ReduceSum(_) => "graph.reduce_sum",
+        Term::Leaf(_) => "graph.constant",
+    }
 }
 
 fn val(values: &[Option<ValueId>], id: Id) -> Result<ValueId, String> {

@@ -354,27 +354,11 @@ impl Importer<'_> {
                         "BatchNormalization in training mode is not supported",
                     ));
                 }
-                let ops = (0..5)
-                    .map(|i| self.required(n, i))
-                    .collect::<Result<Vec<_>>>()?;
-                self.emit(
-                    "graph.batch_norm",
-                    ops,
-                    attrs(vec![("epsilon", f32_attr(a.f("epsilon", 1e-5) as f64))]),
-                    1,
-                )?
+                self.normalization(n, &a, "graph.batch_norm", 5)?
             }
             "InstanceNormalization" => {
                 a.only(&["epsilon"])?;
-                let ops = (0..3)
-                    .map(|i| self.required(n, i))
-                    .collect::<Result<Vec<_>>>()?;
-                self.emit(
-                    "graph.instance_norm",
-                    ops,
-                    attrs(vec![("epsilon", f32_attr(a.f("epsilon", 1e-5) as f64))]),
-                    1,
-                )?
+                self.normalization(n, &a, "graph.instance_norm", 3)?
             }
             "LayerNormalization" => {
                 a.only(&["axis", "epsilon", "stash_type"])?;
@@ -591,6 +575,26 @@ impl Importer<'_> {
     fn finish(&mut self, n: &NodeProto, name: &str, ops: Vec<Val>, at: Attributes) -> Result<()> {
         let out = self.emit(name, ops, at, 1)?;
         self.define(n, out)
+    }
+
+    /// BatchNormalization and InstanceNormalization: `inputs` required
+    /// operands and an epsilon.
+    fn normalization(
+        &mut self,
+        n: &NodeProto,
+        a: &Attrs,
+        op: &str,
+        inputs: usize,
+    ) -> Result<Vec<Val>> {
+        let ops = (0..inputs)
+            .map(|i| self.required(n, i))
+            .collect::<Result<Vec<_>>>()?;
+        self.emit(
+            op,
+            ops,
+            attrs(vec![("epsilon", f32_attr(a.f("epsilon", 1e-5) as f64))]),
+            1,
+        )
     }
 
     /// An op whose second input is a constant integer list, which becomes
