@@ -13,9 +13,9 @@ fn run(args: &[&str]) -> (i32, String, String) {
 }
 
 fn run_with(driver: &ircc::Driver, args: &[&str]) -> (i32, String, String) {
-    let dir = std::env::temp_dir().join(format!("ircc-plugin-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let file = dir.join("in.ir");
+    // Each run its own directory: the tests run in parallel.
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("in.ir");
     std::fs::write(&file, INPUT).unwrap();
     let mut argv = vec!["my-ircc".to_string(), file.display().to_string()];
     argv.extend(args.iter().map(|s| s.to_string()));
