@@ -4,6 +4,7 @@
 
 pub mod graph;
 pub mod index;
+pub mod kernel;
 
 use ircc_core::{Diagnostic, Registry};
 
@@ -13,5 +14,6 @@ pub fn registry() -> Result<Registry, Diagnostic> {
     ircc_core::builtin::register(&mut r)?;
     graph::register(&mut r)?;
     index::register(&mut r)?;
+    kernel::register(&mut r)?;
     Ok(r)
 }

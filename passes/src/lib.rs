@@ -4,6 +4,7 @@
 pub mod canonicalize;
 pub mod fusion;
 pub mod index;
+pub mod kernel;
 pub mod math;
 
 use ircc_core::pass::PassRegistry;
@@ -42,6 +43,11 @@ pub fn register_all(passes: &mut PassRegistry) {
         "graph.fuse",
         "DNNFusion's fusion plan: groups of ops become graph.fused kernels (option: max-ops)",
         |o| Ok(Box::new(fusion::Fuse::from_options(o)?)),
+    );
+    passes.register(
+        "kernel.lower",
+        "lower every compute op and fused group to kernel.func templates and kernel.launch (option: precision=f32|f16)",
+        |o| Ok(Box::new(kernel::KernelLower::from_options(o)?)),
     );
     passes.register(
         "index.lower-layout-ops",

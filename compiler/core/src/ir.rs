@@ -271,6 +271,31 @@ impl Module {
         block
     }
 
+    /// Appends an argument of type `ty` to `block`.
+    pub fn add_block_arg(&mut self, block: BlockId, ty: Type) -> ValueId {
+        let index = self.blocks[block].args.len() as u32;
+        let v = self.values.append(Value {
+            ty,
+            def: ValueDef::BlockArg { block, index },
+            uses: Vec::new(),
+            name: None,
+        });
+        self.blocks[block].args.push(v);
+        v
+    }
+
+    /// Reorders the arguments of `block` to `order` (a permutation of them).
+    pub fn permute_block_args(&mut self, block: BlockId, order: Vec<ValueId>) {
+        debug_assert_eq!(order.len(), self.blocks[block].args.len());
+        for (i, &v) in order.iter().enumerate() {
+            self.values[v].def = ValueDef::BlockArg {
+                block,
+                index: i as u32,
+            };
+        }
+        self.blocks[block].args = order;
+    }
+
     pub fn append_op(&mut self, block: BlockId, op: OpId) {
         self.ops[op].parent = Some(block);
         self.blocks[block].ops.push(op);

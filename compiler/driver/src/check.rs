@@ -13,7 +13,7 @@ use ndarray::{ArrayD, IxDyn};
 use crate::{CheckArgs, Driver, Failure, Loaded, Outcome};
 
 /// Seeded inputs: floats in [-1, 1), integers in [0, 4), random booleans.
-fn random_inputs(module: &Module, seed: u64) -> Result<Vec<Tensor>, Diagnostic> {
+pub(crate) fn random_inputs(module: &Module, seed: u64) -> Result<Vec<Tensor>, Diagnostic> {
     let f = module
         .lookup_symbol("main")
         .ok_or_else(|| Diagnostic::plain("no function '@main'"))?;
@@ -58,7 +58,7 @@ fn random_inputs(module: &Module, seed: u64) -> Result<Vec<Tensor>, Diagnostic> 
 
 /// The largest difference between two results, relative to the scale of
 /// the expected one (its largest magnitude, at least 1).
-fn relative_difference(got: &[Tensor], want: &[Tensor]) -> f64 {
+pub(crate) fn relative_difference(got: &[Tensor], want: &[Tensor]) -> f64 {
     got.iter()
         .zip(want)
         .map(|(g, w)| {

@@ -38,6 +38,55 @@ pub enum Command {
     Stats(StatsArgs),
     /// Run the interpreter before and after every pass of a pipeline on random inputs, and fail on the first pass that changes the results.
     Check(CheckArgs),
+    Bench(BenchArgs),
+}
+
+/// Float precision of the generated kernels.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, ValueEnum)]
+pub enum Precision {
+    /// f32 storage and arithmetic.
+    #[default]
+    F32,
+    /// f16 storage and arithmetic, f32 accumulation in matmul, conv and reductions.
+    F16,
+}
+
+impl Precision {
+    pub fn name(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+        }
+    }
+}
+
+/// Compile a model for the GPU and time it (wall clock per run, and per
+/// kernel from timestamp queries where the adapter has them).
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    #[arg(value_name = "FILE")]
+    pub file: PathBuf,
+    #[command(flatten)]
+    pub onnx: OnnxArgs,
+    #[command(flatten)]
+    pub pipeline: PipelineArgs,
+    /// Where to run it.
+    #[arg(long, value_enum, default_value = "wgpu")]
+    pub backend: Backend,
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: Precision,
+    /// Timed runs (after the warm-up runs).
+    #[arg(long, default_value_t = 50)]
+    pub runs: usize,
+    /// Untimed runs first.
+    #[arg(long, default_value_t = 5)]
+    pub warmup: usize,
+    /// Inputs as NAME=PATH.npy (random, seeded, where not given).
+    #[arg(long = "input", value_name = "NAME=PATH")]
+    pub inputs: Vec<String>,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Args, Debug)]
@@ -99,12 +148,16 @@ pub enum Emit {
     Generic,
     /// The graph for Graphviz: one cluster per kernel, eliminated layout ops dashed.
     Dot,
+    /// One .wgsl file per kernel and plan.json, in the directory given by -o.
+    Wgsl,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum Backend {
     /// The CPU reference interpreter.
     Reference,
+    /// The GPU through wgpu (Vulkan preferred; WGPU_BACKEND chooses another).
+    Wgpu,
 }
 
 /// How to transform a module: shared by compilation and `run`.
@@ -151,6 +204,9 @@ pub struct CompileArgs {
     /// Write the output here instead of stdout.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
+    /// Kernel precision for --emit wgsl.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: Precision,
 }
 
 #[derive(Args, Debug)]
@@ -174,4 +230,7 @@ pub struct RunArgs {
     /// The function to run.
     #[arg(long, default_value = "main")]
     pub entry: String,
+    /// Kernel precision for --backend wgpu.
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: Precision,
 }

@@ -9,7 +9,8 @@ use ircc_core::{Attribute, Diagnostic, Form, Tensor, print_module};
 use crate::figures::{self, graph_op_count};
 
 use crate::{
-    CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err, is_onnx,
+    Backend, CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err,
+    is_onnx,
 };
 
 impl Driver {
@@ -26,10 +27,17 @@ impl Driver {
         let mut loaded =
             self.load_or_fail(file, &args.onnx, args.pipeline.allow_unregistered_dialect)?;
         let form = match args.emit {
-            Emit::Ir | Emit::Dot => Form::Pretty,
+            Emit::Ir | Emit::Dot | Emit::Wgsl => Form::Pretty,
             Emit::Generic => Form::Generic,
         };
         self.transform(&mut loaded, &args.pipeline, form, stderr)?;
+        if args.emit == Emit::Wgsl {
+            let dir = args.output.as_deref().ok_or_else(|| {
+                Diagnostic::plain("--emit wgsl writes a directory: give it with -o DIR")
+            })?;
+            self.lower_kernels(&mut loaded, args.precision)?;
+            return self.emit_wgsl(&loaded, dir, stdout);
+        }
         let text = match args.emit {
             Emit::Dot => crate::dot::to_dot(&loaded.module),
             _ => print_module(&loaded.module, form),
@@ -65,13 +73,27 @@ impl Driver {
         })?;
         let names = ircc_reference::input_names(module, func);
         let inputs = read_inputs(&args.inputs, &names)?;
-        let mut env = self.weights_env(&loaded)?;
-        let outputs =
-            ircc_reference::run_function(module, &self.registry, &args.entry, inputs, env.as_mut())
+        let outputs = match args.backend {
+            Backend::Reference => {
+                let mut env = self.weights_env(&loaded)?;
+                ircc_reference::run_function(
+                    module,
+                    &self.registry,
+                    &args.entry,
+                    inputs,
+                    env.as_mut(),
+                )
                 .map_err(|d| Failure {
                     diagnostics: d.into(),
                     source: loaded.source.clone(),
-                })?;
+                })?
+            }
+            Backend::Wgpu => {
+                let mut session = crate::gpu::session(self, &mut loaded, args.precision)?;
+                session.run(&inputs).map_err(Diagnostic::plain)?
+            }
+        };
+        let module = &loaded.module;
         std::fs::create_dir_all(&args.output_dir)
             .map_err(|e| io_err("create", &args.output_dir, e))?;
         for (name, t) in ircc_reference::output_names(module, func)
@@ -220,7 +242,7 @@ impl Driver {
     }
 }
 
-fn read_inputs(specs: &[String], names: &[String]) -> Result<Vec<Tensor>, Failure> {
+pub(crate) fn read_inputs(specs: &[String], names: &[String]) -> Result<Vec<Tensor>, Failure> {
     let mut slots: Vec<Option<Tensor>> = vec![None; names.len()];
     let mut next_positional = 0;
     for spec in specs {

@@ -8,6 +8,7 @@
 mod check;
 mod cli;
 mod commands;
+mod gpu;
 pub mod dot;
 pub mod figures;
 
@@ -26,8 +27,8 @@ use ircc_core::verify::{VerifyOptions, verify};
 use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tensor, parse_module};
 
 pub use cli::{
-    CheckArgs, Cli, Command, CompileArgs, Emit, ImportArgs, OnnxArgs, PipelineArgs, RunArgs,
-    StatsArgs,
+    Backend, BenchArgs, CheckArgs, Cli, Command, CompileArgs, Emit, ImportArgs, OnnxArgs,
+    PipelineArgs, Precision, RunArgs, StatsArgs,
 };
 
 /// The pipelines that ship inside the binary, by name.
@@ -167,6 +168,7 @@ impl Driver {
                 Some(Command::Import(args)) => self.import_command(args, stdout),
                 Some(Command::Stats(args)) => self.stats_command(args, stdout, stderr),
                 Some(Command::Check(args)) => self.check_command(args, stdout, stderr),
+                Some(Command::Bench(args)) => self.bench_command(args, stdout, stderr),
                 None => self.compile_command(&cli.compile, stdout, stderr),
             }
         };

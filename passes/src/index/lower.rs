@@ -28,7 +28,7 @@ fn constant(m: &Module, v: ircc_core::ValueId) -> Option<Tensor> {
 }
 
 /// The map of a layout op, from its result index to its source index.
-fn layout_map(m: &Module, ctx: &PassContext, op: OpId) -> Option<AffineMap> {
+pub(crate) fn layout_map(m: &Module, ctx: &PassContext, op: OpId) -> Option<AffineMap> {
     let o = m.op(op);
     let view = ctx.registry.view(m, op)?;
     let from = tensor_shape(m, *o.operands.first()?)?;

@@ -1,7 +1,7 @@
 //! The tensor-index passes: lowering layout ops to views, and simplifying
 //! the views' maps.
 
-mod lower;
+pub(crate) mod lower;
 pub mod maps;
 pub mod simplify;
 

@@ -1,0 +1,387 @@
+//! The wgpu runtime: a [`Session`] compiles a plan once (shader modules,
+//! pipelines, bind groups, the pooled allocation, weights uploaded once)
+//! and runs it many times, all dispatches recorded in one command buffer.
+//! Every wgpu error (validation, out of memory, device lost) is caught in
+//! an error scope or the uncaptured-error handler and returned as an ircc
+//! error naming the kernel.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use ircc_core::{ElemType, Tensor};
+use ndarray::{ArrayD, IxDyn};
+
+use crate::plan::{BufferKind, Plan};
+
+type R<T> = Result<T, String>;
+
+/// Where the runtime finds a weight by name.
+pub type Weights<'a> = dyn Fn(&str) -> R<Tensor> + 'a;
+
+pub struct Session {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    plan: Plan,
+    buffers: Vec<Arc<wgpu::Buffer>>,
+    pipelines: Vec<wgpu::ComputePipeline>,
+    bind_groups: Vec<wgpu::BindGroup>,
+    readback: Vec<wgpu::Buffer>,
+    timestamps: Option<Timestamps>,
+    errors: Arc<Mutex<Vec<String>>>,
+    /// `graph` element types of the outputs, to convert results back.
+    output_elems: Vec<ElemType>,
+    pub adapter: String,
+    pub backend: String,
+}
+
+struct Timestamps {
+    set: wgpu::QuerySet,
+    resolve: wgpu::Buffer,
+    read: wgpu::Buffer,
+    period_ns: f64,
+}
+
+/// Times of repeated runs, in milliseconds, and per kernel in microseconds
+/// (empty when the adapter has no timestamp queries).
+pub struct Timing {
+    pub runs_ms: Vec<f64>,
+    pub per_kernel_us: Vec<Vec<f64>>,
+}
+
+fn to_bytes(t: &Tensor, dtype: &str, bytes: u64) -> R<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    match dtype {
+        "f32" => t.to_f64().iter().for_each(|&x| out.extend((x as f32).to_le_bytes())),
+        "f16" => t
+            .to_f64()
+            .iter()
+            .for_each(|&x| out.extend(half::f16::from_f64(x).to_le_bytes())),
+        "i32" => t.to_i64().iter().for_each(|&x| out.extend((x as i32).to_le_bytes())),
+        other => return Err(format!("no upload for element type {other}")),
+    }
+    if out.len() as u64 > bytes {
+        return Err(format!("{} bytes of data for a {bytes}-byte buffer", out.len()));
+    }
+    out.resize(bytes.div_ceil(4) as usize * 4, 0);
+    Ok(out)
+}
+
+fn from_bytes(data: &[u8], dtype: &str, shape: &[usize], elem: ElemType) -> R<Tensor> {
+    let n: usize = shape.iter().product();
+    let vals: Vec<f64> = match dtype {
+        "f32" => data.chunks_exact(4).take(n).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
+        "f16" => data.chunks_exact(2).take(n).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
+        "i32" => data.chunks_exact(4).take(n).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
+        other => return Err(format!("no download for element type {other}")),
+    };
+    let a = ArrayD::from_shape_vec(IxDyn(shape), vals).map_err(|e| e.to_string())?;
+    Ok(if elem.is_float() {
+        Tensor::float(elem, a)
+    } else if elem == ElemType::I1 {
+        Tensor::bool(a.mapv(|x| x != 0.0))
+    } else {
+        Tensor::int(elem, a.mapv(|x| x as i64))
+    })
+}
+
+fn take_errors(errors: &Mutex<Vec<String>>) -> Option<String> {
+    let mut e = errors.lock().ok()?;
+    (!e.is_empty()).then(|| e.drain(..).collect::<Vec<_>>().join("; "))
+}
+
+impl Session {
+    /// Compiles `plan` on the first adapter wgpu finds (Vulkan preferred;
+    /// `WGPU_BACKEND` and `WGPU_ADAPTER_NAME` choose another).
+    pub fn new(plan: Plan, output_elems: Vec<ElemType>, weights: &Weights) -> R<Session> {
+        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle().with_env();
+        if std::env::var_os("WGPU_BACKEND").is_none() {
+            desc.backends = wgpu::Backends::VULKAN;
+        }
+        let instance = wgpu::Instance::new(desc);
+        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+            power_preference: wgpu::PowerPreference::HighPerformance,
+            ..Default::default()
+        }))
+        .map_err(|e| format!("no GPU adapter: {e} (is a Vulkan driver installed, e.g. mesa-vulkan-drivers?)"))?;
+        let info = adapter.get_info();
+        let features = adapter.features()
+            & (wgpu::Features::SHADER_F16
+                | wgpu::Features::TIMESTAMP_QUERY
+                | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+        if plan.precision == "f16" && !features.contains(wgpu::Features::SHADER_F16) {
+            return Err(format!("adapter '{}' cannot run f16 shaders (no SHADER_F16)", info.name));
+        }
+        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+            label: Some("ircc"),
+            required_features: features,
+            required_limits: adapter.limits(),
+            ..Default::default()
+        }))
+        .map_err(|e| format!("cannot open the GPU: {e}"))?;
+        let errors = Arc::new(Mutex::new(Vec::new()));
+        let sink = errors.clone();
+        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+            if let Ok(mut v) = sink.lock() {
+                v.push(e.to_string());
+            }
+        }));
+        let limits = device.limits();
+        let largest = plan.buffers.iter().map(|b| b.bytes).chain([plan.pool_bytes]).max().unwrap_or(0);
+        if largest > limits.max_storage_buffer_binding_size as u64 {
+            return Err(format!(
+                "a {largest}-byte tensor exceeds the adapter's storage binding limit of {} bytes",
+                limits.max_storage_buffer_binding_size
+            ));
+        }
+        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let pool = Arc::new(device.create_buffer(&wgpu::BufferDescriptor {
+            label: Some("pool"),
+            size: plan.pool_bytes.max(16),
+            usage,
+            mapped_at_creation: false,
+        }));
+        let mut buffers = Vec::new();
+        for b in &plan.buffers {
+            if b.kind == BufferKind::Intermediate {
+                buffers.push(pool.clone());
+                continue;
+            }
+            let size = b.bytes.div_ceil(4) * 4;
+            let buf = device.create_buffer(&wgpu::BufferDescriptor {
+                label: Some(&b.name),
+                size,
+                usage,
+                mapped_at_creation: false,
+            });
+            let data = match b.kind {
+                BufferKind::Weight => Some(weights(b.tensor.as_deref().unwrap_or(&b.name))?),
+                BufferKind::Constant => plan.constants.get(&b.id).cloned(),
+                _ => None,
+            };
+            if let Some(t) = data {
+                queue.write_buffer(&buf, 0, &to_bytes(&t, &b.dtype, size)?);
+            }
+            buffers.push(Arc::new(buf));
+        }
+        let mut pipelines = Vec::new();
+        let mut bind_groups = Vec::new();
+        for (d, (name, wgsl)) in plan.dispatches.iter().zip(&plan.shaders) {
+            let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
+            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
+                label: Some(name),
+                source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+            });
+            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(name),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                compilation_options: Default::default(),
+                cache: None,
+            });
+            let entries: Vec<wgpu::BindGroupEntry> = d
+                .bindings
+                .iter()
+                .map(|bd| {
+                    let b = &plan.buffers[bd.buffer];
+                    wgpu::BindGroupEntry {
+                        binding: bd.binding as u32,
+                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                            buffer: &buffers[bd.buffer],
+                            offset: b.pool_offset.unwrap_or(0),
+                            size: wgpu::BufferSize::new(b.bytes.div_ceil(4) * 4),
+                        }),
+                    }
+                })
+                .collect();
+            let group = device.create_bind_group(&wgpu::BindGroupDescriptor {
+                label: Some(name),
+                layout: &pipeline.get_bind_group_layout(0),
+                entries: &entries,
+            });
+            if let Some(e) = pollster::block_on(scope.pop()) {
+                return Err(format!("kernel {name}: {e}"));
+            }
+            if d.workgroups.iter().any(|&g| g as u32 > limits.max_compute_workgroups_per_dimension) {
+                return Err(format!("kernel {name}: grid {:?} exceeds the adapter's limit", d.workgroups));
+            }
+            pipelines.push(pipeline);
+            bind_groups.push(group);
+        }
+        let readback = plan
+            .outputs
+            .iter()
+            .map(|&id| {
+                device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("readback"),
+                    size: plan.buffers[id].bytes.div_ceil(4) * 4,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                })
+            })
+            .collect();
+        let timestamps = (features.contains(wgpu::Features::TIMESTAMP_QUERY) && !plan.dispatches.is_empty()).then(|| {
+            let count = 2 * plan.dispatches.len() as u32;
+            let size = 8 * count as u64;
+            Timestamps {
+                set: device.create_query_set(&wgpu::QuerySetDescriptor {
+                    label: Some("kernel times"),
+                    ty: wgpu::QueryType::Timestamp,
+                    count,
+                }),
+                resolve: device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamps"),
+                    size,
+                    usage: wgpu::BufferUsages::QUERY_RESOLVE | wgpu::BufferUsages::COPY_SRC,
+                    mapped_at_creation: false,
+                }),
+                read: device.create_buffer(&wgpu::BufferDescriptor {
+                    label: Some("timestamps read"),
+                    size,
+                    usage: wgpu::BufferUsages::MAP_READ | wgpu::BufferUsages::COPY_DST,
+                    mapped_at_creation: false,
+                }),
+                period_ns: queue.get_timestamp_period() as f64,
+            }
+        });
+        if let Some(e) = take_errors(&errors) {
+            return Err(e);
+        }
+        Ok(Session {
+            adapter: info.name.clone(),
+            backend: format!("{:?}", info.backend).to_lowercase(),
+            device,
+            queue,
+            plan,
+            buffers,
+            pipelines,
+            bind_groups,
+            readback,
+            timestamps,
+            errors,
+            output_elems,
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn upload_inputs(&self, inputs: &[Tensor]) -> R<()> {
+        if inputs.len() != self.plan.inputs.len() {
+            return Err(format!("{} inputs given, {} expected", inputs.len(), self.plan.inputs.len()));
+        }
+        for (t, &id) in inputs.iter().zip(&self.plan.inputs) {
+            let b = &self.plan.buffers[id];
+            let expected: Vec<usize> = b.shape.iter().map(|&d| d as usize).collect();
+            if t.shape() != expected.as_slice() {
+                return Err(format!("input '{}' has shape {:?}, expected {:?}", b.name, t.shape(), b.shape));
+            }
+            self.queue.write_buffer(&self.buffers[id], 0, &to_bytes(t, &b.dtype, b.bytes.div_ceil(4) * 4)?);
+        }
+        Ok(())
+    }
+
+    /// Records every dispatch (and, when asked, the output copies) into one
+    /// command buffer and submits it.
+    fn submit(&self, read_outputs: bool, timed: bool) -> R<()> {
+        let mut enc = self.device.create_command_encoder(&Default::default());
+        for (i, (p, g)) in self.pipelines.iter().zip(&self.bind_groups).enumerate() {
+            let writes = self.timestamps.as_ref().filter(|_| timed).map(|t| wgpu::ComputePassTimestampWrites {
+                query_set: &t.set,
+                beginning_of_pass_write_index: Some(2 * i as u32),
+                end_of_pass_write_index: Some(2 * i as u32 + 1),
+            });
+            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                label: None,
+                timestamp_writes: writes,
+            });
+            pass.set_pipeline(p);
+            pass.set_bind_group(0, g, &[]);
+            let w = &self.plan.dispatches[i].workgroups;
+            pass.dispatch_workgroups(w[0] as u32, w[1] as u32, w[2] as u32);
+        }
+        if timed && let Some(t) = &self.timestamps {
+            enc.resolve_query_set(&t.set, 0..2 * self.pipelines.len() as u32, &t.resolve, 0);
+            enc.copy_buffer_to_buffer(&t.resolve, 0, &t.read, 0, t.resolve.size());
+        }
+        if read_outputs {
+            for (&id, rb) in self.plan.outputs.iter().zip(&self.readback) {
+                let b = &self.plan.buffers[id];
+                enc.copy_buffer_to_buffer(&self.buffers[id], b.pool_offset.unwrap_or(0), rb, 0, rb.size());
+            }
+        }
+        self.queue.submit([enc.finish()]);
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
+            .map_err(|e| format!("the GPU did not finish: {e}"))?;
+        match take_errors(&self.errors) {
+            Some(e) => Err(format!("while running: {e}")),
+            None => Ok(()),
+        }
+    }
+
+    fn read(&self, buffer: &wgpu::Buffer) -> R<Vec<u8>> {
+        let slice = buffer.slice(..);
+        let (tx, rx) = std::sync::mpsc::channel();
+        slice.map_async(wgpu::MapMode::Read, move |r| {
+            let _ = tx.send(r);
+        });
+        self.device
+            .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
+            .map_err(|e| format!("the GPU did not finish: {e}"))?;
+        rx.recv()
+            .map_err(|e| e.to_string())?
+            .map_err(|e| format!("cannot read back: {e}"))?;
+        let data = slice
+            .get_mapped_range()
+            .map_err(|e| format!("cannot read back: {e}"))?
+            .to_vec();
+        buffer.unmap();
+        Ok(data)
+    }
+
+    /// Runs the model once on `inputs` and returns its outputs.
+    pub fn run(&mut self, inputs: &[Tensor]) -> R<Vec<Tensor>> {
+        self.upload_inputs(inputs)?;
+        self.submit(true, false)?;
+        let mut outs = Vec::new();
+        for (k, (&id, rb)) in self.plan.outputs.iter().zip(&self.readback).enumerate() {
+            let b = &self.plan.buffers[id];
+            let shape: Vec<usize> = b.shape.iter().map(|&d| d as usize).collect();
+            let data = self.read(rb)?;
+            outs.push(from_bytes(&data, &b.dtype, &shape, self.output_elems[k])?);
+        }
+        Ok(outs)
+    }
+
+    /// Times `runs` runs after `warmup` untimed ones.
+    pub fn time(&mut self, inputs: &[Tensor], warmup: usize, runs: usize) -> R<Timing> {
+        self.upload_inputs(inputs)?;
+        for _ in 0..warmup {
+            self.submit(false, false)?;
+        }
+        let mut runs_ms = Vec::new();
+        let mut per_kernel_us = vec![Vec::new(); self.pipelines.len()];
+        for _ in 0..runs {
+            let start = Instant::now();
+            self.submit(false, false)?;
+            runs_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        if let Some(t) = &self.timestamps {
+            for _ in 0..runs.min(10) {
+                self.submit(false, true)?;
+                let data = self.read(&t.read)?;
+                let ticks: Vec<u64> = data
+                    .chunks_exact(8)
+                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+                    .collect();
+                for (k, times) in per_kernel_us.iter_mut().enumerate() {
+                    let d = ticks[2 * k + 1].saturating_sub(ticks[2 * k]);
+                    times.push(d as f64 * t.period_ns / 1e3);
+                }
+            }
+        }
+        Ok(Timing { runs_ms, per_kernel_us })
+    }
+}

@@ -1,0 +1,361 @@
+//! `kernel.func` to WGSL. One kernel is one shader module with one entry
+//! point, `main`; argument `i` is binding `i` of group 0, workgroup
+//! arrays are module-scope
+//! `var<workgroup>`s. Index values are `i32`; kernel.lower guarantees that
+//! floordiv and mod see non-negative left sides, so `/` and `%` are exact.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use ircc_core::{AffineExpr, Attribute, ElemType, Module, OpId, Type, ValueId};
+
+type R<T> = Result<T, String>;
+
+fn scalar(t: &Type) -> R<&'static str> {
+    Ok(match t {
+        Type::Scalar(ElemType::F32) => "f32",
+        Type::Scalar(ElemType::F16) => "f16",
+        Type::Scalar(ElemType::I32) | Type::Index => "i32",
+        Type::Scalar(ElemType::I1) => "bool",
+        other => return Err(format!("no WGSL type for {other}")),
+    })
+}
+
+fn elem_name(e: ElemType) -> R<&'static str> {
+    scalar(&Type::Scalar(e))
+}
+
+fn int_attr(m: &Module, op: OpId, name: &str) -> R<i64> {
+    match m.op(op).attr(name) {
+        Some(Attribute::Int(x, _)) => Ok(*x),
+        _ => Err(format!("'{}' lacks integer '{name}'", m.op(op).name)),
+    }
+}
+
+fn ints_attr(m: &Module, op: OpId, name: &str) -> R<Vec<i64>> {
+    match m.op(op).attr(name) {
+        Some(Attribute::DenseI64Array(x)) => Ok(x.clone()),
+        _ => Err(format!("'{}' lacks '{name}'", m.op(op).name)),
+    }
+}
+
+fn str_attr<'m>(m: &'m Module, op: OpId, name: &str) -> R<&'m str> {
+    match m.op(op).attr(name) {
+        Some(Attribute::String(s)) => Ok(s),
+        _ => Err(format!("'{}' lacks '{name}'", m.op(op).name)),
+    }
+}
+
+/// A float literal of type `ty` (infinities become the largest finite value).
+fn float_literal(x: f64, ty: &str) -> String {
+    let (max, suffix) = if ty == "f16" { (65504.0, "h") } else { (f32::MAX as f64, "f") };
+    let x = x.clamp(-max, max);
+    if ty == "f16" {
+        format!("{:?}{suffix}", half::f16::from_f64(x).to_f32())
+    } else {
+        format!("{:?}{suffix}", x as f32)
+    }
+}
+
+const ERF: &str = "
+// erf by Abramowitz and Stegun 7.1.26 (|error| < 1.5e-7).
+fn ircc_erf(x: f32) -> f32 {
+    let a = abs(x);
+    let t = 1.0 / (1.0 + 0.3275911 * a);
+    let p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
+    return sign(x) * (1.0 - p * exp(-a * a));
+}
+";
+
+struct Printer<'m> {
+    m: &'m Module,
+    names: HashMap<ValueId, String>,
+    next: usize,
+    out: String,
+    uses_erf: bool,
+}
+
+impl Printer<'_> {
+    fn name(&self, v: ValueId) -> R<&str> {
+        self.names
+            .get(&v)
+            .map(String::as_str)
+            .ok_or_else(|| "a value used before it is defined".to_string())
+    }
+
+    fn fresh(&mut self, prefix: &str, v: ValueId) -> String {
+        let n = format!("{prefix}{}", self.next);
+        self.next += 1;
+        self.names.insert(v, n.clone());
+        n
+    }
+
+    fn expr(&self, e: &AffineExpr, operands: &[ValueId]) -> R<String> {
+        use AffineExpr as E;
+        let bin = |a: &E, op: &str, b: &E| -> R<String> {
+            Ok(format!("({} {op} {})", self.expr(a, operands)?, self.expr(b, operands)?))
+        };
+        match e {
+            E::Dim(i) => Ok(self.name(operands[*i as usize])?.to_string()),
+            E::Sym(_) => Err("symbols cannot appear in kernel maps".to_string()),
+            E::Const(c) if *c < 0 => Ok(format!("({c}i)")),
+            E::Const(c) => Ok(format!("{c}i")),
+            E::Add(a, b) => bin(a, "+", b),
+            E::Mul(a, b) => bin(a, "*", b),
+            E::FloorDiv(a, b) => bin(a, "/", b),
+            E::Mod(a, b) => bin(a, "%", b),
+            E::CeilDiv(a, b) => {
+                let (x, y) = (self.expr(a, operands)?, self.expr(b, operands)?);
+                Ok(format!("(({x} + {y} - 1i) / {y})"))
+            }
+        }
+    }
+
+    fn map_expr(&self, op: OpId, first: usize) -> R<String> {
+        let o = self.m.op(op);
+        let map = match o.attr("map") {
+            Some(Attribute::AffineMap(map)) => map,
+            _ => return Err(format!("'{}' lacks its map", o.name)),
+        };
+        self.expr(&map.results[0], &o.operands[first..])
+    }
+
+    fn block(&mut self, block: ircc_core::BlockId, indent: usize) -> R<()> {
+        for &op in &self.m.blocks[block].ops.clone() {
+            self.op(op, indent)?;
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, indent: usize, text: &str) {
+        let _ = writeln!(self.out, "{:w$}{text}", "", w = indent * 4);
+    }
+
+    fn op(&mut self, op: OpId, indent: usize) -> R<()> {
+        let m = self.m;
+        let o = m.op(op);
+        let result = o.results.first().copied();
+        let ty = match result {
+            Some(r) => scalar(m.value_type(r)).unwrap_or("i32"),
+            None => "",
+        };
+        let arg = |i: usize| self.name(o.operands[i]).map(str::to_string);
+        let value = match o.name.as_str() {
+            "kernel.id" => {
+                let var = match str_attr(m, op, "kind")? {
+                    "global" => "gid",
+                    "local" => "lid",
+                    _ => "wid",
+                };
+                let axis = ["x", "y", "z"][int_attr(m, op, "axis")? as usize];
+                format!("i32({var}.{axis})")
+            }
+            "kernel.constant" => match o.attr("value") {
+                Some(Attribute::Float(x, _)) => float_literal(*x, ty),
+                Some(Attribute::Int(x, _)) => format!("{x}i"),
+                Some(Attribute::Bool(b)) => b.to_string(),
+                _ => return Err("kernel.constant lacks its value".to_string()),
+            },
+            "kernel.apply" => self.map_expr(op, 0)?,
+            "kernel.load" => format!("{}[{}]", arg(0)?, self.map_expr(op, 1)?),
+            "kernel.store" => {
+                let line = format!("{}[{}] = {};", arg(1)?, self.map_expr(op, 2)?, arg(0)?);
+                self.line(indent, &line);
+                return Ok(());
+            }
+            "kernel.unary" => {
+                let x = arg(0)?;
+                match str_attr(m, op, "fn")? {
+                    "neg" => format!("-{x}"),
+                    "not" => format!("!{x}"),
+                    "rsqrt" => format!("inverseSqrt({x})"),
+                    "tanh" => format!("tanh(clamp({x}, {}, {}))", float_literal(-15.0, ty), float_literal(15.0, ty)),
+                    "erf" => {
+                        self.uses_erf = true;
+                        if ty == "f32" {
+                            format!("ircc_erf({x})")
+                        } else {
+                            format!("{ty}(ircc_erf(f32({x})))")
+                        }
+                    }
+                    f @ ("abs" | "exp" | "log" | "sqrt" | "floor" | "ceil" | "round") => {
+                        format!("{f}({x})")
+                    }
+                    other => return Err(format!("unknown unary function '{other}'")),
+                }
+            }
+            "kernel.binary" => {
+                let (a, b) = (arg(0)?, arg(1)?);
+                match str_attr(m, op, "fn")? {
+                    "add" => format!("{a} + {b}"),
+                    "sub" => format!("{a} - {b}"),
+                    "mul" => format!("{a} * {b}"),
+                    "div" => format!("{a} / {b}"),
+                    "and" => format!("{a} && {b}"),
+                    "or" => format!("{a} || {b}"),
+                    f @ ("max" | "min" | "pow") => format!("{f}({a}, {b})"),
+                    other => return Err(format!("unknown binary function '{other}'")),
+                }
+            }
+            "kernel.cmp" => {
+                let p = match str_attr(m, op, "pred")? {
+                    "lt" => "<",
+                    "le" => "<=",
+                    "gt" => ">",
+                    "ge" => ">=",
+                    "eq" => "==",
+                    "ne" => "!=",
+                    other => return Err(format!("unknown predicate '{other}'")),
+                };
+                format!("{} {p} {}", arg(0)?, arg(1)?)
+            }
+            "kernel.select" => format!("select({}, {}, {})", arg(2)?, arg(1)?, arg(0)?),
+            "kernel.cast" => format!("{ty}({})", arg(0)?),
+            "kernel.for" => return self.for_loop(op, indent),
+            "kernel.if" => {
+                let cond = arg(0)?;
+                self.line(indent, &format!("if ({cond}) {{"));
+                let body = m.entry_block(op).ok_or("kernel.if has a body")?;
+                self.block(body, indent + 1)?;
+                self.line(indent, "}");
+                return Ok(());
+            }
+            "kernel.barrier" => {
+                self.line(indent, "workgroupBarrier();");
+                return Ok(());
+            }
+            "kernel.alloc" | "kernel.return" | "kernel.yield" => return Ok(()),
+            other => return Err(format!("'{other}' cannot appear in a kernel")),
+        };
+        let r = result.ok_or("an expression op without a result")?;
+        let name = self.fresh("v", r);
+        self.line(indent, &format!("let {name}: {ty} = {value};"));
+        Ok(())
+    }
+
+    fn for_loop(&mut self, op: OpId, indent: usize) -> R<()> {
+        let m = self.m;
+        let o = m.op(op);
+        let body = m.entry_block(op).ok_or("kernel.for has a body")?;
+        let args = m.blocks[body].args.clone();
+        let mut carried = Vec::new();
+        for (i, &init) in o.operands.iter().enumerate() {
+            let var = format!("c{}", self.next);
+            self.next += 1;
+            let ty = scalar(m.value_type(init))?;
+            let line = format!("var {var}: {ty} = {};", self.name(init)?);
+            self.line(indent, &line);
+            self.names.insert(o.results[i], var.clone());
+            carried.push(var);
+        }
+        let iv = self.fresh("i", args[0]);
+        let (lo, hi, step) = (
+            int_attr(m, op, "lower")?,
+            int_attr(m, op, "upper")?,
+            int_attr(m, op, "step")?,
+        );
+        self.line(
+            indent,
+            &format!("for (var {iv}: i32 = {lo}i; {iv} < {hi}i; {iv} = {iv} + {step}i) {{"),
+        );
+        // Snapshots, so the yields below assign all carried values at once.
+        for (k, &a) in args[1..].iter().enumerate() {
+            let ty = scalar(m.value_type(a))?;
+            let snap = self.fresh("p", a);
+            self.line(indent + 1, &format!("let {snap}: {ty} = {};", carried[k]));
+        }
+        self.block(body, indent + 1)?;
+        let last = *m.blocks[body].ops.last().ok_or("an empty loop body")?;
+        for (k, &y) in m.op(last).operands.iter().enumerate() {
+            let line = format!("{} = {};", carried[k], self.name(y)?);
+            self.line(indent + 1, &line);
+        }
+        self.line(indent, "}");
+        Ok(())
+    }
+}
+
+/// The WGSL of kernel.func `func`.
+pub fn kernel_to_wgsl(m: &Module, func: OpId) -> R<String> {
+    let block = m.entry_block(func).ok_or("a kernel without a body")?;
+    let args = m.blocks[block].args.clone();
+    let outputs = int_attr(m, func, "outputs")? as usize;
+    let wg = ints_attr(m, func, "workgroup_size")?;
+    let mut names = HashMap::new();
+    let mut header = String::new();
+    let mut uses_f16 = false;
+    for (i, &a) in args.iter().enumerate() {
+        let t = m.value_type(a).as_tensor().ok_or("kernel arguments are tensors")?;
+        uses_f16 |= t.elem == ElemType::F16;
+        // Inputs are read_write too: intermediates share one pooled
+        // buffer, and wgpu refuses one buffer bound both read-only and
+        // writable in a dispatch.
+        let _ = outputs;
+        let access = "read_write";
+        let _ = writeln!(
+            header,
+            "@group(0) @binding({i}) var<storage, {access}> a{i}: array<{}>;",
+            elem_name(t.elem)?
+        );
+        names.insert(a, format!("a{i}"));
+    }
+    let mut allocs = 0;
+    let mut f16_inside = false;
+    m.walk_block(block, &mut |op| {
+        let o = m.op(op);
+        for &r in &o.results {
+            f16_inside |= *m.value_type(r) == Type::Scalar(ElemType::F16);
+        }
+        if o.name == "kernel.alloc"
+            && let Some(t) = m.value_type(o.results[0]).as_tensor()
+        {
+            let _ = writeln!(
+                header,
+                "var<workgroup> w{allocs}: array<{}, {}>;",
+                elem_name(t.elem).unwrap_or("f32"),
+                t.num_elements()
+            );
+            names.insert(o.results[0], format!("w{allocs}"));
+            allocs += 1;
+        }
+    });
+    let mut p = Printer {
+        m,
+        names,
+        next: 0,
+        out: String::new(),
+        uses_erf: false,
+    };
+    p.block(block, 1)?;
+    let mut s = String::new();
+    if uses_f16 || f16_inside {
+        s.push_str("enable f16;\n\n");
+    }
+    let name = str_attr(m, func, "sym_name")?;
+    let _ = writeln!(s, "// kernel {name}\n{header}");
+    if p.uses_erf {
+        s.push_str(ERF);
+        s.push('\n');
+    }
+    let _ = writeln!(
+        s,
+        "@compute @workgroup_size({}, {}, {})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{",
+        wg[0], wg[1], wg[2]
+    );
+    s.push_str(&p.out);
+    s.push_str("}\n");
+    Ok(s)
+}
+
+/// The kernel.funcs of a module in order, with their names.
+pub fn kernels(m: &Module) -> Vec<(String, OpId)> {
+    m.blocks[m.body]
+        .ops
+        .iter()
+        .filter(|&&op| m.op(op).name == "kernel.func")
+        .filter_map(|&op| match m.op(op).attr("sym_name") {
+            Some(Attribute::String(s)) => Some((s.clone(), op)),
+            _ => None,
+        })
+        .collect()
+}

@@ -1,0 +1,269 @@
+//! The kernel dialect (see `spec/dialects/kernel.toml`): the level just
+//! above WGSL and OpenCL C. A `kernel.func` is what one invocation does;
+//! `kernel.launch` in the host function runs it. There are no interpret
+//! hooks: kernels are checked by running them on a GPU against the graph
+//! interpreter (`tests/wgpu.rs`).
+
+use ircc_core::registry::{OpHooks, OpView, Registry};
+use ircc_core::{Attribute, Diagnostic, ElemType, Module, OpId, Type, ValueId};
+
+pub const SPEC: &str = include_str!("../../spec/dialects/kernel.toml");
+
+fn ty(m: &Module, v: ValueId) -> &Type {
+    m.value_type(v)
+}
+
+fn map_of<'a>(v: &OpView<'a>) -> Result<&'a ircc_core::AffineMap, String> {
+    match v.attr("map") {
+        Some(Attribute::AffineMap(map)) if map.num_results() == 1 && map.num_syms == 0 => Ok(map),
+        _ => Err("'map' must be an affine map with one result and no symbols".to_string()),
+    }
+}
+
+fn check_indices(v: &OpView, first: usize) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    let map = map_of(v)?;
+    let indices = &o.operands[first.min(o.operands.len())..];
+    if map.num_dims as usize != indices.len() {
+        return Err(format!(
+            "the map takes {} indices but {} are given",
+            map.num_dims,
+            indices.len()
+        ));
+    }
+    if let Some(i) = indices.iter().position(|&x| *ty(v.module, x) != Type::Index) {
+        return Err(format!("index operand #{i} is not an index"));
+    }
+    Ok(())
+}
+
+fn memory_elem(m: &Module, v: ValueId) -> Result<ElemType, String> {
+    match ty(m, v) {
+        Type::Tensor(t) => Ok(t.elem),
+        other => Err(format!("memory must be a tensor argument or kernel.alloc, not {other}")),
+    }
+}
+
+fn verify_load(v: &OpView) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    let elem = memory_elem(v.module, o.operands[0])?;
+    if *ty(v.module, o.results[0]) != Type::Scalar(elem) {
+        return Err(format!("a load from {elem} memory gives {elem}"));
+    }
+    check_indices(v, 1)
+}
+
+fn verify_store(v: &OpView) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    let elem = memory_elem(v.module, o.operands[1])?;
+    if *ty(v.module, o.operands[0]) != Type::Scalar(elem) {
+        return Err(format!("only {elem} values can be stored to {elem} memory"));
+    }
+    check_indices(v, 2)
+}
+
+fn verify_apply(v: &OpView) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    if *ty(v.module, o.results[0]) != Type::Index {
+        return Err("kernel.apply gives an index".to_string());
+    }
+    check_indices(v, 0)
+}
+
+fn same_types(v: &OpView, operands: std::ops::Range<usize>) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    let first = ty(v.module, o.operands[operands.start]);
+    if o.operands[operands].iter().any(|&x| ty(v.module, x) != first) {
+        return Err("operands must have one type".to_string());
+    }
+    Ok(())
+}
+
+fn verify_binary(v: &OpView) -> Result<(), String> {
+    same_types(v, 0..2)?;
+    let o = v.module.op(v.op);
+    if ty(v.module, o.results[0]) != ty(v.module, o.operands[0]) {
+        return Err("the result has the operands' type".to_string());
+    }
+    Ok(())
+}
+
+fn verify_cmp(v: &OpView) -> Result<(), String> {
+    same_types(v, 0..2)?;
+    let o = v.module.op(v.op);
+    if *ty(v.module, o.results[0]) != Type::Scalar(ElemType::I1) {
+        return Err("a comparison gives i1".to_string());
+    }
+    Ok(())
+}
+
+fn verify_select(v: &OpView) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    if *ty(v.module, o.operands[0]) != Type::Scalar(ElemType::I1) {
+        return Err("the condition is i1".to_string());
+    }
+    same_types(v, 1..3)
+}
+
+fn parent_op(m: &Module, op: OpId) -> Option<OpId> {
+    m.op(op)
+        .parent
+        .and_then(|b| m.blocks[b].parent)
+        .and_then(|r| m.regions[r].parent)
+}
+
+fn verify_for(v: &OpView) -> Result<(), String> {
+    let (m, o) = (v.module, v.module.op(v.op));
+    if v.i64("step")? <= 0 {
+        return Err("the step must be positive".to_string());
+    }
+    let block = m
+        .entry_block(v.op)
+        .ok_or("kernel.for has a body block")?;
+    let args = &m.blocks[block].args;
+    let inits: Vec<&Type> = o.operands.iter().map(|&x| ty(m, x)).collect();
+    let results: Vec<&Type> = o.results.iter().map(|&x| ty(m, x)).collect();
+    if args.is_empty()
+        || *ty(m, args[0]) != Type::Index
+        || args[1..].iter().map(|&a| ty(m, a)).collect::<Vec<_>>() != inits
+        || results != inits
+    {
+        return Err(
+            "the body takes the index then the carried values, which the results match"
+                .to_string(),
+        );
+    }
+    Ok(())
+}
+
+fn verify_yield(v: &OpView) -> Result<(), String> {
+    let m = v.module;
+    let parent = parent_op(m, v.op).ok_or("kernel.yield ends a loop or if body")?;
+    let expected: Vec<&Type> = match m.op(parent).name.as_str() {
+        "kernel.for" => m.op(parent).results.iter().map(|&r| ty(m, r)).collect(),
+        "kernel.if" => Vec::new(),
+        other => return Err(format!("kernel.yield cannot end a '{other}' body")),
+    };
+    let given: Vec<&Type> = m.op(v.op).operands.iter().map(|&x| ty(m, x)).collect();
+    if given != expected {
+        return Err("kernel.yield gives the loop's carried types".to_string());
+    }
+    Ok(())
+}
+
+fn verify_if(v: &OpView) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    if *ty(v.module, o.operands[0]) != Type::Scalar(ElemType::I1) || o.regions.len() != 1 {
+        return Err("kernel.if takes an i1 condition and one region".to_string());
+    }
+    Ok(())
+}
+
+fn verify_id(v: &OpView) -> Result<(), String> {
+    let kind = v.str("kind")?;
+    if !matches!(kind, "global" | "local" | "workgroup") || !(0..3).contains(&v.i64("axis")?) {
+        return Err("kind is global, local or workgroup and axis 0, 1 or 2".to_string());
+    }
+    Ok(())
+}
+
+fn three(v: &OpView, name: &str) -> Result<Vec<i64>, String> {
+    match v.i64s(name)? {
+        Some(x) if x.len() == 3 && x.iter().all(|&d| d >= 1) => Ok(x),
+        _ => Err(format!("'{name}' must be three positive integers")),
+    }
+}
+
+fn verify_func(v: &OpView) -> Result<(), String> {
+    let (m, o) = (v.module, v.module.op(v.op));
+    let wg = three(v, "workgroup_size")?;
+    three(v, "grid")?;
+    if wg.iter().product::<i64>() > 1024 {
+        return Err("a workgroup has at most 1024 invocations".to_string());
+    }
+    let block = m.entry_block(v.op).ok_or("kernel.func has a body")?;
+    let args = &m.blocks[block].args;
+    if args.iter().any(|&a| ty(m, a).as_tensor().is_none()) {
+        return Err("kernel arguments are tensors".to_string());
+    }
+    let outputs = v.i64("outputs")?;
+    if outputs < 1 || outputs as usize > args.len() {
+        return Err("a kernel writes between one and all of its arguments".to_string());
+    }
+    match m.blocks[block].ops.last() {
+        Some(&last) if m.op(last).name == "kernel.return" => {}
+        _ => return Err("the body ends with kernel.return".to_string()),
+    }
+    if o.regions.len() != 1 {
+        return Err("kernel.func has one region".to_string());
+    }
+    Ok(())
+}
+
+fn verify_launch(v: &OpView) -> Result<(), String> {
+    let m = v.module;
+    let name = match v.attr("kernel") {
+        Some(Attribute::SymbolRef(path)) if path.len() == 1 => &path[0],
+        _ => return Err("'kernel' must name a kernel.func".to_string()),
+    };
+    let func = m
+        .lookup_symbol(name)
+        .filter(|&f| m.op(f).name == "kernel.func")
+        .ok_or_else(|| format!("no kernel.func @{name}"))?;
+    let block = m.entry_block(func).ok_or("the kernel has no body")?;
+    let o = m.op(v.op);
+    let args = m.blocks[block].args.len();
+    if o.operands.len() + o.results.len() != args {
+        return Err(format!(
+            "@{name} takes {args} tensors but the launch gives {} inputs and {} outputs",
+            o.operands.len(),
+            o.results.len()
+        ));
+    }
+    Ok(())
+}
+
+fn verify_in_kernel(v: &OpView) -> Result<(), String> {
+    let mut op = v.op;
+    while let Some(p) = parent_op(v.module, op) {
+        if v.module.op(p).name == "kernel.func" {
+            return Ok(());
+        }
+        op = p;
+    }
+    Err(format!("'{}' must be inside a kernel.func", v.name()))
+}
+
+fn checked(verify: fn(&OpView) -> Result<(), String>) -> OpHooks {
+    OpHooks {
+        infer: None,
+        verify: Some(verify),
+        interpret: None,
+    }
+}
+
+pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
+    registry.add_dialect(
+        SPEC,
+        &[
+            ("kernel.func", checked(verify_func)),
+            ("kernel.launch", checked(verify_launch)),
+            ("kernel.id", checked(verify_id)),
+            ("kernel.constant", checked(verify_in_kernel)),
+            ("kernel.apply", checked(verify_apply)),
+            ("kernel.load", checked(verify_load)),
+            ("kernel.store", checked(verify_store)),
+            ("kernel.unary", checked(verify_in_kernel)),
+            ("kernel.binary", checked(verify_binary)),
+            ("kernel.cmp", checked(verify_cmp)),
+            ("kernel.select", checked(verify_select)),
+            ("kernel.cast", checked(verify_in_kernel)),
+            ("kernel.for", checked(verify_for)),
+            ("kernel.if", checked(verify_if)),
+            ("kernel.yield", checked(verify_yield)),
+            ("kernel.barrier", checked(verify_in_kernel)),
+            ("kernel.alloc", checked(verify_in_kernel)),
+            ("kernel.return", checked(verify_in_kernel)),
+        ],
+    )
+}

@@ -1,0 +1,525 @@
+//! The kernel templates, one per anchor class, and the host side: each
+//! kernel built for a group is run by a `kernel.launch` that replaces the
+//! group's results.
+
+use egg::Rewrite;
+use ircc_core::ir::OpBuilder;
+use ircc_core::pass::PassContext;
+use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
+use ircc_dialects::graph::shape;
+
+use super::Group;
+use super::builder::{ArgRole, Input, Ix, KernelBuilder, delinearize};
+use super::values::{broadcast_index, tensor_shape};
+use crate::index::simplify::{Idx, Ranges};
+
+type R<T> = Result<T, String>;
+
+/// The largest workgroup count along one grid axis.
+const MAX_GROUPS: i64 = 65_535;
+
+/// Matmul tiling: a workgroup of `WG`×`WG` invocations computes a
+/// `TILE`×`TILE` block of the result, each invocation a `REG`×`REG`
+/// register tile, stepping through K by `BK` with both operand tiles in
+/// workgroup memory.
+const WG: i64 = 16;
+const REG: i64 = 4;
+const TILE: i64 = WG * REG;
+const BK: i64 = 16;
+
+enum Template {
+    Elementwise,
+    Matmul,
+    Row,
+}
+
+fn short(m: &Module, op: OpId) -> String {
+    let name = &m.op(op).name;
+    name.strip_prefix("graph.").unwrap_or(name).to_string()
+}
+
+fn shape_of(m: &Module, v: ValueId) -> Vec<i64> {
+    m.value_type(v)
+        .as_tensor()
+        .map(|t| t.shape.clone())
+        .unwrap_or_default()
+}
+
+fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
+    let o = m.op(anchor);
+    let result = shape_of(m, o.results[0]);
+    match short(m, anchor).as_str() {
+        "matmul" if o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => {
+            (Template::Matmul, result)
+        }
+        "gemm" => (Template::Matmul, result),
+        "softmax" | "layer_norm" | "instance_norm" => (Template::Row, shape_of(m, o.operands[0])),
+        "reduce_sum" | "reduce_mean" | "reduce_max" | "reduce_min" | "reduce_prod"
+        | "global_average_pool"
+            if m.value_type(o.results[0])
+                .as_tensor()
+                .is_some_and(|t| t.elem.is_float()) =>
+        {
+            (Template::Row, result)
+        }
+        _ => (Template::Elementwise, result),
+    }
+}
+
+pub(crate) fn lower_group(
+    m: &mut Module,
+    ctx: &PassContext,
+    rules: &[Rewrite<Idx, Ranges>],
+    group: &Group,
+    float: ElemType,
+    counter: &mut usize,
+) -> R<()> {
+    let (template, space) = template_of(m, group.anchor);
+    let (mut primary, mut rest): (Vec<_>, Vec<_>) = group
+        .outputs
+        .iter()
+        .copied()
+        .partition(|&(inner, _)| shape_of(m, inner) == space);
+    if primary.is_empty() {
+        primary = std::mem::take(&mut rest);
+        primary.sort_by_key(|&(inner, _)| shape_of(m, inner));
+        let first = shape_of(m, primary[0].0);
+        let (same, other): (Vec<_>, Vec<_>) = primary
+            .into_iter()
+            .partition(|&(inner, _)| shape_of(m, inner) == first);
+        primary = same;
+        rest = other;
+        build(m, ctx, rules, group, float, counter, Template::Elementwise, &primary)?;
+    } else {
+        build(m, ctx, rules, group, float, counter, template, &primary)?;
+    }
+    while !rest.is_empty() {
+        let first = shape_of(m, rest[0].0);
+        let (same, other): (Vec<_>, Vec<_>) = rest
+            .into_iter()
+            .partition(|&(inner, _)| shape_of(m, inner) == first);
+        build(m, ctx, rules, group, float, counter, Template::Elementwise, &same)?;
+        rest = other;
+    }
+    Ok(())
+}
+
+#[allow(clippy::too_many_arguments)]
+fn build(
+    m: &mut Module,
+    ctx: &PassContext,
+    rules: &[Rewrite<Idx, Ranges>],
+    group: &Group,
+    float: ElemType,
+    counter: &mut usize,
+    template: Template,
+    outputs: &[(ValueId, ValueId)],
+) -> R<()> {
+    let name = format!("k{}_{}", *counter, short(m, group.anchor));
+    *counter += 1;
+    let inputs: Vec<(ValueId, Input)> = group
+        .bindings
+        .iter()
+        .map(|&(inner, host)| (inner, super::resolve_input(m, host)))
+        .collect();
+    let args = {
+        let mut kb = KernelBuilder::new(m, ctx, rules, &name, float);
+        kb.inputs = inputs.into_iter().collect();
+        match template {
+            Template::Elementwise => elementwise(&mut kb, outputs)?,
+            Template::Matmul => matmul(&mut kb, group.anchor, outputs)?,
+            Template::Row => row(&mut kb, group.anchor, outputs)?,
+        }
+        kb.args.clone()
+    };
+    let func = m.lookup_symbol(&name).ok_or("the kernel vanished")?;
+    let entry = m.entry_block(func).ok_or("the kernel has no body")?;
+    let order = m.blocks[entry].args.clone();
+    let role = |a: ValueId| args.iter().find(|(x, _)| *x == a).map(|(_, r)| *r);
+    let mut launch_inputs = Vec::new();
+    let mut launch_outputs = Vec::new();
+    for a in order {
+        match role(a) {
+            Some(ArgRole::Input(h)) => launch_inputs.push(h),
+            Some(ArgRole::Output(h)) => launch_outputs.push(h),
+            None => return Err("a kernel argument without a role".to_string()),
+        }
+    }
+    let types: Vec<Type> = launch_outputs.iter().map(|&h| m.value_type(h).clone()).collect();
+    let launch = m.create_op(
+        OpBuilder::new("kernel.launch")
+            .operands(launch_inputs)
+            .attr("kernel", Attribute::SymbolRef(vec![name]))
+            .results(types)
+            .loc(m.op(group.op).loc.clone()),
+    );
+    m.insert_before(group.op, launch);
+    for (i, h) in launch_outputs.into_iter().enumerate() {
+        let r = m.op(launch).results[i];
+        m.replace_all_uses(h, r);
+    }
+    Ok(())
+}
+
+/// `i < n` as a flag, or `None` when it always holds.
+fn below(kb: &mut KernelBuilder, i: &Ix, n: i64, always: bool) -> Option<ValueId> {
+    (!always).then(|| kb.index_cmp("lt", i, n))
+}
+
+fn store_outputs(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)], idx: &[Ix]) -> R<()> {
+    for &(inner, host) in outputs {
+        let v = kb.value_at(inner, idx)?;
+        kb.store_result(host, idx, v);
+    }
+    Ok(())
+}
+
+fn guarded(
+    kb: &mut KernelBuilder,
+    cond: Option<ValueId>,
+    body: &mut dyn FnMut(&mut KernelBuilder) -> R<()>,
+) -> R<()> {
+    match cond {
+        Some(c) => kb.if_then(c, body),
+        None => body(kb),
+    }
+}
+
+/// One invocation per element of the outputs' common shape.
+fn elementwise(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)]) -> R<()> {
+    const THREADS: i64 = 256;
+    let space = tensor_shape(kb, outputs[0].0);
+    let n: i64 = space.iter().product::<i64>().max(1);
+    let groups = (n + THREADS - 1) / THREADS;
+    let gx = groups.min(MAX_GROUPS);
+    let gy = (groups + gx - 1) / gx;
+    let x = kb.id("global", 0, gx * THREADS);
+    let i = if gy > 1 {
+        let y = kb.id("workgroup", 1, gy);
+        x + y * Ix::constant(gx * THREADS)
+    } else {
+        x
+    };
+    let cond = below(kb, &i, n, gx * gy * THREADS == n);
+    let idx = delinearize(&i, &space);
+    guarded(kb, cond, &mut |kb| store_outputs(kb, outputs, &idx))?;
+    kb.finish([THREADS, 1, 1], [gx, gy, 1], "elementwise");
+    Ok(())
+}
+
+/// A tiled matrix product (matmul or gemm) with its epilogue.
+fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> R<()> {
+    let is_gemm = kb.m.op(anchor).name == "graph.gemm";
+    let (a, b) = (kb.m.op(anchor).operands[0], kb.m.op(anchor).operands[1]);
+    let c = kb.m.op(anchor).results[0];
+    let (sa, sb, sc) = (tensor_shape(kb, a), tensor_shape(kb, b), tensor_shape(kb, c));
+    let rank = sc.len();
+    let (mm, nn) = (sc[rank - 2], sc[rank - 1]);
+    let kk = if is_gemm {
+        let trans_a = kb.m.op(anchor).attr("trans_a");
+        if matches!(trans_a, Some(Attribute::Int(1, _))) { sa[0] } else { sa[1] }
+    } else {
+        sa[sa.len() - 1]
+    };
+    let batch_shape = sc[..rank - 2].to_vec();
+    let batches: i64 = batch_shape.iter().product();
+    if batches > MAX_GROUPS {
+        return Err(format!("{batches} matrix products exceed the grid"));
+    }
+    let (gx, gy) = ((nn + TILE - 1) / TILE, (mm + TILE - 1) / TILE);
+    if gx > MAX_GROUPS || gy > MAX_GROUPS {
+        return Err("the matrix is too large for one grid".to_string());
+    }
+    let lx = kb.id("local", 0, WG);
+    let ly = kb.id("local", 1, WG);
+    let wx = kb.id("workgroup", 0, gx);
+    let wy = kb.id("workgroup", 1, gy);
+    let wz = if batches > 1 {
+        kb.id("workgroup", 2, batches)
+    } else {
+        Ix::constant(0)
+    };
+    let batch = delinearize(&wz, &batch_shape);
+    let at = |kb: &mut KernelBuilder, which: usize, row: Ix, col: Ix| -> R<ValueId> {
+        let v = if is_gemm {
+            kb.gemm_operand(anchor, which, row, col)?
+        } else {
+            let (x, s) = if which == 0 { (a, &sa) } else { (b, &sb) };
+            let mut idx = broadcast_index(&batch, &s[..s.len() - 2]);
+            idx.extend([row, col]);
+            kb.value_at(x, &idx)?
+        };
+        Ok(kb.cast(v, Type::Scalar(ElemType::F32)))
+    };
+    let a_tile = kb.alloc(TILE * BK, ElemType::F32);
+    let b_tile = kb.alloc(BK * TILE, ElemType::F32);
+    let tid = ly.clone() * Ix::constant(WG) + lx.clone();
+    let zero = kb.constant(0.0, ElemType::F32);
+    let k_tiles = (kk + BK - 1) / BK;
+    let loads_per_thread = TILE * BK / (WG * WG);
+    let accs = kb.for_loop(k_tiles, vec![zero; (REG * REG) as usize], &mut |kb, kt, acc| {
+        for l in 0..loads_per_thread {
+            let e = tid.clone() + Ix::constant(l * WG * WG);
+            let (ar, ac) = (e.clone().floor_div(Ix::constant(BK)), e.clone().modulo(Ix::constant(BK)));
+            let k = kt.clone() * Ix::constant(BK) + ac;
+            let row = wy.clone() * Ix::constant(TILE) + ar;
+            let v = at(kb, 0, row, k.clone())?;
+            let v = zero_beyond(kb, v, &k, kk);
+            kb.store(v, a_tile, &e);
+            let (br, bc) = (e.clone().floor_div(Ix::constant(TILE)), e.clone().modulo(Ix::constant(TILE)));
+            let k = kt.clone() * Ix::constant(BK) + br;
+            let col = wx.clone() * Ix::constant(TILE) + bc;
+            let v = at(kb, 1, k.clone(), col)?;
+            let v = zero_beyond(kb, v, &k, kk);
+            kb.store(v, b_tile, &e);
+        }
+        kb.barrier();
+        let next = kb.for_loop(BK, acc.to_vec(), &mut |kb, k, acc| {
+            let xs: Vec<ValueId> = (0..REG)
+                .map(|i| {
+                    let off = (ly.clone() * Ix::constant(REG) + Ix::constant(i)) * Ix::constant(BK) + k.clone();
+                    kb.load(a_tile, &off)
+                })
+                .collect();
+            let ys: Vec<ValueId> = (0..REG)
+                .map(|j| {
+                    let off = k.clone() * Ix::constant(TILE) + lx.clone() * Ix::constant(REG) + Ix::constant(j);
+                    kb.load(b_tile, &off)
+                })
+                .collect();
+            let mut next = Vec::new();
+            for (i, &x) in xs.iter().enumerate() {
+                for (j, &y) in ys.iter().enumerate() {
+                    let p = kb.binary("mul", x, y);
+                    next.push(kb.binary("add", acc[i * REG as usize + j], p));
+                }
+            }
+            Ok(next)
+        })?;
+        kb.barrier();
+        Ok(next)
+    })?;
+    for i in 0..REG {
+        for j in 0..REG {
+            let row = wy.clone() * Ix::constant(TILE) + ly.clone() * Ix::constant(REG) + Ix::constant(i);
+            let col = wx.clone() * Ix::constant(TILE) + lx.clone() * Ix::constant(REG) + Ix::constant(j);
+            let mut flags = Vec::new();
+            if mm % TILE != 0 {
+                flags.push(kb.index_cmp("lt", &row, mm));
+            }
+            if nn % TILE != 0 {
+                flags.push(kb.index_cmp("lt", &col, nn));
+            }
+            let cond = (!flags.is_empty()).then(|| kb.all(flags));
+            let mut idx = batch.clone();
+            idx.extend([row, col]);
+            let acc = accs[(i * REG + j) as usize];
+            guarded(kb, cond, &mut |kb| {
+                let y = kb.cast(acc, Type::Scalar(kb.float));
+                let y = if is_gemm { kb.gemm_epilogue(anchor, y, &idx)? } else { y };
+                kb.memo_put(c, &idx, y);
+                store_outputs(kb, outputs, &idx)
+            })?;
+        }
+    }
+    kb.finish([WG, WG, 1], [gx, gy, batches], "matmul_tiled");
+    kb.m.op_mut(kb.func).attrs.insert(
+        "tile".into(),
+        Attribute::DenseI64Array(vec![TILE, TILE, BK, REG, REG]),
+    );
+    Ok(())
+}
+
+fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64) -> ValueId {
+    if kk % BK == 0 {
+        return v;
+    }
+    let inside = kb.index_cmp("lt", k, kk);
+    let zero = kb.constant(0.0, ElemType::F32);
+    kb.select(inside, v, zero)
+}
+
+/// Workgroup-wide `f` of every invocation's `partial` (f32), through a
+/// tree in workgroup memory; every invocation gets the result.
+fn workgroup_reduce(kb: &mut KernelBuilder, partial: ValueId, f: &str, t: &Ix, threads: i64, shared: ValueId) -> R<ValueId> {
+    kb.store(partial, shared, t);
+    kb.barrier();
+    let mut s = threads / 2;
+    while s >= 1 {
+        let active = kb.index_cmp("lt", t, s);
+        kb.if_then(active, &mut |kb| {
+            let x = kb.load(shared, t);
+            let y = kb.load(shared, &(t.clone() + Ix::constant(s)));
+            let z = kb.binary(f, x, y);
+            kb.store(z, shared, t);
+            Ok(())
+        })?;
+        kb.barrier();
+        s /= 2;
+    }
+    let r = kb.load(shared, &Ix::constant(0));
+    kb.barrier();
+    Ok(r)
+}
+
+/// One workgroup per output row of a softmax, normalization or reduction.
+fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> R<()> {
+    let kind = short(kb.m, anchor);
+    let x = kb.m.op(anchor).operands[0];
+    let y = kb.m.op(anchor).results[0];
+    let sx = tensor_shape(kb, x);
+    let view = kb.ctx.registry.view(kb.m, anchor).ok_or("unregistered anchor")?;
+    let (axes, keep): (Vec<usize>, bool) = match kind.as_str() {
+        "softmax" => (vec![shape::axis(view.i64("axis")?, sx.len())?], true),
+        "global_average_pool" => ((2..sx.len()).collect(), true),
+        "layer_norm" | "instance_norm" => (kb.norm_axes(anchor, kind == "layer_norm")?, true),
+        _ => (shape::reduce_axes(&view, sx.len())?, view.i64("keepdims")? != 0),
+    };
+    let kept: Vec<usize> = (0..sx.len()).filter(|d| !axes.contains(d)).collect();
+    let kept_shape: Vec<i64> = kept.iter().map(|&d| sx[d]).collect();
+    let red_shape: Vec<i64> = axes.iter().map(|&d| sx[d]).collect();
+    let rows: i64 = kept_shape.iter().product();
+    let len: i64 = red_shape.iter().product();
+    if rows > MAX_GROUPS * MAX_GROUPS {
+        return Err(format!("{rows} rows exceed the grid"));
+    }
+    let threads = (len as u64).next_power_of_two().clamp(32, 256) as i64;
+    let gx = rows.min(MAX_GROUPS);
+    let gy = (rows + gx - 1) / gx;
+    let t = kb.id("local", 0, threads);
+    let wx = kb.id("workgroup", 0, gx);
+    let row_ix = if gy > 1 {
+        let wy = kb.id("workgroup", 1, gy);
+        wx + wy * Ix::constant(gx)
+    } else {
+        wx
+    };
+    let row_cond = below(kb, &row_ix, rows, gx * gy == rows);
+    let kept_idx = delinearize(&row_ix, &kept_shape);
+    let reduced = axes.clone();
+    let rank = sx.len();
+    let full = move |r: &Ix| -> Vec<Ix> {
+        let red_idx = delinearize(r, &red_shape);
+        let (mut ki, mut ri) = (kept_idx.iter(), red_idx.iter());
+        (0..sx.len())
+            .map(|d| {
+                if axes.contains(&d) {
+                    ri.next().cloned()
+                } else {
+                    ki.next().cloned()
+                }
+                .unwrap_or(Ix::constant(0))
+            })
+            .collect()
+    };
+    let shared = kb.alloc(threads, ElemType::F32);
+    let steps = (len + threads - 1) / threads;
+    let exact = len % threads == 0;
+    // One pass over the row: `combine(acc, x)` of every element, then
+    // across the workgroup.
+    let pass = |kb: &mut KernelBuilder,
+                init: f64,
+                f: &str,
+                term: &mut dyn FnMut(&mut KernelBuilder, ValueId) -> ValueId|
+     -> R<ValueId> {
+        let init_v = kb.constant(init, ElemType::F32);
+        let acc = kb.for_loop(steps, vec![init_v], &mut |kb, j, acc| {
+            let r = j * Ix::constant(threads) + t.clone();
+            let v = kb.value_at(x, &full(&r))?;
+            let v = kb.cast(v, Type::Scalar(ElemType::F32));
+            let v = term(kb, v);
+            let merged = kb.binary(f, acc[0], v);
+            Ok(vec![match below(kb, &r, len, exact) {
+                Some(inside) => kb.select(inside, merged, acc[0]),
+                None => merged,
+            }])
+        })?[0];
+        workgroup_reduce(kb, acc, f, &t, threads, shared)
+    };
+    let float = kb.float;
+    let write_rows = |kb: &mut KernelBuilder, value: &mut dyn FnMut(&mut KernelBuilder, &[Ix]) -> R<ValueId>| -> R<()> {
+        kb.for_loop(steps, Vec::new(), &mut |kb, j, _| {
+            let r = j * Ix::constant(threads) + t.clone();
+            let idx = full(&r);
+            let cond = below(kb, &r, len, exact);
+            guarded(kb, cond, &mut |kb| {
+                let v = value(kb, &idx)?;
+                kb.memo_put(y, &idx, v);
+                store_outputs(kb, outputs, &idx)
+            })?;
+            Ok(Vec::new())
+        })?;
+        Ok(())
+    };
+    let mut body = |kb: &mut KernelBuilder| -> R<()> {
+        match kind.as_str() {
+            "softmax" => {
+                let max = pass(kb, f64::NEG_INFINITY, "max", &mut |_, v| v)?;
+                let sum = pass(kb, 0.0, "add", &mut |kb, v| {
+                    let d = kb.binary("sub", v, max);
+                    kb.unary("exp", d)
+                })?;
+                write_rows(kb, &mut |kb, idx| {
+                    let v = kb.value_at(x, idx)?;
+                    let v = kb.cast(v, Type::Scalar(ElemType::F32));
+                    let d = kb.binary("sub", v, max);
+                    let e = kb.unary("exp", d);
+                    let q = kb.binary("div", e, sum);
+                    Ok(kb.cast(q, Type::Scalar(float)))
+                })
+            }
+            "layer_norm" | "instance_norm" => {
+                let n = len as f64;
+                let total = pass(kb, 0.0, "add", &mut |_, v| v)?;
+                let count = kb.constant(n, ElemType::F32);
+                let mean = kb.binary("div", total, count);
+                let squares = pass(kb, 0.0, "add", &mut |kb, v| {
+                    let d = kb.binary("sub", v, mean);
+                    kb.binary("mul", d, d)
+                })?;
+                let var = kb.binary("div", squares, count);
+                let eps = kb
+                    .ctx
+                    .registry
+                    .view(kb.m, anchor)
+                    .ok_or("unregistered anchor")?
+                    .f64("epsilon")?;
+                let e = kb.constant(eps, ElemType::F32);
+                let var = kb.binary("add", var, e);
+                let inv = kb.unary("rsqrt", var);
+                let layer = kind == "layer_norm";
+                write_rows(kb, &mut |kb, idx| kb.normalized(anchor, layer, idx, mean, inv))
+            }
+            reduce => {
+                let (init, f) = match reduce {
+                    "reduce_max" => (f64::NEG_INFINITY, "max"),
+                    "reduce_min" => (f64::INFINITY, "min"),
+                    "reduce_prod" => (1.0, "mul"),
+                    _ => (0.0, "add"),
+                };
+                let mut r = pass(kb, init, f, &mut |_, v| v)?;
+                if matches!(reduce, "reduce_mean" | "global_average_pool") {
+                    let n = kb.constant(len as f64, ElemType::F32);
+                    r = kb.binary("div", r, n);
+                }
+                let r = kb.cast(r, Type::Scalar(float));
+                let first = kb.index_cmp("lt", &t, 1);
+                let out_idx: Vec<Ix> = {
+                    let zero = Ix::constant(0);
+                    let all = full(&zero);
+                    (0..rank)
+                        .filter(|d| keep || !reduced.contains(d))
+                        .map(|d| all[d].clone())
+                        .collect()
+                };
+                kb.if_then(first, &mut |kb| {
+                    kb.memo_put(y, &out_idx, r);
+                    store_outputs(kb, outputs, &out_idx)
+                })
+            }
+        }
+    };
+    guarded(kb, row_cond, &mut body)?;
+    kb.finish([threads, 1, 1], [gx, gy, 1], "row_reduction");
+    Ok(())
+}

@@ -1,0 +1,815 @@
+//! The value of a graph op's result at one index, as kernel code: the
+//! generic lowering every template builds on. Element-wise ops, views and
+//! layout ops only move the index; convolutions, pools, reductions and
+//! matrix products loop over what one output element needs. Templates
+//! record the values they computed in bulk (a matmul tile, a reduced row)
+//! in the memo, so their epilogues find them instead of recomputing.
+
+use ircc_core::registry::OpView;
+use ircc_core::{Attribute, ElemType, OpId, Type, ValueId};
+use ircc_dialects::graph::shape;
+
+use super::builder::{Input, Ix, KernelBuilder, kernel_elem, linearize};
+
+type R<T> = Result<T, String>;
+
+/// The index into an operand of `shape` that broadcasts to `idx`.
+pub fn broadcast_index(idx: &[Ix], shape: &[i64]) -> Vec<Ix> {
+    let lead = idx.len() - shape.len();
+    shape
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| {
+            if d == 1 {
+                Ix::constant(0)
+            } else {
+                idx[lead + k].clone()
+            }
+        })
+        .collect()
+}
+
+pub fn tensor_shape(kb: &KernelBuilder, v: ValueId) -> Vec<i64> {
+    kb.m.value_type(v)
+        .as_tensor()
+        .map(|t| t.shape.clone())
+        .unwrap_or_default()
+}
+
+fn graph_elem(kb: &KernelBuilder, v: ValueId) -> ElemType {
+    kb.m.value_type(v)
+        .as_tensor()
+        .map(|t| t.elem)
+        .unwrap_or(ElemType::F32)
+}
+
+/// The splat value of a `graph.constant`, if it is one.
+pub fn splat(kb: &KernelBuilder, v: ValueId) -> Option<f64> {
+    let op = kb.m.defining_op(v)?;
+    match (kb.m.op(op).name.as_str(), kb.m.op(op).attr("value")) {
+        ("graph.constant", Some(Attribute::Dense(d))) => {
+            let t = ircc_core::Tensor::from_dense(d);
+            let values = t.to_f64();
+            let first = *values.first()?;
+            values.iter().all(|&x| x == first).then_some(first)
+        }
+        _ => None,
+    }
+}
+
+/// A float accumulator type: f32 even when tensors are f16.
+const ACC: ElemType = ElemType::F32;
+
+impl KernelBuilder<'_> {
+    /// The kernel value of graph value `v` at `idx`.
+    pub fn value_at(&mut self, v: ValueId, idx: &[Ix]) -> R<ValueId> {
+        if let Some(k) = self.memo_get(v, idx) {
+            return Ok(k);
+        }
+        let k = match self.inputs.get(&v).cloned() {
+            Some(input) => self.read_input(v, input, idx)?,
+            None => {
+                let op = self
+                    .m
+                    .defining_op(v)
+                    .ok_or("a block argument that is not bound to an input")?;
+                let result = self.m.op(op).results.iter().position(|&r| r == v).unwrap_or(0);
+                self.op_value_at(op, result, idx)?
+            }
+        };
+        self.memo_put(v, idx, k);
+        Ok(k)
+    }
+
+    fn read_input(&mut self, v: ValueId, input: Input, idx: &[Ix]) -> R<ValueId> {
+        let elem = kernel_elem(graph_elem(self, v), self.float);
+        match input {
+            Input::Splat(x) => Ok(self.constant(x, elem)),
+            Input::Memory { stored, shape, map } => {
+                let idx = match &map {
+                    Some(map) => map.results.iter().map(|e| e.substitute(idx, &[])).collect(),
+                    None => idx.to_vec(),
+                };
+                let memory = self.arg(super::builder::ArgRole::Input(stored));
+                let x = self.load(memory, &linearize(&idx, &shape));
+                Ok(self.cast(x, Type::Scalar(elem)))
+            }
+        }
+    }
+
+    /// The value of `v` (of any element type) as the f32 accumulator type,
+    /// or unchanged for integers.
+    fn widen(&mut self, x: ValueId) -> ValueId {
+        if self.elem(x).is_float() {
+            self.cast(x, Type::Scalar(ACC))
+        } else {
+            x
+        }
+    }
+
+    fn narrow(&mut self, x: ValueId, elem: ElemType) -> ValueId {
+        self.cast(x, Type::Scalar(elem))
+    }
+
+    fn view<'v>(&'v self, op: OpId) -> R<OpView<'v>> {
+        self.ctx
+            .registry
+            .view(self.m, op)
+            .ok_or_else(|| format!("'{}' is not registered", self.m.op(op).name))
+    }
+
+    fn operand(&self, op: OpId, i: usize) -> ValueId {
+        self.m.op(op).operands[i]
+    }
+
+    fn op_value_at(&mut self, op: OpId, result: usize, idx: &[Ix]) -> R<ValueId> {
+        let name = self.m.op(op).name.clone();
+        let out = self.m.op(op).results[result];
+        let out_elem = kernel_elem(graph_elem(self, out), self.float);
+        if let Some(map) = super::layout_map(self.m, self.ctx, op) {
+            let src = self.operand(op, 0);
+            let idx: Vec<Ix> = map.results.iter().map(|e| e.substitute(idx, &[])).collect();
+            return self.value_at(src, &idx);
+        }
+        let short = name.strip_prefix("graph.").unwrap_or(&name).to_string();
+        match short.as_str() {
+            "identity" => self.value_at(self.operand(op, 0), idx),
+            "constant" => match splat(self, out) {
+                Some(x) => Ok(self.constant(x, out_elem)),
+                None => Err("a non-splat graph.constant inside a kernel".to_string()),
+            },
+            "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" | "equal" | "less"
+            | "greater" | "where" | "not" | "neg" | "abs" | "exp" | "log" | "sqrt"
+            | "reciprocal" | "erf" | "tanh" | "sigmoid" | "relu" | "hard_swish"
+            | "leaky_relu" | "gelu" | "hard_sigmoid" | "clip" | "cast" => {
+                let operands = self.m.op(op).operands.clone();
+                let mut xs = Vec::new();
+                for &x in &operands {
+                    let s = tensor_shape(self, x);
+                    xs.push(self.value_at(x, &broadcast_index(idx, &s))?);
+                }
+                self.pointwise(op, &short, &xs, out_elem)
+            }
+            "batch_norm" => {
+                let mut xs = vec![self.value_at(self.operand(op, 0), idx)?];
+                for i in 1..5 {
+                    xs.push(self.value_at(self.operand(op, i), &idx[1..2])?);
+                }
+                let eps = self.view(op)?.f64("epsilon")?;
+                let centered = self.binary("sub", xs[0], xs[3]);
+                let e = self.fconst(eps);
+                let var = self.binary("add", xs[4], e);
+                let inv = self.unary("rsqrt", var);
+                let y = self.binary("mul", centered, inv);
+                let y = self.binary("mul", y, xs[1]);
+                Ok(self.binary("add", y, xs[2]))
+            }
+            "matmul" => self.matmul_at(op, idx),
+            "gemm" => self.gemm_at(op, idx),
+            "conv" => self.conv_at(op, idx),
+            "max_pool" | "average_pool" => self.pool_at(op, idx, short == "max_pool"),
+            "global_average_pool" => {
+                let x = self.operand(op, 0);
+                let s = tensor_shape(self, x);
+                let mut axes: Vec<usize> = (2..s.len()).collect();
+                axes.dedup();
+                self.reduce_at(x, &axes, true, "mean", idx, out_elem)
+            }
+            "reduce_sum" | "reduce_mean" | "reduce_max" | "reduce_min" | "reduce_prod" => {
+                let x = self.operand(op, 0);
+                let rank = tensor_shape(self, x).len();
+                let view = self.view(op)?;
+                let axes = shape::reduce_axes(&view, rank)?;
+                let keep = view.i64("keepdims")? != 0;
+                let kind = short.trim_start_matches("reduce_").to_string();
+                self.reduce_at(x, &axes, keep, &kind, idx, out_elem)
+            }
+            "softmax" => self.softmax_at(op, idx),
+            "layer_norm" | "instance_norm" => self.norm_at(op, idx, short == "layer_norm"),
+            "concat" => self.concat_at(op, idx),
+            "split" => {
+                let view = self.view(op)?;
+                let x = self.operand(op, 0);
+                let outputs = self.m.op(op).results.len();
+                let (axis, sizes) = shape::split_sizes(&view, view.tensor(0)?, outputs)?;
+                let offset: i64 = sizes[..result].iter().sum();
+                let mut i = idx.to_vec();
+                i[axis] = i[axis].clone() + Ix::constant(offset);
+                self.value_at(x, &i)
+            }
+            "pad" => self.pad_at(op, idx),
+            "gather" | "gather_elements" => self.gather_at(op, idx, short == "gather"),
+            _ => Err(format!("'{name}' has no kernel lowering yet")),
+        }
+    }
+
+    fn pointwise(&mut self, op: OpId, f: &str, xs: &[ValueId], out: ElemType) -> R<ValueId> {
+        let view_f64 = |kb: &Self, name: &str| -> R<Option<f64>> {
+            let v = kb.view(op)?;
+            if v.has_attr(name) { v.f64(name).map(Some) } else { Ok(None) }
+        };
+        Ok(match f {
+            "add" | "sub" | "mul" | "div" | "max" | "min" => self.binary(f, xs[0], xs[1]),
+            "pow" => {
+                let exponent = splat(self, self.operand(op, 1))
+                    .or_else(|| self.const_input(self.operand(op, 1)));
+                match exponent {
+                    Some(1.0) => xs[0],
+                    Some(2.0) => self.binary("mul", xs[0], xs[0]),
+                    Some(3.0) => {
+                        let sq = self.binary("mul", xs[0], xs[0]);
+                        self.binary("mul", sq, xs[0])
+                    }
+                    Some(0.5) => self.unary("sqrt", xs[0]),
+                    Some(-1.0) => {
+                        let one = self.fconst(1.0);
+                        self.binary("div", one, xs[0])
+                    }
+                    _ => self.binary("pow", xs[0], xs[1]),
+                }
+            }
+            "equal" => self.cmp("eq", xs[0], xs[1]),
+            "less" => self.cmp("lt", xs[0], xs[1]),
+            "greater" => self.cmp("gt", xs[0], xs[1]),
+            "where" => self.select(xs[0], xs[1], xs[2]),
+            "not" => self.unary("not", xs[0]),
+            "neg" | "abs" | "exp" | "log" | "sqrt" | "erf" | "tanh" => self.unary(f, xs[0]),
+            "reciprocal" => {
+                let one = self.constant(1.0, out);
+                self.binary("div", one, xs[0])
+            }
+            "sigmoid" => {
+                let one = self.fconst(1.0);
+                let neg = self.unary("neg", xs[0]);
+                let e = self.unary("exp", neg);
+                let d = self.binary("add", one, e);
+                self.binary("div", one, d)
+            }
+            "relu" => {
+                let zero = self.constant(0.0, out);
+                self.binary("max", xs[0], zero)
+            }
+            "leaky_relu" => {
+                let alpha = view_f64(self, "alpha")?.unwrap_or(0.01);
+                let a = self.fconst(alpha);
+                let zero = self.fconst(0.0);
+                let scaled = self.binary("mul", xs[0], a);
+                let neg = self.cmp("lt", xs[0], zero);
+                self.select(neg, scaled, xs[0])
+            }
+            "hard_sigmoid" | "hard_swish" => {
+                let (alpha, beta) = if f == "hard_swish" {
+                    (1.0 / 6.0, 0.5)
+                } else {
+                    (
+                        view_f64(self, "alpha")?.unwrap_or(0.2),
+                        view_f64(self, "beta")?.unwrap_or(0.5),
+                    )
+                };
+                let (a, b) = (self.fconst(alpha), self.fconst(beta));
+                let (zero, one) = (self.fconst(0.0), self.fconst(1.0));
+                let y = self.binary("mul", xs[0], a);
+                let y = self.binary("add", y, b);
+                let y = self.binary("max", y, zero);
+                let y = self.binary("min", y, one);
+                if f == "hard_swish" { self.binary("mul", xs[0], y) } else { y }
+            }
+            "gelu" => {
+                let tanh = self.view(op)?.str("approximate")? == "tanh";
+                let x = xs[0];
+                let half = self.fconst(0.5);
+                let one = self.fconst(1.0);
+                let inner = if tanh {
+                    let c = self.fconst((2.0 / std::f64::consts::PI).sqrt());
+                    let k = self.fconst(0.044715);
+                    let x3 = self.binary("mul", x, x);
+                    let x3 = self.binary("mul", x3, x);
+                    let t = self.binary("mul", x3, k);
+                    let t = self.binary("add", x, t);
+                    let t = self.binary("mul", t, c);
+                    self.unary("tanh", t)
+                } else {
+                    let c = self.fconst(std::f64::consts::FRAC_1_SQRT_2);
+                    let t = self.binary("mul", x, c);
+                    self.unary("erf", t)
+                };
+                let t = self.binary("add", inner, one);
+                let t = self.binary("mul", t, x);
+                self.binary("mul", t, half)
+            }
+            "clip" => {
+                let mut y = xs[0];
+                if let Some(lo) = view_f64(self, "min")? {
+                    let c = self.constant(lo, out);
+                    y = self.binary("max", y, c);
+                }
+                if let Some(hi) = view_f64(self, "max")? {
+                    let c = self.constant(hi, out);
+                    y = self.binary("min", y, c);
+                }
+                y
+            }
+            "cast" => {
+                if out == ElemType::I1 {
+                    let zero = self.constant(0.0, self.elem(xs[0]));
+                    self.cmp("ne", xs[0], zero)
+                } else {
+                    // Float to integer truncates toward zero in ONNX and WGSL alike.
+                    self.cast(xs[0], Type::Scalar(out))
+                }
+            }
+            other => return Err(format!("no element-wise lowering for graph.{other}")),
+        })
+    }
+
+    /// A one-element input known at compile time (a splat bound as input).
+    fn const_input(&self, v: ValueId) -> Option<f64> {
+        match self.inputs.get(&v) {
+            Some(Input::Splat(x)) => Some(*x),
+            _ => None,
+        }
+    }
+
+    /// Sum over `extents` of `term(indices)` in f32, as the output type.
+    pub fn sum(
+        &mut self,
+        extents: &[i64],
+        out: ElemType,
+        term: &mut dyn FnMut(&mut Self, &[Ix]) -> R<ValueId>,
+    ) -> R<ValueId> {
+        let zero = self.constant(0.0, ACC);
+        let r = self.loop_nest(extents, vec![zero], &mut |kb, ivs, acc| {
+            let t = term(kb, ivs)?;
+            let t = kb.widen(t);
+            Ok(vec![kb.binary("add", acc[0], t)])
+        })?;
+        Ok(self.narrow(r[0], out))
+    }
+
+    fn matmul_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let (a, b) = (self.operand(op, 0), self.operand(op, 1));
+        let (sa, sb) = (tensor_shape(self, a), tensor_shape(self, b));
+        let k = sa[sa.len() - 1];
+        let r = idx.len();
+        let out = kernel_elem(graph_elem(self, a), self.float);
+        let (ra, rb) = (sa.len(), sb.len());
+        let idx = idx.to_vec();
+        self.sum(&[k], out, &mut |kb, ks| {
+            let kk = ks[0].clone();
+            let (ia, ib): (Vec<Ix>, Vec<Ix>) = match (ra, rb) {
+                (1, 1) => (vec![kk.clone()], vec![kk.clone()]),
+                (1, _) => {
+                    let mut ib = broadcast_index(&idx[..r - 1], &sb[..rb - 2]);
+                    ib.extend([kk.clone(), idx[r - 1].clone()]);
+                    (vec![kk.clone()], ib)
+                }
+                (_, 1) => {
+                    let mut ia = broadcast_index(&idx[..r - 1], &sa[..ra - 2]);
+                    ia.extend([idx[r - 1].clone(), kk.clone()]);
+                    (ia, vec![kk.clone()])
+                }
+                _ => {
+                    let mut ia = broadcast_index(&idx[..r - 2], &sa[..ra - 2]);
+                    ia.extend([idx[r - 2].clone(), kk.clone()]);
+                    let mut ib = broadcast_index(&idx[..r - 2], &sb[..rb - 2]);
+                    ib.extend([kk.clone(), idx[r - 1].clone()]);
+                    (ia, ib)
+                }
+            };
+            let x = kb.value_at(a, &ia)?;
+            let y = kb.value_at(b, &ib)?;
+            let (x, y) = (kb.widen(x), kb.widen(y));
+            Ok(kb.binary("mul", x, y))
+        })
+    }
+
+    /// Operand `i` of a gemm at row `m`, column `n` of its logical
+    /// (untransposed) matrix.
+    pub fn gemm_operand(&mut self, op: OpId, i: usize, row: Ix, col: Ix) -> R<ValueId> {
+        let trans = self.view(op)?.i64(if i == 0 { "trans_a" } else { "trans_b" })? != 0;
+        let idx = if trans { vec![col, row] } else { vec![row, col] };
+        self.value_at(self.operand(op, i), &idx)
+    }
+
+    /// alpha * product + beta * c, the gemm epilogue.
+    pub fn gemm_epilogue(&mut self, op: OpId, product: ValueId, idx: &[Ix]) -> R<ValueId> {
+        let view = self.view(op)?;
+        let (alpha, beta) = (view.f64("alpha")?, view.f64("beta")?);
+        let has_c = self.m.op(op).operands.len() > 2;
+        let mut y = product;
+        if alpha != 1.0 {
+            let a = self.fconst(alpha);
+            y = self.binary("mul", y, a);
+        }
+        if has_c && beta != 0.0 {
+            let c_val = self.operand(op, 2);
+            let s = tensor_shape(self, c_val);
+            let mut c = self.value_at(c_val, &broadcast_index(idx, &s))?;
+            if beta != 1.0 {
+                let b = self.fconst(beta);
+                c = self.binary("mul", c, b);
+            }
+            y = self.binary("add", y, c);
+        }
+        Ok(y)
+    }
+
+    fn gemm_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let a = self.operand(op, 0);
+        let sa = tensor_shape(self, a);
+        let trans_a = self.view(op)?.i64("trans_a")? != 0;
+        let k = if trans_a { sa[0] } else { sa[1] };
+        let (m, n) = (idx[0].clone(), idx[1].clone());
+        let product = self.sum(&[k], self.float, &mut |kb, ks| {
+            let x = kb.gemm_operand(op, 0, m.clone(), ks[0].clone())?;
+            let y = kb.gemm_operand(op, 1, ks[0].clone(), n.clone())?;
+            let (x, y) = (kb.widen(x), kb.widen(y));
+            Ok(kb.binary("mul", x, y))
+        })?;
+        self.gemm_epilogue(op, product, idx)
+    }
+
+    /// `flag` ? `x` : 0 for positions of a window that fall in the padding.
+    fn in_bounds(&mut self, positions: &[Ix], extents: &[i64]) -> Option<ValueId> {
+        let mut flags = Vec::new();
+        for (p, &n) in positions.iter().zip(extents) {
+            if p.as_const().is_some_and(|c| (0..n).contains(&c)) {
+                continue;
+            }
+            flags.push(self.index_cmp("ge", p, 0));
+            flags.push(self.index_cmp("lt", p, n));
+        }
+        (!flags.is_empty()).then(|| self.all(flags))
+    }
+
+    fn conv_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let (x, w) = (self.operand(op, 0), self.operand(op, 1));
+        let (sx, sw) = (tensor_shape(self, x), tensor_shape(self, w));
+        let spatial = sx.len() - 2;
+        let view = self.view(op)?;
+        let win = shape::window(&view, spatial)?;
+        let group = view.i64("group")?;
+        let has_bias = self.m.op(op).operands.len() > 2;
+        let (cg, cog) = (sw[1], sw[0] / group);
+        let out = self.float;
+        let first_channel = idx[1].clone().floor_div(Ix::constant(cog)) * Ix::constant(cg);
+        let mut extents = vec![cg];
+        extents.extend(&sw[2..]);
+        let idx = idx.to_vec();
+        let acc = self.sum(&extents, out, &mut |kb, ivs| {
+            let positions: Vec<Ix> = (0..spatial)
+                .map(|d| {
+                    idx[2 + d].clone() * Ix::constant(win.strides[d])
+                        + ivs[1 + d].clone() * Ix::constant(win.dilations[d])
+                        - Ix::constant(win.pads[d])
+                })
+                .collect();
+            let mut ix = vec![idx[0].clone(), first_channel.clone() + ivs[0].clone()];
+            ix.extend(positions.iter().cloned());
+            let mut iw = vec![idx[1].clone(), ivs[0].clone()];
+            iw.extend(ivs[1..].iter().cloned());
+            let xv = kb.value_at(x, &ix)?;
+            let wv = kb.value_at(w, &iw)?;
+            let (xv, wv) = (kb.widen(xv), kb.widen(wv));
+            let t = kb.binary("mul", xv, wv);
+            Ok(match kb.in_bounds(&positions, &sx[2..]) {
+                Some(flag) => {
+                    let zero = kb.constant(0.0, ACC);
+                    kb.select(flag, t, zero)
+                }
+                None => t,
+            })
+        })?;
+        if has_bias {
+            let b = self.value_at(self.operand(op, 2), &idx[1..2])?;
+            return Ok(self.binary("add", acc, b));
+        }
+        Ok(acc)
+    }
+
+    fn pool_at(&mut self, op: OpId, idx: &[Ix], is_max: bool) -> R<ValueId> {
+        let x = self.operand(op, 0);
+        let sx = tensor_shape(self, x);
+        let spatial = sx.len() - 2;
+        let view = self.view(op)?;
+        let win = shape::window(&view, spatial)?;
+        let kernel = view.i64s("kernel_shape")?.ok_or("missing kernel_shape")?;
+        let include_pad = !is_max && view.i64("count_include_pad")? != 0;
+        let init = if is_max { f64::NEG_INFINITY } else { 0.0 };
+        let acc0 = self.constant(init, ACC);
+        let count0 = self.constant(0.0, ACC);
+        let idx = idx.to_vec();
+        let r = self.loop_nest(&kernel, vec![acc0, count0], &mut |kb, ivs, c| {
+            let positions: Vec<Ix> = (0..spatial)
+                .map(|d| {
+                    idx[2 + d].clone() * Ix::constant(win.strides[d])
+                        + ivs[d].clone() * Ix::constant(win.dilations[d])
+                        - Ix::constant(win.pads[d])
+                })
+                .collect();
+            let mut ix = idx[..2].to_vec();
+            ix.extend(positions.iter().cloned());
+            let v = kb.value_at(x, &ix)?;
+            let v = kb.widen(v);
+            let inside = kb.in_bounds(&positions, &sx[2..]);
+            let merged = kb.binary(if is_max { "max" } else { "add" }, c[0], v);
+            let acc = match inside {
+                Some(f) => kb.select(f, merged, c[0]),
+                None => merged,
+            };
+            let counted = if include_pad {
+                let padded: Vec<i64> = (0..spatial)
+                    .map(|d| sx[2 + d] + win.pads[d] + win.pads[spatial + d])
+                    .collect();
+                let shifted: Vec<Ix> = (0..spatial)
+                    .map(|d| positions[d].clone() + Ix::constant(win.pads[d]))
+                    .collect();
+                kb.in_bounds(&shifted, &padded)
+            } else {
+                inside
+            };
+            let one = kb.constant(1.0, ACC);
+            let plus = kb.binary("add", c[1], one);
+            let count = match counted {
+                Some(f) => kb.select(f, plus, c[1]),
+                None => plus,
+            };
+            Ok(vec![acc, count])
+        })?;
+        let y = if is_max {
+            r[0]
+        } else {
+            let one = self.constant(1.0, ACC);
+            let n = self.binary("max", r[1], one);
+            self.binary("div", r[0], n)
+        };
+        Ok(self.narrow(y, self.float))
+    }
+
+    /// The index into `x` (of `shape`) of output index `out` with the
+    /// reduced `axes` at `reduced` (whose entries follow `axes`).
+    pub fn reduction_source(shape: &[i64], axes: &[usize], keep: bool, out: &[Ix], reduced: &[Ix]) -> Vec<Ix> {
+        let mut kept = out.iter();
+        let mut src = Vec::with_capacity(shape.len());
+        for d in 0..shape.len() {
+            match axes.iter().position(|&a| a == d) {
+                Some(p) => {
+                    if keep {
+                        kept.next();
+                    }
+                    src.push(reduced[p].clone());
+                }
+                None => src.push(kept.next().cloned().unwrap_or(Ix::constant(0))),
+            }
+        }
+        src
+    }
+
+    /// Reduction `kind` (sum, mean, max, min, prod) of `x` over `axes`,
+    /// at output index `idx`.
+    fn reduce_at(&mut self, x: ValueId, axes: &[usize], keep: bool, kind: &str, idx: &[Ix], out: ElemType) -> R<ValueId> {
+        let sx = tensor_shape(self, x);
+        let extents: Vec<i64> = axes.iter().map(|&a| sx[a]).collect();
+        let count: i64 = extents.iter().product();
+        let (init, f) = match kind {
+            "sum" | "mean" => (0.0, "add"),
+            "max" => (f64::NEG_INFINITY, "max"),
+            "min" => (f64::INFINITY, "min"),
+            "prod" => (1.0, "mul"),
+            other => return Err(format!("unknown reduction {other}")),
+        };
+        let acc_elem = if out.is_float() { ACC } else { out };
+        let acc0 = self.constant(init, acc_elem);
+        let idx = idx.to_vec();
+        let axes = axes.to_vec();
+        let r = self.loop_nest(&extents, vec![acc0], &mut |kb, ivs, c| {
+            let src = Self::reduction_source(&sx, &axes, keep, &idx, ivs);
+            let v = kb.value_at(x, &src)?;
+            let v = kb.widen(v);
+            Ok(vec![kb.binary(f, c[0], v)])
+        })?;
+        let mut y = r[0];
+        if kind == "mean" {
+            let n = self.constant(count as f64, acc_elem);
+            y = self.binary("div", y, n);
+        }
+        Ok(self.narrow(y, out))
+    }
+
+    fn softmax_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let x = self.operand(op, 0);
+        let sx = tensor_shape(self, x);
+        let axis = shape::axis(self.view(op)?.i64("axis")?, sx.len())?;
+        let at = |k: &Ix| {
+            let mut i = idx.to_vec();
+            i[axis] = k.clone();
+            i
+        };
+        let lowest = self.constant(f64::NEG_INFINITY, ACC);
+        let max = self.for_loop(sx[axis], vec![lowest], &mut |kb, k, c| {
+            let v = kb.value_at(x, &at(&k))?;
+            let v = kb.widen(v);
+            Ok(vec![kb.binary("max", c[0], v)])
+        })?[0];
+        let zero = self.constant(0.0, ACC);
+        let sum = self.for_loop(sx[axis], vec![zero], &mut |kb, k, c| {
+            let v = kb.value_at(x, &at(&k))?;
+            let v = kb.widen(v);
+            let d = kb.binary("sub", v, max);
+            let e = kb.unary("exp", d);
+            Ok(vec![kb.binary("add", c[0], e)])
+        })?[0];
+        let v = self.value_at(x, idx)?;
+        let v = self.widen(v);
+        let d = self.binary("sub", v, max);
+        let e = self.unary("exp", d);
+        let y = self.binary("div", e, sum);
+        Ok(self.narrow(y, self.float))
+    }
+
+    /// The axes a layer_norm (from `axis` on) or instance_norm (spatial)
+    /// normalizes over.
+    pub fn norm_axes(&self, op: OpId, layer: bool) -> R<Vec<usize>> {
+        let rank = tensor_shape(self, self.operand(op, 0)).len();
+        if layer {
+            let axis = shape::axis(self.view(op)?.i64("axis")?, rank)?;
+            Ok((axis..rank).collect())
+        } else {
+            Ok((2..rank).collect())
+        }
+    }
+
+    /// mean and 1/sqrt(variance + epsilon), in f32, over `axes` around `idx`.
+    pub fn moments(&mut self, op: OpId, axes: &[usize], idx: &[Ix]) -> R<(ValueId, ValueId)> {
+        let x = self.operand(op, 0);
+        let sx = tensor_shape(self, x);
+        let extents: Vec<i64> = axes.iter().map(|&a| sx[a]).collect();
+        let n: i64 = extents.iter().product();
+        let at = |ivs: &[Ix]| {
+            let mut i = idx.to_vec();
+            for (p, &a) in axes.iter().enumerate() {
+                i[a] = ivs[p].clone();
+            }
+            i
+        };
+        let zero = self.constant(0.0, ACC);
+        let total = self.loop_nest(&extents, vec![zero], &mut |kb, ivs, c| {
+            let v = kb.value_at(x, &at(ivs))?;
+            let v = kb.widen(v);
+            Ok(vec![kb.binary("add", c[0], v)])
+        })?[0];
+        let count = self.constant(n as f64, ACC);
+        let mean = self.binary("div", total, count);
+        let zero = self.constant(0.0, ACC);
+        let squares = self.loop_nest(&extents, vec![zero], &mut |kb, ivs, c| {
+            let v = kb.value_at(x, &at(ivs))?;
+            let v = kb.widen(v);
+            let d = kb.binary("sub", v, mean);
+            let sq = kb.binary("mul", d, d);
+            Ok(vec![kb.binary("add", c[0], sq)])
+        })?[0];
+        let var = self.binary("div", squares, count);
+        let eps = self.view(op)?.f64("epsilon")?;
+        let e = self.constant(eps, ACC);
+        let var = self.binary("add", var, e);
+        Ok((mean, self.unary("rsqrt", var)))
+    }
+
+    /// (x - mean) * inv * scale + bias at `idx`, the normalization's output.
+    pub fn normalized(&mut self, op: OpId, layer: bool, idx: &[Ix], mean: ValueId, inv: ValueId) -> R<ValueId> {
+        let x = self.value_at(self.operand(op, 0), idx)?;
+        let x = self.widen(x);
+        let d = self.binary("sub", x, mean);
+        let y = self.binary("mul", d, inv);
+        let y = self.narrow(y, self.float);
+        let operands = self.m.op(op).operands.clone();
+        let param_idx: Vec<Ix> = if layer {
+            let rank = idx.len();
+            let s = tensor_shape(self, operands[1]);
+            idx[rank - s.len()..].to_vec()
+        } else {
+            vec![idx[1].clone()]
+        };
+        let scale = self.value_at(operands[1], &broadcast_index(&param_idx, &tensor_shape(self, operands[1])))?;
+        let mut y = self.binary("mul", y, scale);
+        if let Some(&b) = operands.get(2) {
+            let bias = self.value_at(b, &broadcast_index(&param_idx, &tensor_shape(self, b)))?;
+            y = self.binary("add", y, bias);
+        }
+        Ok(y)
+    }
+
+    fn norm_at(&mut self, op: OpId, idx: &[Ix], layer: bool) -> R<ValueId> {
+        let axes = self.norm_axes(op, layer)?;
+        let (mean, inv) = self.moments(op, &axes, idx)?;
+        self.normalized(op, layer, idx, mean, inv)
+    }
+
+    fn concat_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let operands = self.m.op(op).operands.clone();
+        let rank = idx.len();
+        let axis = shape::axis(self.view(op)?.i64("axis")?, rank)?;
+        let mut pieces = Vec::new();
+        let mut offset = 0;
+        for &x in &operands {
+            let extent = tensor_shape(self, x)[axis];
+            pieces.push((x, offset, offset + extent));
+            offset += extent;
+        }
+        let (last, last_off, _) = *pieces.last().ok_or("concat of nothing")?;
+        let shifted = |off: i64| {
+            let mut i = idx.to_vec();
+            i[axis] = i[axis].clone() - Ix::constant(off);
+            i
+        };
+        let mut y = self.value_at(last, &shifted(last_off))?;
+        for &(x, off, end) in pieces.iter().rev().skip(1) {
+            if off == end {
+                continue;
+            }
+            let v = self.value_at(x, &shifted(off))?;
+            let inside = self.index_cmp("lt", &idx[axis], end);
+            y = self.select(inside, v, y);
+        }
+        Ok(y)
+    }
+
+    fn pad_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let x = self.operand(op, 0);
+        let sx = tensor_shape(self, x);
+        let view = self.view(op)?;
+        let pads = view.i64s("pads")?.ok_or("missing pads")?;
+        let mode = view.str("mode")?.to_string();
+        let value = view.f64("value")?;
+        let r = sx.len();
+        let shifted: Vec<Ix> = (0..r).map(|d| idx[d].clone() - Ix::constant(pads[d])).collect();
+        if mode == "constant" {
+            let v = self.value_at(x, &shifted)?;
+            return Ok(match self.in_bounds(&shifted, &sx) {
+                Some(f) => {
+                    let elem = self.elem(v);
+                    let c = self.constant(value, elem);
+                    self.select(f, v, c)
+                }
+                None => v,
+            });
+        }
+        let mut src = Vec::with_capacity(r);
+        for d in 0..r {
+            let n = sx[d];
+            if pads[d] == 0 && pads[r + d] == 0 {
+                src.push(shifted[d].clone());
+                continue;
+            }
+            let i = match mode.as_str() {
+                "edge" => {
+                    let i = self.apply(&shifted[d]);
+                    let (lo, hi) = (self.index_const(0), self.index_const(n - 1));
+                    let i = self.binary("max", i, lo);
+                    self.binary("min", i, hi)
+                }
+                "reflect" if n > 1 => {
+                    let period = 2 * (n - 1);
+                    let m = self.apply(&shifted[d].clone().modulo(Ix::constant(period)));
+                    let back = self.apply(&(Ix::constant(period) - shifted[d].clone().modulo(Ix::constant(period))));
+                    let n_c = self.index_const(n);
+                    let low = self.cmp("lt", m, n_c);
+                    self.select(low, m, back)
+                }
+                "reflect" => self.index_const(0),
+                other => return Err(format!("pad mode '{other}' has no kernel lowering")),
+            };
+            src.push(self.var(i, n));
+        }
+        self.value_at(x, &src)
+    }
+
+    fn gather_at(&mut self, op: OpId, idx: &[Ix], plain: bool) -> R<ValueId> {
+        let (x, indices) = (self.operand(op, 0), self.operand(op, 1));
+        let (sx, si) = (tensor_shape(self, x), tensor_shape(self, indices));
+        let axis = shape::axis(self.view(op)?.i64("axis")?, sx.len())?;
+        let n = sx[axis];
+        let (at, before, after): (Vec<Ix>, Vec<Ix>, Vec<Ix>) = if plain {
+            (
+                idx[axis..axis + si.len()].to_vec(),
+                idx[..axis].to_vec(),
+                idx[axis + si.len()..].to_vec(),
+            )
+        } else {
+            (idx.to_vec(), idx[..axis].to_vec(), idx[axis + 1..].to_vec())
+        };
+        let i = self.value_at(indices, &at)?;
+        let i = self.cast(i, Type::Scalar(ElemType::I32));
+        let zero = self.constant(0.0, ElemType::I32);
+        let extent = self.constant(n as f64, ElemType::I32);
+        let negative = self.cmp("lt", i, zero);
+        let wrapped = self.binary("add", i, extent);
+        let i = self.select(negative, wrapped, i);
+        let i = self.cast(i, Type::Index);
+        let var = self.var(i, n);
+        let mut src = before;
+        src.push(var);
+        src.extend(after);
+        self.value_at(x, &src)
+    }
+}
