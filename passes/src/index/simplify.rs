@@ -48,8 +48,10 @@ fn gcd(a: i128, b: i128) -> i128 {
 }
 
 impl Facts {
+    /// The value, when the interval is one point that no clamping made.
     fn constant(&self) -> Option<i64> {
-        (self.lo == self.hi).then_some(self.lo as i64)
+        let clamped = self.lo <= i64::MIN as i128 || self.hi >= i64::MAX as i128;
+        (self.lo == self.hi && !clamped).then_some(self.lo as i64)
     }
 }
 

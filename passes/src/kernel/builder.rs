@@ -19,6 +19,16 @@ use crate::index::simplify::{Idx, Limits, Ranges, simplify_map};
 
 pub type Ix = AffineExpr;
 
+/// Saturation limits for addresses: smaller than `index.simplify`'s, as a
+/// model has thousands of them; the common shapes are cached.
+const KERNEL_LIMITS: Limits = Limits {
+    iterations: 8,
+    nodes: 1_500,
+};
+
+/// Simplified maps by (map, extents), shared by the kernels of one run.
+pub type SimplifyCache = std::cell::RefCell<HashMap<(String, Vec<i64>), AffineMap>>;
+
 /// How a kernel reads one graph value that the group takes as input.
 #[derive(Clone, Debug)]
 pub enum Input {
@@ -44,6 +54,7 @@ pub struct KernelBuilder<'a> {
     pub m: &'a mut Module,
     pub ctx: &'a PassContext<'a>,
     rules: &'a [Rewrite<Idx, Ranges>],
+    simplified: &'a SimplifyCache,
     pub func: OpId,
     pub block: BlockId,
     vars: Vec<ValueId>,
@@ -175,6 +186,43 @@ pub fn nonnegative_divisions(e: &Ix, ext: &[i64]) -> Ix {
     }
 }
 
+/// Whether `a` and `b` agree on the corners of the domain and on points
+/// spread through it: a guard around the saturation's rewrites, which must
+/// never change an address.
+fn agrees(a: &AffineMap, b: &AffineMap, extents: &[i64]) -> bool {
+    let n = extents.len();
+    let mut state: u64 = 0x9e37_79b9_7f4a_7c15;
+    let mut point = vec![0i64; n];
+    for k in 0..(1usize << n.min(8)) + 512 {
+        for (i, p) in point.iter_mut().enumerate() {
+            let e = extents[i].max(1);
+            *p = if k < 1 << n.min(8) {
+                if (k >> i) & 1 == 1 { e - 1 } else { 0 }
+            } else {
+                state ^= state << 13;
+                state ^= state >> 7;
+                state ^= state << 17;
+                (state % e as u64) as i64
+            };
+        }
+        if a.eval(&point, &[]).ok() != b.eval(&point, &[]).ok() {
+            return false;
+        }
+    }
+    true
+}
+
+fn fits_i32(e: &Ix) -> bool {
+    use AffineExpr as E;
+    match e {
+        E::Const(c) => i32::try_from(*c).is_ok(),
+        E::Add(a, b) | E::Mul(a, b) | E::FloorDiv(a, b) | E::CeilDiv(a, b) | E::Mod(a, b) => {
+            fits_i32(a) && fits_i32(b)
+        }
+        E::Dim(_) | E::Sym(_) => true,
+    }
+}
+
 fn collect_dims(e: &Ix, out: &mut Vec<u32>) {
     use AffineExpr as E;
     match e {
@@ -197,6 +245,7 @@ impl<'a> KernelBuilder<'a> {
         m: &'a mut Module,
         ctx: &'a PassContext<'a>,
         rules: &'a [Rewrite<Idx, Ranges>],
+        simplified: &'a SimplifyCache,
         name: &str,
         float: ElemType,
     ) -> Self {
@@ -213,6 +262,7 @@ impl<'a> KernelBuilder<'a> {
             m,
             ctx,
             rules,
+            simplified,
             func,
             block,
             vars: Vec::new(),
@@ -283,12 +333,32 @@ impl<'a> KernelBuilder<'a> {
             .collect();
         let extents: Vec<i64> = dims.iter().map(|&d| self.extents[d as usize]).collect();
         let map = AffineMap::new(dims.len() as u32, 0, vec![e.substitute(&renamed, &[])]);
-        let map = simplify_map(&map, &extents, self.rules, Limits::default());
-        let map = AffineMap::new(
-            map.num_dims,
-            0,
-            vec![nonnegative_divisions(&map.results[0], &extents)],
-        );
+        let map = if map.div_mod_count() == 0 {
+            map
+        } else {
+            let key = (map.to_string(), extents.clone());
+            let cached = self.simplified.borrow().get(&key).cloned();
+            match cached {
+                Some(m) => m,
+                None => {
+                    let s = simplify_map(&map, &extents, self.rules, KERNEL_LIMITS);
+                    let s = AffineMap::new(
+                        s.num_dims,
+                        0,
+                        vec![nonnegative_divisions(&s.results[0], &extents)],
+                    );
+                    // GPU indices are i32: keep the original where the
+                    // rewrite reached for constants beyond it.
+                    let s = if fits_i32(&s.results[0]) && agrees(&map, &s, &extents) {
+                        s
+                    } else {
+                        map
+                    };
+                    self.simplified.borrow_mut().insert(key, s.clone());
+                    s
+                }
+            }
+        };
         let operands = dims.iter().map(|&d| self.vars[d as usize]).collect();
         (map, operands)
     }

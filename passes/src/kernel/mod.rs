@@ -172,6 +172,7 @@ impl KernelLower {
         counter: &mut usize,
     ) -> Result<(), Diagnostic> {
         let rules = rules();
+        let cache = builder::SimplifyCache::default();
         let block = m.entry_block(func).expect("a function has a body");
         materialize_returns(m, block);
         let ops = m.blocks[block].ops.clone();
@@ -182,7 +183,7 @@ impl KernelLower {
             }
             let group = group_of(m, op);
             let loc = m.op(op).loc.clone();
-            templates::lower_group(m, ctx, &rules, &group, self.float, counter)
+            templates::lower_group(m, ctx, &rules, &cache, &group, self.float, counter)
                 .map_err(|e| Diagnostic::error(loc, format!("kernel.lower: '{name}': {e}")))?;
             m.erase_op(op);
         }

@@ -9,7 +9,7 @@ use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::shape;
 
 use super::Group;
-use super::builder::{ArgRole, Input, Ix, KernelBuilder, delinearize};
+use super::builder::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
 use super::values::{broadcast_index, tensor_shape};
 use crate::index::simplify::{Idx, Ranges};
 
@@ -70,6 +70,7 @@ pub(crate) fn lower_group(
     m: &mut Module,
     ctx: &PassContext,
     rules: &[Rewrite<Idx, Ranges>],
+    cache: &SimplifyCache,
     group: &Group,
     float: ElemType,
     counter: &mut usize,
@@ -89,16 +90,16 @@ pub(crate) fn lower_group(
             .partition(|&(inner, _)| shape_of(m, inner) == first);
         primary = same;
         rest = other;
-        build(m, ctx, rules, group, float, counter, Template::Elementwise, &primary)?;
+        build(m, ctx, rules, cache, group, float, counter, Template::Elementwise, &primary)?;
     } else {
-        build(m, ctx, rules, group, float, counter, template, &primary)?;
+        build(m, ctx, rules, cache, group, float, counter, template, &primary)?;
     }
     while !rest.is_empty() {
         let first = shape_of(m, rest[0].0);
         let (same, other): (Vec<_>, Vec<_>) = rest
             .into_iter()
             .partition(|&(inner, _)| shape_of(m, inner) == first);
-        build(m, ctx, rules, group, float, counter, Template::Elementwise, &same)?;
+        build(m, ctx, rules, cache, group, float, counter, Template::Elementwise, &same)?;
         rest = other;
     }
     Ok(())
@@ -109,6 +110,7 @@ fn build(
     m: &mut Module,
     ctx: &PassContext,
     rules: &[Rewrite<Idx, Ranges>],
+    cache: &SimplifyCache,
     group: &Group,
     float: ElemType,
     counter: &mut usize,
@@ -123,7 +125,7 @@ fn build(
         .map(|&(inner, host)| (inner, super::resolve_input(m, host)))
         .collect();
     let args = {
-        let mut kb = KernelBuilder::new(m, ctx, rules, &name, float);
+        let mut kb = KernelBuilder::new(m, ctx, rules, cache, &name, float);
         kb.inputs = inputs.into_iter().collect();
         match template {
             Template::Elementwise => elementwise(&mut kb, outputs)?,

@@ -126,7 +126,11 @@ impl KernelBuilder<'_> {
         let name = self.m.op(op).name.clone();
         let out = self.m.op(op).results[result];
         let out_elem = kernel_elem(graph_elem(self, out), self.float);
-        if let Some(map) = super::layout_map(self.m, self.ctx, op) {
+        let view_map = match self.m.op(op).attr("map") {
+            Some(Attribute::AffineMap(map)) if name == "index.view" => Some(map.clone()),
+            _ => super::layout_map(self.m, self.ctx, op),
+        };
+        if let Some(map) = view_map {
             let src = self.operand(op, 0);
             let idx: Vec<Ix> = map.results.iter().map(|e| e.substitute(idx, &[])).collect();
             return self.value_at(src, &idx);
