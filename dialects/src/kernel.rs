@@ -31,7 +31,10 @@ fn check_indices(v: &OpView, first: usize) -> Result<(), String> {
             indices.len()
         ));
     }
-    if let Some(i) = indices.iter().position(|&x| *ty(v.module, x) != Type::Index) {
+    if let Some(i) = indices
+        .iter()
+        .position(|&x| *ty(v.module, x) != Type::Index)
+    {
         return Err(format!("index operand #{i} is not an index"));
     }
     Ok(())
@@ -40,7 +43,9 @@ fn check_indices(v: &OpView, first: usize) -> Result<(), String> {
 fn memory_elem(m: &Module, v: ValueId) -> Result<ElemType, String> {
     match ty(m, v) {
         Type::Tensor(t) => Ok(t.elem),
-        other => Err(format!("memory must be a tensor argument or kernel.alloc, not {other}")),
+        other => Err(format!(
+            "memory must be a tensor argument or kernel.alloc, not {other}"
+        )),
     }
 }
 
@@ -73,7 +78,10 @@ fn verify_apply(v: &OpView) -> Result<(), String> {
 fn same_types(v: &OpView, operands: std::ops::Range<usize>) -> Result<(), String> {
     let o = v.module.op(v.op);
     let first = ty(v.module, o.operands[operands.start]);
-    if o.operands[operands].iter().any(|&x| ty(v.module, x) != first) {
+    if o.operands[operands]
+        .iter()
+        .any(|&x| ty(v.module, x) != first)
+    {
         return Err("operands must have one type".to_string());
     }
     Ok(())
@@ -117,9 +125,7 @@ fn verify_for(v: &OpView) -> Result<(), String> {
     if v.i64("step")? <= 0 {
         return Err("the step must be positive".to_string());
     }
-    let block = m
-        .entry_block(v.op)
-        .ok_or("kernel.for has a body block")?;
+    let block = m.entry_block(v.op).ok_or("kernel.for has a body block")?;
     let args = &m.blocks[block].args;
     let inits: Vec<&Type> = o.operands.iter().map(|&x| ty(m, x)).collect();
     let results: Vec<&Type> = o.results.iter().map(|&x| ty(m, x)).collect();
@@ -129,8 +135,7 @@ fn verify_for(v: &OpView) -> Result<(), String> {
         || results != inits
     {
         return Err(
-            "the body takes the index then the carried values, which the results match"
-                .to_string(),
+            "the body takes the index then the carried values, which the results match".to_string(),
         );
     }
     Ok(())

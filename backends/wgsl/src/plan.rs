@@ -125,20 +125,32 @@ fn pack(lives: &[(u64, usize, usize)]) -> (Vec<u64>, u64) {
 /// The plan of function `func` of a module that `kernel.lower` produced.
 pub fn plan(m: &Module, func: OpId) -> R<Plan> {
     let block = m.entry_block(func).ok_or("the function has no body")?;
-    let float = m
-        .blocks[m.body]
+    let float = m.blocks[m.body]
         .ops
         .iter()
         .filter(|&&op| m.op(op).name == "kernel.func")
-        .flat_map(|&k| m.entry_block(k).map(|b| m.blocks[b].args.clone()).unwrap_or_default())
+        .flat_map(|&k| {
+            m.entry_block(k)
+                .map(|b| m.blocks[b].args.clone())
+                .unwrap_or_default()
+        })
         .filter_map(|a| m.value_type(a).as_tensor().map(|t| t.elem))
         .find(|e| e.is_float())
         .unwrap_or(ElemType::F32);
     let mut buffers: Vec<BufferPlan> = Vec::new();
     let mut ids: HashMap<ValueId, usize> = HashMap::new();
     let mut constants = HashMap::new();
-    let add = |buffers: &mut Vec<BufferPlan>, ids: &mut HashMap<ValueId, usize>, v: ValueId, kind: BufferKind, name: String, tensor: Option<String>| -> R<usize> {
-        let t = m.value_type(v).as_tensor().ok_or("host values are tensors")?;
+    let add = |buffers: &mut Vec<BufferPlan>,
+               ids: &mut HashMap<ValueId, usize>,
+               v: ValueId,
+               kind: BufferKind,
+               name: String,
+               tensor: Option<String>|
+     -> R<usize> {
+        let t = m
+            .value_type(v)
+            .as_tensor()
+            .ok_or("host values are tensors")?;
         let elem = dtype(t.elem, float);
         let id = buffers.len();
         buffers.push(BufferPlan {
@@ -157,7 +169,14 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
     let mut inputs = Vec::new();
     for (i, &a) in m.blocks[block].args.iter().enumerate() {
         let name = value_name(m, a, format!("input{i}"));
-        inputs.push(add(&mut buffers, &mut ids, a, BufferKind::Input, name, None)?);
+        inputs.push(add(
+            &mut buffers,
+            &mut ids,
+            a,
+            BufferKind::Input,
+            name,
+            None,
+        )?);
     }
     let mut dispatches = Vec::new();
     let mut shaders = Vec::new();
@@ -172,11 +191,25 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                     Some(Attribute::String(s)) => s.clone(),
                     _ => return Err("graph.param without a name".to_string()),
                 };
-                add(&mut buffers, &mut ids, o.results[0], BufferKind::Weight, name.clone(), Some(name))?;
+                add(
+                    &mut buffers,
+                    &mut ids,
+                    o.results[0],
+                    BufferKind::Weight,
+                    name.clone(),
+                    Some(name),
+                )?;
             }
             "graph.constant" => {
                 let name = value_name(m, o.results[0], format!("constant{}", buffers.len()));
-                let id = add(&mut buffers, &mut ids, o.results[0], BufferKind::Constant, name.clone(), Some(name))?;
+                let id = add(
+                    &mut buffers,
+                    &mut ids,
+                    o.results[0],
+                    BufferKind::Constant,
+                    name.clone(),
+                    Some(name),
+                )?;
                 if let Some(Attribute::Dense(d)) = o.attr("value") {
                     constants.insert(id, ircc_core::Tensor::from_dense(d));
                 }
@@ -192,11 +225,22 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                         .get(&x)
                         .ok_or_else(|| format!("@{kernel} reads a value no buffer holds"))?;
                     last_use.insert(buffer, dispatches.len());
-                    bindings.push(Binding { binding: i, buffer, access: "read" });
+                    bindings.push(Binding {
+                        binding: i,
+                        buffer,
+                        access: "read",
+                    });
                 }
                 for (j, &r) in o.results.iter().enumerate() {
                     let name = value_name(m, r, format!("{kernel}_out{j}"));
-                    let buffer = add(&mut buffers, &mut ids, r, BufferKind::Intermediate, name, None)?;
+                    let buffer = add(
+                        &mut buffers,
+                        &mut ids,
+                        r,
+                        BufferKind::Intermediate,
+                        name,
+                        None,
+                    )?;
                     produced_at.insert(buffer, dispatches.len());
                     last_use.insert(buffer, dispatches.len());
                     bindings.push(Binding {

@@ -51,16 +51,25 @@ pub struct Timing {
 fn to_bytes(t: &Tensor, dtype: &str, bytes: u64) -> R<Vec<u8>> {
     let mut out = Vec::with_capacity(bytes as usize);
     match dtype {
-        "f32" => t.to_f64().iter().for_each(|&x| out.extend((x as f32).to_le_bytes())),
+        "f32" => t
+            .to_f64()
+            .iter()
+            .for_each(|&x| out.extend((x as f32).to_le_bytes())),
         "f16" => t
             .to_f64()
             .iter()
             .for_each(|&x| out.extend(half::f16::from_f64(x).to_le_bytes())),
-        "i32" => t.to_i64().iter().for_each(|&x| out.extend((x as i32).to_le_bytes())),
+        "i32" => t
+            .to_i64()
+            .iter()
+            .for_each(|&x| out.extend((x as i32).to_le_bytes())),
         other => return Err(format!("no upload for element type {other}")),
     }
     if out.len() as u64 > bytes {
-        return Err(format!("{} bytes of data for a {bytes}-byte buffer", out.len()));
+        return Err(format!(
+            "{} bytes of data for a {bytes}-byte buffer",
+            out.len()
+        ));
     }
     out.resize(bytes.div_ceil(4) as usize * 4, 0);
     Ok(out)
@@ -69,9 +78,21 @@ fn to_bytes(t: &Tensor, dtype: &str, bytes: u64) -> R<Vec<u8>> {
 fn from_bytes(data: &[u8], dtype: &str, shape: &[usize], elem: ElemType) -> R<Tensor> {
     let n: usize = shape.iter().product();
     let vals: Vec<f64> = match dtype {
-        "f32" => data.chunks_exact(4).take(n).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
-        "f16" => data.chunks_exact(2).take(n).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64()).collect(),
-        "i32" => data.chunks_exact(4).take(n).map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64).collect(),
+        "f32" => data
+            .chunks_exact(4)
+            .take(n)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        "f16" => data
+            .chunks_exact(2)
+            .take(n)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        "i32" => data
+            .chunks_exact(4)
+            .take(n)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
         other => return Err(format!("no download for element type {other}")),
     };
     let a = ArrayD::from_shape_vec(IxDyn(shape), vals).map_err(|e| e.to_string())?;
@@ -102,14 +123,19 @@ impl Session {
             power_preference: wgpu::PowerPreference::HighPerformance,
             ..Default::default()
         }))
-        .map_err(|e| format!("no GPU adapter: {e} (is a Vulkan driver installed, e.g. mesa-vulkan-drivers?)"))?;
+        .map_err(|e| {
+            format!("no GPU adapter: {e} (is a Vulkan driver installed, e.g. mesa-vulkan-drivers?)")
+        })?;
         let info = adapter.get_info();
         let features = adapter.features()
             & (wgpu::Features::SHADER_F16
                 | wgpu::Features::TIMESTAMP_QUERY
                 | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
         if plan.precision == "f16" && !features.contains(wgpu::Features::SHADER_F16) {
-            return Err(format!("adapter '{}' cannot run f16 shaders (no SHADER_F16)", info.name));
+            return Err(format!(
+                "adapter '{}' cannot run f16 shaders (no SHADER_F16)",
+                info.name
+            ));
         }
         let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
             label: Some("ircc"),
@@ -126,14 +152,22 @@ impl Session {
             }
         }));
         let limits = device.limits();
-        let largest = plan.buffers.iter().map(|b| b.bytes).chain([plan.pool_bytes]).max().unwrap_or(0);
-        if largest > limits.max_storage_buffer_binding_size as u64 {
+        let largest = plan
+            .buffers
+            .iter()
+            .map(|b| b.bytes)
+            .chain([plan.pool_bytes])
+            .max()
+            .unwrap_or(0);
+        if largest > limits.max_storage_buffer_binding_size {
             return Err(format!(
                 "a {largest}-byte tensor exceeds the adapter's storage binding limit of {} bytes",
                 limits.max_storage_buffer_binding_size
             ));
         }
-        let usage = wgpu::BufferUsages::STORAGE | wgpu::BufferUsages::COPY_DST | wgpu::BufferUsages::COPY_SRC;
+        let usage = wgpu::BufferUsages::STORAGE
+            | wgpu::BufferUsages::COPY_DST
+            | wgpu::BufferUsages::COPY_SRC;
         let pool = Arc::new(device.create_buffer(&wgpu::BufferDescriptor {
             label: Some("pool"),
             size: plan.pool_bytes.max(16),
@@ -202,8 +236,14 @@ impl Session {
             if let Some(e) = pollster::block_on(scope.pop()) {
                 return Err(format!("kernel {name}: {e}"));
             }
-            if d.workgroups.iter().any(|&g| g as u32 > limits.max_compute_workgroups_per_dimension) {
-                return Err(format!("kernel {name}: grid {:?} exceeds the adapter's limit", d.workgroups));
+            if d.workgroups
+                .iter()
+                .any(|&g| g as u32 > limits.max_compute_workgroups_per_dimension)
+            {
+                return Err(format!(
+                    "kernel {name}: grid {:?} exceeds the adapter's limit",
+                    d.workgroups
+                ));
             }
             pipelines.push(pipeline);
             bind_groups.push(group);
@@ -220,7 +260,9 @@ impl Session {
                 })
             })
             .collect();
-        let timestamps = (features.contains(wgpu::Features::TIMESTAMP_QUERY) && !plan.dispatches.is_empty()).then(|| {
+        let timestamps = (features.contains(wgpu::Features::TIMESTAMP_QUERY)
+            && !plan.dispatches.is_empty())
+        .then(|| {
             let count = 2 * plan.dispatches.len() as u32;
             let size = 8 * count as u64;
             Timestamps {
@@ -269,15 +311,28 @@ impl Session {
 
     fn upload_inputs(&self, inputs: &[Tensor]) -> R<()> {
         if inputs.len() != self.plan.inputs.len() {
-            return Err(format!("{} inputs given, {} expected", inputs.len(), self.plan.inputs.len()));
+            return Err(format!(
+                "{} inputs given, {} expected",
+                inputs.len(),
+                self.plan.inputs.len()
+            ));
         }
         for (t, &id) in inputs.iter().zip(&self.plan.inputs) {
             let b = &self.plan.buffers[id];
             let expected: Vec<usize> = b.shape.iter().map(|&d| d as usize).collect();
             if t.shape() != expected.as_slice() {
-                return Err(format!("input '{}' has shape {:?}, expected {:?}", b.name, t.shape(), b.shape));
+                return Err(format!(
+                    "input '{}' has shape {:?}, expected {:?}",
+                    b.name,
+                    t.shape(),
+                    b.shape
+                ));
             }
-            self.queue.write_buffer(&self.buffers[id], 0, &to_bytes(t, &b.dtype, b.bytes.div_ceil(4) * 4)?);
+            self.queue.write_buffer(
+                &self.buffers[id],
+                0,
+                &to_bytes(t, &b.dtype, b.bytes.div_ceil(4) * 4)?,
+            );
         }
         Ok(())
     }
@@ -287,10 +342,12 @@ impl Session {
     fn submit(&self, read_outputs: bool, timed: bool) -> R<()> {
         let mut enc = self.device.create_command_encoder(&Default::default());
         for (i, (p, g)) in self.pipelines.iter().zip(&self.bind_groups).enumerate() {
-            let writes = self.timestamps.as_ref().filter(|_| timed).map(|t| wgpu::ComputePassTimestampWrites {
-                query_set: &t.set,
-                beginning_of_pass_write_index: Some(2 * i as u32),
-                end_of_pass_write_index: Some(2 * i as u32 + 1),
+            let writes = self.timestamps.as_ref().filter(|_| timed).map(|t| {
+                wgpu::ComputePassTimestampWrites {
+                    query_set: &t.set,
+                    beginning_of_pass_write_index: Some(2 * i as u32),
+                    end_of_pass_write_index: Some(2 * i as u32 + 1),
+                }
             });
             let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                 label: None,
@@ -308,12 +365,21 @@ impl Session {
         if read_outputs {
             for (&id, rb) in self.plan.outputs.iter().zip(&self.readback) {
                 let b = &self.plan.buffers[id];
-                enc.copy_buffer_to_buffer(&self.buffers[id], b.pool_offset.unwrap_or(0), rb, 0, rb.size());
+                enc.copy_buffer_to_buffer(
+                    &self.buffers[id],
+                    b.pool_offset.unwrap_or(0),
+                    rb,
+                    0,
+                    rb.size(),
+                );
             }
         }
         self.queue.submit([enc.finish()]);
         self.device
-            .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: None,
+            })
             .map_err(|e| format!("the GPU did not finish: {e}"))?;
         match take_errors(&self.errors) {
             Some(e) => Err(format!("while running: {e}")),
@@ -328,7 +394,10 @@ impl Session {
             let _ = tx.send(r);
         });
         self.device
-            .poll(wgpu::PollType::Wait { submission_index: None, timeout: None })
+            .poll(wgpu::PollType::Wait {
+                submission_index: None,
+                timeout: None,
+            })
             .map_err(|e| format!("the GPU did not finish: {e}"))?;
         rx.recv()
             .map_err(|e| e.to_string())?
@@ -382,6 +451,9 @@ impl Session {
                 }
             }
         }
-        Ok(Timing { runs_ms, per_kernel_us })
+        Ok(Timing {
+            runs_ms,
+            per_kernel_us,
+        })
     }
 }

@@ -48,7 +48,11 @@ fn str_attr<'m>(m: &'m Module, op: OpId, name: &str) -> R<&'m str> {
 
 /// A float literal of type `ty` (infinities become the largest finite value).
 fn float_literal(x: f64, ty: &str) -> String {
-    let (max, suffix) = if ty == "f16" { (65504.0, "h") } else { (f32::MAX as f64, "f") };
+    let (max, suffix) = if ty == "f16" {
+        (65504.0, "h")
+    } else {
+        (f32::MAX as f64, "f")
+    };
     let x = x.clamp(-max, max);
     if ty == "f16" {
         format!("{:?}{suffix}", half::f16::from_f64(x).to_f32())
@@ -93,7 +97,11 @@ impl Printer<'_> {
     fn expr(&self, e: &AffineExpr, operands: &[ValueId]) -> R<String> {
         use AffineExpr as E;
         let bin = |a: &E, op: &str, b: &E| -> R<String> {
-            Ok(format!("({} {op} {})", self.expr(a, operands)?, self.expr(b, operands)?))
+            Ok(format!(
+                "({} {op} {})",
+                self.expr(a, operands)?,
+                self.expr(b, operands)?
+            ))
         };
         match e {
             E::Dim(i) => Ok(self.name(operands[*i as usize])?.to_string()),
@@ -169,7 +177,11 @@ impl Printer<'_> {
                     "neg" => format!("-{x}"),
                     "not" => format!("!{x}"),
                     "rsqrt" => format!("inverseSqrt({x})"),
-                    "tanh" => format!("tanh(clamp({x}, {}, {}))", float_literal(-15.0, ty), float_literal(15.0, ty)),
+                    "tanh" => format!(
+                        "tanh(clamp({x}, {}, {}))",
+                        float_literal(-15.0, ty),
+                        float_literal(15.0, ty)
+                    ),
                     "erf" => {
                         self.uses_erf = true;
                         if ty == "f32" {
@@ -285,7 +297,10 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId) -> R<String> {
     let mut header = String::new();
     let mut uses_f16 = false;
     for (i, &a) in args.iter().enumerate() {
-        let t = m.value_type(a).as_tensor().ok_or("kernel arguments are tensors")?;
+        let t = m
+            .value_type(a)
+            .as_tensor()
+            .ok_or("kernel arguments are tensors")?;
         uses_f16 |= t.elem == ElemType::F16;
         // Inputs are read_write too: intermediates share one pooled
         // buffer, and wgpu refuses one buffer bound both read-only and

@@ -18,10 +18,12 @@ impl Driver {
     /// Runs `kernel.lower` (at `precision`) unless the module has kernels.
     pub(crate) fn lower_kernels(&self, loaded: &mut Loaded, precision: Precision) -> Outcome {
         let lowered = loaded.module.functions().iter().any(|&f| {
-            loaded
-                .module
-                .entry_block(f)
-                .is_some_and(|b| loaded.module.blocks[b].ops.iter().any(|&o| loaded.module.op(o).name == "kernel.launch"))
+            loaded.module.entry_block(f).is_some_and(|b| {
+                loaded.module.blocks[b]
+                    .ops
+                    .iter()
+                    .any(|&o| loaded.module.op(o).name == "kernel.launch")
+            })
         });
         if lowered {
             return Ok(());
@@ -30,18 +32,28 @@ impl Driver {
             pass: "kernel.lower".into(),
             ..Default::default()
         };
-        spec.values.insert("precision".into(), precision.name().into());
+        spec.values
+            .insert("precision".into(), precision.name().into());
         let mut pm = PassManager::from_specs(&self.passes, &[spec])?;
-        pm.run(&mut loaded.module, &self.registry, &RunOptions::default(), &mut std::io::sink())
-            .map_err(|d| Failure {
-                diagnostics: d,
-                source: loaded.source.clone(),
-            })?;
+        pm.run(
+            &mut loaded.module,
+            &self.registry,
+            &RunOptions::default(),
+            &mut std::io::sink(),
+        )
+        .map_err(|d| Failure {
+            diagnostics: d,
+            source: loaded.source.clone(),
+        })?;
         Ok(())
     }
 
     /// Every weight the module's `graph.param`s name, read once.
-    pub(crate) fn weights_of(&self, loaded: &Loaded, func: OpId) -> Result<HashMap<String, Tensor>, Failure> {
+    pub(crate) fn weights_of(
+        &self,
+        loaded: &Loaded,
+        func: OpId,
+    ) -> Result<HashMap<String, Tensor>, Failure> {
         let mut env = self.weights_env(loaded)?;
         let m = &loaded.module;
         let mut out = HashMap::new();
@@ -89,7 +101,11 @@ impl Driver {
 
 pub(crate) fn main_function(m: &Module) -> Result<OpId, Failure> {
     m.lookup_symbol("main")
-        .or_else(|| m.functions().into_iter().find(|&f| m.op(f).name == "func.func"))
+        .or_else(|| {
+            m.functions()
+                .into_iter()
+                .find(|&f| m.op(f).name == "func.func")
+        })
         .ok_or_else(|| plain("the module has no function"))
 }
 
@@ -105,7 +121,11 @@ pub(crate) fn output_elems(m: &Module, func: OpId) -> Vec<ElemType> {
 }
 
 #[cfg(feature = "wgpu")]
-pub(crate) fn session(driver: &Driver, loaded: &mut Loaded, precision: Precision) -> Result<ircc_wgsl::Session, Failure> {
+pub(crate) fn session(
+    driver: &Driver,
+    loaded: &mut Loaded,
+    precision: Precision,
+) -> Result<ircc_wgsl::Session, Failure> {
     driver.lower_kernels(loaded, precision)?;
     let func = main_function(&loaded.module)?;
     let weights = driver.weights_of(loaded, func)?;
@@ -120,8 +140,14 @@ pub(crate) fn session(driver: &Driver, loaded: &mut Loaded, precision: Precision
 }
 
 #[cfg(not(feature = "wgpu"))]
-pub(crate) fn session(_: &Driver, _: &mut Loaded, _: Precision) -> Result<std::convert::Infallible, Failure> {
-    Err(plain("this ircc was built without the wgpu backend (cargo feature 'wgpu')"))
+pub(crate) fn session(
+    _: &Driver,
+    _: &mut Loaded,
+    _: Precision,
+) -> Result<std::convert::Infallible, Failure> {
+    Err(plain(
+        "this ircc was built without the wgpu backend (cargo feature 'wgpu')",
+    ))
 }
 
 fn percentile(sorted: &[f64], p: f64) -> f64 {
@@ -150,7 +176,11 @@ impl Driver {
         if args.runs == 0 {
             return Err(plain("--runs must be at least 1"));
         }
-        let mut loaded = self.load_or_fail(&args.file, &args.onnx, args.pipeline.allow_unregistered_dialect)?;
+        let mut loaded = self.load_or_fail(
+            &args.file,
+            &args.onnx,
+            args.pipeline.allow_unregistered_dialect,
+        )?;
         self.transform(&mut loaded, &args.pipeline, ircc_core::Form::Pretty, stderr)?;
         let func = main_function(&loaded.module)?;
         let names = ircc_reference::input_names(&loaded.module, func);

@@ -8,9 +8,9 @@
 mod check;
 mod cli;
 mod commands;
-mod gpu;
 pub mod dot;
 pub mod figures;
+mod gpu;
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

@@ -19,6 +19,14 @@ use crate::index::simplify::{Idx, Limits, Ranges, simplify_map};
 
 pub type Ix = AffineExpr;
 
+/// A loop body: the loop index, the carried values in, the next ones out.
+pub type LoopBody<'b, 'a> =
+    dyn FnMut(&mut KernelBuilder<'a>, Ix, &[ValueId]) -> Result<Vec<ValueId>, String> + 'b;
+
+/// A loop-nest body: one index per loop.
+pub type NestBody<'b, 'a> =
+    dyn FnMut(&mut KernelBuilder<'a>, &[Ix], &[ValueId]) -> Result<Vec<ValueId>, String> + 'b;
+
 /// Saturation limits for addresses: smaller than `index.simplify`'s, as a
 /// model has thousands of them; the common shapes are cached.
 const KERNEL_LIMITS: Limits = Limits {
@@ -275,7 +283,9 @@ impl<'a> KernelBuilder<'a> {
     }
 
     pub fn entry(&self) -> BlockId {
-        self.m.entry_block(self.func).expect("kernel.func has a body")
+        self.m
+            .entry_block(self.func)
+            .expect("kernel.func has a body")
     }
 
     /// Appends a new op at the insertion point and returns its result.
@@ -391,11 +401,9 @@ impl<'a> KernelBuilder<'a> {
 
     pub fn store(&mut self, value: ValueId, memory: ValueId, offset: &Ix) {
         let (map, operands) = self.compact(offset);
-        self.op(
-            OpBuilder::new("kernel.store")
-                .operands([value, memory].into_iter().chain(operands))
-                .attr("map", Attribute::AffineMap(map)),
-        );
+        self.op(OpBuilder::new("kernel.store")
+            .operands([value, memory].into_iter().chain(operands))
+            .attr("map", Attribute::AffineMap(map)));
     }
 
     /// Workgroup memory of `len` elements of `elem`.
@@ -410,11 +418,11 @@ impl<'a> KernelBuilder<'a> {
     pub fn constant(&mut self, value: f64, elem: ElemType) -> ValueId {
         let (attr, ty) = match elem {
             ElemType::I1 => (Attribute::Bool(value != 0.0), Type::Scalar(ElemType::I1)),
-            e if e.is_float() => (
-                Attribute::Float(value, Type::Scalar(e)),
+            e if e.is_float() => (Attribute::Float(value, Type::Scalar(e)), Type::Scalar(e)),
+            e => (
+                Attribute::Int(value as i64, Type::Scalar(e)),
                 Type::Scalar(e),
             ),
-            e => (Attribute::Int(value as i64, Type::Scalar(e)), Type::Scalar(e)),
         };
         self.op1(
             OpBuilder::new("kernel.constant")
@@ -467,7 +475,11 @@ impl<'a> KernelBuilder<'a> {
 
     pub fn select(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> ValueId {
         let ty = self.ty(a);
-        self.op1(OpBuilder::new("kernel.select").operands([cond, a, b]).results([ty]))
+        self.op1(
+            OpBuilder::new("kernel.select")
+                .operands([cond, a, b])
+                .results([ty]),
+        )
     }
 
     pub fn cast(&mut self, x: ValueId, to: Type) -> ValueId {
@@ -499,7 +511,7 @@ impl<'a> KernelBuilder<'a> {
         &mut self,
         extent: i64,
         inits: Vec<ValueId>,
-        body: &mut dyn FnMut(&mut Self, Ix, &[ValueId]) -> Result<Vec<ValueId>, String>,
+        body: &mut LoopBody<'_, 'a>,
     ) -> Result<Vec<ValueId>, String> {
         let types: Vec<Type> = inits.iter().map(|&v| self.ty(v)).collect();
         let int = |x: i64| Attribute::Int(x, Type::Scalar(ElemType::I64));
@@ -534,10 +546,10 @@ impl<'a> KernelBuilder<'a> {
         &mut self,
         extents: &[i64],
         inits: Vec<ValueId>,
-        body: &mut dyn FnMut(&mut Self, &[Ix], &[ValueId]) -> Result<Vec<ValueId>, String>,
+        body: &mut NestBody<'_, 'a>,
     ) -> Result<Vec<ValueId>, String> {
-        type Body<'b, 'a> =
-            dyn FnMut(&mut KernelBuilder<'a>, &[Ix], &[ValueId]) -> Result<Vec<ValueId>, String> + 'b;
+        type Body<'b, 'a> = dyn FnMut(&mut KernelBuilder<'a>, &[Ix], &[ValueId]) -> Result<Vec<ValueId>, String>
+            + 'b;
         fn go<'a>(
             kb: &mut KernelBuilder<'a>,
             extents: &[i64],
@@ -604,7 +616,12 @@ impl<'a> KernelBuilder<'a> {
             return a;
         }
         let (ArgRole::Input(host) | ArgRole::Output(host)) = role;
-        let t = self.m.value_type(host).as_tensor().expect("a tensor").clone();
+        let t = self
+            .m
+            .value_type(host)
+            .as_tensor()
+            .expect("a tensor")
+            .clone();
         let ty = Type::tensor(t.shape, storage_elem(t.elem, self.float));
         let entry = self.entry();
         let a = self.m.add_block_arg(entry, ty);
@@ -615,7 +632,12 @@ impl<'a> KernelBuilder<'a> {
     /// Stores `value` (a kernel value of graph value `result`'s element
     /// type) into host tensor `result` at `idx`.
     pub fn store_result(&mut self, result: ValueId, idx: &[Ix], value: ValueId) {
-        let t = self.m.value_type(result).as_tensor().expect("a tensor").clone();
+        let t = self
+            .m
+            .value_type(result)
+            .as_tensor()
+            .expect("a tensor")
+            .clone();
         let memory = self.arg(ArgRole::Output(result));
         let elem = storage_elem(t.elem, self.float);
         let value = self.cast(value, Type::Scalar(elem));
@@ -624,7 +646,12 @@ impl<'a> KernelBuilder<'a> {
 
     /// Finishes the function: inputs first, then outputs; the type, the
     /// launch geometry and the template.
-    pub fn finish(&mut self, workgroup: [i64; 3], grid: [i64; 3], template: &str) -> Vec<(ValueId, ArgRole)> {
+    pub fn finish(
+        &mut self,
+        workgroup: [i64; 3],
+        grid: [i64; 3],
+        template: &str,
+    ) -> Vec<(ValueId, ArgRole)> {
         self.op(OpBuilder::new("kernel.return"));
         let mut args = self.args.clone();
         args.sort_by_key(|(_, r)| matches!(r, ArgRole::Output(_)));
@@ -646,7 +673,10 @@ impl<'a> KernelBuilder<'a> {
             }),
         );
         attrs.insert("outputs".into(), int(outputs as i64));
-        attrs.insert("workgroup_size".into(), Attribute::DenseI64Array(workgroup.to_vec()));
+        attrs.insert(
+            "workgroup_size".into(),
+            Attribute::DenseI64Array(workgroup.to_vec()),
+        );
         attrs.insert("grid".into(), Attribute::DenseI64Array(grid.to_vec()));
         attrs.insert("template".into(), Attribute::String(template.to_string()));
         args

@@ -62,7 +62,11 @@ pub(crate) fn layout_map(m: &Module, ctx: &PassContext, op: OpId) -> Option<Affi
     let to = m.value_type(o.results[0]).as_tensor()?.shape.clone();
     let dims: Vec<Ix> = (0..to.len() as u32).map(Ix::dim).collect();
     let flat = linearize(&dims, &to);
-    Some(AffineMap::new(to.len() as u32, 0, delinearize(&flat, &from)))
+    Some(AffineMap::new(
+        to.len() as u32,
+        0,
+        delinearize(&flat, &from),
+    ))
 }
 
 fn is_data(name: &str) -> bool {
@@ -200,9 +204,7 @@ fn materialize_returns(m: &mut Module, block: ircc_core::BlockId) {
     };
     for i in 0..m.op(ret).operands.len() {
         let v = m.op(ret).operands[i];
-        let computed = m
-            .defining_op(v)
-            .is_some_and(|d| !is_data(&m.op(d).name));
+        let computed = m.defining_op(v).is_some_and(|d| !is_data(&m.op(d).name));
         if computed {
             continue;
         }

@@ -54,7 +54,11 @@ fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
         }
         "gemm" => (Template::Matmul, result),
         "softmax" | "layer_norm" | "instance_norm" => (Template::Row, shape_of(m, o.operands[0])),
-        "reduce_sum" | "reduce_mean" | "reduce_max" | "reduce_min" | "reduce_prod"
+        "reduce_sum"
+        | "reduce_mean"
+        | "reduce_max"
+        | "reduce_min"
+        | "reduce_prod"
         | "global_average_pool"
             if m.value_type(o.results[0])
                 .as_tensor()
@@ -90,16 +94,38 @@ pub(crate) fn lower_group(
             .partition(|&(inner, _)| shape_of(m, inner) == first);
         primary = same;
         rest = other;
-        build(m, ctx, rules, cache, group, float, counter, Template::Elementwise, &primary)?;
+        build(
+            m,
+            ctx,
+            rules,
+            cache,
+            group,
+            float,
+            counter,
+            Template::Elementwise,
+            &primary,
+        )?;
     } else {
-        build(m, ctx, rules, cache, group, float, counter, template, &primary)?;
+        build(
+            m, ctx, rules, cache, group, float, counter, template, &primary,
+        )?;
     }
     while !rest.is_empty() {
         let first = shape_of(m, rest[0].0);
         let (same, other): (Vec<_>, Vec<_>) = rest
             .into_iter()
             .partition(|&(inner, _)| shape_of(m, inner) == first);
-        build(m, ctx, rules, cache, group, float, counter, Template::Elementwise, &same)?;
+        build(
+            m,
+            ctx,
+            rules,
+            cache,
+            group,
+            float,
+            counter,
+            Template::Elementwise,
+            &same,
+        )?;
         rest = other;
     }
     Ok(())
@@ -147,7 +173,10 @@ fn build(
             None => return Err("a kernel argument without a role".to_string()),
         }
     }
-    let types: Vec<Type> = launch_outputs.iter().map(|&h| m.value_type(h).clone()).collect();
+    let types: Vec<Type> = launch_outputs
+        .iter()
+        .map(|&h| m.value_type(h).clone())
+        .collect();
     let launch = m.create_op(
         OpBuilder::new("kernel.launch")
             .operands(launch_inputs)
@@ -214,12 +243,20 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     let is_gemm = kb.m.op(anchor).name == "graph.gemm";
     let (a, b) = (kb.m.op(anchor).operands[0], kb.m.op(anchor).operands[1]);
     let c = kb.m.op(anchor).results[0];
-    let (sa, sb, sc) = (tensor_shape(kb, a), tensor_shape(kb, b), tensor_shape(kb, c));
+    let (sa, sb, sc) = (
+        tensor_shape(kb, a),
+        tensor_shape(kb, b),
+        tensor_shape(kb, c),
+    );
     let rank = sc.len();
     let (mm, nn) = (sc[rank - 2], sc[rank - 1]);
     let kk = if is_gemm {
         let trans_a = kb.m.op(anchor).attr("trans_a");
-        if matches!(trans_a, Some(Attribute::Int(1, _))) { sa[0] } else { sa[1] }
+        if matches!(trans_a, Some(Attribute::Int(1, _))) {
+            sa[0]
+        } else {
+            sa[1]
+        }
     } else {
         sa[sa.len() - 1]
     };
@@ -259,52 +296,68 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     let zero = kb.constant(0.0, ElemType::F32);
     let k_tiles = (kk + BK - 1) / BK;
     let loads_per_thread = TILE * BK / (WG * WG);
-    let accs = kb.for_loop(k_tiles, vec![zero; (REG * REG) as usize], &mut |kb, kt, acc| {
-        for l in 0..loads_per_thread {
-            let e = tid.clone() + Ix::constant(l * WG * WG);
-            let (ar, ac) = (e.clone().floor_div(Ix::constant(BK)), e.clone().modulo(Ix::constant(BK)));
-            let k = kt.clone() * Ix::constant(BK) + ac;
-            let row = wy.clone() * Ix::constant(TILE) + ar;
-            let v = at(kb, 0, row, k.clone())?;
-            let v = zero_beyond(kb, v, &k, kk);
-            kb.store(v, a_tile, &e);
-            let (br, bc) = (e.clone().floor_div(Ix::constant(TILE)), e.clone().modulo(Ix::constant(TILE)));
-            let k = kt.clone() * Ix::constant(BK) + br;
-            let col = wx.clone() * Ix::constant(TILE) + bc;
-            let v = at(kb, 1, k.clone(), col)?;
-            let v = zero_beyond(kb, v, &k, kk);
-            kb.store(v, b_tile, &e);
-        }
-        kb.barrier();
-        let next = kb.for_loop(BK, acc.to_vec(), &mut |kb, k, acc| {
-            let xs: Vec<ValueId> = (0..REG)
-                .map(|i| {
-                    let off = (ly.clone() * Ix::constant(REG) + Ix::constant(i)) * Ix::constant(BK) + k.clone();
-                    kb.load(a_tile, &off)
-                })
-                .collect();
-            let ys: Vec<ValueId> = (0..REG)
-                .map(|j| {
-                    let off = k.clone() * Ix::constant(TILE) + lx.clone() * Ix::constant(REG) + Ix::constant(j);
-                    kb.load(b_tile, &off)
-                })
-                .collect();
-            let mut next = Vec::new();
-            for (i, &x) in xs.iter().enumerate() {
-                for (j, &y) in ys.iter().enumerate() {
-                    let p = kb.binary("mul", x, y);
-                    next.push(kb.binary("add", acc[i * REG as usize + j], p));
-                }
+    let accs = kb.for_loop(
+        k_tiles,
+        vec![zero; (REG * REG) as usize],
+        &mut |kb, kt, acc| {
+            for l in 0..loads_per_thread {
+                let e = tid.clone() + Ix::constant(l * WG * WG);
+                let (ar, ac) = (
+                    e.clone().floor_div(Ix::constant(BK)),
+                    e.clone().modulo(Ix::constant(BK)),
+                );
+                let k = kt.clone() * Ix::constant(BK) + ac;
+                let row = wy.clone() * Ix::constant(TILE) + ar;
+                let v = at(kb, 0, row, k.clone())?;
+                let v = zero_beyond(kb, v, &k, kk);
+                kb.store(v, a_tile, &e);
+                let (br, bc) = (
+                    e.clone().floor_div(Ix::constant(TILE)),
+                    e.clone().modulo(Ix::constant(TILE)),
+                );
+                let k = kt.clone() * Ix::constant(BK) + br;
+                let col = wx.clone() * Ix::constant(TILE) + bc;
+                let v = at(kb, 1, k.clone(), col)?;
+                let v = zero_beyond(kb, v, &k, kk);
+                kb.store(v, b_tile, &e);
             }
+            kb.barrier();
+            let next = kb.for_loop(BK, acc.to_vec(), &mut |kb, k, acc| {
+                let xs: Vec<ValueId> = (0..REG)
+                    .map(|i| {
+                        let off = (ly.clone() * Ix::constant(REG) + Ix::constant(i))
+                            * Ix::constant(BK)
+                            + k.clone();
+                        kb.load(a_tile, &off)
+                    })
+                    .collect();
+                let ys: Vec<ValueId> = (0..REG)
+                    .map(|j| {
+                        let off = k.clone() * Ix::constant(TILE)
+                            + lx.clone() * Ix::constant(REG)
+                            + Ix::constant(j);
+                        kb.load(b_tile, &off)
+                    })
+                    .collect();
+                let mut next = Vec::new();
+                for (i, &x) in xs.iter().enumerate() {
+                    for (j, &y) in ys.iter().enumerate() {
+                        let p = kb.binary("mul", x, y);
+                        next.push(kb.binary("add", acc[i * REG as usize + j], p));
+                    }
+                }
+                Ok(next)
+            })?;
+            kb.barrier();
             Ok(next)
-        })?;
-        kb.barrier();
-        Ok(next)
-    })?;
+        },
+    )?;
     for i in 0..REG {
         for j in 0..REG {
-            let row = wy.clone() * Ix::constant(TILE) + ly.clone() * Ix::constant(REG) + Ix::constant(i);
-            let col = wx.clone() * Ix::constant(TILE) + lx.clone() * Ix::constant(REG) + Ix::constant(j);
+            let row =
+                wy.clone() * Ix::constant(TILE) + ly.clone() * Ix::constant(REG) + Ix::constant(i);
+            let col =
+                wx.clone() * Ix::constant(TILE) + lx.clone() * Ix::constant(REG) + Ix::constant(j);
             let mut flags = Vec::new();
             if mm % TILE != 0 {
                 flags.push(kb.index_cmp("lt", &row, mm));
@@ -318,7 +371,11 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             let acc = accs[(i * REG + j) as usize];
             guarded(kb, cond, &mut |kb| {
                 let y = kb.cast(acc, Type::Scalar(kb.float));
-                let y = if is_gemm { kb.gemm_epilogue(anchor, y, &idx)? } else { y };
+                let y = if is_gemm {
+                    kb.gemm_epilogue(anchor, y, &idx)?
+                } else {
+                    y
+                };
                 kb.memo_put(c, &idx, y);
                 store_outputs(kb, outputs, &idx)
             })?;
@@ -343,7 +400,14 @@ fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64) -> ValueId {
 
 /// Workgroup-wide `f` of every invocation's `partial` (f32), through a
 /// tree in workgroup memory; every invocation gets the result.
-fn workgroup_reduce(kb: &mut KernelBuilder, partial: ValueId, f: &str, t: &Ix, threads: i64, shared: ValueId) -> R<ValueId> {
+fn workgroup_reduce(
+    kb: &mut KernelBuilder,
+    partial: ValueId,
+    f: &str,
+    t: &Ix,
+    threads: i64,
+    shared: ValueId,
+) -> R<ValueId> {
     kb.store(partial, shared, t);
     kb.barrier();
     let mut s = threads / 2;
@@ -370,12 +434,19 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
     let x = kb.m.op(anchor).operands[0];
     let y = kb.m.op(anchor).results[0];
     let sx = tensor_shape(kb, x);
-    let view = kb.ctx.registry.view(kb.m, anchor).ok_or("unregistered anchor")?;
+    let view = kb
+        .ctx
+        .registry
+        .view(kb.m, anchor)
+        .ok_or("unregistered anchor")?;
     let (axes, keep): (Vec<usize>, bool) = match kind.as_str() {
         "softmax" => (vec![shape::axis(view.i64("axis")?, sx.len())?], true),
         "global_average_pool" => ((2..sx.len()).collect(), true),
         "layer_norm" | "instance_norm" => (kb.norm_axes(anchor, kind == "layer_norm")?, true),
-        _ => (shape::reduce_axes(&view, sx.len())?, view.i64("keepdims")? != 0),
+        _ => (
+            shape::reduce_axes(&view, sx.len())?,
+            view.i64("keepdims")? != 0,
+        ),
     };
     let kept: Vec<usize> = (0..sx.len()).filter(|d| !axes.contains(d)).collect();
     let kept_shape: Vec<i64> = kept.iter().map(|&d| sx[d]).collect();
@@ -439,7 +510,9 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
         workgroup_reduce(kb, acc, f, &t, threads, shared)
     };
     let float = kb.float;
-    let write_rows = |kb: &mut KernelBuilder, value: &mut dyn FnMut(&mut KernelBuilder, &[Ix]) -> R<ValueId>| -> R<()> {
+    let write_rows = |kb: &mut KernelBuilder,
+                      value: &mut dyn FnMut(&mut KernelBuilder, &[Ix]) -> R<ValueId>|
+     -> R<()> {
         kb.for_loop(steps, Vec::new(), &mut |kb, j, _| {
             let r = j * Ix::constant(threads) + t.clone();
             let idx = full(&r);
@@ -490,7 +563,9 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
                 let var = kb.binary("add", var, e);
                 let inv = kb.unary("rsqrt", var);
                 let layer = kind == "layer_norm";
-                write_rows(kb, &mut |kb, idx| kb.normalized(anchor, layer, idx, mean, inv))
+                write_rows(kb, &mut |kb, idx| {
+                    kb.normalized(anchor, layer, idx, mean, inv)
+                })
             }
             reduce => {
                 let (init, f) = match reduce {

@@ -73,7 +73,13 @@ impl KernelBuilder<'_> {
                     .m
                     .defining_op(v)
                     .ok_or("a block argument that is not bound to an input")?;
-                let result = self.m.op(op).results.iter().position(|&r| r == v).unwrap_or(0);
+                let result = self
+                    .m
+                    .op(op)
+                    .results
+                    .iter()
+                    .position(|&r| r == v)
+                    .unwrap_or(0);
                 self.op_value_at(op, result, idx)?
             }
         };
@@ -144,8 +150,8 @@ impl KernelBuilder<'_> {
             },
             "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" | "equal" | "less"
             | "greater" | "where" | "not" | "neg" | "abs" | "exp" | "log" | "sqrt"
-            | "reciprocal" | "erf" | "tanh" | "sigmoid" | "relu" | "hard_swish"
-            | "leaky_relu" | "gelu" | "hard_sigmoid" | "clip" | "cast" => {
+            | "reciprocal" | "erf" | "tanh" | "sigmoid" | "relu" | "hard_swish" | "leaky_relu"
+            | "gelu" | "hard_sigmoid" | "clip" | "cast" => {
                 let operands = self.m.op(op).operands.clone();
                 let mut xs = Vec::new();
                 for &x in &operands {
@@ -210,7 +216,11 @@ impl KernelBuilder<'_> {
     fn pointwise(&mut self, op: OpId, f: &str, xs: &[ValueId], out: ElemType) -> R<ValueId> {
         let view_f64 = |kb: &Self, name: &str| -> R<Option<f64>> {
             let v = kb.view(op)?;
-            if v.has_attr(name) { v.f64(name).map(Some) } else { Ok(None) }
+            if v.has_attr(name) {
+                v.f64(name).map(Some)
+            } else {
+                Ok(None)
+            }
         };
         Ok(match f {
             "add" | "sub" | "mul" | "div" | "max" | "min" => self.binary(f, xs[0], xs[1]),
@@ -276,7 +286,11 @@ impl KernelBuilder<'_> {
                 let y = self.binary("add", y, b);
                 let y = self.binary("max", y, zero);
                 let y = self.binary("min", y, one);
-                if f == "hard_swish" { self.binary("mul", xs[0], y) } else { y }
+                if f == "hard_swish" {
+                    self.binary("mul", xs[0], y)
+                } else {
+                    y
+                }
             }
             "gelu" => {
                 let tanh = self.view(op)?.str("approximate")? == "tanh";
@@ -390,8 +404,15 @@ impl KernelBuilder<'_> {
     /// Operand `i` of a gemm at row `m`, column `n` of its logical
     /// (untransposed) matrix.
     pub fn gemm_operand(&mut self, op: OpId, i: usize, row: Ix, col: Ix) -> R<ValueId> {
-        let trans = self.view(op)?.i64(if i == 0 { "trans_a" } else { "trans_b" })? != 0;
-        let idx = if trans { vec![col, row] } else { vec![row, col] };
+        let trans = self
+            .view(op)?
+            .i64(if i == 0 { "trans_a" } else { "trans_b" })?
+            != 0;
+        let idx = if trans {
+            vec![col, row]
+        } else {
+            vec![row, col]
+        };
         self.value_at(self.operand(op, i), &idx)
     }
 
@@ -552,7 +573,13 @@ impl KernelBuilder<'_> {
 
     /// The index into `x` (of `shape`) of output index `out` with the
     /// reduced `axes` at `reduced` (whose entries follow `axes`).
-    pub fn reduction_source(shape: &[i64], axes: &[usize], keep: bool, out: &[Ix], reduced: &[Ix]) -> Vec<Ix> {
+    pub fn reduction_source(
+        shape: &[i64],
+        axes: &[usize],
+        keep: bool,
+        out: &[Ix],
+        reduced: &[Ix],
+    ) -> Vec<Ix> {
         let mut kept = out.iter();
         let mut src = Vec::with_capacity(shape.len());
         for d in 0..shape.len() {
@@ -571,7 +598,15 @@ impl KernelBuilder<'_> {
 
     /// Reduction `kind` (sum, mean, max, min, prod) of `x` over `axes`,
     /// at output index `idx`.
-    fn reduce_at(&mut self, x: ValueId, axes: &[usize], keep: bool, kind: &str, idx: &[Ix], out: ElemType) -> R<ValueId> {
+    fn reduce_at(
+        &mut self,
+        x: ValueId,
+        axes: &[usize],
+        keep: bool,
+        kind: &str,
+        idx: &[Ix],
+        out: ElemType,
+    ) -> R<ValueId> {
         let sx = tensor_shape(self, x);
         let extents: Vec<i64> = axes.iter().map(|&a| sx[a]).collect();
         let count: i64 = extents.iter().product();
@@ -680,7 +715,14 @@ impl KernelBuilder<'_> {
     }
 
     /// (x - mean) * inv * scale + bias at `idx`, the normalization's output.
-    pub fn normalized(&mut self, op: OpId, layer: bool, idx: &[Ix], mean: ValueId, inv: ValueId) -> R<ValueId> {
+    pub fn normalized(
+        &mut self,
+        op: OpId,
+        layer: bool,
+        idx: &[Ix],
+        mean: ValueId,
+        inv: ValueId,
+    ) -> R<ValueId> {
         let x = self.value_at(self.operand(op, 0), idx)?;
         let x = self.widen(x);
         let d = self.binary("sub", x, mean);
@@ -694,7 +736,10 @@ impl KernelBuilder<'_> {
         } else {
             vec![idx[1].clone()]
         };
-        let scale = self.value_at(operands[1], &broadcast_index(&param_idx, &tensor_shape(self, operands[1])))?;
+        let scale = self.value_at(
+            operands[1],
+            &broadcast_index(&param_idx, &tensor_shape(self, operands[1])),
+        )?;
         let mut y = self.binary("mul", y, scale);
         if let Some(&b) = operands.get(2) {
             let bias = self.value_at(b, &broadcast_index(&param_idx, &tensor_shape(self, b)))?;
@@ -746,7 +791,9 @@ impl KernelBuilder<'_> {
         let mode = view.str("mode")?.to_string();
         let value = view.f64("value")?;
         let r = sx.len();
-        let shifted: Vec<Ix> = (0..r).map(|d| idx[d].clone() - Ix::constant(pads[d])).collect();
+        let shifted: Vec<Ix> = (0..r)
+            .map(|d| idx[d].clone() - Ix::constant(pads[d]))
+            .collect();
         if mode == "constant" {
             let v = self.value_at(x, &shifted)?;
             return Ok(match self.in_bounds(&shifted, &sx) {
@@ -775,7 +822,9 @@ impl KernelBuilder<'_> {
                 "reflect" if n > 1 => {
                     let period = 2 * (n - 1);
                     let m = self.apply(&shifted[d].clone().modulo(Ix::constant(period)));
-                    let back = self.apply(&(Ix::constant(period) - shifted[d].clone().modulo(Ix::constant(period))));
+                    let back = self.apply(
+                        &(Ix::constant(period) - shifted[d].clone().modulo(Ix::constant(period))),
+                    );
                     let n_c = self.index_const(n);
                     let low = self.cmp("lt", m, n_c);
                     self.select(low, m, back)

@@ -1,0 +1,203 @@
+//! The GPU path: every shared model lowers to kernels whose WGSL naga
+//! accepts, and runs on wgpu (lavapipe in CI, a software Vulkan GPU) for
+//! every pipeline and both precisions, matching the stored reference output
+//! (which the interpreter matches within 1e-6, see `tests/models.rs`):
+//! f32 within 1e-4 and f16 within 1e-2 of the output's scale.
+//!
+//! Without a Vulkan adapter the run test fails when `IRCC_REQUIRE_GPU` is
+//! set (CI sets it) and is reported as skipped otherwise.
+
+use std::path::{Path, PathBuf};
+
+use ircc_tests::{ircc, root, scratch_dir};
+
+const MODELS: [&str; 8] = [
+    "bert_l2_w64",
+    "bert_l2_w64_dynamo",
+    "vit_l4_w64",
+    "vit_l4_w64_dynamo",
+    "convnext_w16",
+    "convnext_w16_dynamo",
+    "swin_t_w24",
+    "swin_t_w24_dynamo",
+];
+const PIPELINES: [&str; 3] = ["none", "dnnfusion", "smartmem"];
+
+fn find(name: &str) -> Option<PathBuf> {
+    [root().join("tests/models"), root().join("../shared/models")]
+        .into_iter()
+        .map(|d| d.join(format!("{name}.onnx")))
+        .find(|p| p.exists())
+}
+
+fn models() -> Vec<(String, PathBuf)> {
+    MODELS
+        .iter()
+        .filter_map(|&n| match find(n) {
+            Some(p) => Some((n.to_string(), p)),
+            None => {
+                assert!(
+                    std::env::var_os("IRCC_REQUIRE_ONNX_TESTS").is_none(),
+                    "{n}.onnx not found"
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+fn validate(wgsl: &str) -> Result<(), String> {
+    let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
+    naga::valid::Validator::new(
+        naga::valid::ValidationFlags::all(),
+        naga::valid::Capabilities::all(),
+    )
+    .validate(&module)
+    .map_err(|e| format!("{e:?}"))?;
+    Ok(())
+}
+
+#[test]
+fn every_emitted_shader_passes_naga() {
+    let (mut shaders, mut plans) = (0, 0);
+    for (name, path) in models() {
+        for pipeline in PIPELINES {
+            for precision in ["f32", "f16"] {
+                let dir = scratch_dir("wgsl");
+                let out = dir.join("out");
+                let args = [
+                    path.to_str().unwrap(),
+                    "--pipeline",
+                    pipeline,
+                    "--precision",
+                    precision,
+                    "--emit",
+                    "wgsl",
+                    "-o",
+                    out.to_str().unwrap(),
+                ];
+                let r = ircc(&args);
+                assert_eq!(r.code, 0, "{name} {pipeline} {precision}: {}", r.stderr);
+                let plan: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(out.join("plan.json")).unwrap())
+                        .unwrap();
+                let dispatches = plan["dispatches"].as_array().unwrap();
+                assert!(!dispatches.is_empty());
+                for d in dispatches {
+                    let file = out.join(d["shader"].as_str().unwrap());
+                    let wgsl = std::fs::read_to_string(&file).unwrap();
+                    assert_eq!(
+                        wgsl.contains("enable f16;"),
+                        precision == "f16" || wgsl.contains("f16")
+                    );
+                    validate(&wgsl).unwrap_or_else(|e| panic!("{}: {e}\n{wgsl}", file.display()));
+                    shaders += 1;
+                }
+                plans += 1;
+            }
+        }
+    }
+    eprintln!("{shaders} shaders of {plans} plans validated by naga");
+}
+
+/// Whether wgpu finds an adapter here (the tiny MLP runs).
+fn gpu_available() -> bool {
+    let dir = scratch_dir("probe");
+    let out = dir.join("o");
+    let mlp = root().join("examples/mlp.ir");
+    let x = root().join("tests/data/mlp_x.npy");
+    let r = ircc(&[
+        "run",
+        mlp.to_str().unwrap(),
+        "--backend",
+        "wgpu",
+        "--input",
+        &format!("x={}", x.display()),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    if r.code != 0 && r.stderr.contains("no GPU adapter") {
+        assert!(
+            std::env::var_os("IRCC_REQUIRE_GPU").is_none(),
+            "no GPU adapter: {}",
+            r.stderr
+        );
+        return false;
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    true
+}
+
+fn max_relative(got: &Path, want: &Path) -> f64 {
+    let g = ircc_reference::read_npy(got).unwrap().to_f64();
+    let w = ircc_reference::read_npy(want).unwrap().to_f64();
+    assert_eq!(g.shape(), w.shape());
+    let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    g.iter()
+        .zip(w.iter())
+        .map(|(a, b)| (a - b).abs() / scale)
+        .fold(0.0, f64::max)
+}
+
+#[test]
+fn models_run_on_wgpu_and_match() {
+    if !gpu_available() {
+        eprintln!("0 passed, 0 failed, 48 skipped (no GPU adapter)");
+        return;
+    }
+    let (mut passed, mut failed) = (0, Vec::new());
+    for (name, path) in models() {
+        let dir = path.parent().unwrap();
+        let input = dir.join(format!("{name}.input.npy"));
+        let want = dir.join(format!("{name}.output.npy"));
+        for pipeline in PIPELINES {
+            for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
+                let scratch = scratch_dir("run");
+                let out = scratch.join("o");
+                let r = ircc(&[
+                    "run",
+                    path.to_str().unwrap(),
+                    "--pipeline",
+                    pipeline,
+                    "--precision",
+                    precision,
+                    "--backend",
+                    "wgpu",
+                    "--input",
+                    input.to_str().unwrap(),
+                    "--output-dir",
+                    out.to_str().unwrap(),
+                ]);
+                assert_eq!(r.code, 0, "{name} {pipeline} {precision}: {}", r.stderr);
+                let got = std::fs::read_dir(&out)
+                    .unwrap()
+                    .next()
+                    .unwrap()
+                    .unwrap()
+                    .path();
+                let diff = max_relative(&got, &want);
+                if diff <= tolerance {
+                    passed += 1;
+                } else {
+                    failed.push(format!("{name} {pipeline} {precision}: {diff:e}"));
+                }
+            }
+        }
+    }
+    eprintln!("{passed} passed, {} failed, 0 skipped", failed.len());
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+#[test]
+fn kernel_ir_prints_and_parses_back() {
+    let mlp = root().join("examples/mlp.ir");
+    let first = ircc(&[mlp.to_str().unwrap(), "--passes", "kernel.lower"]);
+    assert_eq!(first.code, 0, "{}", first.stderr);
+    assert!(first.stdout.contains("kernel.func") && first.stdout.contains("kernel.launch"));
+    let dir = scratch_dir("kernel-ir");
+    let file = dir.join("lowered.ir");
+    std::fs::write(&file, &first.stdout).unwrap();
+    let second = ircc(&[file.to_str().unwrap()]);
+    assert_eq!(second.code, 0, "{}", second.stderr);
+    assert_eq!(first.stdout, second.stdout);
+}
