@@ -85,29 +85,51 @@ pub(crate) fn lower_group(
         .iter()
         .copied()
         .partition(|&(inner, _)| shape_of(m, inner) == space);
-    if primary.is_empty() {
-        primary = std::mem::take(&mut rest);
-        primary.sort_by_key(|&(inner, _)| shape_of(m, inner));
-        let first = shape_of(m, primary[0].0);
-        let (same, other): (Vec<_>, Vec<_>) = primary
-            .into_iter()
-            .partition(|&(inner, _)| shape_of(m, inner) == first);
-        primary = same;
-        rest = other;
+    let anchor_result = m.op(group.anchor).results[0];
+    let mut group_inputs = group.bindings.clone();
+    if !matches!(template, Template::Elementwise) {
+        // Outputs outside the anchor's iteration space that need the anchor
+        // (a matmul read back through a view) read it from memory: the
+        // template stores it, so no kernel recomputes it per element.
+        let needs_anchor = rest
+            .iter()
+            .any(|&(inner, _)| depends_on(m, inner, anchor_result));
+        if needs_anchor && !primary.iter().any(|&(inner, _)| inner == anchor_result) {
+            primary.push((anchor_result, anchor_result));
+        }
+        if !primary.is_empty() {
+            let built = build(
+                m,
+                ctx,
+                rules,
+                cache,
+                &group_inputs,
+                group,
+                float,
+                counter,
+                template,
+                &primary,
+            )?;
+            for (host, r) in built {
+                let inner = primary.iter().find(|&&(_, h)| h == host).map(|&(i, _)| i);
+                if inner == Some(anchor_result) {
+                    group_inputs.push((anchor_result, r));
+                    group_inputs.push((r, r));
+                }
+            }
+        }
+    } else if !primary.is_empty() {
         build(
             m,
             ctx,
             rules,
             cache,
+            &group_inputs,
             group,
             float,
             counter,
-            Template::Elementwise,
+            template,
             &primary,
-        )?;
-    } else {
-        build(
-            m, ctx, rules, cache, group, float, counter, template, &primary,
         )?;
     }
     while !rest.is_empty() {
@@ -120,6 +142,7 @@ pub(crate) fn lower_group(
             ctx,
             rules,
             cache,
+            &group_inputs,
             group,
             float,
             counter,
@@ -137,16 +160,16 @@ fn build(
     ctx: &PassContext,
     rules: &[Rewrite<Idx, Ranges>],
     cache: &SimplifyCache,
+    bindings: &[(ValueId, ValueId)],
     group: &Group,
     float: ElemType,
     counter: &mut usize,
     template: Template,
     outputs: &[(ValueId, ValueId)],
-) -> R<()> {
+) -> R<Vec<(ValueId, ValueId)>> {
     let name = format!("k{}_{}", *counter, short(m, group.anchor));
     *counter += 1;
-    let inputs: Vec<(ValueId, Input)> = group
-        .bindings
+    let inputs: Vec<(ValueId, Input)> = bindings
         .iter()
         .map(|&(inner, host)| (inner, super::resolve_input(m, host)))
         .collect();
@@ -185,11 +208,31 @@ fn build(
             .loc(m.op(group.op).loc.clone()),
     );
     m.insert_before(group.op, launch);
+    let mut replaced = Vec::new();
     for (i, h) in launch_outputs.into_iter().enumerate() {
         let r = m.op(launch).results[i];
         m.replace_all_uses(h, r);
+        replaced.push((h, r));
     }
-    Ok(())
+    Ok(replaced)
+}
+
+/// Whether `v` is computed from `target` within its group.
+fn depends_on(m: &Module, v: ValueId, target: ValueId) -> bool {
+    let mut stack = vec![v];
+    let mut seen = std::collections::HashSet::new();
+    while let Some(x) = stack.pop() {
+        if x == target {
+            return true;
+        }
+        if !seen.insert(x) {
+            continue;
+        }
+        if let Some(op) = m.defining_op(x) {
+            stack.extend(m.op(op).operands.iter().copied());
+        }
+    }
+    false
 }
 
 /// `i < n` as a flag, or `None` when it always holds.
