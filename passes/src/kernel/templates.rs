@@ -303,7 +303,20 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     } else {
         sa[sa.len() - 1]
     };
-    let batch_shape = sc[..rank - 2].to_vec();
+    // A batch of products with one right-hand matrix is one tall product:
+    // the batch axes fold into the rows (a [197, 1, 768] x [768, 2304]
+    // projection would otherwise fill one row of each 64-row tile).
+    let fold = !is_gemm && sb.len() == 2 && rank > 2 && sa.len() == rank;
+    let batch_shape = if fold {
+        Vec::new()
+    } else {
+        sc[..rank - 2].to_vec()
+    };
+    let mm = if fold {
+        sc[..rank - 1].iter().product()
+    } else {
+        mm
+    };
     let batches: i64 = batch_shape.iter().product();
     if batches > MAX_GROUPS {
         return Err(format!("{batches} matrix products exceed the grid"));
@@ -327,8 +340,14 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             kb.gemm_operand(anchor, which, row, col)?
         } else {
             let (x, s) = if which == 0 { (a, &sa) } else { (b, &sb) };
-            let mut idx = broadcast_index(&batch, &s[..s.len() - 2]);
-            idx.extend([row, col]);
+            let mut idx = if fold && which == 0 {
+                delinearize(&row, &s[..s.len() - 1])
+            } else {
+                let mut idx = broadcast_index(&batch, &s[..s.len() - 2]);
+                idx.push(row);
+                idx
+            };
+            idx.push(col);
             kb.value_at(x, &idx)?
         };
         Ok(kb.cast(v, Type::Scalar(ElemType::F32)))
@@ -409,8 +428,14 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
                 flags.push(kb.index_cmp("lt", &col, nn));
             }
             let cond = (!flags.is_empty()).then(|| kb.all(flags));
-            let mut idx = batch.clone();
-            idx.extend([row, col]);
+            let mut idx = if fold {
+                delinearize(&row, &sc[..rank - 1])
+            } else {
+                let mut idx = batch.clone();
+                idx.push(row);
+                idx
+            };
+            idx.push(col);
             let acc = accs[(i * REG + j) as usize];
             guarded(kb, cond, &mut |kb| {
                 let y = kb.cast(acc, Type::Scalar(kb.float));
