@@ -82,3 +82,24 @@ pub fn scratch_dir(name: &str) -> Scratch {
             .expect("create a scratch directory"),
     )
 }
+
+/// The shared networks, each with its torchscript and dynamo export.
+pub const SHARED_MODELS: [&str; 8] = [
+    "bert_l2_w64",
+    "bert_l2_w64_dynamo",
+    "vit_l4_w64",
+    "vit_l4_w64_dynamo",
+    "convnext_w16",
+    "convnext_w16_dynamo",
+    "swin_t_w24",
+    "swin_t_w24_dynamo",
+];
+
+/// `NAME.onnx` from `tests/models/` (the smaller models, kept in the
+/// repository) or `../shared/models/`.
+pub fn find_model(name: &str) -> Option<PathBuf> {
+    [root().join("tests/models"), root().join("../shared/models")]
+        .into_iter()
+        .map(|d| d.join(format!("{name}.onnx")))
+        .find(|p| p.exists())
+}

@@ -11,29 +11,12 @@ use std::path::{Path, PathBuf};
 
 use ircc_tests::{ircc, root, scratch_dir};
 
-const MODELS: [&str; 8] = [
-    "bert_l2_w64",
-    "bert_l2_w64_dynamo",
-    "vit_l4_w64",
-    "vit_l4_w64_dynamo",
-    "convnext_w16",
-    "convnext_w16_dynamo",
-    "swin_t_w24",
-    "swin_t_w24_dynamo",
-];
 const PIPELINES: [&str; 3] = ["none", "dnnfusion", "smartmem"];
 
-fn find(name: &str) -> Option<PathBuf> {
-    [root().join("tests/models"), root().join("../shared/models")]
-        .into_iter()
-        .map(|d| d.join(format!("{name}.onnx")))
-        .find(|p| p.exists())
-}
-
 fn models() -> Vec<(String, PathBuf)> {
-    MODELS
+    ircc_tests::SHARED_MODELS
         .iter()
-        .filter_map(|&n| match find(n) {
+        .filter_map(|&n| match ircc_tests::find_model(n) {
             Some(p) => Some((n.to_string(), p)),
             None => {
                 assert!(

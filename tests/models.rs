@@ -5,29 +5,8 @@
 //! Models are read from `tests/models/` (the smaller ones, kept in the
 //! repository) or `../shared/models/`.
 
-use std::path::PathBuf;
-
 use ircc_core::{Module, Type};
 use ircc_onnx::ImportOptions;
-
-const MODELS: [&str; 8] = [
-    "bert_l2_w64",
-    "bert_l2_w64_dynamo",
-    "vit_l4_w64",
-    "vit_l4_w64_dynamo",
-    "convnext_w16",
-    "convnext_w16_dynamo",
-    "swin_t_w24",
-    "swin_t_w24_dynamo",
-];
-
-fn find(name: &str) -> Option<PathBuf> {
-    let root = ircc_tests::root();
-    [root.join("tests/models"), root.join("../shared/models")]
-        .into_iter()
-        .map(|d| d.join(format!("{name}.onnx")))
-        .find(|p| p.exists())
-}
 
 fn graph_ops(m: &Module) -> usize {
     let mut n = 0;
@@ -45,8 +24,8 @@ fn shared_models_match_onnxruntime() {
     let registry = ircc_dialects::registry().unwrap();
     let (mut passed, mut skipped) = (0, 0);
     let mut sizes = std::collections::HashMap::new();
-    for name in MODELS {
-        let Some(path) = find(name) else {
+    for name in ircc_tests::SHARED_MODELS {
+        let Some(path) = ircc_tests::find_model(name) else {
             assert!(
                 std::env::var_os("IRCC_REQUIRE_ONNX_TESTS").is_none(),
                 "{name}.onnx not found"
@@ -87,7 +66,7 @@ fn shared_models_match_onnxruntime() {
         }
         passed += 1;
     }
-    for pair in MODELS.chunks(2) {
+    for pair in ircc_tests::SHARED_MODELS.chunks(2) {
         if let (Some(&ts), Some(&dy)) = (sizes.get(pair[0]), sizes.get(pair[1])) {
             assert!(
                 ts as f64 <= dy as f64 * 1.1,

@@ -291,7 +291,6 @@ impl Printer<'_> {
 pub fn kernel_to_wgsl(m: &Module, func: OpId) -> R<String> {
     let block = m.entry_block(func).ok_or("a kernel without a body")?;
     let args = m.blocks[block].args.clone();
-    let outputs = int_attr(m, func, "outputs")? as usize;
     let wg = ints_attr(m, func, "workgroup_size")?;
     let mut names = HashMap::new();
     let mut header = String::new();
@@ -305,7 +304,6 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId) -> R<String> {
         // Inputs are read_write too: intermediates share one pooled
         // buffer, and wgpu refuses one buffer bound both read-only and
         // writable in a dispatch.
-        let _ = outputs;
         let access = "read_write";
         let _ = writeln!(
             header,

@@ -548,14 +548,12 @@ impl<'a> KernelBuilder<'a> {
         inits: Vec<ValueId>,
         body: &mut NestBody<'_, 'a>,
     ) -> Result<Vec<ValueId>, String> {
-        type Body<'b, 'a> = dyn FnMut(&mut KernelBuilder<'a>, &[Ix], &[ValueId]) -> Result<Vec<ValueId>, String>
-            + 'b;
         fn go<'a>(
             kb: &mut KernelBuilder<'a>,
             extents: &[i64],
             outer: &mut Vec<Ix>,
             carried: Vec<ValueId>,
-            body: &mut Body<'_, 'a>,
+            body: &mut NestBody<'_, 'a>,
         ) -> Result<Vec<ValueId>, String> {
             match extents.split_first() {
                 None => body(kb, outer, &carried),

@@ -87,39 +87,17 @@ pub(crate) fn lower_group(
         .partition(|&(inner, _)| shape_of(m, inner) == space);
     let anchor_result = m.op(group.anchor).results[0];
     let mut group_inputs = group.bindings.clone();
-    if !matches!(template, Template::Elementwise) {
-        // Outputs outside the anchor's iteration space that need the anchor
-        // (a matmul read back through a view) read it from memory: the
-        // template stores it, so no kernel recomputes it per element.
-        let needs_anchor = rest
-            .iter()
-            .any(|&(inner, _)| depends_on(m, inner, anchor_result));
-        if needs_anchor && !primary.iter().any(|&(inner, _)| inner == anchor_result) {
-            primary.push((anchor_result, anchor_result));
-        }
-        if !primary.is_empty() {
-            let built = build(
-                m,
-                ctx,
-                rules,
-                cache,
-                &group_inputs,
-                group,
-                float,
-                counter,
-                template,
-                &primary,
-            )?;
-            for (host, r) in built {
-                let inner = primary.iter().find(|&&(_, h)| h == host).map(|&(i, _)| i);
-                if inner == Some(anchor_result) {
-                    group_inputs.push((anchor_result, r));
-                    group_inputs.push((r, r));
-                }
-            }
-        }
-    } else if !primary.is_empty() {
-        build(
+    // Outputs outside the anchor's iteration space that need the anchor (a
+    // matmul read back through a view) read it from memory: the template
+    // stores it, so no kernel recomputes it per element.
+    let needs_anchor = rest
+        .iter()
+        .any(|&(inner, _)| depends_on(m, inner, anchor_result));
+    if needs_anchor && !primary.iter().any(|&(inner, _)| inner == anchor_result) {
+        primary.push((anchor_result, anchor_result));
+    }
+    if !primary.is_empty() {
+        let built = build(
             m,
             ctx,
             rules,
@@ -131,6 +109,13 @@ pub(crate) fn lower_group(
             template,
             &primary,
         )?;
+        for (host, r) in built {
+            let inner = primary.iter().find(|&&(_, h)| h == host).map(|&(i, _)| i);
+            if inner == Some(anchor_result) {
+                group_inputs.push((anchor_result, r));
+                group_inputs.push((r, r));
+            }
+        }
     }
     while !rest.is_empty() {
         let first = shape_of(m, rest[0].0);
