@@ -14,6 +14,9 @@ use crate::proto::{ModelProto, NodeProto};
 use crate::tensor::{elem_type, to_tensor};
 use crate::{ImportError, ImportOptions, Imported, Result};
 
+/// Integer constants up to this many elements are always inlined.
+const INDEX_INLINE_LIMIT: usize = 4096;
+
 /// An ONNX value during import. Constants are shared, so one that is used
 /// in several places is placed in the IR once (keyed by its allocation).
 #[derive(Clone)]
@@ -316,7 +319,14 @@ impl Importer<'_> {
         }
         let name = self.const_names.get(&key(&c)).cloned();
         let ty = Type::Tensor(c.ty());
-        let b = if c.len() > self.inline_limit {
+        // Integer tensors are indices and shapes: passes need their values
+        // (a gather by constant indices becomes a view), and they are small.
+        let limit = if c.elem.is_int() {
+            self.inline_limit.max(INDEX_INLINE_LIMIT)
+        } else {
+            self.inline_limit
+        };
+        let b = if c.len() > limit {
             let base = name.clone().unwrap_or_else(|| "weight".to_string());
             let mut weight = base.clone();
             let mut k = 1;

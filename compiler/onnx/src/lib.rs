@@ -69,7 +69,8 @@ pub struct ImportOptions {
     /// Shapes for inputs with symbolic dimensions: `input name -> shape`.
     pub input_shapes: HashMap<String, Vec<i64>>,
     /// Constants with more elements than this become `graph.param` weights
-    /// instead of inline `graph.constant`s.
+    /// instead of inline `graph.constant`s (integer constants, which are
+    /// indices and shapes, are inlined up to 4096 elements whatever this is).
     pub inline_limit: usize,
     /// Values of inputs to specialize on: where an operator needs a
     /// constant (a Reshape's shape, a Slice's bounds) and gets one of these

@@ -1,7 +1,8 @@
 //! `index.lower-layout-ops`: reshape, flatten, squeeze, unsqueeze,
 //! transpose, slice, expand, tile, depth_to_space, space_to_depth and
-//! gathers of constant, evenly spaced indices become `index.view`s; a view
-//! of a view becomes one view with the composed map.
+//! gathers of constant indices that are an affine function of their
+//! position become `index.view`s; a view of a view becomes one view with
+//! the composed map.
 //!
 //! Left as ops: concat and pad (their maps are piecewise, which affine maps
 //! cannot say) and gathers of data-dependent or irregular indices.
@@ -61,15 +62,12 @@ pub(crate) fn layout_map(m: &Module, ctx: &PassContext, op: OpId) -> Option<Affi
                 .iter()
                 .map(|&i| if i < 0 { i + from[axis] } else { i })
                 .collect();
-            match (idx.shape().len(), values.as_slice()) {
-                (0, [k]) => Some(maps::strided_pick(from.len(), axis, *k, 0, true)),
-                (1, [first, rest @ ..]) => {
-                    let step = rest.first().map_or(1, |s| s - first);
-                    let even = values.windows(2).all(|w| w[1] - w[0] == step);
-                    even.then(|| maps::strided_pick(from.len(), axis, *first, step, false))
-                }
-                _ => None,
+            // An index out of range stays a gather, for the interpreter to report.
+            if values.iter().any(|&i| i < 0 || i >= from[axis]) {
+                return None;
             }
+            let (first, strides) = maps::affine_indices(&values, idx.shape())?;
+            Some(maps::affine_pick(from.len(), axis, first, &strides))
         }
         _ => None,
     }

@@ -143,19 +143,51 @@ pub fn space_to_depth(block: i64, channels_in: i64) -> AffineMap {
     )
 }
 
-/// Gather of `count` entries `first + i * step` along `axis` (a scalar
-/// index when `scalar`), the other axes unchanged.
-pub fn strided_pick(rank: usize, axis: usize, first: i64, step: i64, scalar: bool) -> AffineMap {
-    let out_rank = if scalar { rank - 1 } else { rank };
+/// Gather along `axis` by indices that are an affine function of their own
+/// position, `first + Σ strides[j] · i_j`: the index axes replace `axis`.
+pub fn affine_pick(rank: usize, axis: usize, first: i64, strides: &[i64]) -> AffineMap {
+    let index_rank = strides.len();
+    let terms = strides
+        .iter()
+        .enumerate()
+        .filter(|&(_, &s)| s != 0)
+        .map(|(j, &s)| E::Dim((axis + j) as u32) * E::Const(s));
+    let picked = match terms.reduce(|a, b| a + b) {
+        Some(sum) if first == 0 => sum,
+        Some(sum) => sum + E::Const(first),
+        None => E::Const(first),
+    };
     let results = (0..rank)
         .map(|k| match k.cmp(&axis) {
             std::cmp::Ordering::Less => E::Dim(k as u32),
-            std::cmp::Ordering::Equal if scalar => E::Const(first),
-            std::cmp::Ordering::Equal => E::Dim(k as u32) * E::Const(step) + E::Const(first),
-            std::cmp::Ordering::Greater => E::Dim(if scalar { k - 1 } else { k } as u32),
+            std::cmp::Ordering::Equal => picked.clone(),
+            std::cmp::Ordering::Greater => E::Dim((k - 1 + index_rank) as u32),
         })
         .collect();
-    AffineMap::new(out_rank as u32, 0, results)
+    AffineMap::new((rank - 1 + index_rank) as u32, 0, results)
+}
+
+/// The first value and per-axis strides of `values` (row-major over
+/// `shape`) if every value is `first + Σ strides[j] · i_j`.
+pub fn affine_indices(values: &[i64], shape: &[usize]) -> Option<(i64, Vec<i64>)> {
+    let first = *values.first()?;
+    let mut row_major = vec![1usize; shape.len()];
+    for j in (0..shape.len().saturating_sub(1)).rev() {
+        row_major[j] = row_major[j + 1] * shape[j + 1];
+    }
+    let strides: Vec<i64> = (0..shape.len())
+        .map(|j| match shape[j] {
+            1 => 0,
+            _ => values[row_major[j]] - first,
+        })
+        .collect();
+    let fits = values.iter().enumerate().all(|(flat, &v)| {
+        let expected = (0..shape.len()).fold(first, |acc, j| {
+            acc + strides[j] * ((flat / row_major[j]) % shape[j]) as i64
+        });
+        v == expected
+    });
+    fits.then_some((first, strides))
 }
 
 /// What each source axis depends on, SmartMem's classification of a map.
@@ -217,5 +249,23 @@ mod tests {
         let m = space_to_depth(2, 3);
         // channel 7 = block 2 (bh 1, bw 0), ci 1: row 1·2 + 1, column 1·2 + 0
         assert_eq!(m.eval(&[0, 7, 1, 1], &[]).unwrap(), vec![0, 1, 3, 2]);
+    }
+
+    #[test]
+    fn gathers_by_affine_indices_become_maps() {
+        // indices [[1, 3, 5], [2, 4, 6]]: 1 + 1·i0 + 2·i1
+        let (first, strides) = affine_indices(&[1, 3, 5, 2, 4, 6], &[2, 3]).unwrap();
+        assert_eq!((first, strides.as_slice()), (1, [1, 2].as_slice()));
+        let m = affine_pick(3, 1, first, &strides);
+        assert_eq!(
+            m.to_string(),
+            "(d0, d1, d2, d3) -> (d0, d1 + d2 * 2 + 1, d3)"
+        );
+        assert_eq!(m.eval(&[0, 1, 2, 4], &[]).unwrap(), vec![0, 6, 4]);
+        // a scalar index drops the axis
+        let m = affine_pick(2, 0, 3, &[]);
+        assert_eq!(m.to_string(), "(d0) -> (3, d0)");
+        assert!(affine_indices(&[0, 2, 1], &[3]).is_none());
+        assert_eq!(affine_indices(&[7], &[1, 1]), Some((7, vec![0, 0])));
     }
 }
