@@ -225,10 +225,19 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                         .get(&x)
                         .ok_or_else(|| format!("@{kernel} reads a value no buffer holds"))?;
                     last_use.insert(buffer, dispatches.len());
+                    // Intermediates share the pool, which is also bound
+                    // writable in the dispatch that reads them, and wgpu
+                    // refuses one buffer bound both read-only and
+                    // writable: only buffers of their own are read-only
+                    // (which lets the driver cache their loads).
+                    let own = matches!(
+                        buffers[buffer].kind,
+                        BufferKind::Input | BufferKind::Weight | BufferKind::Constant
+                    );
                     bindings.push(Binding {
                         binding: i,
                         buffer,
-                        access: "read",
+                        access: if own { "read" } else { "read_write" },
                     });
                 }
                 for (j, &r) in o.results.iter().enumerate() {
@@ -249,7 +258,9 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                         access: "read_write",
                     });
                 }
-                let wgsl = kernel_to_wgsl(m, kf).map_err(|e| format!("kernel @{kernel}: {e}"))?;
+                let read_only: Vec<bool> = bindings.iter().map(|b| b.access == "read").collect();
+                let wgsl = kernel_to_wgsl(m, kf, &read_only)
+                    .map_err(|e| format!("kernel @{kernel}: {e}"))?;
                 let ints = |name: &str| match m.op(kf).attr(name) {
                     Some(Attribute::DenseI64Array(x)) => x.clone(),
                     _ => vec![1, 1, 1],

@@ -287,8 +287,9 @@ impl Printer<'_> {
     }
 }
 
-/// The WGSL of kernel.func `func`.
-pub fn kernel_to_wgsl(m: &Module, func: OpId) -> R<String> {
+/// The WGSL of kernel.func `func`; `read_only[i]` declares argument `i`
+/// read-only (missing entries are read_write).
+pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
     let block = m.entry_block(func).ok_or("a kernel without a body")?;
     let args = m.blocks[block].args.clone();
     let wg = ints_attr(m, func, "workgroup_size")?;
@@ -301,10 +302,11 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId) -> R<String> {
             .as_tensor()
             .ok_or("kernel arguments are tensors")?;
         uses_f16 |= t.elem == ElemType::F16;
-        // Inputs are read_write too: intermediates share one pooled
-        // buffer, and wgpu refuses one buffer bound both read-only and
-        // writable in a dispatch.
-        let access = "read_write";
+        let access = if read_only.get(i).copied().unwrap_or(false) {
+            "read"
+        } else {
+            "read_write"
+        };
         let _ = writeln!(
             header,
             "@group(0) @binding({i}) var<storage, {access}> a{i}: array<{}>;",

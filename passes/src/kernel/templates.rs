@@ -19,13 +19,19 @@ type R<T> = Result<T, String>;
 const MAX_GROUPS: i64 = 65_535;
 
 /// Matmul tiling: a workgroup of `WG`×`WG` invocations computes a
-/// `TILE`×`TILE` block of the result, each invocation a `REG`×`REG`
-/// register tile, stepping through K by `BK` with both operand tiles in
-/// workgroup memory.
+/// `tile`×`tile` block of the result (`tile = WG · reg`), each invocation
+/// a `reg`×`reg` register tile, stepping through K by `BK` with both
+/// operand tiles in workgroup memory. An invocation's rows and columns are
+/// `WG` apart, so neighbours read neighbouring words of the B tile (no
+/// bank conflicts) and store neighbouring words of the result.
 const WG: i64 = 16;
-const REG: i64 = 4;
-const TILE: i64 = WG * REG;
 const BK: i64 = 16;
+/// The register tile starts at `MAX_REG` and halves while the grid has
+/// fewer than `MIN_GROUPS` workgroups: a 49-row product (Swin's last
+/// stage) would otherwise keep a handful of compute units busy for the
+/// whole of a long K loop.
+const MAX_REG: i64 = 4;
+const MIN_GROUPS: i64 = 128;
 
 enum Template {
     Elementwise,
@@ -306,7 +312,16 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     if batches > MAX_GROUPS {
         return Err(format!("{batches} matrix products exceed the grid"));
     }
-    let (gx, gy) = ((nn + TILE - 1) / TILE, (mm + TILE - 1) / TILE);
+    let grid = |tile: i64| ((nn + tile - 1) / tile, (mm + tile - 1) / tile);
+    let mut reg = MAX_REG;
+    while reg > 1 && {
+        let (gx, gy) = grid(WG * reg);
+        gx * gy * batches < MIN_GROUPS
+    } {
+        reg /= 2;
+    }
+    let tile = WG * reg;
+    let (gx, gy) = grid(tile);
     if gx > MAX_GROUPS || gy > MAX_GROUPS {
         return Err("the matrix is too large for one grid".to_string());
     }
@@ -337,15 +352,15 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
         };
         Ok(kb.cast(v, Type::Scalar(ElemType::F32)))
     };
-    let a_tile = kb.alloc(TILE * BK, ElemType::F32);
-    let b_tile = kb.alloc(BK * TILE, ElemType::F32);
+    let a_tile = kb.alloc(tile * BK, ElemType::F32);
+    let b_tile = kb.alloc(BK * tile, ElemType::F32);
     let tid = ly.clone() * Ix::constant(WG) + lx.clone();
     let zero = kb.constant(0.0, ElemType::F32);
     let k_tiles = (kk + BK - 1) / BK;
-    let loads_per_thread = TILE * BK / (WG * WG);
+    let loads_per_thread = tile * BK / (WG * WG);
     let accs = kb.for_loop(
         k_tiles,
-        vec![zero; (REG * REG) as usize],
+        vec![zero; (reg * reg) as usize],
         &mut |kb, kt, acc| {
             for l in 0..loads_per_thread {
                 let e = tid.clone() + Ix::constant(l * WG * WG);
@@ -354,35 +369,33 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
                     e.clone().modulo(Ix::constant(BK)),
                 );
                 let k = kt.clone() * Ix::constant(BK) + ac;
-                let row = wy.clone() * Ix::constant(TILE) + ar;
+                let row = wy.clone() * Ix::constant(tile) + ar;
                 let v = at(kb, 0, row, k.clone())?;
                 let v = zero_beyond(kb, v, &k, kk);
                 kb.store(v, a_tile, &e);
                 let (br, bc) = (
-                    e.clone().floor_div(Ix::constant(TILE)),
-                    e.clone().modulo(Ix::constant(TILE)),
+                    e.clone().floor_div(Ix::constant(tile)),
+                    e.clone().modulo(Ix::constant(tile)),
                 );
                 let k = kt.clone() * Ix::constant(BK) + br;
-                let col = wx.clone() * Ix::constant(TILE) + bc;
+                let col = wx.clone() * Ix::constant(tile) + bc;
                 let v = at(kb, 1, k.clone(), col)?;
                 let v = zero_beyond(kb, v, &k, kk);
                 kb.store(v, b_tile, &e);
             }
             kb.barrier();
             let next = kb.for_loop(BK, acc.to_vec(), &mut |kb, k, acc| {
-                let xs: Vec<ValueId> = (0..REG)
+                let xs: Vec<ValueId> = (0..reg)
                     .map(|i| {
-                        let off = (ly.clone() * Ix::constant(REG) + Ix::constant(i))
-                            * Ix::constant(BK)
-                            + k.clone();
+                        let off =
+                            (ly.clone() + Ix::constant(i * WG)) * Ix::constant(BK) + k.clone();
                         kb.load(a_tile, &off)
                     })
                     .collect();
-                let ys: Vec<ValueId> = (0..REG)
+                let ys: Vec<ValueId> = (0..reg)
                     .map(|j| {
-                        let off = k.clone() * Ix::constant(TILE)
-                            + lx.clone() * Ix::constant(REG)
-                            + Ix::constant(j);
+                        let off =
+                            k.clone() * Ix::constant(tile) + lx.clone() + Ix::constant(j * WG);
                         kb.load(b_tile, &off)
                     })
                     .collect();
@@ -390,7 +403,7 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
                 for (i, &x) in xs.iter().enumerate() {
                     for (j, &y) in ys.iter().enumerate() {
                         let p = kb.binary("mul", x, y);
-                        next.push(kb.binary("add", acc[i * REG as usize + j], p));
+                        next.push(kb.binary("add", acc[i * reg as usize + j], p));
                     }
                 }
                 Ok(next)
@@ -399,17 +412,15 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             Ok(next)
         },
     )?;
-    for i in 0..REG {
-        for j in 0..REG {
-            let row =
-                wy.clone() * Ix::constant(TILE) + ly.clone() * Ix::constant(REG) + Ix::constant(i);
-            let col =
-                wx.clone() * Ix::constant(TILE) + lx.clone() * Ix::constant(REG) + Ix::constant(j);
+    for i in 0..reg {
+        for j in 0..reg {
+            let row = wy.clone() * Ix::constant(tile) + ly.clone() + Ix::constant(i * WG);
+            let col = wx.clone() * Ix::constant(tile) + lx.clone() + Ix::constant(j * WG);
             let mut flags = Vec::new();
-            if mm % TILE != 0 {
+            if mm % tile != 0 {
                 flags.push(kb.index_cmp("lt", &row, mm));
             }
-            if nn % TILE != 0 {
+            if nn % tile != 0 {
                 flags.push(kb.index_cmp("lt", &col, nn));
             }
             let cond = (!flags.is_empty()).then(|| kb.all(flags));
@@ -421,7 +432,7 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
                 idx
             };
             idx.push(col);
-            let acc = accs[(i * REG + j) as usize];
+            let acc = accs[(i * reg + j) as usize];
             guarded(kb, cond, &mut |kb| {
                 let y = kb.cast(acc, Type::Scalar(kb.float));
                 let y = if is_gemm {
@@ -437,7 +448,7 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     kb.finish([WG, WG, 1], [gx, gy, batches], "matmul_tiled");
     kb.m.op_mut(kb.func).attrs.insert(
         "tile".into(),
-        Attribute::DenseI64Array(vec![TILE, TILE, BK, REG, REG]),
+        Attribute::DenseI64Array(vec![tile, tile, BK, reg, reg]),
     );
     Ok(())
 }
@@ -451,8 +462,8 @@ fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64) -> ValueId {
     kb.select(inside, v, zero)
 }
 
-/// Workgroup-wide `f` of every invocation's `partial` (f32), through a
-/// tree in workgroup memory; every invocation gets the result.
+/// `f` of the `partial` (f32) of the `threads` invocations of one row,
+/// through a tree in workgroup memory from `base`; each gets the result.
 fn workgroup_reduce(
     kb: &mut KernelBuilder,
     partial: ValueId,
@@ -460,28 +471,30 @@ fn workgroup_reduce(
     t: &Ix,
     threads: i64,
     shared: ValueId,
+    base: &Ix,
 ) -> R<ValueId> {
-    kb.store(partial, shared, t);
+    kb.store(partial, shared, &(base.clone() + t.clone()));
     kb.barrier();
     let mut s = threads / 2;
     while s >= 1 {
         let active = kb.index_cmp("lt", t, s);
         kb.if_then(active, &mut |kb| {
-            let x = kb.load(shared, t);
-            let y = kb.load(shared, &(t.clone() + Ix::constant(s)));
+            let x = kb.load(shared, &(base.clone() + t.clone()));
+            let y = kb.load(shared, &(base.clone() + t.clone() + Ix::constant(s)));
             let z = kb.binary(f, x, y);
-            kb.store(z, shared, t);
+            kb.store(z, shared, &(base.clone() + t.clone()));
             Ok(())
         })?;
         kb.barrier();
         s /= 2;
     }
-    let r = kb.load(shared, &Ix::constant(0));
+    let r = kb.load(shared, base);
     kb.barrier();
     Ok(r)
 }
 
-/// One workgroup per output row of a softmax, normalization or reduction.
+/// A softmax, normalization or reduction: `threads` invocations per row,
+/// one or more rows per workgroup.
 fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> R<()> {
     let kind = short(kb.m, anchor);
     let x = kb.m.op(anchor).operands[0];
@@ -509,18 +522,34 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
     if rows > MAX_GROUPS * MAX_GROUPS {
         return Err(format!("{rows} rows exceed the grid"));
     }
-    let threads = (len as u64).next_power_of_two().clamp(32, 256) as i64;
-    let gx = rows.min(MAX_GROUPS);
-    let gy = (rows + gx - 1) / gx;
+    // A row gets the next power of two of its length in invocations, and
+    // short rows share a workgroup: a group of 256 takes 16 rows of 16
+    // (ConvNeXt's first stage) instead of leaving 240 invocations idle.
+    // Rows per group divide the row count, so the guard stays uniform.
+    let threads = (len as u64).next_power_of_two().clamp(8, 256) as i64;
+    let mut per_group = 1;
+    while per_group * 2 * threads <= 256 && rows % (per_group * 2) == 0 {
+        per_group *= 2;
+    }
+    let groups = rows / per_group;
+    let gx = groups.min(MAX_GROUPS);
+    let gy = (groups + gx - 1) / gx;
     let t = kb.id("local", 0, threads);
+    let lane_row = if per_group > 1 {
+        kb.id("local", 1, per_group)
+    } else {
+        Ix::constant(0)
+    };
     let wx = kb.id("workgroup", 0, gx);
-    let row_ix = if gy > 1 {
+    let group_ix = if gy > 1 {
         let wy = kb.id("workgroup", 1, gy);
         wx + wy * Ix::constant(gx)
     } else {
         wx
     };
-    let row_cond = below(kb, &row_ix, rows, gx * gy == rows);
+    let row_cond = below(kb, &group_ix, groups, gx * gy == groups);
+    let row_ix = group_ix * Ix::constant(per_group) + lane_row.clone();
+    let base = lane_row * Ix::constant(threads);
     let kept_idx = delinearize(&row_ix, &kept_shape);
     let reduced = axes.clone();
     let rank = sx.len();
@@ -538,7 +567,7 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
             })
             .collect()
     };
-    let shared = kb.alloc(threads, ElemType::F32);
+    let shared = kb.alloc(threads * per_group, ElemType::F32);
     let steps = (len + threads - 1) / threads;
     let exact = len % threads == 0;
     // One pass over the row: `combine(acc, x)` of every element, then
@@ -560,7 +589,7 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
                 None => merged,
             }])
         })?[0];
-        workgroup_reduce(kb, acc, f, &t, threads, shared)
+        workgroup_reduce(kb, acc, f, &t, threads, shared, &base)
     };
     let float = kb.float;
     let write_rows = |kb: &mut KernelBuilder,
@@ -650,6 +679,6 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
         }
     };
     guarded(kb, row_cond, &mut body)?;
-    kb.finish([threads, 1, 1], [gx, gy, 1], "row_reduction");
+    kb.finish([threads, per_group, 1], [gx, gy, 1], "row_reduction");
     Ok(())
 }
