@@ -10,7 +10,7 @@ use ircc_dialects::graph::shape;
 
 use super::Group;
 use super::builder::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
-use super::values::{broadcast_index, tensor_shape};
+use super::values::{POINTWISE, broadcast_index, tensor_shape};
 use crate::index::simplify::{Idx, Ranges};
 
 type R<T> = Result<T, String>;
@@ -20,12 +20,12 @@ const MAX_GROUPS: i64 = 65_535;
 
 /// Matmul tiling: a workgroup of `WG`×`WG` invocations computes a
 /// `tile`×`tile` block of the result (`tile = WG · reg`), each invocation
-/// a `reg`×`reg` register tile, stepping through K by `BK` with both
-/// operand tiles in workgroup memory. An invocation's rows and columns are
+/// a `reg`×`reg` register tile, stepping through K by `TILE_WORDS / tile`
+/// with both operand tiles in workgroup memory. An invocation's rows and columns are
 /// `WG` apart, so neighbours read neighbouring words of the B tile (no
 /// bank conflicts) and store neighbouring words of the result.
 const WG: i64 = 16;
-const BK: i64 = 16;
+const TILE_WORDS: i64 = 1024;
 /// The register tile starts at `MAX_REG` and halves while the grid has
 /// fewer than `MIN_GROUPS` workgroups: a 49-row product (Swin's last
 /// stage) would otherwise keep a handful of compute units busy for the
@@ -86,12 +86,17 @@ pub(crate) fn lower_group(
     counter: &mut usize,
 ) -> R<()> {
     let (template, space) = template_of(m, group.anchor);
-    let (mut primary, mut rest): (Vec<_>, Vec<_>) = group
-        .outputs
-        .iter()
-        .copied()
-        .partition(|&(inner, _)| shape_of(m, inner) == space);
     let anchor_result = m.op(group.anchor).results[0];
+    // The template computes the outputs that read the anchor at their own
+    // index. An output that reads it elsewhere (Swin's roll of a
+    // layer_norm: four shifted pieces) would recompute a whole row or dot
+    // product per element, so it reads the stored anchor instead.
+    let costly_anchor = !POINTWISE.contains(&short(m, group.anchor).as_str());
+    let (mut primary, mut rest): (Vec<_>, Vec<_>) =
+        group.outputs.iter().copied().partition(|&(inner, _)| {
+            shape_of(m, inner) == space
+                && (!costly_anchor || reads_in_place(m, inner, anchor_result))
+        });
     let mut group_inputs = group.bindings.clone();
     // Outputs outside the anchor's iteration space that need the anchor (a
     // matmul read back through a view) read it from memory: the template
@@ -226,6 +231,27 @@ fn depends_on(m: &Module, v: ValueId, target: ValueId) -> bool {
     false
 }
 
+/// Whether `v` reads `anchor` only at its own index: through pointwise ops
+/// whose operands that need the anchor have the result's shape.
+fn reads_in_place(m: &Module, v: ValueId, anchor: ValueId) -> bool {
+    if v == anchor || !depends_on(m, v, anchor) {
+        return true;
+    }
+    let Some(op) = m.defining_op(v) else {
+        return true;
+    };
+    let o = m.op(op);
+    let pointwise = o
+        .name
+        .strip_prefix("graph.")
+        .is_some_and(|n| n == "identity" || POINTWISE.contains(&n));
+    pointwise
+        && o.operands.iter().all(|&x| {
+            !depends_on(m, x, anchor)
+                || (shape_of(m, x) == shape_of(m, v) && reads_in_place(m, x, anchor))
+        })
+}
+
 /// `i < n` as a flag, or `None` when it always holds.
 fn below(kb: &mut KernelBuilder, i: &Ix, n: i64, always: bool) -> Option<ValueId> {
     (!always).then(|| kb.index_cmp("lt", i, n))
@@ -352,66 +378,83 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
         };
         Ok(kb.cast(v, Type::Scalar(ElemType::F32)))
     };
-    let a_tile = kb.alloc(tile * BK, ElemType::F32);
-    let b_tile = kb.alloc(BK * tile, ElemType::F32);
+    // Operand tiles of `TILE_WORDS` words: the K step grows as the tile
+    // shrinks, so a small tile still issues four loads per operand and
+    // invocation per step instead of paying a full memory latency for one.
+    let bk = TILE_WORDS / tile;
+    let a_tile = kb.alloc(tile * bk, ElemType::F32);
+    let b_tile = kb.alloc(bk * tile, ElemType::F32);
     let tid = ly.clone() * Ix::constant(WG) + lx.clone();
     let zero = kb.constant(0.0, ElemType::F32);
-    let k_tiles = (kk + BK - 1) / BK;
-    let loads_per_thread = tile * BK / (WG * WG);
-    let accs = kb.for_loop(
-        k_tiles,
-        vec![zero; (reg * reg) as usize],
-        &mut |kb, kt, acc| {
-            for l in 0..loads_per_thread {
-                let e = tid.clone() + Ix::constant(l * WG * WG);
-                let (ar, ac) = (
-                    e.clone().floor_div(Ix::constant(BK)),
-                    e.clone().modulo(Ix::constant(BK)),
-                );
-                let k = kt.clone() * Ix::constant(BK) + ac;
-                let row = wy.clone() * Ix::constant(tile) + ar;
-                let v = at(kb, 0, row, k.clone())?;
-                let v = zero_beyond(kb, v, &k, kk);
-                kb.store(v, a_tile, &e);
-                let (br, bc) = (
-                    e.clone().floor_div(Ix::constant(tile)),
-                    e.clone().modulo(Ix::constant(tile)),
-                );
-                let k = kt.clone() * Ix::constant(BK) + br;
-                let col = wx.clone() * Ix::constant(tile) + bc;
-                let v = at(kb, 1, k.clone(), col)?;
-                let v = zero_beyond(kb, v, &k, kk);
-                kb.store(v, b_tile, &e);
-            }
-            kb.barrier();
-            let next = kb.for_loop(BK, acc.to_vec(), &mut |kb, k, acc| {
-                let xs: Vec<ValueId> = (0..reg)
-                    .map(|i| {
-                        let off =
-                            (ly.clone() + Ix::constant(i * WG)) * Ix::constant(BK) + k.clone();
-                        kb.load(a_tile, &off)
-                    })
-                    .collect();
-                let ys: Vec<ValueId> = (0..reg)
-                    .map(|j| {
-                        let off =
-                            k.clone() * Ix::constant(tile) + lx.clone() + Ix::constant(j * WG);
-                        kb.load(b_tile, &off)
-                    })
-                    .collect();
-                let mut next = Vec::new();
-                for (i, &x) in xs.iter().enumerate() {
-                    for (j, &y) in ys.iter().enumerate() {
-                        let p = kb.binary("mul", x, y);
-                        next.push(kb.binary("add", acc[i * reg as usize + j], p));
-                    }
+    let k_tiles = (kk + bk - 1) / bk;
+    let loads_per_thread = TILE_WORDS / (WG * WG);
+    let slot = |l: i64| tid.clone() + Ix::constant(l * WG * WG);
+    // This invocation's share of the operand tiles at K step `kt`, A and B
+    // interleaved.
+    let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<ValueId>> {
+        let mut words = Vec::new();
+        for l in 0..loads_per_thread {
+            let e = slot(l);
+            let (ar, ac) = (
+                e.clone().floor_div(Ix::constant(bk)),
+                e.clone().modulo(Ix::constant(bk)),
+            );
+            let k = kt.clone() * Ix::constant(bk) + ac;
+            let row = wy.clone() * Ix::constant(tile) + ar;
+            let v = at(kb, 0, row, k.clone())?;
+            words.push(zero_beyond(kb, v, &k, kk, bk));
+            let (br, bc) = (
+                e.clone().floor_div(Ix::constant(tile)),
+                e.modulo(Ix::constant(tile)),
+            );
+            let k = kt.clone() * Ix::constant(bk) + br;
+            let col = wx.clone() * Ix::constant(tile) + bc;
+            let v = at(kb, 1, k.clone(), col)?;
+            words.push(zero_beyond(kb, v, &k, kk, bk));
+        }
+        Ok(words)
+    };
+    // Software pipelining: the loads of step kt + 1 are issued before the
+    // products of step kt, so their latency hides behind the arithmetic.
+    // The last step fetches one tile past K, which is never used.
+    let accs_len = (reg * reg) as usize;
+    let mut init = vec![zero; accs_len];
+    init.extend(fetch(kb, Ix::constant(0))?);
+    let carried = kb.for_loop(k_tiles, init, &mut |kb, kt, carried| {
+        let (acc, words) = carried.split_at(accs_len);
+        for (l, pair) in words.chunks(2).enumerate() {
+            kb.store(pair[0], a_tile, &slot(l as i64));
+            kb.store(pair[1], b_tile, &slot(l as i64));
+        }
+        kb.barrier();
+        let prefetched = fetch(kb, kt + Ix::constant(1))?;
+        let mut next = kb.for_loop(bk, acc.to_vec(), &mut |kb, k, acc| {
+            let xs: Vec<ValueId> = (0..reg)
+                .map(|i| {
+                    let off = (ly.clone() + Ix::constant(i * WG)) * Ix::constant(bk) + k.clone();
+                    kb.load(a_tile, &off)
+                })
+                .collect();
+            let ys: Vec<ValueId> = (0..reg)
+                .map(|j| {
+                    let off = k.clone() * Ix::constant(tile) + lx.clone() + Ix::constant(j * WG);
+                    kb.load(b_tile, &off)
+                })
+                .collect();
+            let mut next = Vec::new();
+            for (i, &x) in xs.iter().enumerate() {
+                for (j, &y) in ys.iter().enumerate() {
+                    let p = kb.binary("mul", x, y);
+                    next.push(kb.binary("add", acc[i * reg as usize + j], p));
                 }
-                Ok(next)
-            })?;
-            kb.barrier();
+            }
             Ok(next)
-        },
-    )?;
+        })?;
+        kb.barrier();
+        next.extend(prefetched);
+        Ok(next)
+    })?;
+    let accs = &carried[..accs_len];
     for i in 0..reg {
         for j in 0..reg {
             let row = wy.clone() * Ix::constant(tile) + ly.clone() + Ix::constant(i * WG);
@@ -448,13 +491,13 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     kb.finish([WG, WG, 1], [gx, gy, batches], "matmul_tiled");
     kb.m.op_mut(kb.func).attrs.insert(
         "tile".into(),
-        Attribute::DenseI64Array(vec![tile, tile, BK, reg, reg]),
+        Attribute::DenseI64Array(vec![tile, tile, bk, reg, reg]),
     );
     Ok(())
 }
 
-fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64) -> ValueId {
-    if kk % BK == 0 {
+fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64, bk: i64) -> ValueId {
+    if kk % bk == 0 {
         return v;
     }
     let inside = kb.index_cmp("lt", k, kk);

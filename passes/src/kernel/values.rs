@@ -14,6 +14,38 @@ use super::builder::{Input, Ix, KernelBuilder, kernel_elem, linearize};
 type R<T> = Result<T, String>;
 
 /// The index into an operand of `shape` that broadcasts to `idx`.
+/// The graph ops computed element by element (operands broadcast).
+pub const POINTWISE: &[&str] = &[
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "max",
+    "min",
+    "pow",
+    "equal",
+    "less",
+    "greater",
+    "where",
+    "not",
+    "neg",
+    "abs",
+    "exp",
+    "log",
+    "sqrt",
+    "reciprocal",
+    "erf",
+    "tanh",
+    "sigmoid",
+    "relu",
+    "hard_swish",
+    "leaky_relu",
+    "gelu",
+    "hard_sigmoid",
+    "clip",
+    "cast",
+];
+
 pub fn broadcast_index(idx: &[Ix], shape: &[i64]) -> Vec<Ix> {
     let lead = idx.len() - shape.len();
     shape
@@ -148,10 +180,7 @@ impl KernelBuilder<'_> {
                 Some(x) => Ok(self.constant(x, out_elem)),
                 None => Err("a non-splat graph.constant inside a kernel".to_string()),
             },
-            "add" | "sub" | "mul" | "div" | "max" | "min" | "pow" | "equal" | "less"
-            | "greater" | "where" | "not" | "neg" | "abs" | "exp" | "log" | "sqrt"
-            | "reciprocal" | "erf" | "tanh" | "sigmoid" | "relu" | "hard_swish" | "leaky_relu"
-            | "gelu" | "hard_sigmoid" | "clip" | "cast" => {
+            s if POINTWISE.contains(&s) => {
                 let operands = self.m.op(op).operands.clone();
                 let mut xs = Vec::new();
                 for &x in &operands {
