@@ -201,16 +201,33 @@ impl Session {
         let mut bind_groups = Vec::new();
         for (d, (name, wgsl)) in plan.dispatches.iter().zip(&plan.shaders) {
             let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-            let module = device.create_shader_module(wgpu::ShaderModuleDescriptor {
-                label: Some(name),
-                source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-            });
+            // SAFETY: every loop ircc emits has constant bounds, so the
+            // guard wgpu adds against infinite loops is dropped (it costs a
+            // 64-bit counter in each matmul step). Buffer bounds checks and
+            // integer-division checks stay on.
+            let module = unsafe {
+                device.create_shader_module_trusted(
+                    wgpu::ShaderModuleDescriptor {
+                        label: Some(name),
+                        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+                    },
+                    wgpu::ShaderRuntimeChecks {
+                        force_loop_bounding: false,
+                        ..wgpu::ShaderRuntimeChecks::checked()
+                    },
+                )
+            };
             let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(name),
                 layout: None,
                 module: &module,
                 entry_point: Some("main"),
-                compilation_options: Default::default(),
+                // Every template writes a workgroup-memory word before any
+                // invocation reads it, so zeroing it at each start is waste.
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    zero_initialize_workgroup_memory: false,
+                    ..Default::default()
+                },
                 cache: None,
             });
             let entries: Vec<wgpu::BindGroupEntry> = d
