@@ -103,3 +103,33 @@ pub fn find_model(name: &str) -> Option<PathBuf> {
         .map(|d| d.join(format!("{name}.onnx")))
         .find(|p| p.exists())
 }
+
+/// Whether wgpu finds an adapter here (the tiny MLP runs on it). Without
+/// one this fails when `IRCC_REQUIRE_GPU` is set (CI sets it), so a GPU
+/// test cannot pass by skipping there.
+pub fn gpu_available() -> bool {
+    let dir = scratch_dir("probe");
+    let out = dir.join("o");
+    let mlp = root().join("examples/mlp.ir");
+    let x = root().join("tests/data/mlp_x.npy");
+    let r = ircc(&[
+        "run",
+        mlp.to_str().unwrap(),
+        "--backend",
+        "wgpu",
+        "--input",
+        &format!("x={}", x.display()),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    if r.code != 0 && r.stderr.contains("no GPU adapter") {
+        assert!(
+            std::env::var_os("IRCC_REQUIRE_GPU").is_none(),
+            "no GPU adapter: {}",
+            r.stderr
+        );
+        return false;
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    true
+}

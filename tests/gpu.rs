@@ -83,34 +83,6 @@ fn every_emitted_shader_passes_naga() {
     eprintln!("{shaders} shaders of {plans} plans validated by naga");
 }
 
-/// Whether wgpu finds an adapter here (the tiny MLP runs).
-fn gpu_available() -> bool {
-    let dir = scratch_dir("probe");
-    let out = dir.join("o");
-    let mlp = root().join("examples/mlp.ir");
-    let x = root().join("tests/data/mlp_x.npy");
-    let r = ircc(&[
-        "run",
-        mlp.to_str().unwrap(),
-        "--backend",
-        "wgpu",
-        "--input",
-        &format!("x={}", x.display()),
-        "--output-dir",
-        out.to_str().unwrap(),
-    ]);
-    if r.code != 0 && r.stderr.contains("no GPU adapter") {
-        assert!(
-            std::env::var_os("IRCC_REQUIRE_GPU").is_none(),
-            "no GPU adapter: {}",
-            r.stderr
-        );
-        return false;
-    }
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    true
-}
-
 fn max_relative(got: &Path, want: &Path) -> f64 {
     let g = ircc_reference::read_npy(got).unwrap().to_f64();
     let w = ircc_reference::read_npy(want).unwrap().to_f64();
@@ -124,7 +96,7 @@ fn max_relative(got: &Path, want: &Path) -> f64 {
 
 #[test]
 fn models_run_on_wgpu_and_match() {
-    if !gpu_available() {
+    if !ircc_tests::gpu_available() {
         eprintln!("0 passed, 0 failed, 48 skipped (no GPU adapter)");
         return;
     }

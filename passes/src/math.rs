@@ -571,16 +571,24 @@ impl Pass for MathRewrite {
                 let root_class = runner.egraph.find(runner.roots[0]);
                 let extractor = Extractor::new(&runner.egraph, Flops(&runner.egraph));
                 let (best_cost, best) = extractor.find_best(root_class);
+                // The cost of the term as it is: Flops reads operand shapes
+                // from the e-graph, so each node is costed with its
+                // children's e-classes, not their positions in `expr`.
+                let Some(class_of) = runner.egraph.lookup_expr_ids(&expr) else {
+                    continue;
+                };
                 let mut original = Flops(&runner.egraph);
-                let original_cost = expr.as_ref().iter().enumerate().fold(
-                    Vec::new(),
-                    |mut acc: Vec<f64>, (_, n)| {
-                        let c = original.cost(n, |id| acc[usize::from(id)]);
-                        acc.push(c);
-                        acc
-                    },
-                );
-                if best_cost >= *original_cost.last().unwrap_or(&0.0) {
+                let mut tree_cost: Vec<f64> = Vec::new();
+                for n in expr.as_ref() {
+                    let children: HashMap<Id, f64> = n
+                        .children()
+                        .iter()
+                        .map(|&c| (class_of[usize::from(c)], tree_cost[usize::from(c)]))
+                        .collect();
+                    let in_classes = n.clone().map_children(|c| class_of[usize::from(c)]);
+                    tree_cost.push(original.cost(&in_classes, |id| children[&id]));
+                }
+                if best_cost >= *tree_cost.last().unwrap_or(&0.0) {
                     continue;
                 }
                 let elem = module

@@ -46,18 +46,52 @@ fn str_attr<'m>(m: &'m Module, op: OpId, name: &str) -> R<&'m str> {
     }
 }
 
-/// A float literal of type `ty` (infinities become the largest finite value).
+/// A float value of type `ty`. WGSL has no non-finite constants, so
+/// infinities and NaN come from the bits in [`NON_FINITE`] at run time.
 fn float_literal(x: f64, ty: &str) -> String {
+    let runtime = |bits: &str| {
+        if ty == "f32" {
+            format!("bitcast<f32>({bits})")
+        } else {
+            format!("{ty}(bitcast<f32>({bits}))")
+        }
+    };
+    if x.is_nan() {
+        return runtime("ircc_nan_bits");
+    }
+    if x.is_infinite() {
+        let inf = runtime("ircc_inf_bits");
+        return if x > 0.0 { inf } else { format!("(-{inf})") };
+    }
     let (max, suffix) = if ty == "f16" {
         (65504.0, "h")
     } else {
         (f32::MAX as f64, "f")
     };
+    // Finite values beyond the type's range round to its largest value.
     let x = x.clamp(-max, max);
     if ty == "f16" {
         format!("{:?}{suffix}", half::f16::from_f64(x).to_f32())
     } else {
         format!("{:?}{suffix}", x as f32)
+    }
+}
+
+/// Helper code a kernel may need, each emitted once before `main`.
+#[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+enum Helper {
+    Erf,
+    NonFinite,
+    IntPow,
+}
+
+impl Helper {
+    fn text(self) -> &'static str {
+        match self {
+            Helper::Erf => ERF,
+            Helper::NonFinite => NON_FINITE,
+            Helper::IntPow => INT_POW,
+        }
     }
 }
 
@@ -71,12 +105,39 @@ fn ircc_erf(x: f32) -> f32 {
 }
 ";
 
+const NON_FINITE: &str = "
+// Bits of +inf and NaN, read at run time: a non-finite constant is an error.
+var<private> ircc_inf_bits: u32 = 0x7f800000u;
+var<private> ircc_nan_bits: u32 = 0x7fc00000u;
+";
+
+const INT_POW: &str = "
+// x^n for integers by squaring (WGSL's pow is for floats); a negative n
+// truncates toward zero as the real power would.
+fn ircc_ipow(x: i32, n: i32) -> i32 {
+    if (n < 0) {
+        if (x == 1) { return 1; }
+        if (x == -1) { return select(-1, 1, (n & 1) == 0); }
+        return 0;
+    }
+    var r = 1;
+    var b = x;
+    var e = n;
+    for (var i = 0; i < 31 && e > 0; i = i + 1) {
+        if ((e & 1) == 1) { r = r * b; }
+        b = b * b;
+        e = e >> 1u;
+    }
+    return r;
+}
+";
+
 struct Printer<'m> {
     m: &'m Module,
     names: HashMap<ValueId, String>,
     next: usize,
     out: String,
-    uses_erf: bool,
+    helpers: std::collections::BTreeSet<Helper>,
 }
 
 impl Printer<'_> {
@@ -159,7 +220,12 @@ impl Printer<'_> {
                 format!("i32({var}.{axis})")
             }
             "kernel.constant" => match o.attr("value") {
-                Some(Attribute::Float(x, _)) => float_literal(*x, ty),
+                Some(Attribute::Float(x, _)) => {
+                    if !x.is_finite() {
+                        self.helpers.insert(Helper::NonFinite);
+                    }
+                    float_literal(*x, ty)
+                }
                 Some(Attribute::Int(x, _)) => format!("{x}i"),
                 Some(Attribute::Bool(b)) => b.to_string(),
                 _ => return Err("kernel.constant lacks its value".to_string()),
@@ -183,7 +249,7 @@ impl Printer<'_> {
                         float_literal(15.0, ty)
                     ),
                     "erf" => {
-                        self.uses_erf = true;
+                        self.helpers.insert(Helper::Erf);
                         if ty == "f32" {
                             format!("ircc_erf({x})")
                         } else {
@@ -205,6 +271,10 @@ impl Printer<'_> {
                     "div" => format!("{a} / {b}"),
                     "and" => format!("{a} && {b}"),
                     "or" => format!("{a} || {b}"),
+                    "pow" if ty == "i32" => {
+                        self.helpers.insert(Helper::IntPow);
+                        format!("ircc_ipow({a}, i32({b}))")
+                    }
                     f @ ("max" | "min" | "pow") => format!("{f}({a}, {b})"),
                     other => return Err(format!("unknown binary function '{other}'")),
                 }
@@ -260,7 +330,8 @@ impl Printer<'_> {
             self.names.insert(o.results[i], var.clone());
             carried.push(var);
         }
-        let iv = self.fresh("i", args[0]);
+        // Not `i`: the 32nd name would be `i32`, a type.
+        let iv = self.fresh("k", args[0]);
         let (lo, hi, step) = (
             int_attr(m, op, "lower")?,
             int_attr(m, op, "upper")?,
@@ -339,7 +410,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
         names,
         next: 0,
         out: String::new(),
-        uses_erf: false,
+        helpers: Default::default(),
     };
     p.block(block, 1)?;
     let mut s = String::new();
@@ -348,8 +419,8 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
     }
     let name = str_attr(m, func, "sym_name")?;
     let _ = writeln!(s, "// kernel {name}\n{header}");
-    if p.uses_erf {
-        s.push_str(ERF);
+    for h in &p.helpers {
+        s.push_str(h.text());
         s.push('\n');
     }
     let _ = writeln!(

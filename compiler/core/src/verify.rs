@@ -5,13 +5,14 @@
 //! operand and result counts, attribute presence and kinds, unknown
 //! attributes (names without a dialect prefix must be declared), affine
 //! maps, the op's own verify hook, inferred against declared result types,
-//! unique symbols, and the integrity of use lists.
+//! unique symbols, the integrity of use lists, and that every value is
+//! defined before it is used.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use crate::attr::Attribute;
 use crate::diag::{Diagnostic, Diagnostics};
-use crate::ir::{Module, OpId, Use};
+use crate::ir::{BlockId, Module, OpId, Use, ValueId};
 use crate::print::is_discardable;
 use crate::registry::{AttrKind, OpView, Registry};
 use crate::types::{MAX_DIM, Type};
@@ -52,10 +53,56 @@ pub fn verify(
             errors.push(Diagnostic::error(module.op(op).loc.clone(), message));
         }
     });
+    for &op in module.top_ops() {
+        for &r in &module.op(op).regions {
+            for &b in &module.regions[r].blocks {
+                check_defined_before_use(module, b, &mut HashSet::new(), &mut errors);
+            }
+        }
+    }
     if errors.is_empty() {
         Ok(())
     } else {
         Err(Diagnostics(errors))
+    }
+}
+
+/// Every operand is a value of an enclosing block defined before its use:
+/// an argument of this block or an enclosing one, or a result of an
+/// earlier op. (A pass that outlines ops can otherwise leave a cycle that
+/// only the printer would notice.)
+fn check_defined_before_use(
+    module: &Module,
+    block: BlockId,
+    visible: &mut HashSet<ValueId>,
+    errors: &mut Vec<Diagnostic>,
+) {
+    let mut added: Vec<ValueId> = module.blocks[block].args.clone();
+    visible.extend(added.iter().copied());
+    for &op in &module.blocks[block].ops {
+        let o = module.op(op);
+        for (i, v) in o.operands.iter().enumerate() {
+            if !visible.contains(v) {
+                let name = module.value(*v).name.as_deref().unwrap_or("?");
+                errors.push(Diagnostic::error(
+                    o.loc.clone(),
+                    format!(
+                        "operand #{i} of '{}' (%{name}) is not defined before this use",
+                        o.name
+                    ),
+                ));
+            }
+        }
+        for &r in &o.regions {
+            for &b in &module.regions[r].blocks {
+                check_defined_before_use(module, b, visible, errors);
+            }
+        }
+        visible.extend(o.results.iter().copied());
+        added.extend(o.results.iter().copied());
+    }
+    for v in added {
+        visible.remove(&v);
     }
 }
 

@@ -120,23 +120,85 @@ pub(crate) fn output_elems(m: &Module, func: OpId) -> Vec<ElemType> {
     }
 }
 
+/// What a wgpu session is made of: the plan, the output element types and
+/// the weights by name.
 #[cfg(feature = "wgpu")]
-pub(crate) fn session(
+type GpuProgram = (ircc_wgsl::Plan, Vec<ElemType>, HashMap<String, Tensor>);
+
+#[cfg(feature = "wgpu")]
+fn gpu_program(
     driver: &Driver,
     loaded: &mut Loaded,
     precision: Precision,
-) -> Result<ircc_wgsl::Session, Failure> {
+) -> Result<GpuProgram, Failure> {
     driver.lower_kernels(loaded, precision)?;
     let func = main_function(&loaded.module)?;
     let weights = driver.weights_of(loaded, func)?;
     let plan = ircc_wgsl::plan(&loaded.module, func).map_err(plain)?;
+    Ok((plan, output_elems(&loaded.module, func), weights))
+}
+
+#[cfg(feature = "wgpu")]
+fn start(program: GpuProgram) -> Result<ircc_wgsl::Session, String> {
+    let (plan, outputs, weights) = program;
     let lookup = |name: &str| {
         weights
             .get(name)
             .cloned()
             .ok_or_else(|| format!("no weight '{name}'"))
     };
-    ircc_wgsl::Session::new(plan, output_elems(&loaded.module, func), &lookup).map_err(plain)
+    ircc_wgsl::Session::new(plan, outputs, &lookup)
+}
+
+#[cfg(feature = "wgpu")]
+pub(crate) fn session(
+    driver: &Driver,
+    loaded: &mut Loaded,
+    precision: Precision,
+) -> Result<ircc_wgsl::Session, Failure> {
+    start(gpu_program(driver, loaded, precision)?).map_err(plain)
+}
+
+impl Driver {
+    /// Compiles `loaded` with the pipeline `args` names, lowers it to
+    /// kernels at `precision` and runs it once on the wgpu adapter: the
+    /// library form of `ircc run --backend wgpu`. The error says which
+    /// step failed: `lower` (compiling, lowering or planning: the module
+    /// uses something the GPU path does not support) or `run`.
+    #[cfg(feature = "wgpu")]
+    pub fn run_on_gpu(
+        &self,
+        loaded: &mut Loaded,
+        args: &crate::PipelineArgs,
+        precision: Precision,
+        inputs: &[Tensor],
+    ) -> Result<Vec<Tensor>, GpuError> {
+        let lower = |f: Failure| GpuError::Lower(f.diagnostics.to_string());
+        self.transform(loaded, args, ircc_core::Form::Pretty, &mut std::io::sink())
+            .map_err(lower)?;
+        let program = gpu_program(self, loaded, precision).map_err(lower)?;
+        start(program)
+            .and_then(|mut session| session.run(inputs))
+            .map_err(GpuError::Run)
+    }
+}
+
+/// Why [`Driver::run_on_gpu`] failed.
+#[derive(Debug)]
+pub enum GpuError {
+    /// Compiling for the GPU failed: an op, type or size it cannot handle.
+    Lower(String),
+    /// The GPU refused or failed the compiled module.
+    Run(String),
+}
+
+impl std::fmt::Display for GpuError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            GpuError::Lower(e) => write!(f, "lowering for the GPU: {e}"),
+            GpuError::Run(e) => write!(f, "running on the GPU: {e}"),
+        }
+    }
 }
 
 #[cfg(not(feature = "wgpu"))]

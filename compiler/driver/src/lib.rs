@@ -12,6 +12,8 @@ pub mod dot;
 pub mod figures;
 mod gpu;
 
+pub use gpu::GpuError;
+
 use std::collections::HashMap;
 use std::io::{Read, Write};
 use std::path::{Path, PathBuf};

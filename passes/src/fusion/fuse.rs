@@ -254,34 +254,56 @@ fn outline(module: &mut Module, block: BlockId, group: &Group) {
         .map(|(i, &o)| (o, i))
         .collect();
     let mut members: HashSet<OpId> = group.ops.iter().copied().collect();
-    // Views whose every reader is in the group are part of its index math.
-    for &op in &group.ops {
-        for &v in &module.op(op).operands {
-            if let Some(p) = module.defining_op(v) {
+    // Views between members (a member reads a view of another member's
+    // result) are part of the group's index math and go inside; those that
+    // outside ops read too are copied, the original staying for them.
+    let mut views: HashSet<OpId> = HashSet::new();
+    loop {
+        let mut grew = false;
+        let inside: HashSet<OpId> = members.union(&views).copied().collect();
+        for &op in &inside {
+            for &v in &module.op(op).operands {
+                let Some(p) = module.defining_op(v) else {
+                    continue;
+                };
+                if module.op(p).name != "index.view" || inside.contains(&p) {
+                    continue;
+                }
+                let source_inside = module
+                    .defining_op(module.op(p).operands[0])
+                    .is_some_and(|s| inside.contains(&s));
                 let only_here = module
                     .op(p)
                     .results
                     .iter()
-                    .all(|&r| module.value(r).uses.iter().all(|u| members.contains(&u.op)));
-                if module.op(p).name == "index.view" && only_here {
+                    .all(|&r| module.value(r).uses.iter().all(|u| inside.contains(&u.op)));
+                if only_here {
                     members.insert(p);
+                    grew = true;
+                } else if source_inside {
+                    views.insert(p);
+                    grew = true;
                 }
             }
         }
+        if !grew {
+            break;
+        }
     }
-    let mut ordered: Vec<OpId> = members.iter().copied().collect();
+    let cloned: HashSet<OpId> = members.union(&views).copied().collect();
+    let mut ordered: Vec<OpId> = cloned.iter().copied().collect();
     ordered.sort_by_key(|o| position[o]);
     let mut inputs: Vec<ValueId> = Vec::new();
     for &op in &ordered {
         for &v in &module.op(op).operands {
-            let inside = module.defining_op(v).is_some_and(|p| members.contains(&p));
+            let inside = module.defining_op(v).is_some_and(|p| cloned.contains(&p));
             if !inside && !inputs.contains(&v) {
                 inputs.push(v);
             }
         }
     }
     let mut outputs: Vec<ValueId> = Vec::new();
-    for &op in &ordered {
+    for &op in ordered.iter().filter(|op| members.contains(op)) {
         for &r in &module.op(op).results {
             if module
                 .value(r)
@@ -349,7 +371,7 @@ fn outline(module: &mut Module, block: BlockId, group: &Group) {
         module.values[new].name = module.value(r).name.clone();
         module.replace_all_uses(r, new);
     }
-    for &op in ordered.iter().rev() {
+    for &op in ordered.iter().rev().filter(|op| members.contains(op)) {
         module.erase_op(op);
     }
 }

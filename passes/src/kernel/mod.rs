@@ -187,6 +187,20 @@ impl KernelLower {
             }
             let group = group_of(m, op);
             let loc = m.op(op).loc.clone();
+            // A buffer binding cannot be empty, so neither can a tensor.
+            let empty = m.op(op).results.iter().chain(&m.op(op).operands).any(|&v| {
+                m.value_type(v)
+                    .as_tensor()
+                    .is_some_and(|t| t.shape.contains(&0))
+            });
+            if empty {
+                return Err(Diagnostic::error(
+                    loc,
+                    format!(
+                        "kernel.lower: '{name}' has a tensor with no elements, which kernels cannot bind"
+                    ),
+                ));
+            }
             templates::lower_group(m, ctx, &rules, &cache, &group, self.float, counter)
                 .map_err(|e| Diagnostic::error(loc, format!("kernel.lower: '{name}': {e}")))?;
             m.erase_op(op);
