@@ -17,6 +17,7 @@
 
 mod builder;
 mod templates;
+mod upsample;
 mod values;
 
 use ircc_core::diag::{Diagnostic, Diagnostics};

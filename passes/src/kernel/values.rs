@@ -90,7 +90,7 @@ pub fn splat(kb: &KernelBuilder, v: ValueId) -> Option<f64> {
 }
 
 /// A float accumulator type: f32 even when tensors are f16.
-const ACC: ElemType = ElemType::F32;
+pub(super) const ACC: ElemType = ElemType::F32;
 
 impl KernelBuilder<'_> {
     /// The kernel value of graph value `v` at `idx`.
@@ -137,7 +137,7 @@ impl KernelBuilder<'_> {
 
     /// The value of `v` (of any element type) as the f32 accumulator type,
     /// or unchanged for integers.
-    fn widen(&mut self, x: ValueId) -> ValueId {
+    pub(super) fn widen(&mut self, x: ValueId) -> ValueId {
         if self.elem(x).is_float() {
             self.cast(x, Type::Scalar(ACC))
         } else {
@@ -145,18 +145,18 @@ impl KernelBuilder<'_> {
         }
     }
 
-    fn narrow(&mut self, x: ValueId, elem: ElemType) -> ValueId {
+    pub(super) fn narrow(&mut self, x: ValueId, elem: ElemType) -> ValueId {
         self.cast(x, Type::Scalar(elem))
     }
 
-    fn view<'v>(&'v self, op: OpId) -> R<OpView<'v>> {
+    pub(super) fn view<'v>(&'v self, op: OpId) -> R<OpView<'v>> {
         self.ctx
             .registry
             .view(self.m, op)
             .ok_or_else(|| format!("'{}' is not registered", self.m.op(op).name))
     }
 
-    fn operand(&self, op: OpId, i: usize) -> ValueId {
+    pub(super) fn operand(&self, op: OpId, i: usize) -> ValueId {
         self.m.op(op).operands[i]
     }
 
@@ -206,6 +206,8 @@ impl KernelBuilder<'_> {
             "matmul" => self.matmul_at(op, idx),
             "gemm" => self.gemm_at(op, idx),
             "conv" => self.conv_at(op, idx),
+            "conv_transpose" => self.conv_transpose_at(op, idx),
+            "resize" => self.resize_at(op, idx),
             "max_pool" | "average_pool" => self.pool_at(op, idx, short == "max_pool"),
             "global_average_pool" => {
                 let x = self.operand(op, 0);
@@ -484,7 +486,7 @@ impl KernelBuilder<'_> {
     }
 
     /// `flag` ? `x` : 0 for positions of a window that fall in the padding.
-    fn in_bounds(&mut self, positions: &[Ix], extents: &[i64]) -> Option<ValueId> {
+    pub(super) fn in_bounds(&mut self, positions: &[Ix], extents: &[i64]) -> Option<ValueId> {
         let mut flags = Vec::new();
         for (p, &n) in positions.iter().zip(extents) {
             if p.as_const().is_some_and(|c| (0..n).contains(&c)) {

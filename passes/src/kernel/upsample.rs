@@ -1,0 +1,193 @@
+//! Ops whose output is larger than their input, computed per output
+//! element by finding the inputs that reach it: transposed convolution
+//! (the input positions whose window covers the output) and resize (the
+//! nearest input, or the linear taps around the source coordinate).
+
+use ircc_core::{ElemType, OpId, Type, ValueId};
+use ircc_dialects::graph::shape;
+
+use super::builder::{Ix, KernelBuilder};
+use super::values::{ACC, tensor_shape};
+
+type R<T> = Result<T, String>;
+
+impl KernelBuilder<'_> {
+    /// `y[n, co, o] = Σ x[n, ci, i] · w[ci, co mod M, k]` over the group's
+    /// input channels `ci` and kernel offsets `k`, where `i·s + k·d - pad =
+    /// o`: an offset contributes where `o + pad - k·d` is a non-negative
+    /// multiple of the stride below the input's extent.
+    pub(super) fn conv_transpose_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let (x, w) = (self.operand(op, 0), self.operand(op, 1));
+        let (sx, sw) = (tensor_shape(self, x), tensor_shape(self, w));
+        let spatial = sx.len() - 2;
+        let view = self.view(op)?;
+        let win = shape::window(&view, spatial)?;
+        let group = view.i64("group")?;
+        let has_bias = self.m.op(op).operands.len() > 2;
+        let (cg, mg) = (sx[1] / group, sw[1]);
+        let first_channel = idx[1].clone().floor_div(Ix::constant(mg)) * Ix::constant(cg);
+        let out_channel = idx[1].clone().modulo(Ix::constant(mg));
+        let mut extents = vec![cg];
+        extents.extend(&sw[2..]);
+        let idx = idx.to_vec();
+        let out = self.float;
+        let acc = self.sum(&extents, out, &mut |kb, ivs| {
+            let mut flags = Vec::new();
+            let mut positions = Vec::new();
+            for d in 0..spatial {
+                let reach = idx[2 + d].clone() + Ix::constant(win.pads[d])
+                    - ivs[1 + d].clone() * Ix::constant(win.dilations[d]);
+                let stride = win.strides[d];
+                let i = reach.clone().floor_div(Ix::constant(stride));
+                flags.push(kb.index_cmp("ge", &reach, 0));
+                if stride > 1 {
+                    let rest = reach.modulo(Ix::constant(stride));
+                    flags.push(kb.index_cmp("eq", &rest, 0));
+                }
+                flags.push(kb.index_cmp("lt", &i, sx[2 + d]));
+                positions.push(i);
+            }
+            let channel = first_channel.clone() + ivs[0].clone();
+            let mut ix = vec![idx[0].clone(), channel.clone()];
+            ix.extend(positions);
+            let mut iw = vec![channel, out_channel.clone()];
+            iw.extend(ivs[1..].iter().cloned());
+            let xv = kb.value_at(x, &ix)?;
+            let wv = kb.value_at(w, &iw)?;
+            let (xv, wv) = (kb.widen(xv), kb.widen(wv));
+            let t = kb.binary("mul", xv, wv);
+            let inside = kb.all(flags);
+            let zero = kb.constant(0.0, ACC);
+            Ok(kb.select(inside, t, zero))
+        })?;
+        if has_bias {
+            let b = self.value_at(self.operand(op, 2), &idx[1..2])?;
+            return Ok(self.binary("add", acc, b));
+        }
+        Ok(acc)
+    }
+
+    /// Resize by the interpreter's rules: each output coordinate maps to a
+    /// source coordinate by `coordinate_transformation_mode`; `nearest`
+    /// rounds it by `nearest_mode`, `linear` blends the two inputs around it
+    /// on every resized axis. Axes the resize leaves alone read in place.
+    pub(super) fn resize_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let x = self.operand(op, 0);
+        let y = self.m.op(op).results[0];
+        let (sx, sy) = (tensor_shape(self, x), tensor_shape(self, y));
+        let view = self.view(op)?;
+        let scales: Vec<f64> = match view.f64s("scales")? {
+            Some(s) => s,
+            None => sy
+                .iter()
+                .zip(&sx)
+                .map(|(&o, &i)| o as f64 / i as f64)
+                .collect(),
+        };
+        let ctm = view.str("coordinate_transformation_mode")?.to_string();
+        let nearest = view.str("mode")? == "nearest";
+        let rounding = view.str("nearest_mode")?.to_string();
+        let resized: Vec<usize> = (0..sx.len())
+            .filter(|&d| sx[d] != sy[d] || scales[d] != 1.0)
+            .collect();
+        let mut coords = Vec::new();
+        for &d in &resized {
+            let c = self.source_coord(&ctm, &idx[d], sx[d], sy[d], scales[d]);
+            let last = self.constant((sx[d] - 1) as f64, ElemType::F32);
+            let zero = self.constant(0.0, ElemType::F32);
+            let c = if nearest {
+                let r = match rounding.as_str() {
+                    "floor" => self.unary("floor", c),
+                    "ceil" => self.unary("ceil", c),
+                    "round_prefer_ceil" => {
+                        let half = self.constant(0.5, ElemType::F32);
+                        let up = self.binary("add", c, half);
+                        self.unary("floor", up)
+                    }
+                    _ => {
+                        let half = self.constant(0.5, ElemType::F32);
+                        let down = self.binary("sub", c, half);
+                        self.unary("ceil", down)
+                    }
+                };
+                let r = self.binary("max", r, zero);
+                self.binary("min", r, last)
+            } else {
+                let c = self.binary("max", c, zero);
+                self.binary("min", c, last)
+            };
+            coords.push(c);
+        }
+        let at = |kb: &mut Self, picks: &[ValueId]| -> Vec<Ix> {
+            let mut src = idx.to_vec();
+            for (&d, &p) in resized.iter().zip(picks) {
+                let i = kb.cast(p, Type::Scalar(ElemType::I32));
+                let i = kb.cast(i, Type::Index);
+                src[d] = kb.var(i, sx[d]);
+            }
+            src
+        };
+        if nearest {
+            let src = at(self, &coords);
+            return self.value_at(x, &src);
+        }
+        // Linear: the corners of the cell around the coordinate, weighted
+        // by the distance to the opposite corner on each axis.
+        let mut taps = Vec::new();
+        for (&c, &d) in coords.iter().zip(&resized) {
+            let low = self.unary("floor", c);
+            let one = self.constant(1.0, ElemType::F32);
+            let last = self.constant((sx[d] - 1) as f64, ElemType::F32);
+            let next = self.binary("add", low, one);
+            let high = self.binary("min", next, last);
+            let t = self.binary("sub", c, low);
+            let s = self.binary("sub", one, t);
+            taps.push([(low, s), (high, t)]);
+        }
+        let mut acc = self.constant(0.0, ElemType::F32);
+        for corner in 0..(1usize << taps.len()) {
+            let mut weight = self.constant(1.0, ElemType::F32);
+            let mut picks = Vec::new();
+            for (k, tap) in taps.iter().enumerate() {
+                let (p, w) = tap[corner >> k & 1];
+                weight = self.binary("mul", weight, w);
+                picks.push(p);
+            }
+            let src = at(self, &picks);
+            let v = self.value_at(x, &src)?;
+            let v = self.cast(v, Type::Scalar(ElemType::F32));
+            let term = self.binary("mul", weight, v);
+            acc = self.binary("add", acc, term);
+        }
+        Ok(self.cast(acc, Type::Scalar(self.float)))
+    }
+
+    /// The source coordinate (f32) of output index `o` on one axis.
+    fn source_coord(&mut self, mode: &str, o: &Ix, n_in: i64, n_out: i64, scale: f64) -> ValueId {
+        let o = self.apply(o);
+        let o = self.cast(o, Type::Scalar(ElemType::I32));
+        let o = self.cast(o, Type::Scalar(ElemType::F32));
+        match mode {
+            "asymmetric" => {
+                let s = self.constant(scale, ElemType::F32);
+                self.binary("div", o, s)
+            }
+            "align_corners" if n_in as f64 * scale > 1.0 => {
+                let f = self.constant(
+                    (n_in - 1) as f64 / (n_in as f64 * scale - 1.0),
+                    ElemType::F32,
+                );
+                self.binary("mul", o, f)
+            }
+            "align_corners" => self.constant(0.0, ElemType::F32),
+            "pytorch_half_pixel" if n_out <= 1 => self.constant(0.0, ElemType::F32),
+            _ => {
+                let half = self.constant(0.5, ElemType::F32);
+                let s = self.constant(scale, ElemType::F32);
+                let shifted = self.binary("add", o, half);
+                let scaled = self.binary("div", shifted, s);
+                self.binary("sub", scaled, half)
+            }
+        }
+    }
+}
