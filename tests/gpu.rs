@@ -1,6 +1,7 @@
 //! The GPU path: every shared model lowers to kernels whose WGSL naga
 //! accepts, and runs on wgpu (lavapipe in CI, a software Vulkan GPU) for
-//! every pipeline and both precisions, matching the stored reference output
+//! every pipeline and both precisions, with intermediates in buffers and
+//! (for `none` and `smartmem`) in textures, matching the stored reference output
 //! (which the interpreter matches within 1e-6, see `tests/models.rs`):
 //! f32 within 1e-4 and f16 within 1e-2 of the output's scale.
 //!
@@ -97,7 +98,7 @@ fn max_relative(got: &Path, want: &Path) -> f64 {
 #[test]
 fn models_run_on_wgpu_and_match() {
     if !ircc_tests::gpu_available() {
-        eprintln!("0 passed, 0 failed, 48 skipped (no GPU adapter)");
+        eprintln!("0 passed, 0 failed, 80 skipped (no GPU adapter)");
         return;
     }
     let (mut passed, mut failed) = (0, Vec::new());
@@ -105,11 +106,17 @@ fn models_run_on_wgpu_and_match() {
         let dir = path.parent().unwrap();
         let input = dir.join(format!("{name}.input.npy"));
         let want = dir.join(format!("{name}.output.npy"));
-        for pipeline in PIPELINES {
+        // Every pipeline with buffers; `none` and `smartmem` again with
+        // intermediates in textures.
+        let variants = PIPELINES
+            .iter()
+            .map(|&p| (p, false))
+            .chain([("none", true), ("smartmem", true)]);
+        for (pipeline, textures) in variants {
             for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
                 let scratch = scratch_dir("run");
                 let out = scratch.join("o");
-                let r = ircc(&[
+                let mut args = vec![
                     "run",
                     path.to_str().unwrap(),
                     "--pipeline",
@@ -122,7 +129,16 @@ fn models_run_on_wgpu_and_match() {
                     input.to_str().unwrap(),
                     "--output-dir",
                     out.to_str().unwrap(),
-                ]);
+                ];
+                if textures {
+                    args.push("--textures");
+                }
+                let r = ircc(&args);
+                let pipeline = if textures {
+                    format!("{pipeline} (textures)")
+                } else {
+                    pipeline.to_string()
+                };
                 assert_eq!(r.code, 0, "{name} {pipeline} {precision}: {}", r.stderr);
                 let got = std::fs::read_dir(&out)
                     .unwrap()
@@ -146,13 +162,18 @@ fn models_run_on_wgpu_and_match() {
 #[test]
 fn kernel_ir_prints_and_parses_back() {
     let mlp = root().join("examples/mlp.ir");
-    let first = ircc(&[mlp.to_str().unwrap(), "--passes", "kernel.lower"]);
-    assert_eq!(first.code, 0, "{}", first.stderr);
-    assert!(first.stdout.contains("kernel.func") && first.stdout.contains("kernel.launch"));
-    let dir = scratch_dir("kernel-ir");
-    let file = dir.join("lowered.ir");
-    std::fs::write(&file, &first.stdout).unwrap();
-    let second = ircc(&[file.to_str().unwrap()]);
-    assert_eq!(second.code, 0, "{}", second.stderr);
-    assert_eq!(first.stdout, second.stdout);
+    for (passes, marker) in [
+        ("kernel.lower", "kernel.launch"),
+        ("kernel.lower{textures=true}", "kernel.texture_store"),
+    ] {
+        let first = ircc(&[mlp.to_str().unwrap(), "--passes", passes]);
+        assert_eq!(first.code, 0, "{}", first.stderr);
+        assert!(first.stdout.contains("kernel.func") && first.stdout.contains(marker));
+        let dir = scratch_dir("kernel-ir");
+        let file = dir.join("lowered.ir");
+        std::fs::write(&file, &first.stdout).unwrap();
+        let second = ircc(&[file.to_str().unwrap()]);
+        assert_eq!(second.code, 0, "{}", second.stderr);
+        assert_eq!(first.stdout, second.stdout);
+    }
 }

@@ -130,7 +130,7 @@ fn run_on_gpu(
         pipeline: Some("smartmem".into()),
         ..Default::default()
     };
-    match driver.run_on_gpu(&mut loaded, &args, ircc::Precision::F32, inputs) {
+    match driver.run_on_gpu(&mut loaded, &args, &ircc::KernelArgs::default(), inputs) {
         Err(ircc::GpuError::Lower(e)) => Outcome::Skipped(e),
         Err(e) => Outcome::Failed(e.to_string()),
         Ok(outputs) => {

@@ -13,16 +13,20 @@ fn ty(m: &Module, v: ValueId) -> &Type {
     m.value_type(v)
 }
 
-fn map_of<'a>(v: &OpView<'a>) -> Result<&'a ircc_core::AffineMap, String> {
+fn map_of<'a>(v: &OpView<'a>, results: usize) -> Result<&'a ircc_core::AffineMap, String> {
     match v.attr("map") {
-        Some(Attribute::AffineMap(map)) if map.num_results() == 1 && map.num_syms == 0 => Ok(map),
-        _ => Err("'map' must be an affine map with one result and no symbols".to_string()),
+        Some(Attribute::AffineMap(map)) if map.num_results() == results && map.num_syms == 0 => {
+            Ok(map)
+        }
+        _ => Err(format!(
+            "'map' must be an affine map with {results} result(s) and no symbols"
+        )),
     }
 }
 
-fn check_indices(v: &OpView, first: usize) -> Result<(), String> {
+fn check_indices(v: &OpView, first: usize, results: usize) -> Result<(), String> {
     let o = v.module.op(v.op);
-    let map = map_of(v)?;
+    let map = map_of(v, results)?;
     let indices = &o.operands[first.min(o.operands.len())..];
     if map.num_dims as usize != indices.len() {
         return Err(format!(
@@ -55,7 +59,7 @@ fn verify_load(v: &OpView) -> Result<(), String> {
     if *ty(v.module, o.results[0]) != Type::Scalar(elem) {
         return Err(format!("a load from {elem} memory gives {elem}"));
     }
-    check_indices(v, 1)
+    check_indices(v, 1, 1)
 }
 
 fn verify_store(v: &OpView) -> Result<(), String> {
@@ -64,7 +68,29 @@ fn verify_store(v: &OpView) -> Result<(), String> {
     if *ty(v.module, o.operands[0]) != Type::Scalar(elem) {
         return Err(format!("only {elem} values can be stored to {elem} memory"));
     }
-    check_indices(v, 2)
+    check_indices(v, 2, 1)
+}
+
+fn verify_texture_load(v: &OpView) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    let elem = memory_elem(v.module, o.operands[0])?;
+    if !elem.is_float() || *ty(v.module, o.results[0]) != Type::Scalar(elem) {
+        return Err("a texture holds floats, and a load gives its element type".to_string());
+    }
+    check_indices(v, 1, 3)
+}
+
+fn verify_texture_store(v: &OpView) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    let elem = memory_elem(v.module, o.operands[4])?;
+    if !elem.is_float()
+        || o.operands[..4]
+            .iter()
+            .any(|&x| *ty(v.module, x) != Type::Scalar(elem))
+    {
+        return Err(format!("a texel of a {elem} texture is four {elem} lanes"));
+    }
+    check_indices(v, 5, 2)
 }
 
 fn verify_apply(v: &OpView) -> Result<(), String> {
@@ -72,7 +98,7 @@ fn verify_apply(v: &OpView) -> Result<(), String> {
     if *ty(v.module, o.results[0]) != Type::Index {
         return Err("kernel.apply gives an index".to_string());
     }
-    check_indices(v, 0)
+    check_indices(v, 0, 1)
 }
 
 fn same_types(v: &OpView, operands: std::ops::Range<usize>) -> Result<(), String> {
@@ -258,6 +284,8 @@ pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
             ("kernel.apply", checked(verify_apply)),
             ("kernel.load", checked(verify_load)),
             ("kernel.store", checked(verify_store)),
+            ("kernel.texture_load", checked(verify_texture_load)),
+            ("kernel.texture_store", checked(verify_texture_store)),
             ("kernel.unary", checked(verify_in_kernel)),
             ("kernel.binary", checked(verify_binary)),
             ("kernel.cmp", checked(verify_cmp)),

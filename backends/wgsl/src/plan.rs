@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use ircc_core::{Attribute, ElemType, Module, OpId, ValueId};
 use serde::Serialize;
 
-use crate::wgsl::kernel_to_wgsl;
+use crate::wgsl::{kernel_to_wgsl, texture_args};
 
 type R<T> = Result<T, String>;
 
@@ -24,6 +24,8 @@ pub enum BufferKind {
     Weight,
     Constant,
     Intermediate,
+    /// An intermediate held in a 2.5D texture of four-lane texels.
+    Texture,
     Output,
 }
 
@@ -42,6 +44,10 @@ pub struct BufferPlan {
     /// The name of the tensor in the weights file, for weights and constants.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tensor: Option<String>,
+    /// Width and height in texels, for textures (format rgba32float, or
+    /// rgba16float at f16 precision).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub texels: Option<[u32; 2]>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -162,6 +168,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
             bytes: (t.num_elements().max(1) as u64) * elem.byte_size() as u64,
             pool_offset: None,
             tensor,
+            texels: None,
         });
         ids.insert(v, id);
         Ok(id)
@@ -220,11 +227,39 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                     .lookup_symbol(&kernel)
                     .ok_or_else(|| format!("no kernel.func @{kernel}"))?;
                 let mut bindings = Vec::new();
+                let textures = texture_args(m, kf).map_err(|e| format!("@{kernel}: {e}"))?;
+                let texels = |arg: usize| {
+                    textures
+                        .iter()
+                        .find(|&&(a, ..)| a == arg)
+                        .map(|&(_, w, h)| [w, h])
+                };
                 for (i, &x) in o.operands.iter().enumerate() {
                     let buffer = *ids
                         .get(&x)
                         .ok_or_else(|| format!("@{kernel} reads a value no buffer holds"))?;
                     last_use.insert(buffer, dispatches.len());
+                    if texels(i).is_some() != (buffers[buffer].kind == BufferKind::Texture)
+                        || texels(i).is_some_and(|t| buffers[buffer].texels != Some(t))
+                    {
+                        return Err(format!(
+                            "@{kernel} reads '{}' as a {} it is not",
+                            buffers[buffer].name,
+                            if texels(i).is_some() {
+                                "texture"
+                            } else {
+                                "buffer"
+                            }
+                        ));
+                    }
+                    if buffers[buffer].kind == BufferKind::Texture {
+                        bindings.push(Binding {
+                            binding: i,
+                            buffer,
+                            access: "texture",
+                        });
+                        continue;
+                    }
                     // Intermediates share the pool, which is also bound
                     // writable in the dispatch that reads them, and wgpu
                     // refuses one buffer bound both read-only and
@@ -252,10 +287,19 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                     )?;
                     produced_at.insert(buffer, dispatches.len());
                     last_use.insert(buffer, dispatches.len());
+                    let binding = o.operands.len() + j;
+                    let access = match texels(binding) {
+                        Some(t) => {
+                            buffers[buffer].kind = BufferKind::Texture;
+                            buffers[buffer].texels = Some(t);
+                            "storage_texture"
+                        }
+                        None => "read_write",
+                    };
                     bindings.push(Binding {
-                        binding: o.operands.len() + j,
+                        binding,
                         buffer,
-                        access: "read_write",
+                        access,
                     });
                 }
                 let read_only: Vec<bool> = bindings.iter().map(|b| b.access == "read").collect();
@@ -282,6 +326,12 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
             "func.return" => {
                 for &r in &o.operands {
                     let id = *ids.get(&r).ok_or("an output no kernel wrote")?;
+                    if buffers[id].kind == BufferKind::Texture {
+                        return Err(format!(
+                            "output '{}' is held in a texture",
+                            buffers[id].name
+                        ));
+                    }
                     if buffers[id].kind == BufferKind::Intermediate {
                         buffers[id].kind = BufferKind::Output;
                     }

@@ -18,11 +18,28 @@ type R<T> = Result<T, String>;
 /// Where the runtime finds a weight by name.
 pub type Weights<'a> = dyn Fn(&str) -> R<Tensor> + 'a;
 
+/// Where a plan's tensor lives on the device.
+enum Memory {
+    Buffer(Arc<wgpu::Buffer>),
+    Texture(wgpu::TextureView),
+}
+
+impl Memory {
+    /// The buffer of a tensor the host writes or reads; the plan never
+    /// puts those in textures.
+    fn buffer(&self) -> R<&wgpu::Buffer> {
+        match self {
+            Memory::Buffer(b) => Ok(b),
+            Memory::Texture(_) => Err("a host-visible tensor is held in a texture".to_string()),
+        }
+    }
+}
+
 pub struct Session {
     device: wgpu::Device,
     queue: wgpu::Queue,
     plan: Plan,
-    buffers: Vec<Arc<wgpu::Buffer>>,
+    buffers: Vec<Memory>,
     pipelines: Vec<wgpu::ComputePipeline>,
     bind_groups: Vec<wgpu::BindGroup>,
     readback: Vec<wgpu::Buffer>,
@@ -177,7 +194,38 @@ impl Session {
         let mut buffers = Vec::new();
         for b in &plan.buffers {
             if b.kind == BufferKind::Intermediate {
-                buffers.push(pool.clone());
+                buffers.push(Memory::Buffer(pool.clone()));
+                continue;
+            }
+            if let Some([width, height]) = b.texels {
+                let max = limits.max_texture_dimension_2d;
+                if width > max || height > max {
+                    return Err(format!(
+                        "texture '{}' of {width}x{height} texels exceeds the adapter's limit of {max}",
+                        b.name
+                    ));
+                }
+                let format = if b.dtype == "f16" {
+                    wgpu::TextureFormat::Rgba16Float
+                } else {
+                    wgpu::TextureFormat::Rgba32Float
+                };
+                let texture = device.create_texture(&wgpu::TextureDescriptor {
+                    label: Some(&b.name),
+                    size: wgpu::Extent3d {
+                        width,
+                        height,
+                        depth_or_array_layers: 1,
+                    },
+                    mip_level_count: 1,
+                    sample_count: 1,
+                    dimension: wgpu::TextureDimension::D2,
+                    format,
+                    usage: wgpu::TextureUsages::STORAGE_BINDING
+                        | wgpu::TextureUsages::TEXTURE_BINDING,
+                    view_formats: &[],
+                });
+                buffers.push(Memory::Texture(texture.create_view(&Default::default())));
                 continue;
             }
             let size = b.bytes.div_ceil(4) * 4;
@@ -195,7 +243,7 @@ impl Session {
             if let Some(t) = data {
                 queue.write_buffer(&buf, 0, &to_bytes(&t, &b.dtype, size)?);
             }
-            buffers.push(Arc::new(buf));
+            buffers.push(Memory::Buffer(Arc::new(buf)));
         }
         let mut pipelines = Vec::new();
         let mut bind_groups = Vec::new();
@@ -235,13 +283,19 @@ impl Session {
                 .iter()
                 .map(|bd| {
                     let b = &plan.buffers[bd.buffer];
+                    let resource = match &buffers[bd.buffer] {
+                        Memory::Buffer(buffer) => {
+                            wgpu::BindingResource::Buffer(wgpu::BufferBinding {
+                                buffer,
+                                offset: b.pool_offset.unwrap_or(0),
+                                size: wgpu::BufferSize::new(b.bytes.div_ceil(4) * 4),
+                            })
+                        }
+                        Memory::Texture(view) => wgpu::BindingResource::TextureView(view),
+                    };
                     wgpu::BindGroupEntry {
                         binding: bd.binding as u32,
-                        resource: wgpu::BindingResource::Buffer(wgpu::BufferBinding {
-                            buffer: &buffers[bd.buffer],
-                            offset: b.pool_offset.unwrap_or(0),
-                            size: wgpu::BufferSize::new(b.bytes.div_ceil(4) * 4),
-                        }),
+                        resource,
                     }
                 })
                 .collect();
@@ -346,7 +400,7 @@ impl Session {
                 ));
             }
             self.queue.write_buffer(
-                &self.buffers[id],
+                self.buffers[id].buffer()?,
                 0,
                 &to_bytes(t, &b.dtype, b.bytes.div_ceil(4) * 4)?,
             );
@@ -383,7 +437,7 @@ impl Session {
             for (&id, rb) in self.plan.outputs.iter().zip(&self.readback) {
                 let b = &self.plan.buffers[id];
                 enc.copy_buffer_to_buffer(
-                    &self.buffers[id],
+                    self.buffers[id].buffer()?,
                     b.pool_offset.unwrap_or(0),
                     rb,
                     0,

@@ -181,12 +181,20 @@ impl Printer<'_> {
     }
 
     fn map_expr(&self, op: OpId, first: usize) -> R<String> {
+        Ok(self.map_exprs(op, first)?.swap_remove(0))
+    }
+
+    /// Every result of the op's map over its operands from `first`.
+    fn map_exprs(&self, op: OpId, first: usize) -> R<Vec<String>> {
         let o = self.m.op(op);
         let map = match o.attr("map") {
-            Some(Attribute::AffineMap(map)) => map,
+            Some(Attribute::AffineMap(map)) if map.num_results() > 0 => map,
             _ => return Err(format!("'{}' lacks its map", o.name)),
         };
-        self.expr(&map.results[0], &o.operands[first..])
+        map.results
+            .iter()
+            .map(|e| self.expr(e, &o.operands[first..]))
+            .collect()
     }
 
     fn block(&mut self, block: ircc_core::BlockId, indent: usize) -> R<()> {
@@ -234,6 +242,28 @@ impl Printer<'_> {
             "kernel.load" => format!("{}[{}]", arg(0)?, self.map_expr(op, 1)?),
             "kernel.store" => {
                 let line = format!("{}[{}] = {};", arg(1)?, self.map_expr(op, 2)?, arg(0)?);
+                self.line(indent, &line);
+                return Ok(());
+            }
+            "kernel.texture_load" => {
+                let [x, y, lane] = <[String; 3]>::try_from(self.map_exprs(op, 1)?)
+                    .map_err(|_| "a texture load maps to (x, y, lane)")?;
+                let texel = format!("textureLoad({}, vec2<i32>({x}, {y}), 0)[{lane}]", arg(0)?);
+                if ty == "f32" {
+                    texel
+                } else {
+                    format!("{ty}({texel})")
+                }
+            }
+            "kernel.texture_store" => {
+                let [x, y] = <[String; 2]>::try_from(self.map_exprs(op, 5)?)
+                    .map_err(|_| "a texture store maps to (x, y)")?;
+                let lanes = (0..4).map(arg).collect::<R<Vec<_>>>()?.join(", ");
+                let texel = match scalar(self.m.value_type(o.operands[0]))? {
+                    "f32" => format!("vec4<f32>({lanes})"),
+                    lane => format!("vec4<f32>(vec4<{lane}>({lanes}))"),
+                };
+                let line = format!("textureStore({}, vec2<i32>({x}, {y}), {texel});", arg(4)?);
                 self.line(indent, &line);
                 return Ok(());
             }
@@ -358,6 +388,22 @@ impl Printer<'_> {
     }
 }
 
+/// The `(argument, width, height)` of every texture argument of `func`.
+pub fn texture_args(m: &Module, func: OpId) -> R<Vec<(usize, u32, u32)>> {
+    let Some(attr) = m.op(func).attr("textures") else {
+        return Ok(Vec::new());
+    };
+    let Attribute::DenseI64Array(x) = attr else {
+        return Err("'textures' must be integer triples".to_string());
+    };
+    if x.len() % 3 != 0 || x.iter().any(|&v| v < 0 || v > u32::MAX as i64) {
+        return Err("'textures' must be (argument, width, height) triples".to_string());
+    }
+    Ok(x.chunks(3)
+        .map(|c| (c[0] as usize, c[1] as u32, c[2] as u32))
+        .collect())
+}
+
 /// The WGSL of kernel.func `func`; `read_only[i]` declares argument `i`
 /// read-only (missing entries are read_write).
 pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
@@ -367,12 +413,31 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
     let mut names = HashMap::new();
     let mut header = String::new();
     let mut uses_f16 = false;
+    let textures = texture_args(m, func)?;
+    let outputs = int_attr(m, func, "outputs")? as usize;
     for (i, &a) in args.iter().enumerate() {
         let t = m
             .value_type(a)
             .as_tensor()
             .ok_or("kernel arguments are tensors")?;
         uses_f16 |= t.elem == ElemType::F16;
+        if textures.iter().any(|&(arg, ..)| arg == i) {
+            // Texels are four f32 lanes to the shader whatever the
+            // format; rgba16float stores them as f16.
+            let decl = if i + outputs >= args.len() {
+                let format = if t.elem == ElemType::F16 {
+                    "rgba16float"
+                } else {
+                    "rgba32float"
+                };
+                format!("texture_storage_2d<{format}, write>")
+            } else {
+                "texture_2d<f32>".to_string()
+            };
+            let _ = writeln!(header, "@group(0) @binding({i}) var a{i}: {decl};");
+            names.insert(a, format!("a{i}"));
+            continue;
+        }
         let access = if read_only.get(i).copied().unwrap_or(false) {
             "read"
         } else {

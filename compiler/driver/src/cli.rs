@@ -60,6 +60,18 @@ impl Precision {
     }
 }
 
+/// How `kernel.lower` builds kernels, when a command lowers for the GPU.
+#[derive(Args, Clone, Copy, Debug, Default)]
+pub struct KernelArgs {
+    /// Kernel precision (with --emit wgsl or --backend wgpu).
+    #[arg(long, value_enum, default_value = "f32")]
+    pub precision: Precision,
+    /// Hold every float intermediate that an element-wise kernel writes in
+    /// a texture (the texture path, before layout selection chooses).
+    #[arg(long)]
+    pub textures: bool,
+}
+
 /// Compile a model for the GPU and time it (wall clock per run, and per
 /// kernel from timestamp queries where the adapter has them).
 #[derive(Args, Debug)]
@@ -73,8 +85,8 @@ pub struct BenchArgs {
     /// Where to run it.
     #[arg(long, value_enum, default_value = "wgpu")]
     pub backend: Backend,
-    #[arg(long, value_enum, default_value = "f32")]
-    pub precision: Precision,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
     /// Timed runs (after the warm-up runs).
     #[arg(long, default_value_t = 50)]
     pub runs: usize,
@@ -204,9 +216,8 @@ pub struct CompileArgs {
     /// Write the output here instead of stdout.
     #[arg(short = 'o', long, value_name = "FILE")]
     pub output: Option<PathBuf>,
-    /// Kernel precision for --emit wgsl.
-    #[arg(long, value_enum, default_value = "f32")]
-    pub precision: Precision,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
 }
 
 #[derive(Args, Debug)]
@@ -230,7 +241,6 @@ pub struct RunArgs {
     /// The function to run.
     #[arg(long, default_value = "main")]
     pub entry: String,
-    /// Kernel precision for --backend wgpu.
-    #[arg(long, value_enum, default_value = "f32")]
-    pub precision: Precision,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
 }

@@ -35,7 +35,7 @@ impl Driver {
             let dir = args.output.as_deref().ok_or_else(|| {
                 Diagnostic::plain("--emit wgsl writes a directory: give it with -o DIR")
             })?;
-            self.lower_kernels(&mut loaded, args.precision)?;
+            self.lower_kernels(&mut loaded, &args.kernel)?;
             return self.emit_wgsl(&loaded, dir, stdout);
         }
         let text = match args.emit {
@@ -89,7 +89,7 @@ impl Driver {
                 })?
             }
             Backend::Wgpu => {
-                let mut session = crate::gpu::session(self, &mut loaded, args.precision)?;
+                let mut session = crate::gpu::session(self, &mut loaded, &args.kernel)?;
                 session.run(&inputs).map_err(Diagnostic::plain)?
             }
         };

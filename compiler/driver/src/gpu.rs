@@ -8,15 +8,15 @@ use std::path::Path;
 use ircc_core::pass::{PassManager, PassOptions, RunOptions};
 use ircc_core::{Diagnostic, ElemType, Module, OpId, Tensor, Type};
 
-use crate::{Driver, Failure, Loaded, Outcome, Precision, io_err};
+use crate::{Driver, Failure, KernelArgs, Loaded, Outcome, io_err};
 
 fn plain(e: impl Into<String>) -> Failure {
     Diagnostic::plain(e).into()
 }
 
 impl Driver {
-    /// Runs `kernel.lower` (at `precision`) unless the module has kernels.
-    pub(crate) fn lower_kernels(&self, loaded: &mut Loaded, precision: Precision) -> Outcome {
+    /// Runs `kernel.lower` (as `kernel` asks) unless the module has kernels.
+    pub(crate) fn lower_kernels(&self, loaded: &mut Loaded, kernel: &KernelArgs) -> Outcome {
         let lowered = loaded.module.functions().iter().any(|&f| {
             loaded.module.entry_block(f).is_some_and(|b| {
                 loaded.module.blocks[b]
@@ -33,7 +33,9 @@ impl Driver {
             ..Default::default()
         };
         spec.values
-            .insert("precision".into(), precision.name().into());
+            .insert("precision".into(), kernel.precision.name().into());
+        spec.values
+            .insert("textures".into(), kernel.textures.to_string());
         let mut pm = PassManager::from_specs(&self.passes, &[spec])?;
         pm.run(
             &mut loaded.module,
@@ -129,9 +131,9 @@ type GpuProgram = (ircc_wgsl::Plan, Vec<ElemType>, HashMap<String, Tensor>);
 fn gpu_program(
     driver: &Driver,
     loaded: &mut Loaded,
-    precision: Precision,
+    kernel: &KernelArgs,
 ) -> Result<GpuProgram, Failure> {
-    driver.lower_kernels(loaded, precision)?;
+    driver.lower_kernels(loaded, kernel)?;
     let func = main_function(&loaded.module)?;
     let weights = driver.weights_of(loaded, func)?;
     let plan = ircc_wgsl::plan(&loaded.module, func).map_err(plain)?;
@@ -154,14 +156,14 @@ fn start(program: GpuProgram) -> Result<ircc_wgsl::Session, String> {
 pub(crate) fn session(
     driver: &Driver,
     loaded: &mut Loaded,
-    precision: Precision,
+    kernel: &KernelArgs,
 ) -> Result<ircc_wgsl::Session, Failure> {
-    start(gpu_program(driver, loaded, precision)?).map_err(plain)
+    start(gpu_program(driver, loaded, kernel)?).map_err(plain)
 }
 
 impl Driver {
     /// Compiles `loaded` with the pipeline `args` names, lowers it to
-    /// kernels at `precision` and runs it once on the wgpu adapter: the
+    /// kernels as `kernel` asks and runs it once on the wgpu adapter: the
     /// library form of `ircc run --backend wgpu`. The error says which
     /// step failed: `lower` (compiling, lowering or planning: the module
     /// uses something the GPU path does not support) or `run`.
@@ -170,13 +172,13 @@ impl Driver {
         &self,
         loaded: &mut Loaded,
         args: &crate::PipelineArgs,
-        precision: Precision,
+        kernel: &KernelArgs,
         inputs: &[Tensor],
     ) -> Result<Vec<Tensor>, GpuError> {
         let lower = |f: Failure| GpuError::Lower(f.diagnostics.to_string());
         self.transform(loaded, args, ircc_core::Form::Pretty, &mut std::io::sink())
             .map_err(lower)?;
-        let program = gpu_program(self, loaded, precision).map_err(lower)?;
+        let program = gpu_program(self, loaded, kernel).map_err(lower)?;
         start(program)
             .and_then(|mut session| session.run(inputs))
             .map_err(GpuError::Run)
@@ -251,7 +253,7 @@ impl Driver {
         } else {
             crate::commands::read_inputs(&args.inputs, &names)?
         };
-        let mut session = session(self, &mut loaded, args.precision)?;
+        let mut session = session(self, &mut loaded, &args.kernel)?;
         let timing = session
             .time(&inputs, args.warmup, args.runs)
             .map_err(plain)?;
@@ -272,7 +274,8 @@ impl Driver {
         let report = serde_json::json!({
             "file": args.file.display().to_string(),
             "pipeline": pipeline,
-            "precision": args.precision.name(),
+            "precision": args.kernel.precision.name(),
+            "textures": args.kernel.textures,
             "adapter": session.adapter,
             "backend": session.backend,
             "kernels": kernels.len(),
@@ -296,7 +299,7 @@ impl Driver {
                 session.adapter,
                 session.backend,
                 pipeline,
-                args.precision.name(),
+                args.kernel.precision.name(),
                 kernels.len(),
                 percentile(&runs, 0.5),
                 percentile(&runs, 0.1),

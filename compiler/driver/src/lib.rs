@@ -29,8 +29,8 @@ use ircc_core::verify::{VerifyOptions, verify};
 use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tensor, parse_module};
 
 pub use cli::{
-    Backend, BenchArgs, CheckArgs, Cli, Command, CompileArgs, Emit, ImportArgs, OnnxArgs,
-    PipelineArgs, Precision, RunArgs, StatsArgs,
+    Backend, BenchArgs, CheckArgs, Cli, Command, CompileArgs, Emit, ImportArgs, KernelArgs,
+    OnnxArgs, PipelineArgs, Precision, RunArgs, StatsArgs,
 };
 
 /// The pipelines that ship inside the binary, by name.

@@ -15,6 +15,7 @@ use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
 use ircc_core::{AffineExpr, AffineMap, Attribute, BlockId, ElemType, Module, OpId, Type, ValueId};
 
+use super::texture::TextureLayout;
 use crate::index::simplify::{Idx, Limits, Ranges, simplify_map};
 
 pub type Ix = AffineExpr;
@@ -72,6 +73,9 @@ pub struct KernelBuilder<'a> {
     pub float: ElemType,
     pub inputs: HashMap<ValueId, Input>,
     pub args: Vec<(ValueId, ArgRole)>,
+    /// Host tensors held in textures (inputs this kernel reads, outputs it
+    /// writes), by their layout.
+    pub textures: HashMap<ValueId, TextureLayout>,
 }
 
 /// The element type kernels use for a graph element type.
@@ -279,6 +283,7 @@ impl<'a> KernelBuilder<'a> {
             float,
             inputs: HashMap::new(),
             args: Vec::new(),
+            textures: HashMap::new(),
         }
     }
 
@@ -385,6 +390,48 @@ impl<'a> KernelBuilder<'a> {
                 .attr("map", Attribute::AffineMap(map))
                 .results([Type::Index]),
         )
+    }
+
+    /// Several index expressions as one map over the union of their
+    /// variables.
+    fn compact_all(&self, es: &[Ix]) -> (AffineMap, Vec<ValueId>) {
+        let mut operands: Vec<ValueId> = Vec::new();
+        let mut results = Vec::new();
+        for e in es {
+            let (map, ops) = self.compact(e);
+            let renamed: Vec<Ix> = ops
+                .iter()
+                .map(|v| {
+                    let at = operands.iter().position(|o| o == v).unwrap_or_else(|| {
+                        operands.push(*v);
+                        operands.len() - 1
+                    });
+                    Ix::dim(at as u32)
+                })
+                .collect();
+            results.push(map.results[0].substitute(&renamed, &[]));
+        }
+        (AffineMap::new(operands.len() as u32, 0, results), operands)
+    }
+
+    /// Lane `at[2]` of texel `(at[0], at[1])` of texture argument `memory`.
+    pub fn texture_load(&mut self, memory: ValueId, at: &[Ix; 3]) -> ValueId {
+        let elem = self.m.value_type(memory).as_tensor().expect("memory").elem;
+        let (map, operands) = self.compact_all(at);
+        self.op1(
+            OpBuilder::new("kernel.texture_load")
+                .operands(std::iter::once(memory).chain(operands))
+                .attr("map", Attribute::AffineMap(map))
+                .results([Type::Scalar(elem)]),
+        )
+    }
+
+    /// Writes `lanes` as texel `(at[0], at[1])` of texture output `memory`.
+    pub fn texture_store(&mut self, lanes: [ValueId; 4], memory: ValueId, at: &[Ix; 2]) {
+        let (map, operands) = self.compact_all(at);
+        self.op(OpBuilder::new("kernel.texture_store")
+            .operands(lanes.into_iter().chain([memory]).chain(operands))
+            .attr("map", Attribute::AffineMap(map)));
     }
 
     /// Loads element `offset` of `memory` (an argument or workgroup array).
@@ -677,6 +724,19 @@ impl<'a> KernelBuilder<'a> {
         );
         attrs.insert("grid".into(), Attribute::DenseI64Array(grid.to_vec()));
         attrs.insert("template".into(), Attribute::String(template.to_string()));
+        let textures: Vec<i64> = args
+            .iter()
+            .enumerate()
+            .filter_map(|(i, (_, role))| {
+                let (ArgRole::Input(host) | ArgRole::Output(host)) = role;
+                let l = self.textures.get(host)?;
+                Some([i as i64, l.width, l.height])
+            })
+            .flatten()
+            .collect();
+        if !textures.is_empty() {
+            attrs.insert("textures".into(), Attribute::DenseI64Array(textures));
+        }
         args
     }
 }

@@ -13,10 +13,14 @@
 //! not share the anchor's iteration space get an element-wise kernel each.
 //!
 //! Option `precision=f16` stores float tensors as f16 and computes in f16,
-//! accumulating matmuls, convolutions and reductions in f32.
+//! accumulating matmuls, convolutions and reductions in f32. Option
+//! `textures=true` places every float intermediate that an element-wise
+//! kernel writes in a 2.5D texture of the default layout (`texture.rs`),
+//! exercising the texture path until layout selection picks layouts.
 
 mod builder;
 mod templates;
+mod texture;
 mod upsample;
 mod values;
 
@@ -32,17 +36,23 @@ use crate::index::simplify::rules;
 
 pub struct KernelLower {
     float: ElemType,
+    textures: bool,
 }
 
 impl KernelLower {
     pub fn from_options(o: &PassOptions) -> Result<Self, String> {
-        o.expect_only(&["precision"])?;
+        o.expect_only(&["precision", "textures"])?;
         let float = match o.values.get("precision").map(String::as_str) {
             None | Some("f32") => ElemType::F32,
             Some("f16") => ElemType::F16,
             Some(other) => return Err(format!("precision must be f32 or f16, not '{other}'")),
         };
-        Ok(KernelLower { float })
+        let textures = match o.values.get("textures").map(String::as_str) {
+            None | Some("false") => false,
+            Some("true") => true,
+            Some(other) => return Err(format!("textures must be true or false, not '{other}'")),
+        };
+        Ok(KernelLower { float, textures })
     }
 }
 
@@ -178,6 +188,14 @@ impl KernelLower {
     ) -> Result<(), Diagnostic> {
         let rules = rules();
         let cache = builder::SimplifyCache::default();
+        let mut lowering = templates::Lowering {
+            ctx,
+            rules: &rules,
+            cache: &cache,
+            float: self.float,
+            counter: *counter,
+            textures: self.textures.then(Default::default),
+        };
         let block = m.entry_block(func).expect("a function has a body");
         materialize_returns(m, block);
         let ops = m.blocks[block].ops.clone();
@@ -202,10 +220,11 @@ impl KernelLower {
                     ),
                 ));
             }
-            templates::lower_group(m, ctx, &rules, &cache, &group, self.float, counter)
+            templates::lower_group(m, &mut lowering, &group)
                 .map_err(|e| Diagnostic::error(loc, format!("kernel.lower: '{name}': {e}")))?;
             m.erase_op(op);
         }
+        *counter = lowering.counter;
         remove_dead_data(m, block);
         Ok(())
     }

@@ -2,6 +2,8 @@
 //! kernel built for a group is run by a `kernel.launch` that replaces the
 //! group's results.
 
+use std::collections::HashMap;
+
 use egg::Rewrite;
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
@@ -10,6 +12,7 @@ use ircc_dialects::graph::shape;
 
 use super::Group;
 use super::builder::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
+use super::texture::TextureLayout;
 use super::values::{POINTWISE, broadcast_index, tensor_shape};
 use crate::index::simplify::{Idx, Ranges};
 
@@ -76,15 +79,39 @@ fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
     }
 }
 
-pub(crate) fn lower_group(
-    m: &mut Module,
-    ctx: &PassContext,
-    rules: &[Rewrite<Idx, Ranges>],
-    cache: &SimplifyCache,
-    group: &Group,
-    float: ElemType,
-    counter: &mut usize,
-) -> R<()> {
+/// What lowering a function's groups shares: the simplifier, the
+/// precision, the kernel counter and where tensors live.
+pub(crate) struct Lowering<'a> {
+    pub ctx: &'a PassContext<'a>,
+    pub rules: &'a [Rewrite<Idx, Ranges>],
+    pub cache: &'a SimplifyCache,
+    pub float: ElemType,
+    pub counter: usize,
+    /// Host tensors placed in textures, when textures are asked for.
+    pub textures: Option<HashMap<ValueId, TextureLayout>>,
+}
+
+impl Lowering<'_> {
+    /// Whether the element-wise kernel writing `host` writes it to a
+    /// texture: textures are asked for, it is a float intermediate (not a
+    /// function result, which the host reads back from a buffer) and it
+    /// fits one.
+    fn texture_for(&self, m: &Module, host: ValueId) -> Option<TextureLayout> {
+        self.textures.as_ref()?;
+        let t = m.value_type(host).as_tensor()?;
+        let returned = m
+            .value(host)
+            .uses
+            .iter()
+            .any(|u| m.op(u.op).name == "func.return");
+        if returned || !t.elem.is_float() {
+            return None;
+        }
+        TextureLayout::of(&t.shape)
+    }
+}
+
+pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group) -> R<()> {
     let (template, space) = template_of(m, group.anchor);
     let anchor_result = m.op(group.anchor).results[0];
     // The template computes the outputs that read the anchor at their own
@@ -108,18 +135,7 @@ pub(crate) fn lower_group(
         primary.push((anchor_result, anchor_result));
     }
     if !primary.is_empty() {
-        let built = build(
-            m,
-            ctx,
-            rules,
-            cache,
-            &group_inputs,
-            group,
-            float,
-            counter,
-            template,
-            &primary,
-        )?;
+        let built = build(m, lowering, &group_inputs, group, template, &primary)?;
         for (host, r) in built {
             let inner = primary.iter().find(|&&(_, h)| h == host).map(|&(i, _)| i);
             if inner == Some(anchor_result) {
@@ -135,13 +151,9 @@ pub(crate) fn lower_group(
             .partition(|&(inner, _)| shape_of(m, inner) == first);
         build(
             m,
-            ctx,
-            rules,
-            cache,
+            lowering,
             &group_inputs,
             group,
-            float,
-            counter,
             Template::Elementwise,
             &same,
         )?;
@@ -150,28 +162,39 @@ pub(crate) fn lower_group(
     Ok(())
 }
 
-#[allow(clippy::too_many_arguments)]
 fn build(
     m: &mut Module,
-    ctx: &PassContext,
-    rules: &[Rewrite<Idx, Ranges>],
-    cache: &SimplifyCache,
+    lowering: &mut Lowering,
     bindings: &[(ValueId, ValueId)],
     group: &Group,
-    float: ElemType,
-    counter: &mut usize,
     template: Template,
     outputs: &[(ValueId, ValueId)],
 ) -> R<Vec<(ValueId, ValueId)>> {
-    let name = format!("k{}_{}", *counter, short(m, group.anchor));
-    *counter += 1;
+    let name = format!("k{}_{}", lowering.counter, short(m, group.anchor));
+    lowering.counter += 1;
+    let mut textures = lowering.textures.clone().unwrap_or_default();
+    if matches!(template, Template::Elementwise) {
+        for &(_, host) in outputs {
+            if let Some(layout) = lowering.texture_for(m, host) {
+                textures.insert(host, layout);
+            }
+        }
+    }
     let inputs: Vec<(ValueId, Input)> = bindings
         .iter()
         .map(|&(inner, host)| (inner, super::resolve_input(m, host)))
         .collect();
     let args = {
-        let mut kb = KernelBuilder::new(m, ctx, rules, cache, &name, float);
+        let mut kb = KernelBuilder::new(
+            m,
+            lowering.ctx,
+            lowering.rules,
+            lowering.cache,
+            &name,
+            lowering.float,
+        );
         kb.inputs = inputs.into_iter().collect();
+        kb.textures = textures.clone();
         match template {
             Template::Elementwise => elementwise(&mut kb, outputs)?,
             Template::Matmul => matmul(&mut kb, group.anchor, outputs)?,
@@ -209,6 +232,9 @@ fn build(
         let r = m.op(launch).results[i];
         m.replace_all_uses(h, r);
         replaced.push((h, r));
+        if let (Some(placed), Some(layout)) = (lowering.textures.as_mut(), textures.get(&h)) {
+            placed.insert(r, layout.clone());
+        }
     }
     Ok(replaced)
 }
@@ -276,11 +302,12 @@ fn guarded(
     }
 }
 
-/// One invocation per element of the outputs' common shape.
-fn elementwise(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)]) -> R<()> {
-    const THREADS: i64 = 256;
-    let space = tensor_shape(kb, outputs[0].0);
-    let n: i64 = space.iter().product::<i64>().max(1);
+const THREADS: i64 = 256;
+
+/// Invocation `i` of `n`, in workgroups of `THREADS` along x (spilling
+/// into y past the grid's limit), the guard `i < n` where the grid
+/// overshoots, and the grid.
+fn flat_invocation(kb: &mut KernelBuilder, n: i64) -> (Ix, Option<ValueId>, [i64; 3]) {
     let groups = (n + THREADS - 1) / THREADS;
     let gx = groups.min(MAX_GROUPS);
     let gy = (groups + gx - 1) / gx;
@@ -292,9 +319,80 @@ fn elementwise(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)]) -> R<()> 
         x
     };
     let cond = below(kb, &i, n, gx * gy * THREADS == n);
+    (i, cond, [gx, gy, 1])
+}
+
+/// One invocation per element of the outputs' common shape, or per texel
+/// when an output lives in a texture.
+fn elementwise(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)]) -> R<()> {
+    let space = tensor_shape(kb, outputs[0].0);
+    if outputs
+        .iter()
+        .any(|(_, host)| kb.textures.contains_key(host))
+    {
+        return elementwise_texels(kb, outputs, &space);
+    }
+    let n: i64 = space.iter().product::<i64>().max(1);
+    let (i, cond, grid) = flat_invocation(kb, n);
     let idx = delinearize(&i, &space);
     guarded(kb, cond, &mut |kb| store_outputs(kb, outputs, &idx))?;
-    kb.finish([THREADS, 1, 1], [gx, gy, 1], "elementwise");
+    kb.finish([THREADS, 1, 1], grid, "elementwise");
+    Ok(())
+}
+
+/// A texel is written whole, so each invocation computes the four
+/// elements of one texel (along the last axis): texture outputs get them
+/// as one texel, buffer outputs one by one. Lanes past the end of the
+/// axis hold zero.
+fn elementwise_texels(
+    kb: &mut KernelBuilder,
+    outputs: &[(ValueId, ValueId)],
+    space: &[i64],
+) -> R<()> {
+    let layout = TextureLayout::of(space).ok_or("the outputs do not fit a texture")?;
+    let (&last, rows_shape) = space.split_last().ok_or("a texture of a scalar")?;
+    let mut texel_grid = rows_shape.to_vec();
+    texel_grid.push(layout.texels_per_row());
+    let (i, cond, grid) = flat_invocation(kb, texel_grid.iter().product());
+    let at = delinearize(&i, &texel_grid);
+    let (t, rows) = at.split_last().ok_or("a texture of a scalar")?;
+    guarded(kb, cond, &mut |kb| {
+        let mut texels: Vec<(ValueId, Vec<ValueId>)> = Vec::new();
+        for lane in 0..4 {
+            let c = t.clone() * Ix::constant(4) + Ix::constant(lane);
+            let inside = below(kb, &c, last, last % 4 == 0);
+            let mut idx = rows.to_vec();
+            idx.push(c);
+            for &(inner, host) in outputs {
+                if !kb.textures.contains_key(&host) {
+                    guarded(kb, inside, &mut |kb| {
+                        store_outputs(kb, &[(inner, host)], &idx)
+                    })?;
+                    continue;
+                }
+                let v = kb.value_at(inner, &idx)?;
+                let v = kb.cast(v, Type::Scalar(kb.float));
+                let v = match inside {
+                    Some(flag) => {
+                        let zero = kb.constant(0.0, kb.float);
+                        kb.select(flag, v, zero)
+                    }
+                    None => v,
+                };
+                match texels.iter_mut().find(|(h, _)| *h == host) {
+                    Some((_, lanes)) => lanes.push(v),
+                    None => texels.push((host, vec![v])),
+                }
+            }
+        }
+        for (host, lanes) in texels {
+            let memory = kb.arg(ArgRole::Output(host));
+            let lanes: [ValueId; 4] = lanes.try_into().map_err(|_| "a texel has four lanes")?;
+            kb.texture_store(lanes, memory, &layout.texel(rows, t.clone()));
+        }
+        Ok(())
+    })?;
+    kb.finish([THREADS, 1, 1], grid, "elementwise_texels");
     Ok(())
 }
 

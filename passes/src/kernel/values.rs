@@ -129,7 +129,13 @@ impl KernelBuilder<'_> {
                     None => idx.to_vec(),
                 };
                 let memory = self.arg(super::builder::ArgRole::Input(stored));
-                let x = self.load(memory, &linearize(&idx, &shape));
+                let x = match self.textures.get(&stored) {
+                    Some(layout) => {
+                        let at = layout.element(&idx);
+                        self.texture_load(memory, &at)
+                    }
+                    None => self.load(memory, &linearize(&idx, &shape)),
+                };
                 Ok(self.cast(x, Type::Scalar(elem)))
             }
         }
