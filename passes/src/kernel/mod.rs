@@ -19,6 +19,7 @@
 //! exercising the texture path until layout selection picks layouts.
 
 mod builder;
+mod product;
 mod templates;
 mod texture;
 mod upsample;

@@ -12,8 +12,9 @@ use ircc_dialects::graph::shape;
 
 use super::Group;
 use super::builder::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
+use super::product::Product;
 use super::texture::TextureLayout;
-use super::values::{POINTWISE, broadcast_index, tensor_shape};
+use super::values::{POINTWISE, tensor_shape};
 use crate::index::simplify::{Idx, Ranges};
 
 type R<T> = Result<T, String>;
@@ -62,6 +63,11 @@ fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
             (Template::Matmul, result)
         }
         "gemm" => (Template::Matmul, result),
+        // One group: an implicit GEMM. Grouped and depthwise convolutions
+        // reuse too little to pay for tiles, and run per element.
+        "conv" if matches!(o.attr("group"), Some(Attribute::Int(1, _))) => {
+            (Template::Matmul, result)
+        }
         "softmax" | "layer_norm" | "instance_norm" => (Template::Row, shape_of(m, o.operands[0])),
         "reduce_sum"
         | "reduce_mean"
@@ -398,40 +404,9 @@ fn elementwise_texels(
 
 /// A tiled matrix product (matmul or gemm) with its epilogue.
 fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> R<()> {
-    let is_gemm = kb.m.op(anchor).name == "graph.gemm";
-    let (a, b) = (kb.m.op(anchor).operands[0], kb.m.op(anchor).operands[1]);
+    let product = Product::of(kb, anchor)?;
     let c = kb.m.op(anchor).results[0];
-    let (sa, sb, sc) = (
-        tensor_shape(kb, a),
-        tensor_shape(kb, b),
-        tensor_shape(kb, c),
-    );
-    let rank = sc.len();
-    let (mm, nn) = (sc[rank - 2], sc[rank - 1]);
-    let kk = if is_gemm {
-        let trans_a = kb.m.op(anchor).attr("trans_a");
-        if matches!(trans_a, Some(Attribute::Int(1, _))) {
-            sa[0]
-        } else {
-            sa[1]
-        }
-    } else {
-        sa[sa.len() - 1]
-    };
-    // A batch of products with one right-hand matrix is one tall product:
-    // the batch axes fold into the rows (a [197, 1, 768] x [768, 2304]
-    // projection would otherwise fill one row of each 64-row tile).
-    let fold = !is_gemm && sb.len() == 2 && rank > 2 && sa.len() == rank;
-    let batch_shape = if fold {
-        Vec::new()
-    } else {
-        sc[..rank - 2].to_vec()
-    };
-    let mm = if fold {
-        sc[..rank - 1].iter().product()
-    } else {
-        mm
-    };
+    let (mm, nn, kk, batch_shape) = product.dims(kb)?;
     let batches: i64 = batch_shape.iter().product();
     if batches > MAX_GROUPS {
         return Err(format!("{batches} matrix products exceed the grid"));
@@ -460,21 +435,7 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     };
     let batch = delinearize(&wz, &batch_shape);
     let at = |kb: &mut KernelBuilder, which: usize, row: Ix, col: Ix| -> R<ValueId> {
-        let v = if is_gemm {
-            kb.gemm_operand(anchor, which, row, col)?
-        } else {
-            let (x, s) = if which == 0 { (a, &sa) } else { (b, &sb) };
-            let mut idx = if fold && which == 0 {
-                delinearize(&row, &s[..s.len() - 1])
-            } else {
-                let mut idx = broadcast_index(&batch, &s[..s.len() - 2]);
-                idx.push(row);
-                idx
-            };
-            idx.push(col);
-            kb.value_at(x, &idx)?
-        };
-        Ok(kb.cast(v, Type::Scalar(ElemType::F32)))
+        product.operand(kb, which, &batch, row, col)
     };
     // Operand tiles of `TILE_WORDS` words: the K step grows as the tile
     // shrinks, so a small tile still issues four loads per operand and
@@ -565,22 +526,11 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
                 flags.push(kb.index_cmp("lt", &col, nn));
             }
             let cond = (!flags.is_empty()).then(|| kb.all(flags));
-            let mut idx = if fold {
-                delinearize(&row, &sc[..rank - 1])
-            } else {
-                let mut idx = batch.clone();
-                idx.push(row);
-                idx
-            };
-            idx.push(col);
+            let idx = product.result_index(&batch, row, col);
             let acc = accs[(i * reg + j) as usize];
             guarded(kb, cond, &mut |kb| {
                 let y = kb.cast(acc, Type::Scalar(kb.float));
-                let y = if is_gemm {
-                    kb.gemm_epilogue(anchor, y, &idx)?
-                } else {
-                    y
-                };
+                let y = product.epilogue(kb, y, &idx)?;
                 kb.memo_put(c, &idx, y);
                 store_outputs(kb, outputs, &idx)
             })?;

@@ -1,0 +1,238 @@
+//! The matrix product behind each anchor of the tiled matmul template:
+//! `C[batch][row, col] = Σ_k A[row, k] · B[k, col]`, with where each
+//! operand element and each result element lives in the graph's tensors.
+//!
+//! Besides matmul and gemm this covers convolution with one group as an
+//! implicit GEMM: rows are (image, output position), columns are output
+//! channels and K runs over (input channel, kernel offset), so a 1×1 or a
+//! patchifying convolution gets the tiled kernel's reuse instead of one
+//! invocation per output element walking all of K.
+
+use ircc_core::{Attribute, ElemType, OpId, Type, ValueId};
+use ircc_dialects::graph::shape::{self, Window};
+
+use super::builder::{Ix, KernelBuilder, delinearize};
+use super::values::{broadcast_index, tensor_shape};
+
+type R<T> = Result<T, String>;
+
+pub(super) enum Product {
+    Matmul {
+        a: ValueId,
+        b: ValueId,
+        sa: Vec<i64>,
+        sb: Vec<i64>,
+        sc: Vec<i64>,
+        /// A batch against one matrix, folded into the rows: a [197, 1, 768]
+        /// x [768, 2304] projection would otherwise fill one row of each
+        /// 64-row tile.
+        fold: bool,
+    },
+    Gemm {
+        op: OpId,
+    },
+    Conv {
+        x: ValueId,
+        w: ValueId,
+        bias: Option<ValueId>,
+        /// Input spatial extents.
+        spatial: Vec<i64>,
+        /// (image, output position...) and (input channel, kernel offset...).
+        rows: Vec<i64>,
+        ks: Vec<i64>,
+        window: Window,
+    },
+}
+
+impl Product {
+    pub fn of(kb: &KernelBuilder, anchor: OpId) -> R<Product> {
+        let o = kb.m.op(anchor);
+        let operands = o.operands.clone();
+        let c = o.results[0];
+        match o.name.as_str() {
+            "graph.gemm" => Ok(Product::Gemm { op: anchor }),
+            "graph.conv" => {
+                let (x, w) = (operands[0], operands[1]);
+                let (sx, sw, sy) = (
+                    tensor_shape(kb, x),
+                    tensor_shape(kb, w),
+                    tensor_shape(kb, c),
+                );
+                let view = kb.view(anchor)?;
+                let window = shape::window(&view, sx.len() - 2)?;
+                let mut rows = vec![sy[0]];
+                rows.extend(&sy[2..]);
+                Ok(Product::Conv {
+                    x,
+                    w,
+                    bias: operands.get(2).copied(),
+                    spatial: sx[2..].to_vec(),
+                    rows,
+                    ks: sw[1..].to_vec(),
+                    window,
+                })
+            }
+            _ => {
+                let (a, b) = (operands[0], operands[1]);
+                let (sa, sb, sc) = (
+                    tensor_shape(kb, a),
+                    tensor_shape(kb, b),
+                    tensor_shape(kb, c),
+                );
+                let fold = sb.len() == 2 && sc.len() > 2 && sa.len() == sc.len();
+                Ok(Product::Matmul {
+                    a,
+                    b,
+                    sa,
+                    sb,
+                    sc,
+                    fold,
+                })
+            }
+        }
+    }
+
+    /// `(rows, columns, K, batch shape)`.
+    pub fn dims(&self, kb: &KernelBuilder) -> R<(i64, i64, i64, Vec<i64>)> {
+        Ok(match self {
+            Product::Matmul {
+                sa, sc, fold: true, ..
+            } => {
+                let rank = sc.len();
+                (
+                    sc[..rank - 1].iter().product(),
+                    sc[rank - 1],
+                    sa[rank - 1],
+                    Vec::new(),
+                )
+            }
+            Product::Matmul { sa, sc, .. } => {
+                let rank = sc.len();
+                (
+                    sc[rank - 2],
+                    sc[rank - 1],
+                    sa[sa.len() - 1],
+                    sc[..rank - 2].to_vec(),
+                )
+            }
+            Product::Gemm { op } => {
+                let o = kb.m.op(*op);
+                let sa = tensor_shape(kb, o.operands[0]);
+                let sc = tensor_shape(kb, o.results[0]);
+                let trans_a = matches!(o.attr("trans_a"), Some(Attribute::Int(1, _)));
+                (
+                    sc[0],
+                    sc[1],
+                    if trans_a { sa[0] } else { sa[1] },
+                    Vec::new(),
+                )
+            }
+            Product::Conv { w, rows, ks, .. } => (
+                rows.iter().product(),
+                tensor_shape(kb, *w)[0],
+                ks.iter().product(),
+                Vec::new(),
+            ),
+        })
+    }
+
+    /// Element `(row, col)` of operand `which` (0: A, 1: B), as f32.
+    pub fn operand(
+        &self,
+        kb: &mut KernelBuilder,
+        which: usize,
+        batch: &[Ix],
+        row: Ix,
+        col: Ix,
+    ) -> R<ValueId> {
+        let v = match self {
+            Product::Gemm { op } => kb.gemm_operand(*op, which, row, col)?,
+            Product::Matmul {
+                a, b, sa, sb, fold, ..
+            } => {
+                let (x, s) = if which == 0 { (*a, sa) } else { (*b, sb) };
+                let mut idx = if *fold && which == 0 {
+                    delinearize(&row, &s[..s.len() - 1])
+                } else {
+                    let mut idx = broadcast_index(batch, &s[..s.len() - 2]);
+                    idx.push(row);
+                    idx
+                };
+                idx.push(col);
+                kb.value_at(x, &idx)?
+            }
+            Product::Conv {
+                x,
+                w,
+                spatial,
+                rows,
+                ks,
+                window,
+                ..
+            } => {
+                if which == 1 {
+                    let mut idx = vec![col];
+                    idx.extend(delinearize(&row, ks));
+                    kb.value_at(*w, &idx)?
+                } else {
+                    let image = delinearize(&row, rows);
+                    let k = delinearize(&col, ks);
+                    let positions: Vec<Ix> = (0..spatial.len())
+                        .map(|d| {
+                            image[1 + d].clone() * Ix::constant(window.strides[d])
+                                + k[1 + d].clone() * Ix::constant(window.dilations[d])
+                                - Ix::constant(window.pads[d])
+                        })
+                        .collect();
+                    let mut idx = vec![image[0].clone(), k[0].clone()];
+                    idx.extend(positions.iter().cloned());
+                    let v = kb.value_at(*x, &idx)?;
+                    match kb.in_bounds(&positions, spatial) {
+                        Some(inside) => {
+                            let zero = kb.constant(0.0, kb.elem(v));
+                            kb.select(inside, v, zero)
+                        }
+                        None => v,
+                    }
+                }
+            }
+        };
+        Ok(kb.cast(v, Type::Scalar(ElemType::F32)))
+    }
+
+    /// The index of result element `(row, col)` in the anchor's result.
+    pub fn result_index(&self, batch: &[Ix], row: Ix, col: Ix) -> Vec<Ix> {
+        match self {
+            Product::Matmul { sc, fold: true, .. } => {
+                let mut idx = delinearize(&row, &sc[..sc.len() - 1]);
+                idx.push(col);
+                idx
+            }
+            Product::Matmul { .. } | Product::Gemm { .. } => {
+                let mut idx = batch.to_vec();
+                idx.push(row);
+                idx.push(col);
+                idx
+            }
+            Product::Conv { rows, .. } => {
+                let image = delinearize(&row, rows);
+                let mut idx = vec![image[0].clone(), col];
+                idx.extend(image[1..].iter().cloned());
+                idx
+            }
+        }
+    }
+
+    /// The anchor's result from the product at `idx`: gemm's alpha and
+    /// beta, the convolution's bias.
+    pub fn epilogue(&self, kb: &mut KernelBuilder, y: ValueId, idx: &[Ix]) -> R<ValueId> {
+        match self {
+            Product::Gemm { op } => kb.gemm_epilogue(*op, y, idx),
+            Product::Conv { bias: Some(b), .. } => {
+                let b = kb.value_at(*b, &idx[1..2])?;
+                Ok(kb.binary("add", y, b))
+            }
+            _ => Ok(y),
+        }
+    }
+}
