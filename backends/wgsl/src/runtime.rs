@@ -251,8 +251,12 @@ impl Session {
             let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
             // SAFETY: every loop ircc emits has constant bounds, so the
             // guard wgpu adds against infinite loops is dropped (it costs a
-            // 64-bit counter in each matmul step). Buffer bounds checks and
-            // integer-division checks stay on.
+            // 64-bit counter in each matmul step). Workgroup-memory indices
+            // are in bounds by construction (tile and row offsets), and
+            // Vulkan's robust buffer access, which wgpu turns on, keeps the
+            // reads kernels make past a tensor's end (the last tile's rows,
+            // the prefetch past K) inside the binding: there the shader's
+            // own bounds clamps go too. Integer-division checks stay.
             let module = unsafe {
                 device.create_shader_module_trusted(
                     wgpu::ShaderModuleDescriptor {
@@ -261,6 +265,7 @@ impl Session {
                     },
                     wgpu::ShaderRuntimeChecks {
                         force_loop_bounding: false,
+                        bounds_checks: info.backend != wgpu::Backend::Vulkan,
                         ..wgpu::ShaderRuntimeChecks::checked()
                     },
                 )
