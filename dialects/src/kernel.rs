@@ -71,6 +71,26 @@ fn verify_store(v: &OpView) -> Result<(), String> {
     check_indices(v, 2, 1)
 }
 
+fn verify_load4(v: &OpView) -> Result<(), String> {
+    let (m, o) = (v.module, v.module.op(v.op));
+    let alloc = m
+        .defining_op(o.operands[0])
+        .filter(|&d| m.op(d).name == "kernel.alloc");
+    let Some(t) = alloc.and_then(|_| ty(m, o.operands[0]).as_tensor()) else {
+        return Err("load4 reads workgroup memory (a kernel.alloc)".to_string());
+    };
+    if t.num_elements() % 4 != 0 {
+        return Err("load4 reads memory of a multiple of four elements".to_string());
+    }
+    if o.results.iter().any(|&r| *ty(m, r) != Type::Scalar(t.elem)) {
+        return Err(format!(
+            "a load4 from {} memory gives four {}",
+            t.elem, t.elem
+        ));
+    }
+    check_indices(v, 1, 1)
+}
+
 fn verify_texture_load(v: &OpView) -> Result<(), String> {
     let o = v.module.op(v.op);
     let elem = memory_elem(v.module, o.operands[0])?;
@@ -284,6 +304,7 @@ pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
             ("kernel.apply", checked(verify_apply)),
             ("kernel.load", checked(verify_load)),
             ("kernel.store", checked(verify_store)),
+            ("kernel.load4", checked(verify_load4)),
             ("kernel.texture_load", checked(verify_texture_load)),
             ("kernel.texture_store", checked(verify_texture_store)),
             ("kernel.unary", checked(verify_in_kernel)),

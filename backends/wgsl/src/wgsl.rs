@@ -4,7 +4,7 @@
 //! `var<workgroup>`s. Index values are `i32`; kernel.lower guarantees that
 //! floordiv and mod see non-negative left sides, so `/` and `%` are exact.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use ircc_core::{AffineExpr, Attribute, ElemType, Module, OpId, Type, ValueId};
@@ -138,6 +138,8 @@ struct Printer<'m> {
     next: usize,
     out: String,
     helpers: std::collections::BTreeSet<Helper>,
+    /// Workgroup arrays declared as vec4 arrays (read by load4).
+    vec4_allocs: HashSet<ValueId>,
 }
 
 impl Printer<'_> {
@@ -178,6 +180,17 @@ impl Printer<'_> {
                 Ok(format!("(({x} + {y} - 1i) / {y})"))
             }
         }
+    }
+
+    /// Element `offset` of `memory`: workgroup arrays that `load4` reads
+    /// are arrays of vec4, indexed by vector and lane.
+    fn element(&self, memory: ValueId, offset: &str) -> R<String> {
+        let m = self.name(memory)?;
+        Ok(if self.vec4_allocs.contains(&memory) {
+            format!("{m}[({offset}) / 4][({offset}) % 4]")
+        } else {
+            format!("{m}[{offset}]")
+        })
     }
 
     fn map_expr(&self, op: OpId, first: usize) -> R<String> {
@@ -239,10 +252,23 @@ impl Printer<'_> {
                 _ => return Err("kernel.constant lacks its value".to_string()),
             },
             "kernel.apply" => self.map_expr(op, 0)?,
-            "kernel.load" => format!("{}[{}]", arg(0)?, self.map_expr(op, 1)?),
+            "kernel.load" => self.element(o.operands[0], &self.map_expr(op, 1)?)?,
             "kernel.store" => {
-                let line = format!("{}[{}] = {};", arg(1)?, self.map_expr(op, 2)?, arg(0)?);
+                let target = self.element(o.operands[1], &self.map_expr(op, 2)?)?;
+                let line = format!("{target} = {};", arg(0)?);
                 self.line(indent, &line);
+                return Ok(());
+            }
+            "kernel.load4" => {
+                let offset = self.map_expr(op, 1)?;
+                let memory = arg(0)?;
+                let name = format!("v{}", self.next);
+                self.next += 1;
+                let line = format!("let {name}: vec4<{ty}> = {memory}[({offset}) / 4];");
+                self.line(indent, &line);
+                for (&r, lane) in o.results.iter().zip(["x", "y", "z", "w"]) {
+                    self.names.insert(r, format!("{name}.{lane}"));
+                }
                 return Ok(());
             }
             "kernel.texture_load" => {
@@ -450,6 +476,12 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
         );
         names.insert(a, format!("a{i}"));
     }
+    let mut vec4_allocs = HashSet::new();
+    m.walk_block(block, &mut |op| {
+        if m.op(op).name == "kernel.load4" {
+            vec4_allocs.insert(m.op(op).operands[0]);
+        }
+    });
     let mut allocs = 0;
     let mut f16_inside = false;
     m.walk_block(block, &mut |op| {
@@ -460,12 +492,17 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
         if o.name == "kernel.alloc"
             && let Some(t) = m.value_type(o.results[0]).as_tensor()
         {
-            let _ = writeln!(
-                header,
-                "var<workgroup> w{allocs}: array<{}, {}>;",
-                elem_name(t.elem).unwrap_or("f32"),
-                t.num_elements()
-            );
+            let elem = elem_name(t.elem).unwrap_or("f32");
+            let n = t.num_elements();
+            let _ = if vec4_allocs.contains(&o.results[0]) {
+                writeln!(
+                    header,
+                    "var<workgroup> w{allocs}: array<vec4<{elem}>, {}>;",
+                    n / 4
+                )
+            } else {
+                writeln!(header, "var<workgroup> w{allocs}: array<{elem}, {n}>;")
+            };
             names.insert(o.results[0], format!("w{allocs}"));
             allocs += 1;
         }
@@ -476,6 +513,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
         next: 0,
         out: String::new(),
         helpers: Default::default(),
+        vec4_allocs,
     };
     p.block(block, 1)?;
     let mut s = String::new();

@@ -434,6 +434,22 @@ impl<'a> KernelBuilder<'a> {
             .attr("map", Attribute::AffineMap(map)));
     }
 
+    /// Elements `offset` to `offset + 3` of workgroup array `memory` in one
+    /// load; `offset` must be a multiple of four.
+    pub fn load4(&mut self, memory: ValueId, offset: &Ix) -> [ValueId; 4] {
+        let elem = self.m.value_type(memory).as_tensor().expect("memory").elem;
+        let (map, operands) = self.compact(offset);
+        let op = self.m.create_op(
+            OpBuilder::new("kernel.load4")
+                .operands(std::iter::once(memory).chain(operands))
+                .attr("map", Attribute::AffineMap(map))
+                .results(vec![Type::Scalar(elem); 4]),
+        );
+        self.m.append_op(self.block, op);
+        let r = &self.m.op(op).results;
+        [r[0], r[1], r[2], r[3]]
+    }
+
     /// Loads element `offset` of `memory` (an argument or workgroup array).
     pub fn load(&mut self, memory: ValueId, offset: &Ix) -> ValueId {
         let elem = self.m.value_type(memory).as_tensor().expect("memory").elem;

@@ -25,9 +25,7 @@ const MAX_GROUPS: i64 = 65_535;
 /// Matmul tiling: a workgroup of `WG`×`WG` invocations computes a
 /// `tile`×`tile` block of the result (`tile = WG · reg`), each invocation
 /// a `reg`×`reg` register tile, stepping through K by `TILE_WORDS / tile`
-/// with both operand tiles in workgroup memory. An invocation's rows and columns are
-/// `WG` apart, so neighbours read neighbouring words of the B tile (no
-/// bank conflicts) and store neighbouring words of the result.
+/// with both operand tiles in workgroup memory.
 const WG: i64 = 16;
 const TILE_WORDS: i64 = 1024;
 /// The register tile starts at `MAX_REG` and halves while the grid has
@@ -441,8 +439,34 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     // shrinks, so a small tile still issues four loads per operand and
     // invocation per step instead of paying a full memory latency for one.
     let bk = TILE_WORDS / tile;
-    let a_tile = kb.alloc(tile * bk, ElemType::F32);
+    // With a 4×4 register tile an invocation's rows and columns are
+    // adjacent, and each K step reads them as one vec4 from each tile: B is
+    // [k][column], A is stored transposed, [k][row], its rows padded by four
+    // words so the transposing stores spread over the banks. Smaller
+    // register tiles read words `WG` apart, so neighbours read neighbouring
+    // words (no bank conflicts), from A as [row][k].
+    let vec4 = reg == 4;
+    let a_row = if vec4 { tile + 4 } else { bk };
+    let a_tile = kb.alloc(if vec4 { bk * a_row } else { tile * bk }, ElemType::F32);
     let b_tile = kb.alloc(bk * tile, ElemType::F32);
+    let mine = |lane: &Ix, i: i64| {
+        if vec4 {
+            lane.clone() * Ix::constant(reg) + Ix::constant(i)
+        } else {
+            lane.clone() + Ix::constant(i * WG)
+        }
+    };
+    let a_slot = |e: Ix| {
+        if vec4 {
+            let (row, k) = (
+                e.clone().floor_div(Ix::constant(bk)),
+                e.modulo(Ix::constant(bk)),
+            );
+            k * Ix::constant(a_row) + row
+        } else {
+            e
+        }
+    };
     let tid = ly.clone() * Ix::constant(WG) + lx.clone();
     let zero = kb.constant(0.0, ElemType::F32);
     let k_tiles = (kk + bk - 1) / bk;
@@ -482,24 +506,25 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     let carried = kb.for_loop(k_tiles, init, &mut |kb, kt, carried| {
         let (acc, words) = carried.split_at(accs_len);
         for (l, pair) in words.chunks(2).enumerate() {
-            kb.store(pair[0], a_tile, &slot(l as i64));
+            kb.store(pair[0], a_tile, &a_slot(slot(l as i64)));
             kb.store(pair[1], b_tile, &slot(l as i64));
         }
         kb.barrier();
         let prefetched = fetch(kb, kt + Ix::constant(1))?;
         let mut next = kb.for_loop(bk, acc.to_vec(), &mut |kb, k, acc| {
-            let xs: Vec<ValueId> = (0..reg)
-                .map(|i| {
-                    let off = (ly.clone() + Ix::constant(i * WG)) * Ix::constant(bk) + k.clone();
-                    kb.load(a_tile, &off)
-                })
-                .collect();
-            let ys: Vec<ValueId> = (0..reg)
-                .map(|j| {
-                    let off = k.clone() * Ix::constant(tile) + lx.clone() + Ix::constant(j * WG);
-                    kb.load(b_tile, &off)
-                })
-                .collect();
+            let (xs, ys): (Vec<ValueId>, Vec<ValueId>) = if vec4 {
+                let a = k.clone() * Ix::constant(a_row) + mine(&ly, 0);
+                let b = k.clone() * Ix::constant(tile) + mine(&lx, 0);
+                (kb.load4(a_tile, &a).to_vec(), kb.load4(b_tile, &b).to_vec())
+            } else {
+                let xs = (0..reg)
+                    .map(|i| kb.load(a_tile, &(mine(&ly, i) * Ix::constant(bk) + k.clone())))
+                    .collect();
+                let ys = (0..reg)
+                    .map(|j| kb.load(b_tile, &(k.clone() * Ix::constant(tile) + mine(&lx, j))))
+                    .collect();
+                (xs, ys)
+            };
             let mut next = Vec::new();
             for (i, &x) in xs.iter().enumerate() {
                 for (j, &y) in ys.iter().enumerate() {
@@ -516,8 +541,8 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     let accs = &carried[..accs_len];
     for i in 0..reg {
         for j in 0..reg {
-            let row = wy.clone() * Ix::constant(tile) + ly.clone() + Ix::constant(i * WG);
-            let col = wx.clone() * Ix::constant(tile) + lx.clone() + Ix::constant(j * WG);
+            let row = wy.clone() * Ix::constant(tile) + mine(&ly, i);
+            let col = wx.clone() * Ix::constant(tile) + mine(&lx, j);
             let mut flags = Vec::new();
             if mm % tile != 0 {
                 flags.push(kb.index_cmp("lt", &row, mm));
