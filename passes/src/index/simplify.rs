@@ -37,9 +37,15 @@ pub struct Facts {
     pub divisor: i128,
 }
 
+/// Bounds at or past i64's range stand for "unbounded": a bound that
+/// saturated is not a value, and arithmetic on it stays unbounded (adding
+/// a saturated -2^63 to a saturated 2^63 must not give the constant -1).
+const NEG_INF: i128 = i64::MIN as i128;
+const POS_INF: i128 = i64::MAX as i128;
+
 const UNBOUNDED: Facts = Facts {
-    lo: i64::MIN as i128,
-    hi: i64::MAX as i128,
+    lo: NEG_INF,
+    hi: POS_INF,
     divisor: 1,
 };
 
@@ -48,10 +54,14 @@ fn gcd(a: i128, b: i128) -> i128 {
 }
 
 impl Facts {
-    /// The value, when the interval is one point that no clamping made.
+    /// The value, when the interval is one finite point.
     fn constant(&self) -> Option<i64> {
-        let clamped = self.lo <= i64::MIN as i128 || self.hi >= i64::MAX as i128;
-        (self.lo == self.hi && !clamped).then_some(self.lo as i64)
+        let finite = self.lo > NEG_INF && self.hi < POS_INF;
+        (self.lo == self.hi && finite).then_some(self.lo as i64)
+    }
+
+    fn finite(&self) -> bool {
+        self.lo > NEG_INF && self.hi < POS_INF
     }
 }
 
@@ -63,8 +73,22 @@ pub struct Ranges {
 
 type Graph = EGraph<Idx, Ranges>;
 
-fn clamp(v: i128) -> i128 {
-    v.clamp(i64::MIN as i128, i64::MAX as i128)
+/// A computed lower bound: unbounded when it leaves i64's range.
+fn low(v: i128) -> i128 {
+    if v <= NEG_INF || v >= POS_INF {
+        NEG_INF
+    } else {
+        v
+    }
+}
+
+/// A computed upper bound: unbounded when it leaves i64's range.
+fn high(v: i128) -> i128 {
+    if v <= NEG_INF || v >= POS_INF {
+        POS_INF
+    } else {
+        v
+    }
 }
 
 impl Analysis<Idx> for Ranges {
@@ -74,8 +98,8 @@ impl Analysis<Idx> for Ranges {
         let f = |id: &Id| egraph[*id].data;
         match enode {
             Idx::Num(c) => Facts {
-                lo: *c as i128,
-                hi: *c as i128,
+                lo: low(*c as i128),
+                hi: high(*c as i128),
                 divisor: (*c as i128).abs(),
             },
             Idx::Var(s) => {
@@ -95,25 +119,41 @@ impl Analysis<Idx> for Ranges {
             }
             Idx::Add([a, b]) => {
                 let (a, b) = (f(a), f(b));
+                let lo = if a.lo == NEG_INF || b.lo == NEG_INF {
+                    NEG_INF
+                } else {
+                    low(a.lo + b.lo)
+                };
+                let hi = if a.hi == POS_INF || b.hi == POS_INF {
+                    POS_INF
+                } else {
+                    high(a.hi + b.hi)
+                };
                 Facts {
-                    lo: clamp(a.lo + b.lo),
-                    hi: clamp(a.hi + b.hi),
+                    lo,
+                    hi,
                     divisor: gcd(a.divisor, b.divisor),
                 }
             }
             Idx::Mul([a, b]) => {
                 let (a, b) = (f(a), f(b));
-                let corners = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi].map(clamp);
                 let divisor = a
                     .divisor
                     .checked_mul(b.divisor)
                     .filter(|d| *d <= i64::MAX as i128)
                     .unwrap_or(1);
-                Facts {
-                    lo: *corners.iter().min().unwrap_or(&0),
-                    hi: *corners.iter().max().unwrap_or(&0),
-                    divisor,
-                }
+                let zero = |x: &Facts| x.lo == 0 && x.hi == 0;
+                let (lo, hi) = if zero(&a) || zero(&b) {
+                    (0, 0)
+                } else if a.finite() && b.finite() {
+                    let corners = [a.lo * b.lo, a.lo * b.hi, a.hi * b.lo, a.hi * b.hi];
+                    let min = corners.iter().copied().min().unwrap_or(0);
+                    let max = corners.iter().copied().max().unwrap_or(0);
+                    (low(min), high(max))
+                } else {
+                    (NEG_INF, POS_INF)
+                };
+                Facts { lo, hi, divisor }
             }
             Idx::FloorDiv([a, b]) | Idx::CeilDiv([a, b]) => match f(b).constant() {
                 Some(c) if c > 0 => {
@@ -124,6 +164,8 @@ impl Analysis<Idx> for Ranges {
                     } else {
                         (-((-a.lo).div_euclid(c)), -((-a.hi).div_euclid(c)))
                     };
+                    let lo = if a.lo == NEG_INF { NEG_INF } else { lo };
+                    let hi = if a.hi == POS_INF { POS_INF } else { hi };
                     Facts { lo, hi, divisor: 1 }
                 }
                 _ => UNBOUNDED,
@@ -513,5 +555,38 @@ mod tests {
             simplify(&one(c(6) * c(7) + c(1)), &[1, 1]),
             "(d0, d1) -> (43)"
         );
+    }
+
+    #[test]
+    fn saturated_bounds_stay_unbounded() {
+        // The address of one shifted piece of Swin's roll, offsets made
+        // non-negative: saturation must not let 2^56 * 128 - 2^56 * 128
+        // fold to a constant (it once gave this map a wrong 4704 term).
+        let (d0, d1, d2, d3) = (E::Dim(0), E::Dim(1), E::Dim(2), E::Dim(3));
+        let c = E::Const;
+        let t = d2 * c(2) + d1;
+        let a = t.clone().floor_div(c(14)) + c(-3) + c(7);
+        let b = t.modulo(c(14)) + c(11);
+        let e = ((a.clone().floor_div(c(7)) + c(-1)) * c(2) + b.clone().floor_div(c(7))) * c(4704)
+            + (a.modulo(c(7)) * c(7) + b.modulo(c(7))) * c(96)
+            + (d3 * c(128) + d0);
+        let map = AffineMap::new(4, 0, vec![e]);
+        let limits = Limits {
+            iterations: 8,
+            nodes: 1500,
+        };
+        let simplified = simplify_map(&map, &[128, 2, 98, 1], &rules(), limits);
+        for d0 in [0, 127] {
+            for d1 in 0..2 {
+                for d2 in 0..98 {
+                    let at = [d0, d1, d2, 0];
+                    assert_eq!(
+                        map.eval(&at, &[]).unwrap(),
+                        simplified.eval(&at, &[]).unwrap(),
+                        "{simplified} at {at:?}"
+                    );
+                }
+            }
+        }
     }
 }
