@@ -9,7 +9,7 @@
 //! invocation per output element walking all of K.
 
 use ircc_core::{Attribute, ElemType, OpId, Type, ValueId};
-use ircc_dialects::graph::shape::{self, Window};
+use ircc_dialects::graph::shape::Window;
 
 use super::builder::{Ix, KernelBuilder, delinearize};
 use super::values::{broadcast_index, tensor_shape};
@@ -52,24 +52,18 @@ impl Product {
         match o.name.as_str() {
             "graph.gemm" => Ok(Product::Gemm { op: anchor }),
             "graph.conv" => {
-                let (x, w) = (operands[0], operands[1]);
-                let (sx, sw, sy) = (
-                    tensor_shape(kb, x),
-                    tensor_shape(kb, w),
-                    tensor_shape(kb, c),
-                );
-                let view = kb.view(anchor)?;
-                let window = shape::window(&view, sx.len() - 2)?;
+                let conv = kb.conv_parts(anchor)?;
+                let sy = tensor_shape(kb, c);
                 let mut rows = vec![sy[0]];
                 rows.extend(&sy[2..]);
                 Ok(Product::Conv {
-                    x,
-                    w,
-                    bias: operands.get(2).copied(),
-                    spatial: sx[2..].to_vec(),
+                    x: conv.x,
+                    w: conv.w,
+                    bias: conv.bias,
+                    spatial: conv.sx[2..].to_vec(),
                     rows,
-                    ks: sw[1..].to_vec(),
-                    window,
+                    ks: conv.sw[1..].to_vec(),
+                    window: conv.window,
                 })
             }
             _ => {

@@ -4,10 +4,9 @@
 //! nearest input, or the linear taps around the source coordinate).
 
 use ircc_core::{ElemType, OpId, Type, ValueId};
-use ircc_dialects::graph::shape;
 
 use super::builder::{Ix, KernelBuilder};
-use super::values::{ACC, tensor_shape};
+use super::values::tensor_shape;
 
 type R<T> = Result<T, String>;
 
@@ -17,25 +16,19 @@ impl KernelBuilder<'_> {
     /// o`: an offset contributes where `o + pad - k·d` is a non-negative
     /// multiple of the stride below the input's extent.
     pub(super) fn conv_transpose_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
-        let (x, w) = (self.operand(op, 0), self.operand(op, 1));
-        let (sx, sw) = (tensor_shape(self, x), tensor_shape(self, w));
-        let spatial = sx.len() - 2;
-        let view = self.view(op)?;
-        let win = shape::window(&view, spatial)?;
-        let group = view.i64("group")?;
-        let has_bias = self.m.op(op).operands.len() > 2;
-        let (cg, mg) = (sx[1] / group, sw[1]);
+        let conv = self.conv_parts(op)?;
+        let (sx, sw, win) = (&conv.sx, &conv.sw, &conv.window);
+        let (cg, mg) = (sx[1] / conv.group, sw[1]);
         let first_channel = idx[1].clone().floor_div(Ix::constant(mg)) * Ix::constant(cg);
         let out_channel = idx[1].clone().modulo(Ix::constant(mg));
         let mut extents = vec![cg];
         extents.extend(&sw[2..]);
-        let idx = idx.to_vec();
-        let out = self.float;
-        let acc = self.sum(&extents, out, &mut |kb, ivs| {
+        let at = idx.to_vec();
+        self.conv_sum(&conv, idx, &extents, &mut |kb, ivs| {
             let mut flags = Vec::new();
             let mut positions = Vec::new();
-            for d in 0..spatial {
-                let reach = idx[2 + d].clone() + Ix::constant(win.pads[d])
+            for d in 0..sx.len() - 2 {
+                let reach = at[2 + d].clone() + Ix::constant(win.pads[d])
                     - ivs[1 + d].clone() * Ix::constant(win.dilations[d]);
                 let stride = win.strides[d];
                 let i = reach.clone().floor_div(Ix::constant(stride));
@@ -48,23 +41,12 @@ impl KernelBuilder<'_> {
                 positions.push(i);
             }
             let channel = first_channel.clone() + ivs[0].clone();
-            let mut ix = vec![idx[0].clone(), channel.clone()];
+            let mut ix = vec![at[0].clone(), channel.clone()];
             ix.extend(positions);
             let mut iw = vec![channel, out_channel.clone()];
             iw.extend(ivs[1..].iter().cloned());
-            let xv = kb.value_at(x, &ix)?;
-            let wv = kb.value_at(w, &iw)?;
-            let (xv, wv) = (kb.widen(xv), kb.widen(wv));
-            let t = kb.binary("mul", xv, wv);
-            let inside = kb.all(flags);
-            let zero = kb.constant(0.0, ACC);
-            Ok(kb.select(inside, t, zero))
-        })?;
-        if has_bias {
-            let b = self.value_at(self.operand(op, 2), &idx[1..2])?;
-            return Ok(self.binary("add", acc, b));
-        }
-        Ok(acc)
+            Ok((ix, iw, Some(kb.all(flags))))
+        })
     }
 
     /// Resize by the interpreter's rules: each output coordinate maps to a

@@ -89,6 +89,21 @@ pub fn splat(kb: &KernelBuilder, v: ValueId) -> Option<f64> {
     }
 }
 
+/// A convolution's operands, shapes and window (`conv_parts`).
+pub(super) struct ConvParts {
+    pub x: ValueId,
+    pub w: ValueId,
+    pub sx: Vec<i64>,
+    pub sw: Vec<i64>,
+    pub window: shape::Window,
+    pub group: i64,
+    pub bias: Option<ValueId>,
+}
+
+/// One term of a convolution sum: where it reads the input and the
+/// weights, and the flag under which it counts.
+pub(super) type ConvTerm = (Vec<Ix>, Vec<Ix>, Option<ValueId>);
+
 /// A float accumulator type: f32 even when tensors are f16.
 pub(super) const ACC: ElemType = ElemType::F32;
 
@@ -504,37 +519,41 @@ impl KernelBuilder<'_> {
         (!flags.is_empty()).then(|| self.all(flags))
     }
 
-    fn conv_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+    /// The operands, shapes and window of a convolution or a transposed
+    /// convolution.
+    pub(super) fn conv_parts(&self, op: OpId) -> R<ConvParts> {
         let (x, w) = (self.operand(op, 0), self.operand(op, 1));
         let (sx, sw) = (tensor_shape(self, x), tensor_shape(self, w));
-        let spatial = sx.len() - 2;
         let view = self.view(op)?;
-        let win = shape::window(&view, spatial)?;
-        let group = view.i64("group")?;
-        let has_bias = self.m.op(op).operands.len() > 2;
-        let (cg, cog) = (sw[1], sw[0] / group);
+        Ok(ConvParts {
+            window: shape::window(&view, sx.len() - 2)?,
+            group: view.i64("group")?,
+            bias: self.m.op(op).operands.get(2).copied(),
+            x,
+            w,
+            sx,
+            sw,
+        })
+    }
+
+    /// `Σ x[ix] · w[iw]` over `extents` (f32), where `term` gives `ix`,
+    /// `iw` and a flag for the terms that count (a window in the padding,
+    /// say), plus the bias at output channel `idx[1]`.
+    pub(super) fn conv_sum(
+        &mut self,
+        conv: &ConvParts,
+        idx: &[Ix],
+        extents: &[i64],
+        term: &mut dyn FnMut(&mut Self, &[Ix]) -> R<ConvTerm>,
+    ) -> R<ValueId> {
         let out = self.float;
-        let first_channel = idx[1].clone().floor_div(Ix::constant(cog)) * Ix::constant(cg);
-        let mut extents = vec![cg];
-        extents.extend(&sw[2..]);
-        let idx = idx.to_vec();
-        let acc = self.sum(&extents, out, &mut |kb, ivs| {
-            let positions: Vec<Ix> = (0..spatial)
-                .map(|d| {
-                    idx[2 + d].clone() * Ix::constant(win.strides[d])
-                        + ivs[1 + d].clone() * Ix::constant(win.dilations[d])
-                        - Ix::constant(win.pads[d])
-                })
-                .collect();
-            let mut ix = vec![idx[0].clone(), first_channel.clone() + ivs[0].clone()];
-            ix.extend(positions.iter().cloned());
-            let mut iw = vec![idx[1].clone(), ivs[0].clone()];
-            iw.extend(ivs[1..].iter().cloned());
-            let xv = kb.value_at(x, &ix)?;
-            let wv = kb.value_at(w, &iw)?;
+        let acc = self.sum(extents, out, &mut |kb, ivs| {
+            let (ix, iw, inside) = term(kb, ivs)?;
+            let xv = kb.value_at(conv.x, &ix)?;
+            let wv = kb.value_at(conv.w, &iw)?;
             let (xv, wv) = (kb.widen(xv), kb.widen(wv));
             let t = kb.binary("mul", xv, wv);
-            Ok(match kb.in_bounds(&positions, &sx[2..]) {
+            Ok(match inside {
                 Some(flag) => {
                     let zero = kb.constant(0.0, ACC);
                     kb.select(flag, t, zero)
@@ -542,11 +561,37 @@ impl KernelBuilder<'_> {
                 None => t,
             })
         })?;
-        if has_bias {
-            let b = self.value_at(self.operand(op, 2), &idx[1..2])?;
-            return Ok(self.binary("add", acc, b));
+        match conv.bias {
+            Some(b) => {
+                let b = self.value_at(b, &idx[1..2])?;
+                Ok(self.binary("add", acc, b))
+            }
+            None => Ok(acc),
         }
-        Ok(acc)
+    }
+
+    fn conv_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let conv = self.conv_parts(op)?;
+        let (sx, sw, win) = (&conv.sx, &conv.sw, &conv.window);
+        let (cg, cog) = (sw[1], sw[0] / conv.group);
+        let first_channel = idx[1].clone().floor_div(Ix::constant(cog)) * Ix::constant(cg);
+        let mut extents = vec![cg];
+        extents.extend(&sw[2..]);
+        let at = idx.to_vec();
+        self.conv_sum(&conv, idx, &extents, &mut |kb, ivs| {
+            let positions: Vec<Ix> = (0..sx.len() - 2)
+                .map(|d| {
+                    at[2 + d].clone() * Ix::constant(win.strides[d])
+                        + ivs[1 + d].clone() * Ix::constant(win.dilations[d])
+                        - Ix::constant(win.pads[d])
+                })
+                .collect();
+            let mut ix = vec![at[0].clone(), first_channel.clone() + ivs[0].clone()];
+            ix.extend(positions.iter().cloned());
+            let mut iw = vec![at[1].clone(), ivs[0].clone()];
+            iw.extend(ivs[1..].iter().cloned());
+            Ok((ix, iw, kb.in_bounds(&positions, &sx[2..])))
+        })
     }
 
     fn pool_at(&mut self, op: OpId, idx: &[Ix], is_max: bool) -> R<ValueId> {
