@@ -155,6 +155,17 @@ impl Fuse {
         if !allowed || (anchor && group.anchor.is_some()) {
             return false;
         }
+        // Constraint check: a group joins a matrix product or convolution
+        // as its prologue, which the product recomputes on every reuse of
+        // an element (once per column tile), only when it cannot instead
+        // end a Many-to-Many producer as its epilogue, computed once.
+        let reuses = matches!(
+            plan.module.op(op).name.as_str(),
+            "graph.matmul" | "graph.gemm" | "graph.conv"
+        );
+        if anchor && forwards && reuses && self.producer_anchor(plan, group).is_some() {
+            return false;
+        }
         let mut members: HashSet<OpId> = group.ops.iter().copied().collect();
         members.insert(op);
         if !plan.convex(&members) {
@@ -166,6 +177,20 @@ impl Fuse {
             group.anchor = Some(op);
         }
         true
+    }
+
+    /// An ungrouped Many-to-Many producer of `group` that the group could
+    /// take as its anchor when it grows backwards.
+    fn producer_anchor(&self, plan: &Plan, group: &Group) -> Option<OpId> {
+        group
+            .ops
+            .iter()
+            .flat_map(|&m| plan.producers(m))
+            .filter(|p| !group.ops.contains(p) && !plan.group_of.contains_key(p))
+            .find(|p| {
+                plan.mapping.get(p) == Some(&MappingType::ManyToMany)
+                    && self.tables.fuse(MappingType::ManyToMany, group.mapping).1 == Color::Green
+            })
     }
 
     fn plan(&self, module: &Module, ctx: &PassContext, block: BlockId) -> Vec<Group> {
