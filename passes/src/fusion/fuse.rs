@@ -180,16 +180,27 @@ impl Fuse {
     }
 
     /// An ungrouped Many-to-Many producer of `group` that the group could
-    /// take as its anchor when it grows backwards.
+    /// take as its anchor when it grows backwards, computing its ops in the
+    /// producer's own iteration space (same shape: an epilogue behind a
+    /// layout change would need a kernel of its own).
     fn producer_anchor(&self, plan: &Plan, group: &Group) -> Option<OpId> {
+        let m = plan.module;
+        let shape = |op: OpId| {
+            m.op(op)
+                .results
+                .first()
+                .and_then(|&r| m.value_type(r).as_tensor())
+                .map(|t| t.shape.clone())
+        };
         group
             .ops
             .iter()
-            .flat_map(|&m| plan.producers(m))
+            .flat_map(|&g| plan.producers(g))
             .filter(|p| !group.ops.contains(p) && !plan.group_of.contains_key(p))
-            .find(|p| {
-                plan.mapping.get(p) == Some(&MappingType::ManyToMany)
+            .find(|&p| {
+                plan.mapping.get(&p) == Some(&MappingType::ManyToMany)
                     && self.tables.fuse(MappingType::ManyToMany, group.mapping).1 == Color::Green
+                    && group.ops.iter().all(|&g| shape(g) == shape(p))
             })
     }
 
