@@ -2,7 +2,7 @@
 //! above WGSL and OpenCL C. A `kernel.func` is what one invocation does;
 //! `kernel.launch` in the host function runs it. There are no interpret
 //! hooks: kernels are checked by running them on a GPU against the graph
-//! interpreter (`tests/wgpu.rs`).
+//! interpreter (`tests/gpu.rs`, `tests/onnx_node.rs`).
 
 use ircc_core::registry::{OpHooks, OpView, Registry};
 use ircc_core::{Attribute, Diagnostic, ElemType, Module, OpId, Type, ValueId};
