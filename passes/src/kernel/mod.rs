@@ -179,56 +179,42 @@ fn resolve_input(m: &Module, host: ValueId) -> Input {
     Input::Memory { stored, shape, map }
 }
 
-impl KernelLower {
-    fn lower_function(
-        &self,
-        m: &mut Module,
-        ctx: &PassContext,
-        func: OpId,
-        counter: &mut usize,
-    ) -> Result<(), Diagnostic> {
-        let rules = rules();
-        let cache = builder::SimplifyCache::default();
-        let mut lowering = templates::Lowering {
-            ctx,
-            rules: &rules,
-            cache: &cache,
-            float: self.float,
-            counter: *counter,
-            textures: self.textures.then(Default::default),
-        };
-        let block = m.entry_block(func).expect("a function has a body");
-        materialize_returns(m, block);
-        let ops = m.blocks[block].ops.clone();
-        for op in ops {
-            let name = m.op(op).name.clone();
-            if is_data(&name) || !name.starts_with("graph.") {
-                continue;
-            }
-            let group = group_of(m, op);
-            let loc = m.op(op).loc.clone();
-            // A buffer binding cannot be empty, so neither can a tensor.
-            let empty = m.op(op).results.iter().chain(&m.op(op).operands).any(|&v| {
-                m.value_type(v)
-                    .as_tensor()
-                    .is_some_and(|t| t.shape.contains(&0))
-            });
-            if empty {
-                return Err(Diagnostic::error(
-                    loc,
-                    format!(
-                        "kernel.lower: '{name}' has a tensor with no elements, which kernels cannot bind"
-                    ),
-                ));
-            }
-            templates::lower_group(m, &mut lowering, &group)
-                .map_err(|e| Diagnostic::error(loc, format!("kernel.lower: '{name}': {e}")))?;
-            m.erase_op(op);
+/// Lowers one host function's compute ops, each group to its kernels.
+fn lower_function(
+    m: &mut Module,
+    lowering: &mut templates::Lowering,
+    func: OpId,
+) -> Result<(), Diagnostic> {
+    let block = m.entry_block(func).expect("a function has a body");
+    materialize_returns(m, block);
+    let ops = m.blocks[block].ops.clone();
+    for op in ops {
+        let name = m.op(op).name.clone();
+        if is_data(&name) || !name.starts_with("graph.") {
+            continue;
         }
-        *counter = lowering.counter;
-        remove_dead_data(m, block);
-        Ok(())
+        let group = group_of(m, op);
+        let loc = m.op(op).loc.clone();
+        // A buffer binding cannot be empty, so neither can a tensor.
+        let empty = m.op(op).results.iter().chain(&m.op(op).operands).any(|&v| {
+            m.value_type(v)
+                .as_tensor()
+                .is_some_and(|t| t.shape.contains(&0))
+        });
+        if empty {
+            return Err(Diagnostic::error(
+                loc,
+                format!(
+                    "kernel.lower: '{name}' has a tensor with no elements, which kernels cannot bind"
+                ),
+            ));
+        }
+        templates::lower_group(m, lowering, &group)
+            .map_err(|e| Diagnostic::error(loc, format!("kernel.lower: '{name}': {e}")))?;
+        m.erase_op(op);
     }
+    remove_dead_data(m, block);
+    Ok(())
 }
 
 /// Outputs that are a view, a constant, a weight or an argument get a copy
@@ -267,13 +253,21 @@ impl Pass for KernelLower {
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
-        let mut counter = 0;
+        let rules = rules();
+        let cache = builder::SimplifyCache::default();
+        let mut lowering = templates::Lowering {
+            ctx,
+            rules: &rules,
+            cache: &cache,
+            float: self.float,
+            counter: 0,
+            textures: self.textures.then(Default::default),
+        };
         for f in module.functions() {
             if module.op(f).name != "func.func" {
                 continue;
             }
-            self.lower_function(module, ctx, f, &mut counter)
-                .map_err(|d| Diagnostics(vec![d]))?;
+            lower_function(module, &mut lowering, f).map_err(|d| Diagnostics(vec![d]))?;
         }
         Ok(())
     }
