@@ -52,8 +52,17 @@ fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
 
 /// The arguments on a snapshot file's first line, `// RUN: ARGS`.
 pub fn run_args(source: &str) -> Option<Vec<String>> {
-    let line = source.lines().next()?.strip_prefix("// RUN:")?;
-    Some(line.split_whitespace().map(str::to_string).collect())
+    run_lines(source).into_iter().next()
+}
+
+/// The command lines of every `// RUN:` line that opens a filetest (one
+/// or more, each run on the file).
+pub fn run_lines(source: &str) -> Vec<Vec<String>> {
+    source
+        .lines()
+        .map_while(|l| l.strip_prefix("// RUN:"))
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
 }
 
 /// A path relative to the root, with `/` separators, for stable output.

@@ -8,6 +8,12 @@ use ircc_core::{AffineMap, Attribute, Diagnostic, Tensor};
 
 use crate::graph::{gather_by, strides_of};
 
+/// Typed views of the index ops, generated from the spec by `ircc-ods`
+/// (in `ircc-core`, whose textual format knows `index.view`).
+pub use ircc_core::builtin::index_ops as ops;
+
+pub use ops::IndexOp;
+
 pub const SPEC: &str = include_str!("../../spec/dialects/index.toml");
 
 /// The view's map, checked against its source and result ranks.
@@ -89,7 +95,7 @@ pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
     registry.add_dialect(
         SPEC,
         &[(
-            "index.view",
+            IndexOp::View.name(),
             OpHooks {
                 infer: None,
                 verify: Some(verify),
@@ -97,4 +103,9 @@ pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
             },
         )],
     )
+}
+
+/// Whether `op` is an `index.view`.
+pub fn is_view(m: &ircc_core::Module, op: ircc_core::OpId) -> bool {
+    IndexOp::of(m, op) == Some(IndexOp::View)
 }

@@ -7,11 +7,14 @@
 
 use std::collections::HashMap;
 
+use ircc_core::builtin::FuncOp;
 use ircc_core::diag::Diagnostics;
 use ircc_core::interp::NoWeights;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
 use ircc_core::pass::{Pass, PassContext, PassOptions};
 use ircc_core::{Attribute, Diagnostic, Module, OpId, Registry, Tensor, Type};
+use ircc_dialects::graph::GraphOp;
+use ircc_dialects::index::IndexOp;
 
 pub struct Canonicalize {
     pub max_elements: i64,
@@ -29,15 +32,12 @@ impl Canonicalize {
 /// Operations that must stay even when their results are unused.
 fn has_side_effects(module: &Module, op: OpId) -> bool {
     let o = module.op(op);
-    o.name == "func.return" || !o.regions.is_empty() || !matches!(o.dialect(), "graph" | "index")
+    let pure = GraphOp::of(module, op).is_some() || IndexOp::of(module, op).is_some();
+    FuncOp::of(module, op) == Some(FuncOp::Return) || !o.regions.is_empty() || !pure
 }
 
 fn constant_value(module: &Module, v: ValueId) -> Option<Tensor> {
-    let op = module.defining_op(v)?;
-    match (module.op(op).name.as_str(), module.op(op).attr("value")) {
-        ("graph.constant", Some(Attribute::Dense(d))) => Some(Tensor::from_dense(d)),
-        _ => None,
-    }
+    ircc_dialects::constant_of(module, v).map(Tensor::from_dense)
 }
 
 impl Canonicalize {
@@ -50,10 +50,9 @@ impl Canonicalize {
         let mut changed = false;
         for op in module.blocks[block].ops.clone() {
             let o = module.op(op);
-            if o.name == "graph.constant"
-                || o.name == "graph.param"
+            let kind = GraphOp::of(module, op);
+            if matches!(kind, None | Some(GraphOp::Constant | GraphOp::Param))
                 || !o.regions.is_empty()
-                || o.dialect() != "graph"
             {
                 continue;
             }
@@ -84,7 +83,7 @@ impl Canonicalize {
             let (loc, results) = (o.loc.clone(), o.results.clone());
             for (r, t) in results.into_iter().zip(outputs) {
                 let c = module.create_op(
-                    OpBuilder::new("graph.constant")
+                    OpBuilder::new(GraphOp::Constant.name())
                         .attr("value", Attribute::Dense(t.to_dense()))
                         .results([Type::Tensor(t.ty())])
                         .loc(loc.clone()),

@@ -23,6 +23,7 @@ use ircc_core::pass::{Pass, PassContext};
 use ircc_core::{
     Attribute, DenseAttr, DenseValues, Diagnostic, ElemType, Module, OpId, TensorType, Type,
 };
+use ircc_dialects::graph::{self, GraphOp};
 
 define_language! {
     /// `reduce_sum` carries its axes and keepdims in a leaf symbol
@@ -334,29 +335,32 @@ fn algebraic(m: &Module, op: OpId) -> bool {
             .as_tensor()
             .is_some_and(|t| t.elem.is_float())
     });
+    use GraphOp as G;
+    let kind = GraphOp::of(m, op);
     floats
         && o.results.len() == 1
         && matches!(
-            o.name.as_str(),
-            "graph.add"
-                | "graph.sub"
-                | "graph.mul"
-                | "graph.div"
-                | "graph.neg"
-                | "graph.reciprocal"
-                | "graph.matmul"
-                | "graph.reduce_sum"
+            kind,
+            Some(
+                G::Add
+                    | G::Sub
+                    | G::Mul
+                    | G::Div
+                    | G::Neg
+                    | G::Reciprocal
+                    | G::Matmul
+                    | G::ReduceSum
+            )
         )
-        && (o.name != "graph.matmul"
+        && (kind != Some(G::Matmul)
             || o.operands
                 .iter()
                 .all(|&v| m.value_type(v).as_tensor().is_some_and(|t| t.rank() >= 2)))
 }
 
 fn scalar_constant(m: &Module, v: ValueId) -> Option<f64> {
-    let op = m.defining_op(v)?;
-    match (m.op(op).name.as_str(), m.op(op).attr("value")) {
-        ("graph.constant", Some(Attribute::Dense(d))) if d.ty.rank() == 0 => match &d.values {
+    match ircc_dialects::constant_of(m, v) {
+        Some(d) if d.ty.rank() == 0 => match &d.values {
             DenseValues::Float(x) => x.first().copied(),
             _ => None,
         },
@@ -386,42 +390,37 @@ fn term(
     };
     let o = m.op(op);
     let mut sub = |i: usize, expr: &mut RecExpr<Term>| term(m, o.operands[i], expr, leaves);
-    match o.name.as_str() {
-        "graph.neg" | "graph.reciprocal" => {
-            let a = sub(0, expr);
-            expr.add(if o.name == "graph.neg" {
-                Term::Neg(a)
-            } else {
-                Term::Recip(a)
-            })
-        }
-        "graph.reduce_sum" => {
-            let a = sub(0, expr);
-            let axes = match o.attr("axes") {
-                Some(at) => at
-                    .as_i64_array()
-                    .unwrap_or_default()
-                    .iter()
-                    .map(i64::to_string)
-                    .collect::<Vec<_>>()
-                    .join(","),
-                None => String::new(),
-            };
-            let keep = o.attr("keepdims").and_then(Attribute::as_i64).unwrap_or(1);
-            let spec = expr.add(Term::Leaf(Symbol::from(format!("axes:{axes};keep:{keep}"))));
-            expr.add(Term::ReduceSum([a, spec]))
-        }
-        name => {
-            let (a, b) = (sub(0, expr), sub(1, expr));
-            expr.add(match name {
-                "graph.add" => Term::Add([a, b]),
-                "graph.sub" => Term::Sub([a, b]),
-                "graph.mul" => Term::Mul([a, b]),
-                "graph.div" => Term::Div([a, b]),
-                _ => Term::MatMul([a, b]),
-            })
-        }
+    use GraphOp as G;
+    let kind = GraphOp::of(m, op).expect("an algebraic op is a graph op");
+    if let Some(reduce) = graph::ops::ReduceSum::new(m, op) {
+        let a = sub(0, expr);
+        let axes = reduce
+            .axes()
+            .unwrap_or_default()
+            .iter()
+            .map(i64::to_string)
+            .collect::<Vec<_>>()
+            .join(",");
+        let keep = reduce.keepdims();
+        let spec = expr.add(Term::Leaf(Symbol::from(format!("axes:{axes};keep:{keep}"))));
+        return expr.add(Term::ReduceSum([a, spec]));
     }
+    if matches!(kind, G::Neg | G::Reciprocal) {
+        let a = sub(0, expr);
+        return expr.add(if kind == G::Neg {
+            Term::Neg(a)
+        } else {
+            Term::Recip(a)
+        });
+    }
+    let (a, b) = (sub(0, expr), sub(1, expr));
+    expr.add(match kind {
+        G::Add => Term::Add([a, b]),
+        G::Sub => Term::Sub([a, b]),
+        G::Mul => Term::Mul([a, b]),
+        G::Div => Term::Div([a, b]),
+        _ => Term::MatMul([a, b]),
+    })
 }
 
 /// Builds graph ops for `expr`, before `anchor`; returns the root's value.
@@ -437,7 +436,7 @@ fn build(
     let mut values: Vec<Option<ValueId>> = Vec::with_capacity(expr.as_ref().len());
     let loc = m.op(anchor).loc.clone();
     for node in expr.as_ref() {
-        let (name, operands, attrs): (&str, Vec<ValueId>, Vec<(&str, Attribute)>) = match node {
+        let (kind, operands, attrs): (GraphOp, Vec<ValueId>, Vec<(&str, Attribute)>) = match node {
             Term::Leaf(s) => {
                 if let Some((v, _)) = leaves.get(s) {
                     values.push(Some(*v));
@@ -454,7 +453,7 @@ fn build(
                             DenseValues::Float(vec![c].into()),
                         )?;
                         (
-                            "graph.constant",
+                            GraphOp::Constant,
                             Vec::new(),
                             vec![("value", Attribute::Dense(dense))],
                         )
@@ -485,10 +484,10 @@ fn build(
                 if !axes.is_empty() {
                     at.push(("axes", Attribute::DenseI64Array(axes)));
                 }
-                ("graph.reduce_sum", vec![val(&values, *a)?], at)
+                (GraphOp::ReduceSum, vec![val(&values, *a)?], at)
             }
         };
-        let mut b = OpBuilder::new(name)
+        let mut b = OpBuilder::new(kind.name())
             .operands(operands)
             .results([Type::Index])
             .loc(loc.clone());
@@ -508,17 +507,17 @@ fn build(
 }
 
 /// The graph op a term node stands for.
-fn graph_name(t: &Term) -> &'static str {
+fn graph_name(t: &Term) -> GraphOp {
     match t {
-        Term::Add(_) => "graph.add",
-        Term::Sub(_) => "graph.sub",
-        Term::Mul(_) => "graph.mul",
-        Term::Div(_) => "graph.div",
-        Term::MatMul(_) => "graph.matmul",
-        Term::Neg(_) => "graph.neg",
-        Term::Recip(_) => "graph.reciprocal",
-        Term::ReduceSum(_) => "graph.reduce_sum",
-        Term::Leaf(_) => "graph.constant",
+        Term::Add(_) => GraphOp::Add,
+        Term::Sub(_) => GraphOp::Sub,
+        Term::Mul(_) => GraphOp::Mul,
+        Term::Div(_) => GraphOp::Div,
+        Term::MatMul(_) => GraphOp::Matmul,
+        Term::Neg(_) => GraphOp::Neg,
+        Term::Recip(_) => GraphOp::Reciprocal,
+        Term::ReduceSum(_) => GraphOp::ReduceSum,
+        Term::Leaf(_) => GraphOp::Constant,
     }
 }
 

@@ -1,14 +1,32 @@
 //! ircc's WGSL backend: `wgsl` prints each `kernel.func` as a WGSL compute
-//! shader, `plan` describes the host side (buffers, pool offsets,
-//! dispatches), and `runtime` (feature `runtime`, on by default) executes
-//! a plan with wgpu.
+//! shader, [`plan`] adds the shaders to the backend-neutral host plan
+//! (`ircc-plan`: buffers, pool offsets, dispatches), and `runtime`
+//! (feature `runtime`, on by default) executes a plan with wgpu.
 
-pub mod plan;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod wgsl;
 
-pub use plan::{Plan, plan};
+pub use ircc_plan::{BufferKind, Plan};
 #[cfg(feature = "runtime")]
 pub use runtime::{Session, Timing};
 pub use wgsl::kernel_to_wgsl;
+
+use ircc_core::{Module, OpId};
+
+/// The host plan of function `func` of a lowered module, with the WGSL of
+/// every dispatch (`kernel.wgsl`) in [`Plan::sources`].
+pub fn plan(m: &Module, func: OpId) -> Result<Plan, String> {
+    let mut plan = ircc_plan::plan(m, func)?;
+    for d in &mut plan.dispatches {
+        let kernel = m
+            .lookup_symbol(&d.kernel)
+            .ok_or_else(|| format!("no kernel.func @{}", d.kernel))?;
+        let read_only: Vec<bool> = d.bindings.iter().map(|b| b.read_only()).collect();
+        let wgsl = kernel_to_wgsl(m, kernel, &read_only)
+            .map_err(|e| format!("kernel @{}: {e}", d.kernel))?;
+        d.shader = Some(format!("{}.wgsl", d.kernel));
+        plan.sources.push((d.kernel.clone(), wgsl));
+    }
+    Ok(plan)
+}

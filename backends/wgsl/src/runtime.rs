@@ -11,7 +11,7 @@ use std::time::Instant;
 use ircc_core::{ElemType, Tensor};
 use ndarray::{ArrayD, IxDyn};
 
-use crate::plan::{BufferKind, Plan};
+use ircc_plan::{BufferKind, Plan};
 
 type R<T> = Result<T, String>;
 
@@ -247,7 +247,7 @@ impl Session {
         }
         let mut pipelines = Vec::new();
         let mut bind_groups = Vec::new();
-        for (d, (name, wgsl)) in plan.dispatches.iter().zip(&plan.shaders) {
+        for (d, (name, wgsl)) in plan.dispatches.iter().zip(&plan.sources) {
             let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
             // SAFETY: every loop ircc emits has constant bounds, so the
             // guard wgpu adds against infinite loops is dropped (it costs a

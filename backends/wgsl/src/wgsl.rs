@@ -8,6 +8,8 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use ircc_core::{AffineExpr, Attribute, ElemType, Module, OpId, Type, ValueId};
+use ircc_dialects::kernel::ops::{self, BinaryFn, CmpPred, IdKind, UnaryFn};
+use ircc_dialects::kernel::{KernelOp, KernelOp as K, texture_args};
 
 type R<T> = Result<T, String>;
 
@@ -23,27 +25,6 @@ fn scalar(t: &Type) -> R<&'static str> {
 
 fn elem_name(e: ElemType) -> R<&'static str> {
     scalar(&Type::Scalar(e))
-}
-
-fn int_attr(m: &Module, op: OpId, name: &str) -> R<i64> {
-    match m.op(op).attr(name) {
-        Some(Attribute::Int(x, _)) => Ok(*x),
-        _ => Err(format!("'{}' lacks integer '{name}'", m.op(op).name)),
-    }
-}
-
-fn ints_attr(m: &Module, op: OpId, name: &str) -> R<Vec<i64>> {
-    match m.op(op).attr(name) {
-        Some(Attribute::DenseI64Array(x)) => Ok(x.clone()),
-        _ => Err(format!("'{}' lacks '{name}'", m.op(op).name)),
-    }
-}
-
-fn str_attr<'m>(m: &'m Module, op: OpId, name: &str) -> R<&'m str> {
-    match m.op(op).attr(name) {
-        Some(Attribute::String(s)) => Ok(s),
-        _ => Err(format!("'{}' lacks '{name}'", m.op(op).name)),
-    }
 }
 
 /// A float value of type `ty`. WGSL has no non-finite constants, so
@@ -230,17 +211,23 @@ impl Printer<'_> {
             None => "",
         };
         let arg = |i: usize| self.name(o.operands[i]).map(str::to_string);
-        let value = match o.name.as_str() {
-            "kernel.id" => {
-                let var = match str_attr(m, op, "kind")? {
-                    "global" => "gid",
-                    "local" => "lid",
-                    _ => "wid",
+        let malformed = || format!("malformed '{}'", o.name);
+        let kind =
+            KernelOp::of(m, op).ok_or_else(|| format!("'{}' cannot appear in a kernel", o.name))?;
+        let value = match kind {
+            K::Id => {
+                let id = ops::Id::new(m, op).ok_or_else(malformed)?;
+                let var = match id.kind() {
+                    IdKind::Global => "gid",
+                    IdKind::Local => "lid",
+                    IdKind::Workgroup => "wid",
                 };
-                let axis = ["x", "y", "z"][int_attr(m, op, "axis")? as usize];
+                let axis = ["x", "y", "z"]
+                    .get(id.axis() as usize)
+                    .ok_or_else(malformed)?;
                 format!("i32({var}.{axis})")
             }
-            "kernel.constant" => match o.attr("value") {
+            K::Constant => match o.attr("value") {
                 Some(Attribute::Float(x, _)) => {
                     if !x.is_finite() {
                         self.helpers.insert(Helper::NonFinite);
@@ -251,15 +238,15 @@ impl Printer<'_> {
                 Some(Attribute::Bool(b)) => b.to_string(),
                 _ => return Err("kernel.constant lacks its value".to_string()),
             },
-            "kernel.apply" => self.map_expr(op, 0)?,
-            "kernel.load" => self.element(o.operands[0], &self.map_expr(op, 1)?)?,
-            "kernel.store" => {
+            K::Apply => self.map_expr(op, 0)?,
+            K::Load => self.element(o.operands[0], &self.map_expr(op, 1)?)?,
+            K::Store => {
                 let target = self.element(o.operands[1], &self.map_expr(op, 2)?)?;
                 let line = format!("{target} = {};", arg(0)?);
                 self.line(indent, &line);
                 return Ok(());
             }
-            "kernel.load4" => {
+            K::Load4 => {
                 let offset = self.map_expr(op, 1)?;
                 let memory = arg(0)?;
                 let name = format!("v{}", self.next);
@@ -271,7 +258,7 @@ impl Printer<'_> {
                 }
                 return Ok(());
             }
-            "kernel.texture_load" => {
+            K::TextureLoad => {
                 let [x, y, lane] = <[String; 3]>::try_from(self.map_exprs(op, 1)?)
                     .map_err(|_| "a texture load maps to (x, y, lane)")?;
                 let texel = format!("textureLoad({}, vec2<i32>({x}, {y}), 0)[{lane}]", arg(0)?);
@@ -281,7 +268,7 @@ impl Printer<'_> {
                     format!("{ty}({texel})")
                 }
             }
-            "kernel.texture_store" => {
+            K::TextureStore => {
                 let [x, y] = <[String; 2]>::try_from(self.map_exprs(op, 5)?)
                     .map_err(|_| "a texture store maps to (x, y)")?;
                 let lanes = (0..4).map(arg).collect::<R<Vec<_>>>()?.join(", ");
@@ -293,18 +280,18 @@ impl Printer<'_> {
                 self.line(indent, &line);
                 return Ok(());
             }
-            "kernel.unary" => {
+            K::Unary => {
                 let x = arg(0)?;
-                match str_attr(m, op, "fn")? {
-                    "neg" => format!("-{x}"),
-                    "not" => format!("!{x}"),
-                    "rsqrt" => format!("inverseSqrt({x})"),
-                    "tanh" => format!(
+                match ops::Unary::new(m, op).ok_or_else(malformed)?.fn_() {
+                    UnaryFn::Neg => format!("-{x}"),
+                    UnaryFn::Not => format!("!{x}"),
+                    UnaryFn::Rsqrt => format!("inverseSqrt({x})"),
+                    UnaryFn::Tanh => format!(
                         "tanh(clamp({x}, {}, {}))",
                         float_literal(-15.0, ty),
                         float_literal(15.0, ty)
                     ),
-                    "erf" => {
+                    UnaryFn::Erf => {
                         self.helpers.insert(Helper::Erf);
                         if ty == "f32" {
                             format!("ircc_erf({x})")
@@ -312,45 +299,48 @@ impl Printer<'_> {
                             format!("{ty}(ircc_erf(f32({x})))")
                         }
                     }
-                    f @ ("abs" | "exp" | "log" | "sqrt" | "floor" | "ceil" | "round") => {
-                        format!("{f}({x})")
-                    }
-                    other => return Err(format!("unknown unary function '{other}'")),
+                    f @ (UnaryFn::Abs
+                    | UnaryFn::Exp
+                    | UnaryFn::Log
+                    | UnaryFn::Sqrt
+                    | UnaryFn::Floor
+                    | UnaryFn::Ceil
+                    | UnaryFn::Round) => format!("{}({x})", f.name()),
                 }
             }
-            "kernel.binary" => {
+            K::Binary => {
                 let (a, b) = (arg(0)?, arg(1)?);
-                match str_attr(m, op, "fn")? {
-                    "add" => format!("{a} + {b}"),
-                    "sub" => format!("{a} - {b}"),
-                    "mul" => format!("{a} * {b}"),
-                    "div" => format!("{a} / {b}"),
-                    "and" => format!("{a} && {b}"),
-                    "or" => format!("{a} || {b}"),
-                    "pow" if ty == "i32" => {
+                match ops::Binary::new(m, op).ok_or_else(malformed)?.fn_() {
+                    BinaryFn::Add => format!("{a} + {b}"),
+                    BinaryFn::Sub => format!("{a} - {b}"),
+                    BinaryFn::Mul => format!("{a} * {b}"),
+                    BinaryFn::Div => format!("{a} / {b}"),
+                    BinaryFn::And => format!("{a} && {b}"),
+                    BinaryFn::Or => format!("{a} || {b}"),
+                    BinaryFn::Pow if ty == "i32" => {
                         self.helpers.insert(Helper::IntPow);
                         format!("ircc_ipow({a}, i32({b}))")
                     }
-                    f @ ("max" | "min" | "pow") => format!("{f}({a}, {b})"),
-                    other => return Err(format!("unknown binary function '{other}'")),
+                    f @ (BinaryFn::Max | BinaryFn::Min | BinaryFn::Pow) => {
+                        format!("{}({a}, {b})", f.name())
+                    }
                 }
             }
-            "kernel.cmp" => {
-                let p = match str_attr(m, op, "pred")? {
-                    "lt" => "<",
-                    "le" => "<=",
-                    "gt" => ">",
-                    "ge" => ">=",
-                    "eq" => "==",
-                    "ne" => "!=",
-                    other => return Err(format!("unknown predicate '{other}'")),
+            K::Cmp => {
+                let p = match ops::Cmp::new(m, op).ok_or_else(malformed)?.pred() {
+                    CmpPred::Lt => "<",
+                    CmpPred::Le => "<=",
+                    CmpPred::Gt => ">",
+                    CmpPred::Ge => ">=",
+                    CmpPred::Eq => "==",
+                    CmpPred::Ne => "!=",
                 };
                 format!("{} {p} {}", arg(0)?, arg(1)?)
             }
-            "kernel.select" => format!("select({}, {}, {})", arg(2)?, arg(1)?, arg(0)?),
-            "kernel.cast" => format!("{ty}({})", arg(0)?),
-            "kernel.for" => return self.for_loop(op, indent),
-            "kernel.if" => {
+            K::Select => format!("select({}, {}, {})", arg(2)?, arg(1)?, arg(0)?),
+            K::Cast => format!("{ty}({})", arg(0)?),
+            K::For => return self.for_loop(op, indent),
+            K::If => {
                 let cond = arg(0)?;
                 self.line(indent, &format!("if ({cond}) {{"));
                 let body = m.entry_block(op).ok_or("kernel.if has a body")?;
@@ -358,12 +348,12 @@ impl Printer<'_> {
                 self.line(indent, "}");
                 return Ok(());
             }
-            "kernel.barrier" => {
+            K::Barrier => {
                 self.line(indent, "workgroupBarrier();");
                 return Ok(());
             }
-            "kernel.alloc" | "kernel.return" | "kernel.yield" => return Ok(()),
-            other => return Err(format!("'{other}' cannot appear in a kernel")),
+            K::Alloc | K::Return | K::Yield => return Ok(()),
+            K::Func | K::Launch => return Err(format!("'{kind}' cannot appear in a kernel")),
         };
         let r = result.ok_or("an expression op without a result")?;
         let name = self.fresh("v", r);
@@ -388,11 +378,8 @@ impl Printer<'_> {
         }
         // Not `i`: the 32nd name would be `i32`, a type.
         let iv = self.fresh("k", args[0]);
-        let (lo, hi, step) = (
-            int_attr(m, op, "lower")?,
-            int_attr(m, op, "upper")?,
-            int_attr(m, op, "step")?,
-        );
+        let for_op = ops::For::new(m, op).ok_or("malformed kernel.for")?;
+        let (lo, hi, step) = (for_op.lower(), for_op.upper(), for_op.step());
         self.line(
             indent,
             &format!("for (var {iv}: i32 = {lo}i; {iv} < {hi}i; {iv} = {iv} + {step}i) {{"),
@@ -414,40 +401,25 @@ impl Printer<'_> {
     }
 }
 
-/// The `(argument, width, height)` of every texture argument of `func`.
-pub fn texture_args(m: &Module, func: OpId) -> R<Vec<(usize, u32, u32)>> {
-    let Some(attr) = m.op(func).attr("textures") else {
-        return Ok(Vec::new());
-    };
-    let Attribute::DenseI64Array(x) = attr else {
-        return Err("'textures' must be integer triples".to_string());
-    };
-    if x.len() % 3 != 0 || x.iter().any(|&v| v < 0 || v > u32::MAX as i64) {
-        return Err("'textures' must be (argument, width, height) triples".to_string());
-    }
-    Ok(x.chunks(3)
-        .map(|c| (c[0] as usize, c[1] as u32, c[2] as u32))
-        .collect())
-}
-
 /// The WGSL of kernel.func `func`; `read_only[i]` declares argument `i`
 /// read-only (missing entries are read_write).
 pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
+    let kernel = ops::Func::new(m, func).ok_or("not a kernel.func")?;
     let block = m.entry_block(func).ok_or("a kernel without a body")?;
     let args = m.blocks[block].args.clone();
-    let wg = ints_attr(m, func, "workgroup_size")?;
+    let wg = kernel.workgroup_size();
     let mut names = HashMap::new();
     let mut header = String::new();
     let mut uses_f16 = false;
     let textures = texture_args(m, func)?;
-    let outputs = int_attr(m, func, "outputs")? as usize;
+    let outputs = kernel.outputs() as usize;
     for (i, &a) in args.iter().enumerate() {
         let t = m
             .value_type(a)
             .as_tensor()
             .ok_or("kernel arguments are tensors")?;
         uses_f16 |= t.elem == ElemType::F16;
-        if textures.iter().any(|&(arg, ..)| arg == i) {
+        if textures.iter().any(|t| t.arg == i) {
             // Texels are four f32 lanes to the shader whatever the
             // format; rgba16float stores them as f16.
             let decl = if i + outputs >= args.len() {
@@ -478,7 +450,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
     }
     let mut vec4_allocs = HashSet::new();
     m.walk_block(block, &mut |op| {
-        if m.op(op).name == "kernel.load4" {
+        if KernelOp::of(m, op) == Some(K::Load4) {
             vec4_allocs.insert(m.op(op).operands[0]);
         }
     });
@@ -489,7 +461,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
         for &r in &o.results {
             f16_inside |= *m.value_type(r) == Type::Scalar(ElemType::F16);
         }
-        if o.name == "kernel.alloc"
+        if KernelOp::of(m, op) == Some(K::Alloc)
             && let Some(t) = m.value_type(o.results[0]).as_tensor()
         {
             let elem = elem_name(t.elem).unwrap_or("f32");
@@ -520,7 +492,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
     if uses_f16 || f16_inside {
         s.push_str("enable f16;\n\n");
     }
-    let name = str_attr(m, func, "sym_name")?;
+    let name = kernel.sym_name();
     let _ = writeln!(s, "// kernel {name}\n{header}");
     for h in &p.helpers {
         s.push_str(h.text());
@@ -541,10 +513,6 @@ pub fn kernels(m: &Module) -> Vec<(String, OpId)> {
     m.blocks[m.body]
         .ops
         .iter()
-        .filter(|&&op| m.op(op).name == "kernel.func")
-        .filter_map(|&op| match m.op(op).attr("sym_name") {
-            Some(Attribute::String(s)) => Some((s.clone(), op)),
-            _ => None,
-        })
+        .filter_map(|&op| ops::Func::new(m, op).map(|k| (k.sym_name().to_string(), op)))
         .collect()
 }

@@ -4,6 +4,20 @@ use crate::attr::Attribute;
 use crate::registry::{OpHooks, OpView, Registry};
 use crate::types::Type;
 
+/// Typed views of the func ops, generated from the spec by `ircc-ods`.
+pub mod ops {
+    include!(concat!(env!("OUT_DIR"), "/func_ops.rs"));
+}
+
+/// Typed views of the index ops. They are generated here rather than with
+/// the index dialect's hooks (`ircc-dialects`) because the textual format
+/// has a pretty form of `index.view` (`spec/ir.md`).
+pub mod index_ops {
+    include!(concat!(env!("OUT_DIR"), "/index_ops.rs"));
+}
+
+pub use ops::FuncOp;
+
 pub const FUNC_SPEC: &str = include_str!("../../../spec/dialects/func.toml");
 
 fn function_type<'a>(v: &OpView<'a>) -> Result<(&'a [Type], &'a [Type]), String> {
@@ -31,7 +45,7 @@ fn verify_func(v: &OpView) -> Result<(), String> {
         let blocks = &v.module.regions[op.regions[0]].blocks;
         for &b in blocks {
             match v.module.blocks[b].ops.last() {
-                Some(&last) if v.module.op(last).name == "func.return" => {}
+                Some(&last) if FuncOp::of(v.module, last) == Some(FuncOp::Return) => {}
                 _ => {
                     return Err("every block of a function must end with 'func.return'".to_string());
                 }
@@ -48,7 +62,7 @@ fn verify_return(v: &OpView) -> Result<(), String> {
         .parent
         .and_then(|b| module.blocks[b].parent)
         .and_then(|r| module.regions[r].parent)
-        .filter(|&f| module.op(f).name == "func.func")
+        .filter(|&f| FuncOp::of(module, f) == Some(FuncOp::Func))
         .ok_or("'func.return' must be directly inside a 'func.func'")?;
     let results = match module.op(func).attr("function_type") {
         Some(Attribute::Type(Type::Function { results, .. })) => results,
@@ -81,25 +95,19 @@ fn verify_return(v: &OpView) -> Result<(), String> {
 }
 
 pub fn register(registry: &mut Registry) -> Result<(), crate::diag::Diagnostic> {
-    registry.add_dialect(
-        FUNC_SPEC,
-        &[
-            (
-                "func.func",
-                OpHooks {
-                    infer: None,
-                    verify: Some(verify_func),
-                    interpret: None,
-                },
-            ),
-            (
-                "func.return",
-                OpHooks {
-                    infer: None,
-                    verify: Some(verify_return),
-                    interpret: None,
-                },
-            ),
-        ],
-    )
+    let hooks = FuncOp::ALL.map(|op| {
+        let verify: fn(&OpView) -> Result<(), String> = match op {
+            FuncOp::Func => verify_func,
+            FuncOp::Return => verify_return,
+        };
+        (
+            op.name(),
+            OpHooks {
+                infer: None,
+                verify: Some(verify),
+                interpret: None,
+            },
+        )
+    });
+    registry.add_dialect(FUNC_SPEC, &hooks)
 }

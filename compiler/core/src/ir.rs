@@ -366,7 +366,7 @@ impl Module {
         self.top_ops()
             .iter()
             .copied()
-            .filter(|&op| self.ops[op].name == "func.func")
+            .filter(|&op| self.ops[op].name == crate::builtin::FuncOp::Func.name())
             .collect()
     }
 

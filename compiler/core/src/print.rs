@@ -9,6 +9,8 @@ use std::collections::{HashMap, HashSet};
 use std::fmt::Write;
 
 use crate::attr::{Attribute, Attributes, is_bare_id, write_dict, write_string_literal};
+use crate::builtin::FuncOp;
+use crate::builtin::index_ops::IndexOp;
 use crate::ir::{BlockId, Module, OpId, RegionId, ValueId};
 use crate::types::Type;
 
@@ -231,10 +233,12 @@ impl Printer<'_> {
         if !o.results.is_empty() {
             let _ = write!(self.out, "{} = ", self.values(&o.results));
         }
+        let func = FuncOp::of(self.module, op);
+        let view = IndexOp::of(self.module, op) == Some(IndexOp::View);
         let done = self.form == Form::Pretty
-            && match o.name.as_str() {
-                "func.func" => self.pretty_func(op, depth),
-                "index.view"
+            && match (func, view) {
+                (Some(FuncOp::Func), _) => self.pretty_func(op, depth),
+                (_, true)
                     if o.operands.len() == 1 && o.results.len() == 1 && o.attrs.len() == 1 =>
                 {
                     match o.attr("map") {
@@ -251,8 +255,8 @@ impl Printer<'_> {
                         _ => false,
                     }
                 }
-                "func.return" => {
-                    self.out.push_str("func.return");
+                (Some(FuncOp::Return), _) => {
+                    self.out.push_str(FuncOp::Return.name());
                     if !o.operands.is_empty() {
                         let tys: Vec<String> = self
                             .types(&o.operands)

@@ -9,7 +9,6 @@ use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use indexmap::IndexMap;
-use serde::Deserialize;
 
 use crate::attr::Attribute;
 use crate::diag::Diagnostic;
@@ -18,153 +17,24 @@ use crate::ir::{Module, OpId};
 use crate::tensor::Tensor;
 use crate::types::{TensorType, Type};
 
-/// The kinds an attribute may have in a spec.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum AttrKind {
-    Int,
-    Float,
-    Bool,
-    String,
-    Ints,
-    Floats,
-    Type,
-    Dense,
-    AffineMap,
-    Symbol,
-    Any,
-}
+pub use ircc_ods::{AttrKind, LayoutClass, MappingType, ReductionDims};
 
-impl AttrKind {
-    pub fn accepts(self, a: &Attribute) -> bool {
-        match self {
-            AttrKind::Int => matches!(a, Attribute::Int(..) | Attribute::Bool(_)),
-            AttrKind::Float => matches!(a, Attribute::Float(..) | Attribute::Int(..)),
-            AttrKind::Bool => matches!(a, Attribute::Bool(_) | Attribute::Unit),
-            AttrKind::String => matches!(a, Attribute::String(_)),
-            AttrKind::Ints => a.as_i64_array().is_some(),
-            AttrKind::Floats => a.as_f64_array().is_some(),
-            AttrKind::Type => matches!(a, Attribute::Type(_)),
-            AttrKind::Dense => matches!(a, Attribute::Dense(_)),
-            AttrKind::AffineMap => matches!(a, Attribute::AffineMap(_)),
-            AttrKind::Symbol => matches!(a, Attribute::SymbolRef(_)),
-            AttrKind::Any => true,
-        }
+/// Whether an attribute is of a spec kind (enum values are checked
+/// against the spec by the verifier).
+pub fn kind_accepts(kind: AttrKind, a: &Attribute) -> bool {
+    match kind {
+        AttrKind::Int => matches!(a, Attribute::Int(..) | Attribute::Bool(_)),
+        AttrKind::Float => matches!(a, Attribute::Float(..) | Attribute::Int(..)),
+        AttrKind::Bool => matches!(a, Attribute::Bool(_) | Attribute::Unit),
+        AttrKind::String | AttrKind::Enum => matches!(a, Attribute::String(_)),
+        AttrKind::Ints => a.as_i64_array().is_some(),
+        AttrKind::Floats => a.as_f64_array().is_some(),
+        AttrKind::Type => matches!(a, Attribute::Type(_)),
+        AttrKind::Dense => matches!(a, Attribute::Dense(_)),
+        AttrKind::AffineMap => matches!(a, Attribute::AffineMap(_)),
+        AttrKind::Symbol => matches!(a, Attribute::SymbolRef(_)),
+        AttrKind::Any => true,
     }
-
-    pub fn name(self) -> &'static str {
-        match self {
-            AttrKind::Int => "int",
-            AttrKind::Float => "float",
-            AttrKind::Bool => "bool",
-            AttrKind::String => "string",
-            AttrKind::Ints => "ints",
-            AttrKind::Floats => "floats",
-            AttrKind::Type => "type",
-            AttrKind::Dense => "dense",
-            AttrKind::AffineMap => "affine-map",
-            AttrKind::Symbol => "symbol",
-            AttrKind::Any => "any",
-        }
-    }
-}
-
-/// DNNFusion's classification of how output elements depend on inputs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum MappingType {
-    OneToOne,
-    OneToMany,
-    ManyToMany,
-    Reorganize,
-    Shuffle,
-}
-
-impl MappingType {
-    pub fn name(self) -> &'static str {
-        match self {
-            MappingType::OneToOne => "one-to-one",
-            MappingType::OneToMany => "one-to-many",
-            MappingType::ManyToMany => "many-to-many",
-            MappingType::Reorganize => "reorganize",
-            MappingType::Shuffle => "shuffle",
-        }
-    }
-}
-
-/// SmartMem's operator classes: input layout dependent or independent
-/// (ILD/ILI), and whether the output layout is variable or fixed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
-pub enum LayoutClass {
-    #[serde(rename = "ild-variable")]
-    IldVariable,
-    #[serde(rename = "ild-fixed")]
-    IldFixed,
-    #[serde(rename = "ili-variable")]
-    IliVariable,
-    #[serde(rename = "ili-fixed")]
-    IliFixed,
-}
-
-impl LayoutClass {
-    pub fn name(self) -> &'static str {
-        match self {
-            LayoutClass::IldVariable => "ILD-Variable",
-            LayoutClass::IldFixed => "ILD-Fixed",
-            LayoutClass::IliVariable => "ILI-Variable",
-            LayoutClass::IliFixed => "ILI-Fixed",
-        }
-    }
-}
-
-/// The dimensions an operand is reduced over: fixed positions (negative
-/// counts from the end) or the value of an attribute (`"attr:axis"`).
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
-#[serde(untagged)]
-pub enum ReductionDims {
-    Fixed(Vec<i64>),
-    FromAttr(String),
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AttrSpecToml {
-    pub kind: AttrKind,
-    /// The default in the textual attribute syntax (`"array<i64: 1, 1>"`).
-    pub default: Option<String>,
-    #[serde(default)]
-    pub optional: bool,
-    /// Integers may use the whole i64 range (ONNX's "to the end" slice
-    /// bounds); others must lie within ±MAX_DIM.
-    #[serde(default)]
-    pub unbounded: bool,
-    pub doc: Option<String>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct OpSpecToml {
-    name: String,
-    summary: String,
-    #[serde(default)]
-    operands: Vec<String>,
-    #[serde(default)]
-    results: Vec<String>,
-    #[serde(default)]
-    attrs: IndexMap<String, AttrSpecToml>,
-    mapping: Option<MappingType>,
-    layout: Option<LayoutClass>,
-    #[serde(default)]
-    reduction: BTreeMap<String, ReductionDims>,
-}
-
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct DialectToml {
-    dialect: String,
-    summary: String,
-    #[serde(rename = "op", default)]
-    ops: Vec<OpSpecToml>,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -206,6 +76,8 @@ pub struct AttrSpec {
     /// Absent and no default: the op cannot be built without it.
     pub required: bool,
     pub unbounded: bool,
+    /// The strings an `enum` attribute may hold.
+    pub values: Vec<String>,
     pub doc: Option<String>,
 }
 
@@ -512,8 +384,7 @@ impl Registry {
 
 /// Parses a dialect spec without binding hooks.
 pub fn parse_dialect_spec(text: &str) -> Result<(DialectInfo, Vec<OpSpec>), Diagnostic> {
-    let raw: DialectToml = toml::from_str(text)
-        .map_err(|e| Diagnostic::plain(format!("invalid dialect spec: {e}")))?;
+    let raw = ircc_ods::parse(text).map_err(Diagnostic::plain)?;
     let mut specs = Vec::new();
     for op in raw.ops {
         let full = format!("{}.{}", raw.dialect, op.name);
@@ -529,7 +400,7 @@ pub fn parse_dialect_spec(text: &str) -> Result<(DialectInfo, Vec<OpSpec>), Diag
                 None => None,
             };
             if let Some(d) = &default
-                && !a.kind.accepts(d)
+                && !kind_accepts(a.kind, d)
             {
                 return Err(Diagnostic::plain(format!(
                     "spec of '{full}': default of '{name}' is not of kind {}",
@@ -544,20 +415,10 @@ pub fn parse_dialect_spec(text: &str) -> Result<(DialectInfo, Vec<OpSpec>), Diag
                     default,
                     required,
                     unbounded: a.unbounded,
+                    values: a.values,
                     doc: a.doc,
                 },
             );
-        }
-        for operand in op.reduction.keys() {
-            if !op
-                .operands
-                .iter()
-                .any(|o| o.trim_end_matches(['?', '*']) == operand)
-            {
-                return Err(Diagnostic::plain(format!(
-                    "spec of '{full}': reduction names unknown operand '{operand}'"
-                )));
-            }
         }
         specs.push(OpSpec {
             name: full,

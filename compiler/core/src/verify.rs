@@ -14,7 +14,7 @@ use crate::attr::Attribute;
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::ir::{BlockId, Module, OpId, Use, ValueId};
 use crate::print::is_discardable;
-use crate::registry::{AttrKind, OpView, Registry};
+use crate::registry::{AttrKind, OpView, Registry, kind_accepts};
 use crate::types::{MAX_DIM, Type};
 
 /// The most elements a tensor may have (2^40, a terabyte of bytes).
@@ -170,7 +170,7 @@ fn verify_op(
         .map_err(|e| format!("'{}' {e}", o.name))?;
     for (name, a) in &o.attrs {
         match spec.attrs.get(name) {
-            Some(s) if !s.kind.accepts(a) => {
+            Some(s) if !kind_accepts(s.kind, a) => {
                 return Err(format!(
                     "attribute '{name}' of '{}' must be of kind {}, not {} ({a})",
                     o.name,
@@ -187,6 +187,16 @@ fn verify_op(
                     return Err(format!(
                         "attribute '{name}' of '{}' holds {v}, outside the supported range ±{MAX_DIM}",
                         o.name
+                    ));
+                }
+            }
+            Some(s) if s.kind == AttrKind::Enum => {
+                let v = a.as_str().unwrap_or_default();
+                if !s.values.iter().any(|x| x == v) {
+                    return Err(format!(
+                        "attribute '{name}' of '{}' is \"{v}\", not one of {}",
+                        o.name,
+                        s.values.join(", ")
                     ));
                 }
             }

@@ -63,9 +63,10 @@ impl Precision {
 /// How `kernel.lower` builds kernels, when a command lowers for the GPU.
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct KernelArgs {
-    /// Kernel precision (with --emit wgsl or --backend wgpu).
-    #[arg(long, value_enum, default_value = "f32")]
-    pub precision: Precision,
+    /// Kernel precision (with --emit wgsl or --backend wgpu); f32 unless
+    /// the pipeline's kernel.lower says otherwise.
+    #[arg(long, value_enum)]
+    pub precision: Option<Precision>,
     /// Hold every float intermediate that an element-wise kernel writes in
     /// a texture (the texture path, before layout selection chooses).
     #[arg(long)]
@@ -160,7 +161,8 @@ pub enum Emit {
     Generic,
     /// The graph for Graphviz: one cluster per kernel, eliminated layout ops dashed.
     Dot,
-    /// One .wgsl file per kernel and plan.json, in the directory given by -o.
+    /// One .wgsl file per kernel and plan.json in the directory given by
+    /// -o; without -o, every shader to stdout.
     Wgsl,
 }
 

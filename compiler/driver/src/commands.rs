@@ -30,14 +30,17 @@ impl Driver {
             Emit::Ir | Emit::Dot | Emit::Wgsl => Form::Pretty,
             Emit::Generic => Form::Generic,
         };
-        self.transform(&mut loaded, &args.pipeline, form, stderr)?;
         if args.emit == Emit::Wgsl {
-            let dir = args.output.as_deref().ok_or_else(|| {
-                Diagnostic::plain("--emit wgsl writes a directory: give it with -o DIR")
-            })?;
-            self.lower_kernels(&mut loaded, &args.kernel)?;
-            return self.emit_wgsl(&loaded, dir, stdout);
+            self.transform(
+                &mut loaded,
+                &args.pipeline,
+                Some(&args.kernel),
+                form,
+                stderr,
+            )?;
+            return self.emit_wgsl(&loaded, args.output.as_deref(), stdout);
         }
+        self.transform(&mut loaded, &args.pipeline, None, form, stderr)?;
         let text = match args.emit {
             Emit::Dot => crate::dot::to_dot(&loaded.module),
             _ => print_module(&loaded.module, form),
@@ -62,7 +65,8 @@ impl Driver {
             &args.onnx,
             args.pipeline.allow_unregistered_dialect,
         )?;
-        self.transform(&mut loaded, &args.pipeline, Form::Pretty, stderr)?;
+        let gpu = (args.backend == Backend::Wgpu).then_some(&args.kernel);
+        self.transform(&mut loaded, &args.pipeline, gpu, Form::Pretty, stderr)?;
         let module = &loaded.module;
         let func = module.lookup_symbol(&args.entry).ok_or_else(|| {
             Diagnostic::plain(format!(
@@ -88,10 +92,7 @@ impl Driver {
                     source: loaded.source.clone(),
                 })?
             }
-            Backend::Wgpu => {
-                let mut session = crate::gpu::session(self, &mut loaded, &args.kernel)?;
-                session.run(&inputs).map_err(Diagnostic::plain)?
-            }
+            Backend::Wgpu => crate::gpu::run_lowered(self, &loaded, &inputs)?,
         };
         let module = &loaded.module;
         std::fs::create_dir_all(&args.output_dir)
@@ -194,7 +195,7 @@ impl Driver {
                 path: loaded.path.clone(),
                 import_ms: loaded.import_ms,
             };
-            self.transform(&mut run, &pipeline, Form::Pretty, stderr)?;
+            self.transform(&mut run, &pipeline, None, Form::Pretty, stderr)?;
             let compile_ms = loaded.import_ms + start.elapsed().as_secs_f64() * 1e3;
             rows.push((name, figures::traffic(&run.module), compile_ms));
         }

@@ -6,8 +6,11 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
+use ircc_core::builtin::FuncOp;
 use ircc_core::ir::{BlockId, ValueId};
 use ircc_core::{Attribute, Module, OpId};
+use ircc_dialects::graph::{GraphOp, ops as graph_ops};
+use ircc_dialects::{index, is_data};
 
 fn escape(s: &str) -> String {
     s.replace('\\', "\\\\").replace('"', "\\\"")
@@ -45,51 +48,45 @@ pub fn to_dot(module: &Module) -> String {
         }
         for &op in &module.blocks[body].ops {
             let o = module.op(op);
-            match o.name.as_str() {
-                "func.return" => {
-                    let _ = writeln!(out, "  out [shape=ellipse, label=\"return\"];");
-                    edges.extend(o.operands.iter().map(|&v| (v, "out".to_string())));
+            let fused = graph_ops::Fused::new(module, op);
+            if FuncOp::of(module, op) == Some(FuncOp::Return) {
+                let _ = writeln!(out, "  out [shape=ellipse, label=\"return\"];");
+                edges.extend(o.operands.iter().map(|&v| (v, "out".to_string())));
+            } else if let Some(fused) = fused {
+                let anchor = fused.anchor();
+                let _ = writeln!(
+                    out,
+                    "  subgraph cluster_{kernel} {{\n    label=\"kernel {kernel}: {anchor}\";\n    style=rounded;"
+                );
+                let block = module.entry_block(op).expect("a fused op has a body");
+                for (&arg, &outer) in module.blocks[block].args.iter().zip(&o.operands) {
+                    alias.insert(arg, outer);
                 }
-                "graph.fused" => {
-                    let anchor = o.attr("anchor").and_then(Attribute::as_str).unwrap_or("");
+                inner_nodes(module, block, &mut out, &mut source, &mut edges);
+                out.push_str("  }\n");
+                let yielded = module
+                    .op(*module.blocks[block].ops.last().expect("a terminator"))
+                    .operands
+                    .clone();
+                for (&r, y) in o.results.iter().zip(yielded) {
+                    alias.insert(r, y);
+                }
+                kernel += 1;
+            } else {
+                let own_cluster = !is_data(module, op);
+                if own_cluster {
                     let _ = writeln!(
                         out,
-                        "  subgraph cluster_{kernel} {{\n    label=\"kernel {kernel}: {anchor}\";\n    style=rounded;"
+                        "  subgraph cluster_{kernel} {{\n    label=\"kernel {kernel}\";\n    style=rounded;"
                     );
-                    let block = module.entry_block(op).expect("a fused op has a body");
-                    for (&arg, &outer) in module.blocks[block].args.iter().zip(&o.operands) {
-                        alias.insert(arg, outer);
-                    }
-                    inner_nodes(module, block, &mut out, &mut source, &mut edges);
-                    out.push_str("  }\n");
-                    let yielded = module
-                        .op(*module.blocks[block].ops.last().expect("a terminator"))
-                        .operands
-                        .clone();
-                    for (&r, y) in o.results.iter().zip(yielded) {
-                        alias.insert(r, y);
-                    }
                     kernel += 1;
                 }
-                _ => {
-                    let own_cluster = !matches!(
-                        o.name.as_str(),
-                        "graph.constant" | "graph.param" | "index.view"
-                    );
-                    if own_cluster {
-                        let _ = writeln!(
-                            out,
-                            "  subgraph cluster_{kernel} {{\n    label=\"kernel {kernel}\";\n    style=rounded;"
-                        );
-                        kernel += 1;
-                    }
-                    if own_cluster {
-                        out.push_str("  ");
-                    }
-                    node(module, op, &mut out, &mut source, &mut edges);
-                    if own_cluster {
-                        out.push_str("  }\n");
-                    }
+                if own_cluster {
+                    out.push_str("  ");
+                }
+                node(module, op, &mut out, &mut source, &mut edges);
+                if own_cluster {
+                    out.push_str("  }\n");
                 }
             }
         }
@@ -123,7 +120,7 @@ fn inner_nodes(
     edges: &mut Vec<(ValueId, String)>,
 ) {
     for &op in &module.blocks[block].ops {
-        if module.op(op).name != "graph.yield" {
+        if GraphOp::of(module, op) != Some(GraphOp::Yield) {
             out.push_str("  ");
             node(module, op, out, source, edges);
         }
@@ -144,16 +141,15 @@ fn node(
         .first()
         .map(|&r| module.value_type(r).to_string())
         .unwrap_or_default();
-    let style = match o.name.as_str() {
-        "index.view" => ", style=dashed",
-        "graph.constant" | "graph.param" => ", shape=note",
-        _ => "",
+    let view = index::ops::View::new(module, op);
+    let style = match (view, is_data(module, op)) {
+        (Some(_), _) => ", style=dashed",
+        (None, true) => ", shape=note",
+        (None, false) => "",
     };
-    let label = match (o.name.as_str(), o.attr("map"), o.attr("name")) {
-        ("index.view", Some(Attribute::AffineMap(m)), _) => {
-            format!("index.view\\n{}", escape(&m.to_string()))
-        }
-        (_, _, Some(Attribute::String(n))) => format!("{}\\n{}", o.name, escape(n)),
+    let label = match (view, o.attr("name")) {
+        (Some(view), _) => format!("{}\\n{}", o.name, escape(&view.map().to_string())),
+        (None, Some(Attribute::String(n))) => format!("{}\\n{}", o.name, escape(n)),
         _ => o.name.clone(),
     };
     let _ = writeln!(out, "  {id} [label=\"{label}\\n{ty}\"{style}];");

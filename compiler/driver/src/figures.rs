@@ -5,26 +5,24 @@ use std::collections::HashSet;
 
 use ircc_core::ir::ValueId;
 use ircc_core::{Module, OpId, Type};
+use ircc_dialects::graph::GraphOp;
+use ircc_dialects::index::is_view;
+use ircc_dialects::is_data;
 
 /// Operations that compute: graph ops other than constants and weights,
 /// nested ones included.
 pub fn graph_op_count(module: &Module) -> usize {
     let mut n = 0;
     module.walk(|op| {
-        let name = &module.op(op).name;
-        if name.starts_with("graph.")
-            && !is_data(name)
-            && name != "graph.fused"
-            && name != "graph.yield"
-        {
+        let structural = matches!(
+            GraphOp::of(module, op),
+            None | Some(GraphOp::Fused | GraphOp::Yield)
+        );
+        if !structural && !is_data(module, op) {
             n += 1;
         }
     });
     n
-}
-
-fn is_data(name: &str) -> bool {
-    matches!(name, "graph.constant" | "graph.param" | "index.view")
 }
 
 /// The top-level ops that launch a kernel: everything that computes (not
@@ -35,10 +33,7 @@ pub fn kernels(module: &Module) -> Vec<OpId> {
         .iter()
         .filter_map(|&f| module.entry_block(f))
         .flat_map(|b| module.blocks[b].ops.iter().copied())
-        .filter(|&op| {
-            let name = &module.op(op).name;
-            name.starts_with("graph.") && !is_data(name)
-        })
+        .filter(|&op| GraphOp::of(module, op).is_some() && !is_data(module, op))
         .collect()
 }
 
@@ -51,10 +46,7 @@ fn bytes(module: &Module, v: ValueId) -> i64 {
 
 /// What a kernel reads for an operand: a view's source, not the view.
 fn stored(module: &Module, mut v: ValueId) -> ValueId {
-    while let Some(op) = module
-        .defining_op(v)
-        .filter(|&op| module.op(op).name == "index.view")
-    {
+    while let Some(op) = module.defining_op(v).filter(|&op| is_view(module, op)) {
         v = module.op(op).operands[0];
     }
     v
@@ -99,7 +91,7 @@ pub fn traffic(module: &Module) -> Traffic {
 fn readers(module: &Module, v: ValueId) -> Vec<OpId> {
     let mut out = Vec::new();
     for u in &module.value(v).uses {
-        if module.op(u.op).name == "index.view" {
+        if is_view(module, u.op) {
             for &r in &module.op(u.op).results {
                 out.extend(readers(module, r));
             }

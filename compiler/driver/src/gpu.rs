@@ -1,12 +1,19 @@
 //! The GPU side of the driver: lowering to kernels, `--emit wgsl`,
 //! `ircc run --backend wgpu` and `ircc bench`.
 
+#[cfg(feature = "wgpu")]
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
-use ircc_core::pass::{PassManager, PassOptions, RunOptions};
-use ircc_core::{Diagnostic, ElemType, Module, OpId, Tensor, Type};
+use ircc_core::builtin::FuncOp;
+use ircc_core::pass::PassOptions;
+use ircc_core::{Diagnostic, Module, OpId, Tensor};
+#[cfg(feature = "wgpu")]
+use ircc_core::{ElemType, Type};
+#[cfg(feature = "wgpu")]
+use ircc_dialects::graph::ops as graph_ops;
+use ircc_dialects::kernel::KernelOp;
 
 use crate::{Driver, Failure, KernelArgs, Loaded, Outcome, io_err};
 
@@ -14,43 +21,64 @@ fn plain(e: impl Into<String>) -> Failure {
     Diagnostic::plain(e).into()
 }
 
-impl Driver {
-    /// Runs `kernel.lower` (as `kernel` asks) unless the module has kernels.
-    pub(crate) fn lower_kernels(&self, loaded: &mut Loaded, kernel: &KernelArgs) -> Outcome {
-        let lowered = loaded.module.functions().iter().any(|&f| {
-            loaded.module.entry_block(f).is_some_and(|b| {
-                loaded.module.blocks[b]
-                    .ops
-                    .iter()
-                    .any(|&o| loaded.module.op(o).name == "kernel.launch")
-            })
-        });
-        if lowered {
-            return Ok(());
-        }
-        let mut spec = PassOptions {
-            pass: "kernel.lower".into(),
-            ..Default::default()
-        };
-        spec.values
-            .insert("precision".into(), kernel.precision.name().into());
-        spec.values
-            .insert("textures".into(), kernel.textures.to_string());
-        let mut pm = PassManager::from_specs(&self.passes, &[spec])?;
-        pm.run(
-            &mut loaded.module,
-            &self.registry,
-            &RunOptions::default(),
-            &mut std::io::sink(),
-        )
-        .map_err(|d| Failure {
-            diagnostics: d,
-            source: loaded.source.clone(),
-        })?;
-        Ok(())
-    }
+/// The pass that lowers to kernels, as pipelines name it.
+const KERNEL_LOWER: &str = "kernel.lower";
 
+/// Ends `specs` with `kernel.lower` as `kernel` asks, unless `module` is
+/// already kernel IR. A pipeline that lowers itself keeps its options; the
+/// command line fills in those it leaves out and may not contradict them.
+pub(crate) fn lower_for_gpu(
+    specs: &mut Vec<PassOptions>,
+    kernel: &KernelArgs,
+    module: &Module,
+) -> Result<(), Diagnostic> {
+    if is_lowered(module) {
+        return Ok(());
+    }
+    let position = match specs.iter().position(|s| s.pass == KERNEL_LOWER) {
+        Some(p) => p,
+        None => {
+            specs.push(PassOptions {
+                pass: KERNEL_LOWER.into(),
+                ..Default::default()
+            });
+            specs.len() - 1
+        }
+    };
+    let lower = &mut specs[position];
+    let mut set = |key: &str, value: Option<String>| -> Result<(), Diagnostic> {
+        let Some(value) = value else {
+            return Ok(());
+        };
+        match lower.values.get(key) {
+            Some(v) if *v != value => Err(Diagnostic::plain(format!(
+                "--{key} {value} contradicts the pipeline's {KERNEL_LOWER}{{{key}={v}}}"
+            ))),
+            _ => {
+                lower.values.insert(key.into(), value);
+                Ok(())
+            }
+        }
+    };
+    set("precision", kernel.precision.map(|p| p.name().to_string()))?;
+    set("textures", kernel.textures.then(|| "true".to_string()))
+}
+
+/// Whether the module's functions launch kernels (it is kernel IR).
+fn is_lowered(m: &Module) -> bool {
+    m.functions().iter().any(|&f| {
+        m.entry_block(f).is_some_and(|b| {
+            m.blocks[b]
+                .ops
+                .iter()
+                .any(|&o| KernelOp::of(m, o) == Some(KernelOp::Launch))
+        })
+    })
+}
+
+impl Driver {
     /// Every weight the module's `graph.param`s name, read once.
+    #[cfg(feature = "wgpu")]
     pub(crate) fn weights_of(
         &self,
         loaded: &Loaded,
@@ -63,26 +91,43 @@ impl Driver {
             return Ok(out);
         };
         for &op in &m.blocks[block].ops {
-            let o = m.op(op);
-            if o.name != "graph.param" {
-                continue;
-            }
-            let (Some(ircc_core::Attribute::String(name)), Some(t)) =
-                (o.attr("name"), m.value_type(o.results[0]).as_tensor())
-            else {
+            let Some(param) = graph_ops::Param::new(m, op) else {
                 continue;
             };
-            let t = env.param(name, t).map_err(plain)?;
-            out.insert(name.clone(), t);
+            let Some(t) = m.value_type(param.y()).as_tensor() else {
+                continue;
+            };
+            let t = env.param(param.name(), t).map_err(plain)?;
+            out.insert(param.name().to_string(), t);
         }
         Ok(out)
     }
 
-    pub(crate) fn emit_wgsl(&self, loaded: &Loaded, dir: &Path, stdout: &mut dyn Write) -> Outcome {
+    /// `--emit wgsl`: the shaders and plan.json into `dir`, or the
+    /// shaders to `stdout` (one after another, each under a comment naming
+    /// its file and grid).
+    pub(crate) fn emit_wgsl(
+        &self,
+        loaded: &Loaded,
+        dir: Option<&Path>,
+        stdout: &mut dyn Write,
+    ) -> Outcome {
         let func = main_function(&loaded.module)?;
         let plan = ircc_wgsl::plan(&loaded.module, func).map_err(plain)?;
+        let Some(dir) = dir else {
+            for (d, (_, wgsl)) in plan.dispatches.iter().zip(&plan.sources) {
+                let _ = writeln!(
+                    stdout,
+                    "// ----- {}: {:?} workgroups of {:?}\n{wgsl}",
+                    d.shader.as_deref().unwrap_or(&d.kernel),
+                    d.workgroups,
+                    d.workgroup_size
+                );
+            }
+            return Ok(());
+        };
         std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
-        for (name, wgsl) in &plan.shaders {
+        for (name, wgsl) in &plan.sources {
             let path = dir.join(format!("{name}.wgsl"));
             std::fs::write(&path, wgsl).map_err(|e| io_err("write", &path, e))?;
         }
@@ -92,7 +137,7 @@ impl Driver {
         let _ = writeln!(
             stdout,
             "wrote {} kernels and plan.json ({} buffers, {} pooled bytes) to {}",
-            plan.shaders.len(),
+            plan.sources.len(),
             plan.buffers.len(),
             plan.pool_bytes,
             dir.display()
@@ -106,12 +151,13 @@ pub(crate) fn main_function(m: &Module) -> Result<OpId, Failure> {
         .or_else(|| {
             m.functions()
                 .into_iter()
-                .find(|&f| m.op(f).name == "func.func")
+                .find(|&f| FuncOp::of(m, f) == Some(FuncOp::Func))
         })
         .ok_or_else(|| plain("the module has no function"))
 }
 
 /// The element types of the function's results.
+#[cfg(feature = "wgpu")]
 pub(crate) fn output_elems(m: &Module, func: OpId) -> Vec<ElemType> {
     match m.op(func).attr("function_type") {
         Some(ircc_core::Attribute::Type(Type::Function { results, .. })) => results
@@ -128,12 +174,7 @@ pub(crate) fn output_elems(m: &Module, func: OpId) -> Vec<ElemType> {
 type GpuProgram = (ircc_wgsl::Plan, Vec<ElemType>, HashMap<String, Tensor>);
 
 #[cfg(feature = "wgpu")]
-fn gpu_program(
-    driver: &Driver,
-    loaded: &mut Loaded,
-    kernel: &KernelArgs,
-) -> Result<GpuProgram, Failure> {
-    driver.lower_kernels(loaded, kernel)?;
+fn gpu_program(driver: &Driver, loaded: &Loaded) -> Result<GpuProgram, Failure> {
     let func = main_function(&loaded.module)?;
     let weights = driver.weights_of(loaded, func)?;
     let plan = ircc_wgsl::plan(&loaded.module, func).map_err(plain)?;
@@ -153,12 +194,28 @@ fn start(program: GpuProgram) -> Result<ircc_wgsl::Session, String> {
 }
 
 #[cfg(feature = "wgpu")]
-pub(crate) fn session(
+pub(crate) fn session(driver: &Driver, loaded: &Loaded) -> Result<ircc_wgsl::Session, Failure> {
+    start(gpu_program(driver, loaded)?).map_err(plain)
+}
+
+/// Runs a lowered module once on the wgpu adapter.
+#[cfg(feature = "wgpu")]
+pub(crate) fn run_lowered(
     driver: &Driver,
-    loaded: &mut Loaded,
-    kernel: &KernelArgs,
-) -> Result<ircc_wgsl::Session, Failure> {
-    start(gpu_program(driver, loaded, kernel)?).map_err(plain)
+    loaded: &Loaded,
+    inputs: &[Tensor],
+) -> Result<Vec<Tensor>, Failure> {
+    session(driver, loaded)?.run(inputs).map_err(plain)
+}
+
+#[cfg(not(feature = "wgpu"))]
+pub(crate) fn run_lowered(_: &Driver, _: &Loaded, _: &[Tensor]) -> Result<Vec<Tensor>, Failure> {
+    Err(no_gpu())
+}
+
+#[cfg(not(feature = "wgpu"))]
+fn no_gpu() -> Failure {
+    plain("this ircc was built without the wgpu backend (cargo feature 'wgpu')")
 }
 
 impl Driver {
@@ -176,9 +233,15 @@ impl Driver {
         inputs: &[Tensor],
     ) -> Result<Vec<Tensor>, GpuError> {
         let lower = |f: Failure| GpuError::Lower(f.diagnostics.to_string());
-        self.transform(loaded, args, ircc_core::Form::Pretty, &mut std::io::sink())
-            .map_err(lower)?;
-        let program = gpu_program(self, loaded, kernel).map_err(lower)?;
+        self.transform(
+            loaded,
+            args,
+            Some(kernel),
+            ircc_core::Form::Pretty,
+            &mut std::io::sink(),
+        )
+        .map_err(lower)?;
+        let program = gpu_program(self, loaded).map_err(lower)?;
         start(program)
             .and_then(|mut session| session.run(inputs))
             .map_err(GpuError::Run)
@@ -203,17 +266,7 @@ impl std::fmt::Display for GpuError {
     }
 }
 
-#[cfg(not(feature = "wgpu"))]
-pub(crate) fn session(
-    _: &Driver,
-    _: &mut Loaded,
-    _: Precision,
-) -> Result<std::convert::Infallible, Failure> {
-    Err(plain(
-        "this ircc was built without the wgpu backend (cargo feature 'wgpu')",
-    ))
-}
-
+#[cfg(feature = "wgpu")]
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -222,12 +275,24 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
+#[cfg(feature = "wgpu")]
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(f64::total_cmp);
     v
 }
 
 impl Driver {
+    #[cfg(not(feature = "wgpu"))]
+    pub(crate) fn bench_command(
+        &self,
+        _: &crate::BenchArgs,
+        _: &mut dyn Write,
+        _: &mut dyn Write,
+    ) -> Outcome {
+        Err(no_gpu())
+    }
+
+    #[cfg(feature = "wgpu")]
     pub(crate) fn bench_command(
         &self,
         args: &crate::BenchArgs,
@@ -245,7 +310,13 @@ impl Driver {
             &args.onnx,
             args.pipeline.allow_unregistered_dialect,
         )?;
-        self.transform(&mut loaded, &args.pipeline, ircc_core::Form::Pretty, stderr)?;
+        self.transform(
+            &mut loaded,
+            &args.pipeline,
+            Some(&args.kernel),
+            ircc_core::Form::Pretty,
+            stderr,
+        )?;
         let func = main_function(&loaded.module)?;
         let names = ircc_reference::input_names(&loaded.module, func);
         let inputs = if args.inputs.is_empty() {
@@ -253,7 +324,7 @@ impl Driver {
         } else {
             crate::commands::read_inputs(&args.inputs, &names)?
         };
-        let mut session = session(self, &mut loaded, &args.kernel)?;
+        let mut session = session(self, &loaded)?;
         let timing = session
             .time(&inputs, args.warmup, args.runs)
             .map_err(plain)?;
@@ -274,7 +345,7 @@ impl Driver {
         let report = serde_json::json!({
             "file": args.file.display().to_string(),
             "pipeline": pipeline,
-            "precision": args.kernel.precision.name(),
+            "precision": args.kernel.precision.unwrap_or_default().name(),
             "textures": args.kernel.textures,
             "adapter": session.adapter,
             "backend": session.backend,
@@ -299,7 +370,7 @@ impl Driver {
                 session.adapter,
                 session.backend,
                 pipeline,
-                args.kernel.precision.name(),
+                args.kernel.precision.unwrap_or_default().name(),
                 kernels.len(),
                 percentile(&runs, 0.5),
                 percentile(&runs, 0.1),

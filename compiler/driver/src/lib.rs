@@ -51,6 +51,10 @@ pub const PIPELINES: &[(&str, &str)] = &[
         "smartmem",
         include_str!("../../../spec/pipelines/smartmem.pipeline"),
     ),
+    (
+        "smartmem-gpu",
+        include_str!("../../../spec/pipelines/smartmem-gpu.pipeline"),
+    ),
 ];
 
 pub struct Driver {
@@ -279,15 +283,22 @@ impl Driver {
         )))
     }
 
-    /// Runs the pipeline chosen by `args` over `module`.
+    /// Runs the pipeline chosen by `args` over `module`. For the GPU
+    /// (`gpu`), `kernel.lower` ends the pipeline, in the same pass manager
+    /// so that `--print-ir-after`, `--dump-dir` and `--timing` show it; a
+    /// pipeline that already lowers gets the options `gpu` sets.
     pub(crate) fn transform(
         &self,
         loaded: &mut Loaded,
         args: &PipelineArgs,
+        gpu: Option<&KernelArgs>,
         form: Form,
         stderr: &mut dyn Write,
     ) -> Outcome {
-        let specs = self.pipeline_specs(args)?;
+        let mut specs = self.pipeline_specs(args)?;
+        if let Some(kernel) = gpu {
+            gpu::lower_for_gpu(&mut specs, kernel, &loaded.module)?;
+        }
         let mut pm = PassManager::from_specs(&self.passes, &specs)?;
         let options = RunOptions {
             verify_each: !args.no_verify_each,

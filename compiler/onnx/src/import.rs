@@ -8,6 +8,7 @@ use std::sync::Arc;
 use ircc_core::interp::NoWeights;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
 use ircc_core::{Attribute, Attributes, Module, OpId, Registry, Tensor, TensorType, Type};
+use ircc_dialects::graph::GraphOp;
 use prost::Message;
 
 use crate::proto::{ModelProto, NodeProto};
@@ -335,9 +336,9 @@ impl Importer<'_> {
                 k += 1;
             }
             self.weights.push((weight.clone(), Tensor::clone(&c)));
-            OpBuilder::new("graph.param").attr("name", Attribute::String(weight))
+            OpBuilder::new(GraphOp::Param.name()).attr("name", Attribute::String(weight))
         } else {
-            OpBuilder::new("graph.constant").attr("value", Attribute::Dense(c.to_dense()))
+            OpBuilder::new(GraphOp::Constant.name()).attr("value", Attribute::Dense(c.to_dense()))
         };
         let op = self.module.create_op(b.results([ty]));
         self.module.append_op(self.block, op);
@@ -350,7 +351,7 @@ impl Importer<'_> {
     /// Emits a graph op, or evaluates it when every operand is a constant.
     pub fn emit(
         &mut self,
-        name: &str,
+        op: GraphOp,
         operands: Vec<Val>,
         attrs: Attributes,
         results: usize,
@@ -364,7 +365,7 @@ impl Importer<'_> {
                 })
                 .collect();
             return self
-                .evaluate(name, args, attrs, results)
+                .evaluate(op, args, attrs, results)
                 .map(|ts| ts.into_iter().map(Val::constant).collect());
         }
         let mut ids = Vec::new();
@@ -372,7 +373,7 @@ impl Importer<'_> {
             ids.push(self.materialize(v)?);
         }
         let op = self.module.create_op(
-            OpBuilder::new(name)
+            OpBuilder::new(op.name())
                 .operands(ids)
                 .attrs(attrs)
                 .results(vec![Type::Index; results]),
@@ -391,7 +392,7 @@ impl Importer<'_> {
     /// Runs a graph op on constants through its interpret hook.
     pub fn evaluate(
         &mut self,
-        name: &str,
+        kind: GraphOp,
         args: Vec<Tensor>,
         attrs: Attributes,
         results: usize,
@@ -401,6 +402,7 @@ impl Importer<'_> {
             OpBuilder::new("import.args").results(args.iter().map(|t| Type::Tensor(t.ty()))),
         );
         let operands = s.op(holder).results.clone();
+        let name = kind.name();
         let op = s.create_op(
             OpBuilder::new(name)
                 .operands(operands)

@@ -2,6 +2,7 @@
 //! names follow ONNX in snake_case; shape-like inputs become attributes.
 
 use ircc_core::{Attribute, Attributes, ElemType, Tensor, Type};
+use ircc_dialects::graph::GraphOp;
 
 use crate::fold;
 use crate::import::{Importer, Val, i64s, scalar_f64};
@@ -124,21 +125,30 @@ impl Importer<'_> {
         let outputs = match op {
             "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" => {
                 a.only(&[])?;
-                let name = format!("graph.{}", op.to_lowercase());
+                let name = match op {
+                    "Add" => GraphOp::Add,
+                    "Sub" => GraphOp::Sub,
+                    "Mul" => GraphOp::Mul,
+                    "Div" => GraphOp::Div,
+                    "Pow" => GraphOp::Pow,
+                    "Equal" => GraphOp::Equal,
+                    "Less" => GraphOp::Less,
+                    _ => GraphOp::Greater,
+                };
                 let (x, y) = (self.required(n, 0)?, self.required(n, 1)?);
                 if op == "Pow" && self.type_of(&x).elem != self.type_of(&y).elem {
                     let to = self.type_of(&x).elem;
                     let y = self.cast(y, to)?;
-                    return self.finish(n, "graph.pow", vec![x, y], Attributes::new());
+                    return self.finish(n, GraphOp::Pow, vec![x, y], Attributes::new());
                 }
-                self.emit(&name, vec![x, y], Attributes::new(), 1)?
+                self.emit(name, vec![x, y], Attributes::new(), 1)?
             }
             "LessOrEqual" | "GreaterOrEqual" => {
                 a.only(&[])?;
                 let opposite = if op == "LessOrEqual" {
-                    "graph.greater"
+                    GraphOp::Greater
                 } else {
-                    "graph.less"
+                    GraphOp::Less
                 };
                 let c = self.emit(
                     opposite,
@@ -146,14 +156,14 @@ impl Importer<'_> {
                     Attributes::new(),
                     1,
                 )?;
-                self.emit("graph.not", c, Attributes::new(), 1)?
+                self.emit(GraphOp::Not, c, Attributes::new(), 1)?
             }
             "Max" | "Min" | "Sum" | "Mean" => {
                 a.only(&[])?;
                 let name = match op {
-                    "Max" => "graph.max",
-                    "Min" => "graph.min",
-                    _ => "graph.add",
+                    "Max" => GraphOp::Max,
+                    "Min" => GraphOp::Min,
+                    _ => GraphOp::Add,
                 };
                 let inputs: Vec<Val> = (0..n.input.len())
                     .map(|i| self.required(n, i))
@@ -173,7 +183,7 @@ impl Importer<'_> {
                     let div = fold::scalar(count as f64, elem);
                     acc = self
                         .emit(
-                            "graph.div",
+                            GraphOp::Div,
                             vec![acc, Val::constant(div)],
                             Attributes::new(),
                             1,
@@ -182,7 +192,7 @@ impl Importer<'_> {
                 }
                 if count == 1 {
                     vec![
-                        self.emit("graph.identity", vec![acc], Attributes::new(), 1)?
+                        self.emit(GraphOp::Identity, vec![acc], Attributes::new(), 1)?
                             .remove(0),
                     ]
                 } else {
@@ -193,10 +203,21 @@ impl Importer<'_> {
             | "Relu" | "Not" | "Identity" | "HardSwish" => {
                 a.only(&[])?;
                 let name = match op {
-                    "HardSwish" => "graph.hard_swish".to_string(),
-                    other => format!("graph.{}", other.to_lowercase()),
+                    "Neg" => GraphOp::Neg,
+                    "Abs" => GraphOp::Abs,
+                    "Exp" => GraphOp::Exp,
+                    "Log" => GraphOp::Log,
+                    "Sqrt" => GraphOp::Sqrt,
+                    "Reciprocal" => GraphOp::Reciprocal,
+                    "Erf" => GraphOp::Erf,
+                    "Tanh" => GraphOp::Tanh,
+                    "Sigmoid" => GraphOp::Sigmoid,
+                    "Relu" => GraphOp::Relu,
+                    "Not" => GraphOp::Not,
+                    "Identity" => GraphOp::Identity,
+                    _ => GraphOp::HardSwish,
                 };
-                self.emit(&name, vec![self.required(n, 0)?], Attributes::new(), 1)?
+                self.emit(name, vec![self.required(n, 0)?], Attributes::new(), 1)?
             }
             "Dropout" => {
                 a.only(&["seed", "ratio"])?;
@@ -216,7 +237,7 @@ impl Importer<'_> {
                     }
                 }
                 self.emit(
-                    "graph.identity",
+                    GraphOp::Identity,
                     vec![self.required(n, 0)?],
                     Attributes::new(),
                     1,
@@ -225,7 +246,7 @@ impl Importer<'_> {
             "LeakyRelu" => {
                 a.only(&["alpha"])?;
                 self.emit(
-                    "graph.leaky_relu",
+                    GraphOp::LeakyRelu,
                     vec![self.required(n, 0)?],
                     attrs(vec![("alpha", f32_attr(a.f("alpha", 0.01) as f64))]),
                     1,
@@ -237,7 +258,7 @@ impl Importer<'_> {
                     ("alpha", f32_attr(a.f("alpha", 0.2) as f64)),
                     ("beta", f32_attr(a.f("beta", 0.5) as f64)),
                 ]);
-                self.emit("graph.hard_sigmoid", vec![self.required(n, 0)?], at, 1)?
+                self.emit(GraphOp::HardSigmoid, vec![self.required(n, 0)?], at, 1)?
             }
             "Gelu" => {
                 a.only(&["approximate"])?;
@@ -245,7 +266,7 @@ impl Importer<'_> {
                     "approximate",
                     Attribute::String(a.s("approximate", "none")),
                 )]);
-                self.emit("graph.gelu", vec![self.required(n, 0)?], at, 1)?
+                self.emit(GraphOp::Gelu, vec![self.required(n, 0)?], at, 1)?
             }
             "Clip" => {
                 a.only(&["min", "max"])?;
@@ -272,12 +293,12 @@ impl Importer<'_> {
                 if let Some(h) = hi {
                     at.insert("max".into(), f32_attr(h));
                 }
-                self.emit("graph.clip", vec![x], at, 1)?
+                self.emit(GraphOp::Clip, vec![x], at, 1)?
             }
             "Where" => {
                 a.only(&[])?;
                 self.emit(
-                    "graph.where",
+                    GraphOp::Where,
                     vec![
                         self.required(n, 0)?,
                         self.required(n, 1)?,
@@ -299,7 +320,7 @@ impl Importer<'_> {
             }
             "LogSoftmax" => {
                 let s = self.softmax(n, &a)?;
-                self.emit("graph.log", s, Attributes::new(), 1)?
+                self.emit(GraphOp::Log, s, Attributes::new(), 1)?
             }
             "PRelu" | "Softplus" | "Softsign" | "Elu" | "Selu" | "Celu" | "ThresholdedRelu"
             | "Mish" => self.activation(n, &a)?,
@@ -307,7 +328,7 @@ impl Importer<'_> {
             "MatMul" => {
                 a.only(&[])?;
                 self.emit(
-                    "graph.matmul",
+                    GraphOp::Matmul,
                     vec![self.required(n, 0)?, self.required(n, 1)?],
                     Attributes::new(),
                     1,
@@ -323,14 +344,14 @@ impl Importer<'_> {
                     ("trans_a", Attribute::i64(a.i("transA", 0))),
                     ("trans_b", Attribute::i64(a.i("transB", 0))),
                 ]);
-                self.emit("graph.gemm", ops, at, 1)?
+                self.emit(GraphOp::Gemm, ops, at, 1)?
             }
             "Conv" | "ConvTranspose" => self.conv(n, &a)?,
             "MaxPool" | "AveragePool" => self.pool(n, &a)?,
             "GlobalAveragePool" => {
                 a.only(&[])?;
                 self.emit(
-                    "graph.global_average_pool",
+                    GraphOp::GlobalAveragePool,
                     vec![self.required(n, 0)?],
                     Attributes::new(),
                     1,
@@ -341,7 +362,7 @@ impl Importer<'_> {
                 let x = self.required(n, 0)?;
                 let rank = self.type_of(&x).rank() as i64;
                 self.emit(
-                    "graph.reduce_max",
+                    GraphOp::ReduceMax,
                     vec![x],
                     attrs(vec![("axes", ints_attr((2..rank).collect()))]),
                     1,
@@ -354,11 +375,11 @@ impl Importer<'_> {
                         "BatchNormalization in training mode is not supported",
                     ));
                 }
-                self.normalization(n, &a, "graph.batch_norm", 5)?
+                self.normalization(n, &a, GraphOp::BatchNorm, 5)?
             }
             "InstanceNormalization" => {
                 a.only(&["epsilon"])?;
-                self.normalization(n, &a, "graph.instance_norm", 3)?
+                self.normalization(n, &a, GraphOp::InstanceNorm, 3)?
             }
             "LayerNormalization" => {
                 a.only(&["axis", "epsilon", "stash_type"])?;
@@ -368,7 +389,7 @@ impl Importer<'_> {
                     ("axis", Attribute::i64(a.i("axis", -1))),
                     ("epsilon", f32_attr(a.f("epsilon", 1e-5) as f64)),
                 ]);
-                let mut out = self.emit("graph.layer_norm", ops, at, 1)?;
+                let mut out = self.emit(GraphOp::LayerNorm, ops, at, 1)?;
                 if n.output.iter().skip(1).any(|o| !o.is_empty()) {
                     out.extend(self.moments(
                         self.required(n, 0)?,
@@ -395,7 +416,7 @@ impl Importer<'_> {
                     a.i("allowzero", 0) != 0,
                 )?;
                 self.emit(
-                    "graph.reshape",
+                    GraphOp::Reshape,
                     vec![x],
                     attrs(vec![("shape", ints_attr(target))]),
                     1,
@@ -404,7 +425,7 @@ impl Importer<'_> {
             "Flatten" => {
                 a.only(&["axis"])?;
                 self.emit(
-                    "graph.flatten",
+                    GraphOp::Flatten,
                     vec![self.required(n, 0)?],
                     attrs(vec![("axis", Attribute::i64(a.i("axis", 1)))]),
                     1,
@@ -416,7 +437,7 @@ impl Importer<'_> {
                 if let Some(p) = a.ints("perm") {
                     at.insert("perm".into(), ints_attr(p));
                 }
-                self.emit("graph.transpose", vec![self.required(n, 0)?], at, 1)?
+                self.emit(GraphOp::Transpose, vec![self.required(n, 0)?], at, 1)?
             }
             "Squeeze" | "Unsqueeze" => {
                 a.only(&["axes"])?;
@@ -430,9 +451,9 @@ impl Importer<'_> {
                     at.insert("axes".into(), ints_attr(ax));
                 }
                 let name = if op == "Squeeze" {
-                    "graph.squeeze"
+                    GraphOp::Squeeze
                 } else {
-                    "graph.unsqueeze"
+                    GraphOp::Unsqueeze
                 };
                 self.emit(name, vec![self.required(n, 0)?], at, 1)?
             }
@@ -466,14 +487,14 @@ impl Importer<'_> {
                 if let Some(st) = steps {
                     at.insert("steps".into(), ints_attr(st));
                 }
-                self.emit("graph.slice", vec![x], at, 1)?
+                self.emit(GraphOp::Slice, vec![x], at, 1)?
             }
             "Gather" | "GatherElements" => {
                 a.only(&["axis"])?;
                 let name = if op == "Gather" {
-                    "graph.gather"
+                    GraphOp::Gather
                 } else {
-                    "graph.gather_elements"
+                    GraphOp::GatherElements
                 };
                 let idx = self.required(n, 1)?;
                 let idx = if self.type_of(&idx).elem != ElemType::I64 {
@@ -494,7 +515,7 @@ impl Importer<'_> {
                     .filter_map(|i| self.input(n, i).transpose())
                     .collect::<Result<_>>()?;
                 self.emit(
-                    "graph.concat",
+                    GraphOp::Concat,
                     inputs,
                     attrs(vec![("axis", Attribute::i64(a.i("axis", 0)))]),
                     1,
@@ -528,16 +549,16 @@ impl Importer<'_> {
                 if let Some(s) = sizes {
                     at.insert("split".into(), ints_attr(s));
                 }
-                self.emit("graph.split", vec![x], at, n.output.len())?
+                self.emit(GraphOp::Split, vec![x], at, n.output.len())?
             }
             "Pad" => self.pad(n, &a)?,
             "Expand" => {
                 a.only(&[])?;
-                self.with_shape_input(n, "graph.expand", "shape")?
+                self.with_shape_input(n, GraphOp::Expand, "shape")?
             }
             "Tile" => {
                 a.only(&[])?;
-                self.with_shape_input(n, "graph.tile", "repeats")?
+                self.with_shape_input(n, GraphOp::Tile, "repeats")?
             }
             "DepthToSpace" => {
                 a.only(&["blocksize", "mode"])?;
@@ -545,12 +566,12 @@ impl Importer<'_> {
                     ("blocksize", Attribute::i64(a.i("blocksize", 0))),
                     ("mode", Attribute::String(a.s("mode", "DCR"))),
                 ]);
-                self.emit("graph.depth_to_space", vec![self.required(n, 0)?], at, 1)?
+                self.emit(GraphOp::DepthToSpace, vec![self.required(n, 0)?], at, 1)?
             }
             "SpaceToDepth" => {
                 a.only(&["blocksize"])?;
                 self.emit(
-                    "graph.space_to_depth",
+                    GraphOp::SpaceToDepth,
                     vec![self.required(n, 0)?],
                     attrs(vec![("blocksize", Attribute::i64(a.i("blocksize", 0)))]),
                     1,
@@ -572,7 +593,13 @@ impl Importer<'_> {
         self.define(n, outputs)
     }
 
-    fn finish(&mut self, n: &NodeProto, name: &str, ops: Vec<Val>, at: Attributes) -> Result<()> {
+    fn finish(
+        &mut self,
+        n: &NodeProto,
+        name: GraphOp,
+        ops: Vec<Val>,
+        at: Attributes,
+    ) -> Result<()> {
         let out = self.emit(name, ops, at, 1)?;
         self.define(n, out)
     }
@@ -583,7 +610,7 @@ impl Importer<'_> {
         &mut self,
         n: &NodeProto,
         a: &Attrs,
-        op: &str,
+        op: GraphOp,
         inputs: usize,
     ) -> Result<Vec<Val>> {
         let ops = (0..inputs)
@@ -599,7 +626,7 @@ impl Importer<'_> {
 
     /// An op whose second input is a constant integer list, which becomes
     /// the attribute `attr` (Expand's shape, Tile's repeats).
-    fn with_shape_input(&mut self, n: &NodeProto, op: &str, attr: &str) -> Result<Vec<Val>> {
+    fn with_shape_input(&mut self, n: &NodeProto, op: GraphOp, attr: &str) -> Result<Vec<Val>> {
         let values = self
             .constant_input(n, 1, attr)?
             .ok_or_else(|| ImportError::invalid(format!("missing {attr}")))?;
@@ -613,7 +640,7 @@ impl Importer<'_> {
 
     pub fn cast(&mut self, v: Val, to: ElemType) -> Result<Val> {
         let at = attrs(vec![("to", Attribute::Type(Type::Scalar(to)))]);
-        Ok(self.emit("graph.cast", vec![v], at, 1)?.remove(0))
+        Ok(self.emit(GraphOp::Cast, vec![v], at, 1)?.remove(0))
     }
 
     fn constant_value(&self, n: &NodeProto, a: &Attrs) -> Result<Tensor> {
@@ -697,7 +724,7 @@ impl Importer<'_> {
                 None => a.ints("pads").unwrap_or_else(|| vec![0; 2 * spatial]),
             };
             at.insert("pads".into(), ints_attr(pads));
-            return self.emit("graph.conv", ops, at, 1);
+            return self.emit(GraphOp::Conv, ops, at, 1);
         }
         let mut out_pad = a.ints("output_padding").unwrap_or_else(|| vec![0; spatial]);
         // The output size asked for (output_shape, or input * stride for the
@@ -735,7 +762,7 @@ impl Importer<'_> {
         };
         at.insert("pads".into(), ints_attr(pads));
         at.insert("output_padding".into(), ints_attr(out_pad));
-        self.emit("graph.conv_transpose", ops, at, 1)
+        self.emit(GraphOp::ConvTranspose, ops, at, 1)
     }
 
     fn pool(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
@@ -783,13 +810,13 @@ impl Importer<'_> {
             ("ceil_mode", Attribute::i64(a.i("ceil_mode", 0))),
         ]);
         let name = if n.op_type == "MaxPool" {
-            "graph.max_pool"
+            GraphOp::MaxPool
         } else {
             at.insert(
                 "count_include_pad".into(),
                 Attribute::i64(a.i("count_include_pad", 0)),
             );
-            "graph.average_pool"
+            GraphOp::AveragePool
         };
         self.emit(name, vec![x], at, 1)
     }
@@ -800,7 +827,7 @@ impl Importer<'_> {
         let ty = self.type_of(&x);
         if self.opset >= 13 {
             return self.emit(
-                "graph.softmax",
+                GraphOp::Softmax,
                 vec![x],
                 attrs(vec![("axis", Attribute::i64(a.i("axis", -1)))]),
                 1,
@@ -810,7 +837,7 @@ impl Importer<'_> {
         let axis = rank_axis(a.i("axis", 1), ty.rank())?;
         if axis + 1 == ty.rank() {
             return self.emit(
-                "graph.softmax",
+                GraphOp::Softmax,
                 vec![x],
                 attrs(vec![("axis", Attribute::i64(-1))]),
                 1,
@@ -819,19 +846,19 @@ impl Importer<'_> {
         let outer: i64 = ty.shape[..axis].iter().product();
         let inner: i64 = ty.shape[axis..].iter().product();
         let flat = self.emit(
-            "graph.reshape",
+            GraphOp::Reshape,
             vec![x],
             attrs(vec![("shape", ints_attr(vec![outer, inner]))]),
             1,
         )?;
         let s = self.emit(
-            "graph.softmax",
+            GraphOp::Softmax,
             flat,
             attrs(vec![("axis", Attribute::i64(1))]),
             1,
         )?;
         self.emit(
-            "graph.reshape",
+            GraphOp::Reshape,
             s,
             attrs(vec![("shape", ints_attr(ty.shape.clone()))]),
             1,
@@ -849,55 +876,63 @@ impl Importer<'_> {
         };
         let axes = axes.filter(|v| !v.is_empty());
         if axes.is_none() && a.i("noop_with_empty_axes", 0) != 0 {
-            return self.emit("graph.identity", vec![x], Attributes::new(), 1);
+            return self.emit(GraphOp::Identity, vec![x], Attributes::new(), 1);
         }
         let mut at = attrs(vec![("keepdims", Attribute::i64(a.i("keepdims", 1)))]);
         if let Some(ax) = axes {
             at.insert("axes".into(), ints_attr(ax));
         }
         let elem = self.type_of(&x).elem;
-        let one = |name: &str, s: &mut Self, v: Vec<Val>| s.emit(name, v, Attributes::new(), 1);
+        let one = |name: GraphOp, s: &mut Self, v: Vec<Val>| s.emit(name, v, Attributes::new(), 1);
         match n.op_type.as_str() {
             "ReduceL1" => {
-                let m = one("graph.abs", self, vec![x])?;
-                self.emit("graph.reduce_sum", m, at, 1)
+                let m = one(GraphOp::Abs, self, vec![x])?;
+                self.emit(GraphOp::ReduceSum, m, at, 1)
             }
             "ReduceL2" | "ReduceSumSquare" => {
-                let sq = self.emit("graph.mul", vec![x.clone(), x], Attributes::new(), 1)?;
-                let s = self.emit("graph.reduce_sum", sq, at, 1)?;
+                let sq = self.emit(GraphOp::Mul, vec![x.clone(), x], Attributes::new(), 1)?;
+                let s = self.emit(GraphOp::ReduceSum, sq, at, 1)?;
                 if n.op_type == "ReduceL2" {
-                    one("graph.sqrt", self, s)
+                    one(GraphOp::Sqrt, self, s)
                 } else {
                     Ok(s)
                 }
             }
             "ReduceLogSum" => {
-                let s = self.emit("graph.reduce_sum", vec![x], at, 1)?;
-                one("graph.log", self, s)
+                let s = self.emit(GraphOp::ReduceSum, vec![x], at, 1)?;
+                one(GraphOp::Log, self, s)
             }
             "ReduceLogSumExp" => {
-                let e = one("graph.exp", self, vec![x])?;
-                let s = self.emit("graph.reduce_sum", e, at, 1)?;
-                one("graph.log", self, s)
+                let e = one(GraphOp::Exp, self, vec![x])?;
+                let s = self.emit(GraphOp::ReduceSum, e, at, 1)?;
+                one(GraphOp::Log, self, s)
             }
             _ if !elem.is_float() && !elem.is_int() => Err(ImportError::unsupported(
                 "reductions of booleans are not supported",
             )),
             _ => {
-                let name = format!(
-                    "graph.reduce_{}",
-                    n.op_type.trim_start_matches("Reduce").to_lowercase()
-                );
-                self.emit(&name, vec![x], at, 1)
+                let name = match n.op_type.as_str() {
+                    "ReduceSum" => GraphOp::ReduceSum,
+                    "ReduceMean" => GraphOp::ReduceMean,
+                    "ReduceMax" => GraphOp::ReduceMax,
+                    "ReduceMin" => GraphOp::ReduceMin,
+                    "ReduceProd" => GraphOp::ReduceProd,
+                    other => {
+                        return Err(ImportError::unsupported(format!(
+                            "operator '{other}' is not supported"
+                        )));
+                    }
+                };
+                self.emit(name, vec![x], at, 1)
             }
         }
     }
 
-    fn bin(&mut self, name: &str, x: Val, y: Val) -> Result<Val> {
+    fn bin(&mut self, name: GraphOp, x: Val, y: Val) -> Result<Val> {
         Ok(self.emit(name, vec![x, y], Attributes::new(), 1)?.remove(0))
     }
 
-    fn un(&mut self, name: &str, x: Val) -> Result<Val> {
+    fn un(&mut self, name: GraphOp, x: Val) -> Result<Val> {
         Ok(self.emit(name, vec![x], Attributes::new(), 1)?.remove(0))
     }
 
@@ -914,22 +949,22 @@ impl Importer<'_> {
             "PRelu" => {
                 a.only(&[])?;
                 let slope = self.required(n, 1)?;
-                let neg = self.bin("graph.less", x.clone(), zero)?;
-                let scaled = self.bin("graph.mul", x.clone(), slope)?;
-                self.emit("graph.where", vec![neg, scaled, x], Attributes::new(), 1)?
+                let neg = self.bin(GraphOp::Less, x.clone(), zero)?;
+                let scaled = self.bin(GraphOp::Mul, x.clone(), slope)?;
+                self.emit(GraphOp::Where, vec![neg, scaled, x], Attributes::new(), 1)?
                     .remove(0)
             }
             "Softplus" => {
                 a.only(&[])?;
-                let e = self.un("graph.exp", x)?;
-                let p = self.bin("graph.add", e, one)?;
-                self.un("graph.log", p)?
+                let e = self.un(GraphOp::Exp, x)?;
+                let p = self.bin(GraphOp::Add, e, one)?;
+                self.un(GraphOp::Log, p)?
             }
             "Softsign" => {
                 a.only(&[])?;
-                let m = self.un("graph.abs", x.clone())?;
-                let d = self.bin("graph.add", m, one)?;
-                self.bin("graph.div", x, d)?
+                let m = self.un(GraphOp::Abs, x.clone())?;
+                let d = self.bin(GraphOp::Add, m, one)?;
+                self.bin(GraphOp::Div, x, d)?
             }
             "Elu" | "Selu" | "Celu" => {
                 a.only(&["alpha", "gamma"])?;
@@ -946,15 +981,15 @@ impl Importer<'_> {
                 let xs = if c == 1.0 {
                     x.clone()
                 } else {
-                    self.bin("graph.div", x.clone(), self.scalar_like(&x, c))?
+                    self.bin(GraphOp::Div, x.clone(), self.scalar_like(&x, c))?
                 };
-                let e = self.un("graph.exp", xs)?;
-                let em1 = self.bin("graph.sub", e, one)?;
-                let neg = self.bin("graph.mul", em1, self.scalar_like(&x, alpha))?;
-                let pos = self.bin("graph.greater", x.clone(), zero)?;
+                let e = self.un(GraphOp::Exp, xs)?;
+                let em1 = self.bin(GraphOp::Sub, e, one)?;
+                let neg = self.bin(GraphOp::Mul, em1, self.scalar_like(&x, alpha))?;
+                let pos = self.bin(GraphOp::Greater, x.clone(), zero)?;
                 let y = self
                     .emit(
-                        "graph.where",
+                        GraphOp::Where,
                         vec![pos, x.clone(), neg],
                         Attributes::new(),
                         1,
@@ -963,24 +998,24 @@ impl Importer<'_> {
                 if gamma == 1.0 {
                     y
                 } else {
-                    self.bin("graph.mul", y, self.scalar_like(&x, gamma))?
+                    self.bin(GraphOp::Mul, y, self.scalar_like(&x, gamma))?
                 }
             }
             "ThresholdedRelu" => {
                 a.only(&["alpha"])?;
                 let t = self.scalar_like(&x, a.f("alpha", 1.0) as f64);
-                let above = self.bin("graph.greater", x.clone(), t)?;
-                self.emit("graph.where", vec![above, x, zero], Attributes::new(), 1)?
+                let above = self.bin(GraphOp::Greater, x.clone(), t)?;
+                self.emit(GraphOp::Where, vec![above, x, zero], Attributes::new(), 1)?
                     .remove(0)
             }
             _ => {
                 a.only(&[])?;
                 // Mish: x * tanh(softplus(x))
-                let e = self.un("graph.exp", x.clone())?;
-                let p = self.bin("graph.add", e, one)?;
-                let sp = self.un("graph.log", p)?;
-                let t = self.un("graph.tanh", sp)?;
-                self.bin("graph.mul", x, t)?
+                let e = self.un(GraphOp::Exp, x.clone())?;
+                let p = self.bin(GraphOp::Add, e, one)?;
+                let sp = self.un(GraphOp::Log, p)?;
+                let t = self.un(GraphOp::Tanh, sp)?;
+                self.bin(GraphOp::Mul, x, t)?
             }
         };
         Ok(vec![y])
@@ -995,14 +1030,14 @@ impl Importer<'_> {
             ("keepdims", Attribute::i64(1)),
         ]);
         let mean = self
-            .emit("graph.reduce_mean", vec![x.clone()], axes.clone(), 1)?
+            .emit(GraphOp::ReduceMean, vec![x.clone()], axes.clone(), 1)?
             .remove(0);
-        let d = self.bin("graph.sub", x.clone(), mean.clone())?;
-        let sq = self.bin("graph.mul", d.clone(), d)?;
-        let var = self.emit("graph.reduce_mean", vec![sq], axes, 1)?.remove(0);
-        let ve = self.bin("graph.add", var, self.scalar_like(&x, eps))?;
-        let sd = self.un("graph.sqrt", ve)?;
-        let inv = self.un("graph.reciprocal", sd)?;
+        let d = self.bin(GraphOp::Sub, x.clone(), mean.clone())?;
+        let sq = self.bin(GraphOp::Mul, d.clone(), d)?;
+        let var = self.emit(GraphOp::ReduceMean, vec![sq], axes, 1)?.remove(0);
+        let ve = self.bin(GraphOp::Add, var, self.scalar_like(&x, eps))?;
+        let sd = self.un(GraphOp::Sqrt, ve)?;
+        let inv = self.un(GraphOp::Reciprocal, sd)?;
         Ok(vec![mean, inv])
     }
 
@@ -1017,13 +1052,13 @@ impl Importer<'_> {
             ("axes", ints_attr((first as i64..rank as i64).collect())),
             ("keepdims", Attribute::i64(1)),
         ]);
-        let sq = self.bin("graph.mul", x.clone(), x.clone())?;
-        let ms = self.emit("graph.reduce_mean", vec![sq], axes, 1)?.remove(0);
+        let sq = self.bin(GraphOp::Mul, x.clone(), x.clone())?;
+        let ms = self.emit(GraphOp::ReduceMean, vec![sq], axes, 1)?.remove(0);
         let eps = self.scalar_like(&x, a.f("epsilon", 1e-5) as f64);
-        let me = self.bin("graph.add", ms, eps)?;
-        let r = self.un("graph.sqrt", me)?;
-        let y = self.bin("graph.div", x, r)?;
-        Ok(vec![self.bin("graph.mul", y, scale)?])
+        let me = self.bin(GraphOp::Add, ms, eps)?;
+        let r = self.un(GraphOp::Sqrt, me)?;
+        let y = self.bin(GraphOp::Div, x, r)?;
+        Ok(vec![self.bin(GraphOp::Mul, y, scale)?])
     }
 
     fn pad(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
@@ -1077,7 +1112,7 @@ impl Importer<'_> {
                 Attribute::Float(value, Type::Scalar(ElemType::F64)),
             ),
         ]);
-        self.emit("graph.pad", vec![x], at, 1)
+        self.emit(GraphOp::Pad, vec![x], at, 1)
     }
 
     fn resize(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
@@ -1147,6 +1182,6 @@ impl Importer<'_> {
             ),
             (None, None) => return Err(ImportError::invalid("Resize needs scales or sizes")),
         };
-        self.emit("graph.resize", vec![x], at, 1)
+        self.emit(GraphOp::Resize, vec![x], at, 1)
     }
 }

@@ -8,7 +8,7 @@ use ndarray::{ArrayD, IxDyn, Zip};
 
 pub type Eval = Result<Vec<Tensor>, String>;
 
-fn erf(x: f64) -> f64 {
+pub(crate) fn erf(x: f64) -> f64 {
     // Abramowitz–Stegun 7.1.26 is too coarse for a reference; use the
     // series for small |x| and the continued fraction for large |x|.
     if x.abs() < 2.5 {

@@ -8,6 +8,14 @@ mod eval_nn;
 mod fused;
 pub mod shape;
 
+/// Typed views of the graph ops, generated from the spec by `ircc-ods`.
+pub mod ops {
+    include!(concat!(env!("OUT_DIR"), "/graph_ops.rs"));
+}
+
+pub use ops::GraphOp;
+
+pub(crate) use eval_elementwise::erf;
 pub use eval_layout::{for_each_index, gather_by, strides_of};
 
 use ircc_core::Diagnostic;
@@ -35,131 +43,81 @@ fn checked(verify: VerifyFn, interpret: InterpretFn) -> OpHooks {
     }
 }
 
-/// Every graph op with its hooks.
-pub fn op_hooks() -> Vec<(&'static str, OpHooks)> {
-    let mut v = vec![
-        ("graph.conv", hooks(shape::conv, nn::conv)),
-        (
-            "graph.conv_transpose",
-            hooks(shape::conv_transpose, nn::conv_transpose),
-        ),
-        ("graph.matmul", hooks(shape::matmul, nn::matmul)),
-        ("graph.gemm", hooks(shape::gemm, nn::gemm)),
-        (
-            "graph.leaky_relu",
-            hooks(shape::elementwise_unary, ew::unary),
-        ),
-        ("graph.gelu", hooks(shape::elementwise_unary, ew::unary)),
-        (
-            "graph.hard_sigmoid",
-            hooks(shape::elementwise_unary, ew::unary),
-        ),
-        ("graph.clip", hooks(shape::elementwise_unary, ew::clip)),
-        ("graph.where", hooks(shape::where_, ew::where_)),
-        ("graph.not", hooks(shape::not, ew::not)),
-        ("graph.cast", hooks(shape::cast, ew::cast)),
-        ("graph.layer_norm", hooks(shape::norm, nn::layer_norm)),
-        ("graph.instance_norm", hooks(shape::norm, nn::instance_norm)),
-        ("graph.batch_norm", hooks(shape::norm, nn::batch_norm)),
-        ("graph.softmax", hooks(shape::softmax, nn::softmax)),
-        (
-            "graph.global_average_pool",
-            hooks(shape::global_average_pool, nn::global_average_pool),
-        ),
-        ("graph.average_pool", hooks(shape::pool, nn::pool)),
-        ("graph.max_pool", hooks(shape::pool, nn::pool)),
-        ("graph.reshape", hooks(shape::reshape, lay::reshape)),
-        ("graph.transpose", hooks(shape::transpose, lay::transpose)),
-        ("graph.squeeze", hooks(shape::squeeze, lay::reshape)),
-        ("graph.unsqueeze", hooks(shape::unsqueeze, lay::reshape)),
-        ("graph.flatten", hooks(shape::flatten, lay::reshape)),
-        ("graph.slice", hooks(shape::slice, lay::slice)),
-        ("graph.gather", hooks(shape::gather, lay::gather)),
-        ("graph.gather_elements", hooks(shape::gather, lay::gather)),
-        ("graph.concat", hooks(shape::concat, lay::concat)),
-        ("graph.split", hooks(shape::split, lay::split)),
-        ("graph.pad", hooks(shape::pad, lay::pad)),
-        ("graph.expand", hooks(shape::expand, lay::repeat)),
-        ("graph.tile", hooks(shape::tile, lay::repeat)),
-        (
-            "graph.depth_to_space",
-            hooks(shape::depth_space, lay::depth_to_space),
-        ),
-        (
-            "graph.space_to_depth",
-            hooks(shape::depth_space, lay::space_to_depth),
-        ),
-        ("graph.resize", hooks(shape::resize, lay::resize)),
-        ("graph.constant", hooks(shape::constant, lay::constant)),
-        ("graph.param", checked(shape::param, lay::param)),
-        ("graph.identity", hooks(shape::elementwise_unary, ew::unary)),
-        (
-            "graph.fused",
-            OpHooks {
-                infer: None,
-                verify: Some(fused::verify_fused),
-                interpret: Some(fused::interpret_fused),
-            },
-        ),
-        (
-            "graph.yield",
-            OpHooks {
-                infer: None,
-                verify: Some(fused::verify_yield),
-                interpret: None,
-            },
-        ),
-    ];
-    let groups: [(&[&'static str], OpHooks); 4] = [
-        (
-            &[
-                "graph.add",
-                "graph.sub",
-                "graph.mul",
-                "graph.div",
-                "graph.pow",
-                "graph.max",
-                "graph.min",
-            ],
-            hooks(shape::elementwise_binary, ew::binary),
-        ),
-        (
-            &["graph.equal", "graph.less", "graph.greater"],
-            hooks(shape::compare, ew::compare),
-        ),
-        (
-            &[
-                "graph.neg",
-                "graph.abs",
-                "graph.exp",
-                "graph.log",
-                "graph.sqrt",
-                "graph.reciprocal",
-                "graph.erf",
-                "graph.tanh",
-                "graph.sigmoid",
-                "graph.relu",
-                "graph.hard_swish",
-            ],
-            hooks(shape::elementwise_unary, ew::unary),
-        ),
-        (
-            &[
-                "graph.reduce_sum",
-                "graph.reduce_mean",
-                "graph.reduce_max",
-                "graph.reduce_min",
-                "graph.reduce_prod",
-            ],
-            hooks(shape::reduce, nn::reduce),
-        ),
-    ];
-    for (names, h) in groups {
-        v.extend(names.iter().map(|&n| (n, h)));
+/// The hooks of every graph op: an exhaustive match, so an op added to the
+/// spec does not build until it has them.
+fn op_hooks(op: GraphOp) -> OpHooks {
+    use GraphOp as G;
+    match op {
+        G::Conv => hooks(shape::conv, nn::conv),
+        G::ConvTranspose => hooks(shape::conv_transpose, nn::conv_transpose),
+        G::Matmul => hooks(shape::matmul, nn::matmul),
+        G::Gemm => hooks(shape::gemm, nn::gemm),
+        G::Add | G::Sub | G::Mul | G::Div | G::Pow | G::Max | G::Min => {
+            hooks(shape::elementwise_binary, ew::binary)
+        }
+        G::Equal | G::Less | G::Greater => hooks(shape::compare, ew::compare),
+        G::Neg
+        | G::Abs
+        | G::Exp
+        | G::Log
+        | G::Sqrt
+        | G::Reciprocal
+        | G::Erf
+        | G::Tanh
+        | G::Sigmoid
+        | G::Relu
+        | G::HardSwish
+        | G::LeakyRelu
+        | G::Gelu
+        | G::HardSigmoid
+        | G::Identity => hooks(shape::elementwise_unary, ew::unary),
+        G::Clip => hooks(shape::elementwise_unary, ew::clip),
+        G::Where => hooks(shape::where_, ew::where_),
+        G::Not => hooks(shape::not, ew::not),
+        G::Cast => hooks(shape::cast, ew::cast),
+        G::LayerNorm => hooks(shape::norm, nn::layer_norm),
+        G::InstanceNorm => hooks(shape::norm, nn::instance_norm),
+        G::BatchNorm => hooks(shape::norm, nn::batch_norm),
+        G::Softmax => hooks(shape::softmax, nn::softmax),
+        G::ReduceSum | G::ReduceMean | G::ReduceMax | G::ReduceMin | G::ReduceProd => {
+            hooks(shape::reduce, nn::reduce)
+        }
+        G::GlobalAveragePool => hooks(shape::global_average_pool, nn::global_average_pool),
+        G::AveragePool | G::MaxPool => hooks(shape::pool, nn::pool),
+        G::Reshape => hooks(shape::reshape, lay::reshape),
+        G::Transpose => hooks(shape::transpose, lay::transpose),
+        G::Squeeze => hooks(shape::squeeze, lay::reshape),
+        G::Unsqueeze => hooks(shape::unsqueeze, lay::reshape),
+        G::Flatten => hooks(shape::flatten, lay::reshape),
+        G::Slice => hooks(shape::slice, lay::slice),
+        G::Gather | G::GatherElements => hooks(shape::gather, lay::gather),
+        G::Concat => hooks(shape::concat, lay::concat),
+        G::Split => hooks(shape::split, lay::split),
+        G::Pad => hooks(shape::pad, lay::pad),
+        G::Expand => hooks(shape::expand, lay::repeat),
+        G::Tile => hooks(shape::tile, lay::repeat),
+        G::DepthToSpace => hooks(shape::depth_space, lay::depth_to_space),
+        G::SpaceToDepth => hooks(shape::depth_space, lay::space_to_depth),
+        G::Resize => hooks(shape::resize, lay::resize),
+        G::Constant => hooks(shape::constant, lay::constant),
+        G::Param => checked(shape::param, lay::param),
+        G::Fused => OpHooks {
+            infer: None,
+            verify: Some(fused::verify_fused),
+            interpret: Some(fused::interpret_fused),
+        },
+        G::Yield => OpHooks {
+            infer: None,
+            verify: Some(fused::verify_yield),
+            interpret: None,
+        },
     }
-    v
 }
 
 pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
-    registry.add_dialect(SPEC, &op_hooks())
+    let hooks: Vec<_> = GraphOp::ALL
+        .iter()
+        .map(|&op| (op.name(), op_hooks(op)))
+        .collect();
+    registry.add_dialect(SPEC, &hooks)
 }

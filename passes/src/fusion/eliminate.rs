@@ -8,6 +8,7 @@ use ircc_core::diag::Diagnostics;
 use ircc_core::pass::{Pass, PassContext};
 use ircc_core::registry::LayoutClass;
 use ircc_core::{Module, OpId};
+use ircc_dialects::graph::GraphOp;
 
 use super::classify;
 use super::tables::{Action, Tables};
@@ -78,7 +79,7 @@ impl Pass for EliminateLayoutOps {
                 continue;
             };
             for op in module.blocks[body].ops.clone() {
-                if module.op(op).name.starts_with("graph.") && self.eliminated(module, ctx, op) {
+                if GraphOp::of(module, op).is_some() && self.eliminated(module, ctx, op) {
                     lower_to_view(module, ctx, op);
                 }
             }

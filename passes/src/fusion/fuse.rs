@@ -17,6 +17,9 @@ use ircc_core::ir::{BlockId, OpBuilder, ValueId};
 use ircc_core::pass::{Pass, PassContext, PassOptions};
 use ircc_core::registry::MappingType;
 use ircc_core::{Attribute, Module, OpId, Type};
+use ircc_dialects::graph::GraphOp;
+use ircc_dialects::index::is_view;
+use ircc_dialects::is_data;
 
 use super::classify;
 use super::tables::{Color, Tables};
@@ -51,10 +54,6 @@ struct Plan<'a> {
     group_of: HashMap<OpId, usize>,
 }
 
-fn is_data(name: &str) -> bool {
-    matches!(name, "graph.constant" | "graph.param" | "index.view")
-}
-
 impl Plan<'_> {
     /// The ops that read `op`'s results, looking through views (a view is
     /// part of its reader's index computation, not a kernel).
@@ -64,7 +63,7 @@ impl Plan<'_> {
         while let Some(o) = stack.pop() {
             for &r in &self.module.op(o).results {
                 for u in &self.module.value(r).uses {
-                    if self.module.op(u.op).name == "index.view" {
+                    if is_view(self.module, u.op) {
                         stack.push(u.op);
                     } else {
                         out.push(u.op);
@@ -88,7 +87,7 @@ impl Plan<'_> {
             .filter_map(|&v| self.module.defining_op(v))
             .collect();
         while let Some(p) = stack.pop() {
-            if self.module.op(p).name == "index.view" {
+            if is_view(self.module, p) {
                 stack.extend(
                     self.module
                         .op(p)
@@ -160,8 +159,8 @@ impl Fuse {
         // an element (once per column tile), only when it cannot instead
         // end a Many-to-Many producer as its epilogue, computed once.
         let reuses = matches!(
-            plan.module.op(op).name.as_str(),
-            "graph.matmul" | "graph.gemm" | "graph.conv"
+            GraphOp::of(plan.module, op),
+            Some(GraphOp::Matmul | GraphOp::Gemm | GraphOp::Conv)
         );
         if anchor && forwards && reuses && self.producer_anchor(plan, group).is_some() {
             return false;
@@ -214,9 +213,8 @@ impl Fuse {
         };
         for (i, &op) in ops.iter().enumerate() {
             plan.position.insert(op, i);
-            let name = &module.op(op).name;
-            if name.starts_with("graph.")
-                && !is_data(name)
+            if GraphOp::of(module, op).is_some()
+                && !is_data(module, op)
                 && module.op(op).regions.is_empty()
                 && let Some((m, _)) = classify(module, ctx.registry, &self.tables, op)
             {
@@ -302,7 +300,7 @@ fn outline(module: &mut Module, block: BlockId, group: &Group) {
                 let Some(p) = module.defining_op(v) else {
                     continue;
                 };
-                if module.op(p).name != "index.view" || inside.contains(&p) {
+                if !is_view(module, p) || inside.contains(&p) {
                     continue;
                 }
                 let source_inside = module
@@ -354,7 +352,7 @@ fn outline(module: &mut Module, block: BlockId, group: &Group) {
     let anchor = module.op(group.anchor.unwrap_or(group.ops[0])).name.clone();
     let last = *ordered.last().expect("a group has ops");
     let fused = module.create_op(
-        OpBuilder::new("graph.fused")
+        OpBuilder::new(GraphOp::Fused.name())
             .operands(inputs.clone())
             .results(
                 outputs
@@ -398,8 +396,9 @@ fn outline(module: &mut Module, block: BlockId, group: &Group) {
             mapped.insert(old, new);
         }
     }
-    let terminator =
-        module.create_op(OpBuilder::new("graph.yield").operands(outputs.iter().map(|v| mapped[v])));
+    let terminator = module.create_op(
+        OpBuilder::new(GraphOp::Yield.name()).operands(outputs.iter().map(|v| mapped[v])),
+    );
     module.append_op(body, terminator);
     module.insert_before(last, fused);
     for (i, &r) in outputs.iter().enumerate() {

@@ -12,6 +12,7 @@ use ircc_core::diag::Diagnostics;
 use ircc_core::pass::{Pass, PassContext};
 use ircc_core::registry::{LayoutClass, MappingType};
 use ircc_core::{Attribute, Module, OpId, Registry, Type};
+use ircc_dialects::graph::GraphOp;
 
 pub use tables::Tables;
 
@@ -70,8 +71,10 @@ impl Pass for Classify {
         let mut ops = Vec::new();
         module.walk(|op| ops.push(op));
         for op in ops {
-            let name = &module.op(op).name;
-            if !name.starts_with("graph.") || name == "graph.constant" || name == "graph.param" {
+            if matches!(
+                GraphOp::of(module, op),
+                None | Some(GraphOp::Constant | GraphOp::Param)
+            ) {
                 continue;
             }
             if let Some((mapping, layout)) = classify(module, ctx.registry, &self.tables, op) {

@@ -11,6 +11,9 @@ use ircc_core::diag::Diagnostics;
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::{Pass, PassContext};
 use ircc_core::{AffineMap, Attribute, Module, OpId, Tensor, Type};
+use ircc_dialects::graph::ops::DepthToSpaceMode;
+use ircc_dialects::graph::{self, GraphOp};
+use ircc_dialects::index::{self, IndexOp, is_view};
 
 use super::maps;
 
@@ -20,43 +23,40 @@ fn tensor_shape(m: &Module, v: ircc_core::ValueId) -> Option<Vec<i64>> {
     m.value_type(v).as_tensor().map(|t| t.shape.clone())
 }
 
-fn constant(m: &Module, v: ircc_core::ValueId) -> Option<Tensor> {
-    let op = m.defining_op(v)?;
-    match (m.op(op).name.as_str(), m.op(op).attr("value")) {
-        ("graph.constant", Some(Attribute::Dense(d))) => Some(Tensor::from_dense(d)),
-        _ => None,
-    }
-}
-
 /// The map of a layout op, from its result index to its source index.
 pub(crate) fn layout_map(m: &Module, ctx: &PassContext, op: OpId) -> Option<AffineMap> {
     let o = m.op(op);
     let view = ctx.registry.view(m, op)?;
     let from = tensor_shape(m, *o.operands.first()?)?;
     let to = tensor_shape(m, *o.results.first()?)?;
-    match o.name.as_str() {
-        "graph.reshape" | "graph.flatten" | "graph.squeeze" | "graph.unsqueeze" => {
-            maps::reshape(&from, &to)
-        }
-        "graph.transpose" => Some(maps::transpose(
+    use GraphOp as G;
+    match GraphOp::of(m, op)? {
+        G::Reshape | G::Flatten | G::Squeeze | G::Unsqueeze => maps::reshape(&from, &to),
+        G::Transpose => Some(maps::transpose(
             &ircc_dialects::graph::shape::perm(&view, from.len()).ok()?,
         )),
-        "graph.slice" => {
+        G::Slice => {
             let spec = ircc_dialects::graph::shape::slice_spec(&view, &from).ok()?;
             Some(maps::slice(&spec.start, &spec.step))
         }
-        "graph.expand" => Some(maps::repeat(&from, &to, false)),
-        "graph.tile" => Some(maps::repeat(&from, &to, true)),
-        "graph.depth_to_space" => Some(maps::depth_to_space(
-            view.i64("blocksize").ok()?,
-            to[1],
-            view.str("mode").ok()? == "CRD",
+        G::Expand => Some(maps::repeat(&from, &to, false)),
+        G::Tile => Some(maps::repeat(&from, &to, true)),
+        G::DepthToSpace => {
+            let d2s = graph::ops::DepthToSpace::new(m, op)?;
+            Some(maps::depth_to_space(
+                d2s.blocksize(),
+                to[1],
+                d2s.mode() == DepthToSpaceMode::CRD,
+            ))
+        }
+        G::SpaceToDepth => Some(maps::space_to_depth(
+            graph::ops::SpaceToDepth::new(m, op)?.blocksize(),
+            from[1],
         )),
-        "graph.space_to_depth" => Some(maps::space_to_depth(view.i64("blocksize").ok()?, from[1])),
-        "graph.gather" => {
+        G::Gather => {
             let axis =
                 ircc_dialects::graph::shape::axis(view.i64("axis").ok()?, from.len()).ok()?;
-            let idx = constant(m, o.operands[1])?;
+            let idx = Tensor::from_dense(ircc_dialects::constant_of(m, o.operands[1])?);
             let values: Vec<i64> = idx
                 .to_i64()
                 .iter()
@@ -81,21 +81,18 @@ pub fn lower_to_view(module: &mut Module, ctx: &PassContext, op: OpId) -> bool {
     };
     let source = module.op(op).operands[0];
     // A view of a view reads the first view's source directly.
-    let (source, map) = match module.defining_op(source) {
-        Some(p) if module.op(p).name == "index.view" => match module.op(p).attr("map") {
-            Some(Attribute::AffineMap(inner)) => match inner.compose(&map) {
-                Ok(composed) => (module.op(p).operands[0], composed),
-                Err(_) => (source, map),
-            },
-            _ => (source, map),
-        },
+    let inner = module
+        .defining_op(source)
+        .and_then(|p| index::ops::View::new(module, p));
+    let (source, map) = match inner.map(|v| (v.source(), v.map().compose(&map))) {
+        Some((inner_source, Ok(composed))) => (inner_source, composed),
         _ => (source, map),
     };
     let result = module.op(op).results[0];
     let ty: Type = module.value_type(result).clone();
     let loc = module.op(op).loc.clone();
     let view = module.create_op(
-        OpBuilder::new("index.view")
+        OpBuilder::new(IndexOp::View.name())
             .operands([source])
             .results([ty])
             .attr("map", Attribute::AffineMap(map))
@@ -116,8 +113,12 @@ pub fn remove_dead_views(module: &mut Module) {
             continue;
         };
         for op in module.blocks[body].ops.clone().into_iter().rev() {
-            let o = module.op(op);
-            if o.name == "index.view" && o.results.iter().all(|&r| module.value(r).uses.is_empty())
+            if is_view(module, op)
+                && module
+                    .op(op)
+                    .results
+                    .iter()
+                    .all(|&r| module.value(r).uses.is_empty())
             {
                 module.erase_op(op);
             }

@@ -10,12 +10,13 @@ pub use lower::{AnnotateDependencies, LowerLayoutOps, lower_to_view, remove_dead
 use ircc_core::diag::Diagnostics;
 use ircc_core::pass::{Pass, PassContext, PassOptions};
 use ircc_core::{AffineExpr, AffineMap, Attribute, Module, Type};
+use ircc_dialects::index::is_view;
 
 /// Every `index.view` of the module.
 fn views(module: &Module) -> Vec<ircc_core::OpId> {
     let mut views = Vec::new();
     module.walk(|op| {
-        if module.op(op).name == "index.view" {
+        if is_view(module, op) {
             views.push(op);
         }
     });
@@ -59,13 +60,7 @@ impl Pass for Simplify {
     }
 
     fn run(&mut self, module: &mut Module, _ctx: &PassContext) -> Result<(), Diagnostics> {
-        let mut views = Vec::new();
-        module.walk(|op| {
-            if module.op(op).name == "index.view" {
-                views.push(op);
-            }
-        });
-        for op in views {
+        for op in views(module) {
             let Some(Attribute::AffineMap(map)) = module.op(op).attr("map").cloned() else {
                 continue;
             };

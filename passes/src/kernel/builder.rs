@@ -14,6 +14,8 @@ use egg::Rewrite;
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
 use ircc_core::{AffineExpr, AffineMap, Attribute, BlockId, ElemType, Module, OpId, Type, ValueId};
+use ircc_dialects::kernel::KernelOp;
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
 use super::texture::TextureLayout;
 use crate::index::simplify::{Idx, Limits, Ranges, simplify_map};
@@ -262,7 +264,7 @@ impl<'a> KernelBuilder<'a> {
         float: ElemType,
     ) -> Self {
         let func = m.create_op(
-            OpBuilder::new("kernel.func")
+            OpBuilder::new(KernelOp::Func.name())
                 .attr("sym_name", Attribute::String(name.to_string()))
                 .regions(1),
         );
@@ -323,10 +325,10 @@ impl<'a> KernelBuilder<'a> {
     }
 
     /// An invocation id along `axis` (`kind`: global, local or workgroup).
-    pub fn id(&mut self, kind: &str, axis: i64, extent: i64) -> Ix {
+    pub fn id(&mut self, kind: IdKind, axis: i64, extent: i64) -> Ix {
         let v = self.op1(
-            OpBuilder::new("kernel.id")
-                .attr("kind", Attribute::String(kind.to_string()))
+            OpBuilder::new(KernelOp::Id.name())
+                .attr("kind", kind.into())
                 .attr("axis", Attribute::Int(axis, Type::Scalar(ElemType::I64)))
                 .results([Type::Index]),
         );
@@ -389,7 +391,7 @@ impl<'a> KernelBuilder<'a> {
         }
         let (map, operands) = self.compact(e);
         self.op1(
-            OpBuilder::new("kernel.apply")
+            OpBuilder::new(KernelOp::Apply.name())
                 .operands(operands)
                 .attr("map", Attribute::AffineMap(map))
                 .results([Type::Index]),
@@ -423,7 +425,7 @@ impl<'a> KernelBuilder<'a> {
         let elem = self.m.value_type(memory).as_tensor().expect("memory").elem;
         let (map, operands) = self.compact_all(at);
         self.op1(
-            OpBuilder::new("kernel.texture_load")
+            OpBuilder::new(KernelOp::TextureLoad.name())
                 .operands(std::iter::once(memory).chain(operands))
                 .attr("map", Attribute::AffineMap(map))
                 .results([Type::Scalar(elem)]),
@@ -433,7 +435,7 @@ impl<'a> KernelBuilder<'a> {
     /// Writes `lanes` as texel `(at[0], at[1])` of texture output `memory`.
     pub fn texture_store(&mut self, lanes: [ValueId; 4], memory: ValueId, at: &[Ix; 2]) {
         let (map, operands) = self.compact_all(at);
-        self.op(OpBuilder::new("kernel.texture_store")
+        self.op(OpBuilder::new(KernelOp::TextureStore.name())
             .operands(lanes.into_iter().chain([memory]).chain(operands))
             .attr("map", Attribute::AffineMap(map)));
     }
@@ -444,7 +446,7 @@ impl<'a> KernelBuilder<'a> {
         let elem = self.m.value_type(memory).as_tensor().expect("memory").elem;
         let (map, operands) = self.compact(offset);
         let op = self.m.create_op(
-            OpBuilder::new("kernel.load4")
+            OpBuilder::new(KernelOp::Load4.name())
                 .operands(std::iter::once(memory).chain(operands))
                 .attr("map", Attribute::AffineMap(map))
                 .results(vec![Type::Scalar(elem); 4]),
@@ -459,7 +461,7 @@ impl<'a> KernelBuilder<'a> {
         let elem = self.m.value_type(memory).as_tensor().expect("memory").elem;
         let (map, operands) = self.compact(offset);
         self.op1(
-            OpBuilder::new("kernel.load")
+            OpBuilder::new(KernelOp::Load.name())
                 .operands(std::iter::once(memory).chain(operands))
                 .attr("map", Attribute::AffineMap(map))
                 .results([Type::Scalar(elem)]),
@@ -468,18 +470,18 @@ impl<'a> KernelBuilder<'a> {
 
     pub fn store(&mut self, value: ValueId, memory: ValueId, offset: &Ix) {
         let (map, operands) = self.compact(offset);
-        self.op(OpBuilder::new("kernel.store")
+        self.op(OpBuilder::new(KernelOp::Store.name())
             .operands([value, memory].into_iter().chain(operands))
             .attr("map", Attribute::AffineMap(map)));
     }
 
     /// Workgroup memory of `len` elements of `elem`.
     pub fn alloc(&mut self, len: i64, elem: ElemType) -> ValueId {
-        self.op1(OpBuilder::new("kernel.alloc").results([Type::tensor(vec![len], elem)]))
+        self.op1(OpBuilder::new(KernelOp::Alloc.name()).results([Type::tensor(vec![len], elem)]))
     }
 
     pub fn barrier(&mut self) {
-        self.op(OpBuilder::new("kernel.barrier"));
+        self.op(OpBuilder::new(KernelOp::Barrier.name()));
     }
 
     pub fn constant(&mut self, value: f64, elem: ElemType) -> ValueId {
@@ -492,7 +494,7 @@ impl<'a> KernelBuilder<'a> {
             ),
         };
         self.op1(
-            OpBuilder::new("kernel.constant")
+            OpBuilder::new(KernelOp::Constant.name())
                 .attr("value", attr)
                 .results([ty]),
         )
@@ -500,7 +502,7 @@ impl<'a> KernelBuilder<'a> {
 
     pub fn index_const(&mut self, value: i64) -> ValueId {
         self.op1(
-            OpBuilder::new("kernel.constant")
+            OpBuilder::new(KernelOp::Constant.name())
                 .attr("value", Attribute::Int(value, Type::Index))
                 .results([Type::Index]),
         )
@@ -511,31 +513,31 @@ impl<'a> KernelBuilder<'a> {
         self.constant(value, self.float)
     }
 
-    pub fn unary(&mut self, f: &str, x: ValueId) -> ValueId {
+    pub fn unary(&mut self, f: UnaryFn, x: ValueId) -> ValueId {
         let ty = self.ty(x);
         self.op1(
-            OpBuilder::new("kernel.unary")
+            OpBuilder::new(KernelOp::Unary.name())
                 .operands([x])
-                .attr("fn", Attribute::String(f.to_string()))
+                .attr("fn", f.into())
                 .results([ty]),
         )
     }
 
-    pub fn binary(&mut self, f: &str, a: ValueId, b: ValueId) -> ValueId {
+    pub fn binary(&mut self, f: BinaryFn, a: ValueId, b: ValueId) -> ValueId {
         let ty = self.ty(a);
         self.op1(
-            OpBuilder::new("kernel.binary")
+            OpBuilder::new(KernelOp::Binary.name())
                 .operands([a, b])
-                .attr("fn", Attribute::String(f.to_string()))
+                .attr("fn", f.into())
                 .results([ty]),
         )
     }
 
-    pub fn cmp(&mut self, pred: &str, a: ValueId, b: ValueId) -> ValueId {
+    pub fn cmp(&mut self, pred: CmpPred, a: ValueId, b: ValueId) -> ValueId {
         self.op1(
-            OpBuilder::new("kernel.cmp")
+            OpBuilder::new(KernelOp::Cmp.name())
                 .operands([a, b])
-                .attr("pred", Attribute::String(pred.to_string()))
+                .attr("pred", pred.into())
                 .results([Type::Scalar(ElemType::I1)]),
         )
     }
@@ -543,7 +545,7 @@ impl<'a> KernelBuilder<'a> {
     pub fn select(&mut self, cond: ValueId, a: ValueId, b: ValueId) -> ValueId {
         let ty = self.ty(a);
         self.op1(
-            OpBuilder::new("kernel.select")
+            OpBuilder::new(KernelOp::Select.name())
                 .operands([cond, a, b])
                 .results([ty]),
         )
@@ -553,11 +555,15 @@ impl<'a> KernelBuilder<'a> {
         if self.ty(x) == to {
             return x;
         }
-        self.op1(OpBuilder::new("kernel.cast").operands([x]).results([to]))
+        self.op1(
+            OpBuilder::new(KernelOp::Cast.name())
+                .operands([x])
+                .results([to]),
+        )
     }
 
     /// `e` (an index expression) compared with a constant.
-    pub fn index_cmp(&mut self, pred: &str, e: &Ix, c: i64) -> ValueId {
+    pub fn index_cmp(&mut self, pred: CmpPred, e: &Ix, c: i64) -> ValueId {
         let a = self.apply(e);
         let b = self.index_const(c);
         self.cmp(pred, a, b)
@@ -568,7 +574,7 @@ impl<'a> KernelBuilder<'a> {
         let mut it = flags.into_iter();
         match it.next() {
             None => self.constant(1.0, ElemType::I1),
-            Some(first) => it.fold(first, |acc, f| self.binary("and", acc, f)),
+            Some(first) => it.fold(first, |acc, f| self.binary(BinaryFn::And, acc, f)),
         }
     }
 
@@ -583,7 +589,7 @@ impl<'a> KernelBuilder<'a> {
         let types: Vec<Type> = inits.iter().map(|&v| self.ty(v)).collect();
         let int = |x: i64| Attribute::Int(x, Type::Scalar(ElemType::I64));
         let op = self.m.create_op(
-            OpBuilder::new("kernel.for")
+            OpBuilder::new(KernelOp::For.name())
                 .operands(inits)
                 .attr("lower", int(0))
                 .attr("upper", int(extent))
@@ -603,7 +609,7 @@ impl<'a> KernelBuilder<'a> {
         let next = body(self, iv, &args[1..]);
         self.memo.pop();
         let next = next?;
-        self.op(OpBuilder::new("kernel.yield").operands(next));
+        self.op(OpBuilder::new(KernelOp::Yield.name()).operands(next));
         self.block = outer;
         Ok(self.m.op(op).results.clone())
     }
@@ -647,9 +653,11 @@ impl<'a> KernelBuilder<'a> {
         cond: ValueId,
         body: &mut dyn FnMut(&mut Self) -> Result<(), String>,
     ) -> Result<(), String> {
-        let op = self
-            .m
-            .create_op(OpBuilder::new("kernel.if").operands([cond]).regions(1));
+        let op = self.m.create_op(
+            OpBuilder::new(KernelOp::If.name())
+                .operands([cond])
+                .regions(1),
+        );
         self.m.append_op(self.block, op);
         let region = self.m.op(op).regions[0];
         let inner = self.m.add_block(region, Vec::new());
@@ -657,7 +665,7 @@ impl<'a> KernelBuilder<'a> {
         self.memo.push(HashMap::new());
         let r = body(self);
         self.memo.pop();
-        self.op(OpBuilder::new("kernel.yield"));
+        self.op(OpBuilder::new(KernelOp::Yield.name()));
         self.block = outer;
         r
     }
@@ -715,9 +723,9 @@ impl<'a> KernelBuilder<'a> {
         &mut self,
         workgroup: [i64; 3],
         grid: [i64; 3],
-        template: &str,
+        template: FuncTemplate,
     ) -> Vec<(ValueId, ArgRole)> {
-        self.op(OpBuilder::new("kernel.return"));
+        self.op(OpBuilder::new(KernelOp::Return.name()));
         let mut args = self.args.clone();
         args.sort_by_key(|(_, r)| matches!(r, ArgRole::Output(_)));
         let entry = self.entry();
@@ -743,7 +751,7 @@ impl<'a> KernelBuilder<'a> {
             Attribute::DenseI64Array(workgroup.to_vec()),
         );
         attrs.insert("grid".into(), Attribute::DenseI64Array(grid.to_vec()));
-        attrs.insert("template".into(), Attribute::String(template.to_string()));
+        attrs.insert("template".into(), template.into());
         let textures: Vec<i64> = args
             .iter()
             .enumerate()

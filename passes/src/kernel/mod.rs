@@ -25,10 +25,13 @@ mod texture;
 mod upsample;
 mod values;
 
+use ircc_core::builtin::FuncOp;
 use ircc_core::diag::{Diagnostic, Diagnostics};
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::{Pass, PassContext, PassOptions};
 use ircc_core::{AffineMap, Attribute, ElemType, Module, OpId, ValueId};
+use ircc_dialects::graph::GraphOp;
+use ircc_dialects::{index, is_data};
 
 pub use builder::{ArgRole, kernel_elem, storage_elem};
 use builder::{Input, Ix, delinearize, linearize};
@@ -64,9 +67,10 @@ pub(crate) fn layout_map(m: &Module, ctx: &PassContext, op: OpId) -> Option<Affi
         return Some(map);
     }
     let o = m.op(op);
+    use GraphOp as G;
     if !matches!(
-        o.name.as_str(),
-        "graph.reshape" | "graph.flatten" | "graph.squeeze" | "graph.unsqueeze"
+        GraphOp::of(m, op),
+        Some(G::Reshape | G::Flatten | G::Squeeze | G::Unsqueeze)
     ) {
         return None;
     }
@@ -81,10 +85,6 @@ pub(crate) fn layout_map(m: &Module, ctx: &PassContext, op: OpId) -> Option<Affi
     ))
 }
 
-fn is_data(name: &str) -> bool {
-    matches!(name, "graph.param" | "graph.constant" | "index.view")
-}
-
 /// A group to lower: its ops' inputs bound to host values, and its
 /// outputs (values inside the group) with the host results they become.
 pub(crate) struct Group {
@@ -96,7 +96,7 @@ pub(crate) struct Group {
 
 fn group_of(m: &Module, op: OpId) -> Group {
     let o = m.op(op);
-    if o.name != "graph.fused" {
+    if GraphOp::of(m, op) != Some(GraphOp::Fused) {
         return Group {
             op,
             anchor: op,
@@ -142,34 +142,31 @@ fn resolve_input(m: &Module, host: ValueId) -> Input {
     let mut stored = host;
     let mut map: Option<AffineMap> = None;
     while let Some(op) = m.defining_op(stored) {
-        let o = m.op(op);
-        match (o.name.as_str(), o.attr("map"), o.attr("value")) {
-            ("index.view", Some(Attribute::AffineMap(v)), _) => {
-                map = Some(match map {
-                    None => v.clone(),
-                    Some(outer) => AffineMap::new(
-                        outer.num_dims,
-                        0,
-                        v.results
-                            .iter()
-                            .map(|e| e.substitute(&outer.results, &[]))
-                            .collect(),
-                    ),
-                });
-                stored = o.operands[0];
-            }
-            ("graph.constant", _, Some(Attribute::Dense(d))) => {
-                let t = ircc_core::Tensor::from_dense(d);
-                let values = t.to_f64();
-                if let Some(&first) = values.first()
-                    && values.iter().all(|&x| x == first)
-                {
-                    return Input::Splat(first);
-                }
-                break;
-            }
-            _ => break,
+        if let Some(view) = index::ops::View::new(m, op) {
+            let v = view.map();
+            map = Some(match map {
+                None => v.clone(),
+                Some(outer) => AffineMap::new(
+                    outer.num_dims,
+                    0,
+                    v.results
+                        .iter()
+                        .map(|e| e.substitute(&outer.results, &[]))
+                        .collect(),
+                ),
+            });
+            stored = view.source();
+            continue;
         }
+        if let Some(d) = ircc_dialects::constant_of(m, stored) {
+            let values = ircc_core::Tensor::from_dense(d).to_f64();
+            if let Some(&first) = values.first()
+                && values.iter().all(|&x| x == first)
+            {
+                return Input::Splat(first);
+            }
+        }
+        break;
     }
     let shape = m
         .value_type(stored)
@@ -189,10 +186,10 @@ fn lower_function(
     materialize_returns(m, block);
     let ops = m.blocks[block].ops.clone();
     for op in ops {
-        let name = m.op(op).name.clone();
-        if is_data(&name) || !name.starts_with("graph.") {
+        if is_data(m, op) || GraphOp::of(m, op).is_none() {
             continue;
         }
+        let name = m.op(op).name.clone();
         let group = group_of(m, op);
         let loc = m.op(op).loc.clone();
         // A buffer binding cannot be empty, so neither can a tensor.
@@ -225,12 +222,16 @@ fn materialize_returns(m: &mut Module, block: ircc_core::BlockId) {
     };
     for i in 0..m.op(ret).operands.len() {
         let v = m.op(ret).operands[i];
-        let computed = m.defining_op(v).is_some_and(|d| !is_data(&m.op(d).name));
+        let computed = m.defining_op(v).is_some_and(|d| !is_data(m, d));
         if computed {
             continue;
         }
         let ty = m.value_type(v).clone();
-        let copy = m.create_op(OpBuilder::new("graph.identity").operands([v]).results([ty]));
+        let copy = m.create_op(
+            OpBuilder::new(GraphOp::Identity.name())
+                .operands([v])
+                .results([ty]),
+        );
         m.insert_before(ret, copy);
         let r = m.op(copy).results[0];
         m.set_operand(ret, i, r);
@@ -240,8 +241,7 @@ fn materialize_returns(m: &mut Module, block: ircc_core::BlockId) {
 fn remove_dead_data(m: &mut Module, block: ircc_core::BlockId) {
     let ops = m.blocks[block].ops.clone();
     for &op in ops.iter().rev() {
-        let o = m.op(op);
-        if is_data(&o.name) && o.results.iter().all(|&r| m.value(r).uses.is_empty()) {
+        if is_data(m, op) && m.op(op).results.iter().all(|&r| m.value(r).uses.is_empty()) {
             m.erase_op(op);
         }
     }
@@ -264,7 +264,7 @@ impl Pass for KernelLower {
             textures: self.textures.then(Default::default),
         };
         for f in module.functions() {
-            if module.op(f).name != "func.func" {
+            if FuncOp::of(module, f) != Some(FuncOp::Func) {
                 continue;
             }
             lower_function(module, &mut lowering, f).map_err(|d| Diagnostics(vec![d]))?;

@@ -9,7 +9,9 @@
 //! invocation per output element walking all of K.
 
 use ircc_core::{Attribute, ElemType, OpId, Type, ValueId};
+use ircc_dialects::graph::GraphOp;
 use ircc_dialects::graph::shape::Window;
+use ircc_dialects::kernel::ops::BinaryFn;
 
 use super::builder::{Ix, KernelBuilder, delinearize};
 use super::values::{broadcast_index, tensor_shape};
@@ -49,9 +51,9 @@ impl Product {
         let o = kb.m.op(anchor);
         let operands = o.operands.clone();
         let c = o.results[0];
-        match o.name.as_str() {
-            "graph.gemm" => Ok(Product::Gemm { op: anchor }),
-            "graph.conv" => {
+        match GraphOp::of(kb.m, anchor) {
+            Some(GraphOp::Gemm) => Ok(Product::Gemm { op: anchor }),
+            Some(GraphOp::Conv) => {
                 let conv = kb.conv_parts(anchor)?;
                 let sy = tensor_shape(kb, c);
                 let mut rows = vec![sy[0]];
@@ -224,7 +226,7 @@ impl Product {
             Product::Gemm { op } => kb.gemm_epilogue(*op, y, idx),
             Product::Conv { bias: Some(b), .. } => {
                 let b = kb.value_at(*b, &idx[1..2])?;
-                Ok(kb.binary("add", y, b))
+                Ok(kb.binary(BinaryFn::Add, y, b))
             }
             _ => Ok(y),
         }

@@ -5,16 +5,19 @@
 use std::collections::HashMap;
 
 use egg::Rewrite;
+use ircc_core::builtin::FuncOp;
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
 use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
-use ircc_dialects::graph::shape;
+use ircc_dialects::graph::{self, GraphOp, shape};
+use ircc_dialects::kernel::KernelOp;
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
 use super::Group;
 use super::builder::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
 use super::product::Product;
 use super::texture::TextureLayout;
-use super::values::{POINTWISE, tensor_shape};
+use super::values::{Reduction, is_pointwise, tensor_shape};
 use crate::index::simplify::{Idx, Ranges};
 
 type R<T> = Result<T, String>;
@@ -41,9 +44,14 @@ enum Template {
     Row,
 }
 
-fn short(m: &Module, op: OpId) -> String {
-    let name = &m.op(op).name;
-    name.strip_prefix("graph.").unwrap_or(name).to_string()
+/// The op's name without its dialect, for kernel names.
+fn short(m: &Module, op: OpId) -> &'static str {
+    GraphOp::of(m, op).map_or("op", GraphOp::mnemonic)
+}
+
+/// Whether the op computes each element from the same index of its operands.
+fn is_pointwise_op(m: &Module, op: OpId) -> bool {
+    GraphOp::of(m, op).is_some_and(|k| k == GraphOp::Identity || is_pointwise(k))
 }
 
 fn shape_of(m: &Module, v: ValueId) -> Vec<i64> {
@@ -56,23 +64,27 @@ fn shape_of(m: &Module, v: ValueId) -> Vec<i64> {
 fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
     let o = m.op(anchor);
     let result = shape_of(m, o.results[0]);
-    match short(m, anchor).as_str() {
-        "matmul" if o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => {
+    use GraphOp as G;
+    let Some(kind) = GraphOp::of(m, anchor) else {
+        return (Template::Elementwise, result);
+    };
+    match kind {
+        G::Matmul if o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => {
             (Template::Matmul, result)
         }
-        "gemm" => (Template::Matmul, result),
+        G::Gemm => (Template::Matmul, result),
         // One group: an implicit GEMM. Grouped and depthwise convolutions
         // reuse too little to pay for tiles, and run per element.
-        "conv" if matches!(o.attr("group"), Some(Attribute::Int(1, _))) => {
+        G::Conv if graph::ops::Conv::new(m, anchor).is_some_and(|c| c.group() == 1) => {
             (Template::Matmul, result)
         }
-        "softmax" | "layer_norm" | "instance_norm" => (Template::Row, shape_of(m, o.operands[0])),
-        "reduce_sum"
-        | "reduce_mean"
-        | "reduce_max"
-        | "reduce_min"
-        | "reduce_prod"
-        | "global_average_pool"
+        G::Softmax | G::LayerNorm | G::InstanceNorm => (Template::Row, shape_of(m, o.operands[0])),
+        G::ReduceSum
+        | G::ReduceMean
+        | G::ReduceMax
+        | G::ReduceMin
+        | G::ReduceProd
+        | G::GlobalAveragePool
             if m.value_type(o.results[0])
                 .as_tensor()
                 .is_some_and(|t| t.elem.is_float()) =>
@@ -107,7 +119,7 @@ impl Lowering<'_> {
             .value(host)
             .uses
             .iter()
-            .any(|u| m.op(u.op).name == "func.return");
+            .any(|u| FuncOp::of(m, u.op) == Some(FuncOp::Return));
         if returned || !t.elem.is_float() {
             return None;
         }
@@ -122,7 +134,7 @@ pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group
     // index. An output that reads it elsewhere (Swin's roll of a
     // layer_norm: four shifted pieces) would recompute a whole row or dot
     // product per element, so it reads the stored anchor instead.
-    let costly_anchor = !POINTWISE.contains(&short(m, group.anchor).as_str());
+    let costly_anchor = !GraphOp::of(m, group.anchor).is_some_and(is_pointwise);
     let (mut primary, mut rest): (Vec<_>, Vec<_>) =
         group.outputs.iter().copied().partition(|&(inner, _)| {
             shape_of(m, inner) == space
@@ -224,7 +236,7 @@ fn build(
         .map(|&h| m.value_type(h).clone())
         .collect();
     let launch = m.create_op(
-        OpBuilder::new("kernel.launch")
+        OpBuilder::new(KernelOp::Launch.name())
             .operands(launch_inputs)
             .attr("kernel", Attribute::SymbolRef(vec![name]))
             .results(types)
@@ -270,13 +282,8 @@ fn reads_in_place(m: &Module, v: ValueId, anchor: ValueId) -> bool {
     let Some(op) = m.defining_op(v) else {
         return true;
     };
-    let o = m.op(op);
-    let pointwise = o
-        .name
-        .strip_prefix("graph.")
-        .is_some_and(|n| n == "identity" || POINTWISE.contains(&n));
-    pointwise
-        && o.operands.iter().all(|&x| {
+    is_pointwise_op(m, op)
+        && m.op(op).operands.iter().all(|&x| {
             !depends_on(m, x, anchor)
                 || (shape_of(m, x) == shape_of(m, v) && reads_in_place(m, x, anchor))
         })
@@ -284,7 +291,7 @@ fn reads_in_place(m: &Module, v: ValueId, anchor: ValueId) -> bool {
 
 /// `i < n` as a flag, or `None` when it always holds.
 fn below(kb: &mut KernelBuilder, i: &Ix, n: i64, always: bool) -> Option<ValueId> {
-    (!always).then(|| kb.index_cmp("lt", i, n))
+    (!always).then(|| kb.index_cmp(CmpPred::Lt, i, n))
 }
 
 fn store_outputs(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)], idx: &[Ix]) -> R<()> {
@@ -315,9 +322,9 @@ fn flat_invocation(kb: &mut KernelBuilder, n: i64) -> (Ix, Option<ValueId>, [i64
     let groups = (n + THREADS - 1) / THREADS;
     let gx = groups.min(MAX_GROUPS);
     let gy = (groups + gx - 1) / gx;
-    let x = kb.id("global", 0, gx * THREADS);
+    let x = kb.id(IdKind::Global, 0, gx * THREADS);
     let i = if gy > 1 {
-        let y = kb.id("workgroup", 1, gy);
+        let y = kb.id(IdKind::Workgroup, 1, gy);
         x + y * Ix::constant(gx * THREADS)
     } else {
         x
@@ -340,7 +347,7 @@ fn elementwise(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)]) -> R<()> 
     let (i, cond, grid) = flat_invocation(kb, n);
     let idx = delinearize(&i, &space);
     guarded(kb, cond, &mut |kb| store_outputs(kb, outputs, &idx))?;
-    kb.finish([THREADS, 1, 1], grid, "elementwise");
+    kb.finish([THREADS, 1, 1], grid, FuncTemplate::Elementwise);
     Ok(())
 }
 
@@ -396,7 +403,7 @@ fn elementwise_texels(
         }
         Ok(())
     })?;
-    kb.finish([THREADS, 1, 1], grid, "elementwise_texels");
+    kb.finish([THREADS, 1, 1], grid, FuncTemplate::ElementwiseTexels);
     Ok(())
 }
 
@@ -422,12 +429,12 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     if gx > MAX_GROUPS || gy > MAX_GROUPS {
         return Err("the matrix is too large for one grid".to_string());
     }
-    let lx = kb.id("local", 0, WG);
-    let ly = kb.id("local", 1, WG);
-    let wx = kb.id("workgroup", 0, gx);
-    let wy = kb.id("workgroup", 1, gy);
+    let lx = kb.id(IdKind::Local, 0, WG);
+    let ly = kb.id(IdKind::Local, 1, WG);
+    let wx = kb.id(IdKind::Workgroup, 0, gx);
+    let wy = kb.id(IdKind::Workgroup, 1, gy);
     let wz = if batches > 1 {
-        kb.id("workgroup", 2, batches)
+        kb.id(IdKind::Workgroup, 2, batches)
     } else {
         Ix::constant(0)
     };
@@ -528,8 +535,8 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             let mut next = Vec::new();
             for (i, &x) in xs.iter().enumerate() {
                 for (j, &y) in ys.iter().enumerate() {
-                    let p = kb.binary("mul", x, y);
-                    next.push(kb.binary("add", acc[i * reg as usize + j], p));
+                    let p = kb.binary(BinaryFn::Mul, x, y);
+                    next.push(kb.binary(BinaryFn::Add, acc[i * reg as usize + j], p));
                 }
             }
             Ok(next)
@@ -545,10 +552,10 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             let col = wx.clone() * Ix::constant(tile) + mine(&lx, j);
             let mut flags = Vec::new();
             if mm % tile != 0 {
-                flags.push(kb.index_cmp("lt", &row, mm));
+                flags.push(kb.index_cmp(CmpPred::Lt, &row, mm));
             }
             if nn % tile != 0 {
-                flags.push(kb.index_cmp("lt", &col, nn));
+                flags.push(kb.index_cmp(CmpPred::Lt, &col, nn));
             }
             let cond = (!flags.is_empty()).then(|| kb.all(flags));
             let idx = product.result_index(&batch, row, col);
@@ -561,7 +568,7 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             })?;
         }
     }
-    kb.finish([WG, WG, 1], [gx, gy, batches], "matmul_tiled");
+    kb.finish([WG, WG, 1], [gx, gy, batches], FuncTemplate::MatmulTiled);
     kb.m.op_mut(kb.func).attrs.insert(
         "tile".into(),
         Attribute::DenseI64Array(vec![tile, tile, bk, reg, reg]),
@@ -573,7 +580,7 @@ fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64, bk: i64) -> 
     if kk % bk == 0 {
         return v;
     }
-    let inside = kb.index_cmp("lt", k, kk);
+    let inside = kb.index_cmp(CmpPred::Lt, k, kk);
     let zero = kb.constant(0.0, ElemType::F32);
     kb.select(inside, v, zero)
 }
@@ -583,7 +590,7 @@ fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64, bk: i64) -> 
 fn workgroup_reduce(
     kb: &mut KernelBuilder,
     partial: ValueId,
-    f: &str,
+    f: BinaryFn,
     t: &Ix,
     threads: i64,
     shared: ValueId,
@@ -593,7 +600,7 @@ fn workgroup_reduce(
     kb.barrier();
     let mut s = threads / 2;
     while s >= 1 {
-        let active = kb.index_cmp("lt", t, s);
+        let active = kb.index_cmp(CmpPred::Lt, t, s);
         kb.if_then(active, &mut |kb| {
             let x = kb.load(shared, &(base.clone() + t.clone()));
             let y = kb.load(shared, &(base.clone() + t.clone() + Ix::constant(s)));
@@ -612,7 +619,7 @@ fn workgroup_reduce(
 /// A softmax, normalization or reduction: `threads` invocations per row,
 /// one or more rows per workgroup.
 fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> R<()> {
-    let kind = short(kb.m, anchor);
+    let kind = GraphOp::of(kb.m, anchor).ok_or("a graph op anchors a row")?;
     let x = kb.m.op(anchor).operands[0];
     let y = kb.m.op(anchor).results[0];
     let sx = tensor_shape(kb, x);
@@ -621,10 +628,12 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
         .registry
         .view(kb.m, anchor)
         .ok_or("unregistered anchor")?;
-    let (axes, keep): (Vec<usize>, bool) = match kind.as_str() {
-        "softmax" => (vec![shape::axis(view.i64("axis")?, sx.len())?], true),
-        "global_average_pool" => ((2..sx.len()).collect(), true),
-        "layer_norm" | "instance_norm" => (kb.norm_axes(anchor, kind == "layer_norm")?, true),
+    let (axes, keep): (Vec<usize>, bool) = match kind {
+        GraphOp::Softmax => (vec![shape::axis(view.i64("axis")?, sx.len())?], true),
+        GraphOp::GlobalAveragePool => ((2..sx.len()).collect(), true),
+        GraphOp::LayerNorm | GraphOp::InstanceNorm => {
+            (kb.norm_axes(anchor, kind == GraphOp::LayerNorm)?, true)
+        }
         _ => (
             shape::reduce_axes(&view, sx.len())?,
             view.i64("keepdims")? != 0,
@@ -650,15 +659,15 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
     let groups = rows / per_group;
     let gx = groups.min(MAX_GROUPS);
     let gy = (groups + gx - 1) / gx;
-    let t = kb.id("local", 0, threads);
+    let t = kb.id(IdKind::Local, 0, threads);
     let lane_row = if per_group > 1 {
-        kb.id("local", 1, per_group)
+        kb.id(IdKind::Local, 1, per_group)
     } else {
         Ix::constant(0)
     };
-    let wx = kb.id("workgroup", 0, gx);
+    let wx = kb.id(IdKind::Workgroup, 0, gx);
     let group_ix = if gy > 1 {
-        let wy = kb.id("workgroup", 1, gy);
+        let wy = kb.id(IdKind::Workgroup, 1, gy);
         wx + wy * Ix::constant(gx)
     } else {
         wx
@@ -690,7 +699,7 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
     // across the workgroup.
     let pass = |kb: &mut KernelBuilder,
                 init: f64,
-                f: &str,
+                f: BinaryFn,
                 term: &mut dyn FnMut(&mut KernelBuilder, ValueId) -> ValueId|
      -> R<ValueId> {
         let init_v = kb.constant(init, ElemType::F32);
@@ -725,32 +734,32 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
         Ok(())
     };
     let mut body = |kb: &mut KernelBuilder| -> R<()> {
-        match kind.as_str() {
-            "softmax" => {
-                let max = pass(kb, f64::NEG_INFINITY, "max", &mut |_, v| v)?;
-                let sum = pass(kb, 0.0, "add", &mut |kb, v| {
-                    let d = kb.binary("sub", v, max);
-                    kb.unary("exp", d)
+        match kind {
+            GraphOp::Softmax => {
+                let max = pass(kb, f64::NEG_INFINITY, BinaryFn::Max, &mut |_, v| v)?;
+                let sum = pass(kb, 0.0, BinaryFn::Add, &mut |kb, v| {
+                    let d = kb.binary(BinaryFn::Sub, v, max);
+                    kb.unary(UnaryFn::Exp, d)
                 })?;
                 write_rows(kb, &mut |kb, idx| {
                     let v = kb.value_at(x, idx)?;
                     let v = kb.cast(v, Type::Scalar(ElemType::F32));
-                    let d = kb.binary("sub", v, max);
-                    let e = kb.unary("exp", d);
-                    let q = kb.binary("div", e, sum);
+                    let d = kb.binary(BinaryFn::Sub, v, max);
+                    let e = kb.unary(UnaryFn::Exp, d);
+                    let q = kb.binary(BinaryFn::Div, e, sum);
                     Ok(kb.cast(q, Type::Scalar(float)))
                 })
             }
-            "layer_norm" | "instance_norm" => {
+            GraphOp::LayerNorm | GraphOp::InstanceNorm => {
                 let n = len as f64;
-                let total = pass(kb, 0.0, "add", &mut |_, v| v)?;
+                let total = pass(kb, 0.0, BinaryFn::Add, &mut |_, v| v)?;
                 let count = kb.constant(n, ElemType::F32);
-                let mean = kb.binary("div", total, count);
-                let squares = pass(kb, 0.0, "add", &mut |kb, v| {
-                    let d = kb.binary("sub", v, mean);
-                    kb.binary("mul", d, d)
+                let mean = kb.binary(BinaryFn::Div, total, count);
+                let squares = pass(kb, 0.0, BinaryFn::Add, &mut |kb, v| {
+                    let d = kb.binary(BinaryFn::Sub, v, mean);
+                    kb.binary(BinaryFn::Mul, d, d)
                 })?;
-                let var = kb.binary("div", squares, count);
+                let var = kb.binary(BinaryFn::Div, squares, count);
                 let eps = kb
                     .ctx
                     .registry
@@ -758,27 +767,22 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
                     .ok_or("unregistered anchor")?
                     .f64("epsilon")?;
                 let e = kb.constant(eps, ElemType::F32);
-                let var = kb.binary("add", var, e);
-                let inv = kb.unary("rsqrt", var);
-                let layer = kind == "layer_norm";
+                let var = kb.binary(BinaryFn::Add, var, e);
+                let inv = kb.unary(UnaryFn::Rsqrt, var);
+                let layer = kind == GraphOp::LayerNorm;
                 write_rows(kb, &mut |kb, idx| {
                     kb.normalized(anchor, layer, idx, mean, inv)
                 })
             }
             reduce => {
-                let (init, f) = match reduce {
-                    "reduce_max" => (f64::NEG_INFINITY, "max"),
-                    "reduce_min" => (f64::INFINITY, "min"),
-                    "reduce_prod" => (1.0, "mul"),
-                    _ => (0.0, "add"),
-                };
-                let mut r = pass(kb, init, f, &mut |_, v| v)?;
-                if matches!(reduce, "reduce_mean" | "global_average_pool") {
+                let reduction = Reduction::of(reduce).ok_or("a row reduction")?;
+                let mut r = pass(kb, reduction.init(), reduction.combine(), &mut |_, v| v)?;
+                if reduction == Reduction::Mean {
                     let n = kb.constant(len as f64, ElemType::F32);
-                    r = kb.binary("div", r, n);
+                    r = kb.binary(BinaryFn::Div, r, n);
                 }
                 let r = kb.cast(r, Type::Scalar(float));
-                let first = kb.index_cmp("lt", &t, 1);
+                let first = kb.index_cmp(CmpPred::Lt, &t, 1);
                 let out_idx: Vec<Ix> = {
                     let zero = Ix::constant(0);
                     let all = full(&zero);
@@ -795,6 +799,10 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
         }
     };
     guarded(kb, row_cond, &mut body)?;
-    kb.finish([threads, per_group, 1], [gx, gy, 1], "row_reduction");
+    kb.finish(
+        [threads, per_group, 1],
+        [gx, gy, 1],
+        FuncTemplate::RowReduction,
+    );
     Ok(())
 }

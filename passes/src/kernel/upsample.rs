@@ -4,6 +4,11 @@
 //! nearest input, or the linear taps around the source coordinate).
 
 use ircc_core::{ElemType, OpId, Type, ValueId};
+use ircc_dialects::graph;
+use ircc_dialects::graph::ops::{
+    ResizeCoordinateTransformationMode as Coordinates, ResizeMode, ResizeNearestMode as Rounding,
+};
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
 use super::builder::{Ix, KernelBuilder};
 use super::values::tensor_shape;
@@ -32,12 +37,12 @@ impl KernelBuilder<'_> {
                     - ivs[1 + d].clone() * Ix::constant(win.dilations[d]);
                 let stride = win.strides[d];
                 let i = reach.clone().floor_div(Ix::constant(stride));
-                flags.push(kb.index_cmp("ge", &reach, 0));
+                flags.push(kb.index_cmp(CmpPred::Ge, &reach, 0));
                 if stride > 1 {
                     let rest = reach.modulo(Ix::constant(stride));
-                    flags.push(kb.index_cmp("eq", &rest, 0));
+                    flags.push(kb.index_cmp(CmpPred::Eq, &rest, 0));
                 }
-                flags.push(kb.index_cmp("lt", &i, sx[2 + d]));
+                flags.push(kb.index_cmp(CmpPred::Lt, &i, sx[2 + d]));
                 positions.push(i);
             }
             let channel = first_channel.clone() + ivs[0].clone();
@@ -57,8 +62,8 @@ impl KernelBuilder<'_> {
         let x = self.operand(op, 0);
         let y = self.m.op(op).results[0];
         let (sx, sy) = (tensor_shape(self, x), tensor_shape(self, y));
-        let view = self.view(op)?;
-        let scales: Vec<f64> = match view.f64s("scales")? {
+        let resize = graph::ops::Resize::new(self.m, op).ok_or("a graph.resize")?;
+        let scales: Vec<f64> = match resize.scales() {
             Some(s) => s,
             None => sy
                 .iter()
@@ -66,37 +71,37 @@ impl KernelBuilder<'_> {
                 .map(|(&o, &i)| o as f64 / i as f64)
                 .collect(),
         };
-        let ctm = view.str("coordinate_transformation_mode")?.to_string();
-        let nearest = view.str("mode")? == "nearest";
-        let rounding = view.str("nearest_mode")?.to_string();
+        let ctm = resize.coordinate_transformation_mode();
+        let nearest = resize.mode() == ResizeMode::Nearest;
+        let rounding = resize.nearest_mode();
         let resized: Vec<usize> = (0..sx.len())
             .filter(|&d| sx[d] != sy[d] || scales[d] != 1.0)
             .collect();
         let mut coords = Vec::new();
         for &d in &resized {
-            let c = self.source_coord(&ctm, &idx[d], sx[d], sy[d], scales[d]);
+            let c = self.source_coord(ctm, &idx[d], sx[d], sy[d], scales[d]);
             let last = self.constant((sx[d] - 1) as f64, ElemType::F32);
             let zero = self.constant(0.0, ElemType::F32);
             let c = if nearest {
-                let r = match rounding.as_str() {
-                    "floor" => self.unary("floor", c),
-                    "ceil" => self.unary("ceil", c),
-                    "round_prefer_ceil" => {
+                let r = match rounding {
+                    Rounding::Floor => self.unary(UnaryFn::Floor, c),
+                    Rounding::Ceil => self.unary(UnaryFn::Ceil, c),
+                    Rounding::RoundPreferCeil => {
                         let half = self.constant(0.5, ElemType::F32);
-                        let up = self.binary("add", c, half);
-                        self.unary("floor", up)
+                        let up = self.binary(BinaryFn::Add, c, half);
+                        self.unary(UnaryFn::Floor, up)
                     }
-                    _ => {
+                    Rounding::RoundPreferFloor => {
                         let half = self.constant(0.5, ElemType::F32);
-                        let down = self.binary("sub", c, half);
-                        self.unary("ceil", down)
+                        let down = self.binary(BinaryFn::Sub, c, half);
+                        self.unary(UnaryFn::Ceil, down)
                     }
                 };
-                let r = self.binary("max", r, zero);
-                self.binary("min", r, last)
+                let r = self.binary(BinaryFn::Max, r, zero);
+                self.binary(BinaryFn::Min, r, last)
             } else {
-                let c = self.binary("max", c, zero);
-                self.binary("min", c, last)
+                let c = self.binary(BinaryFn::Max, c, zero);
+                self.binary(BinaryFn::Min, c, last)
             };
             coords.push(c);
         }
@@ -117,13 +122,13 @@ impl KernelBuilder<'_> {
         // by the distance to the opposite corner on each axis.
         let mut taps = Vec::new();
         for (&c, &d) in coords.iter().zip(&resized) {
-            let low = self.unary("floor", c);
+            let low = self.unary(UnaryFn::Floor, c);
             let one = self.constant(1.0, ElemType::F32);
             let last = self.constant((sx[d] - 1) as f64, ElemType::F32);
-            let next = self.binary("add", low, one);
-            let high = self.binary("min", next, last);
-            let t = self.binary("sub", c, low);
-            let s = self.binary("sub", one, t);
+            let next = self.binary(BinaryFn::Add, low, one);
+            let high = self.binary(BinaryFn::Min, next, last);
+            let t = self.binary(BinaryFn::Sub, c, low);
+            let s = self.binary(BinaryFn::Sub, one, t);
             taps.push([(low, s), (high, t)]);
         }
         let mut acc = self.constant(0.0, ElemType::F32);
@@ -132,43 +137,50 @@ impl KernelBuilder<'_> {
             let mut picks = Vec::new();
             for (k, tap) in taps.iter().enumerate() {
                 let (p, w) = tap[corner >> k & 1];
-                weight = self.binary("mul", weight, w);
+                weight = self.binary(BinaryFn::Mul, weight, w);
                 picks.push(p);
             }
             let src = at(self, &picks);
             let v = self.value_at(x, &src)?;
             let v = self.cast(v, Type::Scalar(ElemType::F32));
-            let term = self.binary("mul", weight, v);
-            acc = self.binary("add", acc, term);
+            let term = self.binary(BinaryFn::Mul, weight, v);
+            acc = self.binary(BinaryFn::Add, acc, term);
         }
         Ok(self.cast(acc, Type::Scalar(self.float)))
     }
 
     /// The source coordinate (f32) of output index `o` on one axis.
-    fn source_coord(&mut self, mode: &str, o: &Ix, n_in: i64, n_out: i64, scale: f64) -> ValueId {
+    fn source_coord(
+        &mut self,
+        mode: Coordinates,
+        o: &Ix,
+        n_in: i64,
+        n_out: i64,
+        scale: f64,
+    ) -> ValueId {
         let o = self.apply(o);
         let o = self.cast(o, Type::Scalar(ElemType::I32));
         let o = self.cast(o, Type::Scalar(ElemType::F32));
         match mode {
-            "asymmetric" => {
+            Coordinates::Asymmetric => {
                 let s = self.constant(scale, ElemType::F32);
-                self.binary("div", o, s)
+                self.binary(BinaryFn::Div, o, s)
             }
-            "align_corners" if n_in as f64 * scale > 1.0 => {
+            Coordinates::AlignCorners if n_in as f64 * scale > 1.0 => {
                 let f = self.constant(
                     (n_in - 1) as f64 / (n_in as f64 * scale - 1.0),
                     ElemType::F32,
                 );
-                self.binary("mul", o, f)
+                self.binary(BinaryFn::Mul, o, f)
             }
-            "align_corners" => self.constant(0.0, ElemType::F32),
-            "pytorch_half_pixel" if n_out <= 1 => self.constant(0.0, ElemType::F32),
-            _ => {
+            Coordinates::AlignCorners => self.constant(0.0, ElemType::F32),
+            Coordinates::PytorchHalfPixel if n_out <= 1 => self.constant(0.0, ElemType::F32),
+            Coordinates::HalfPixel | Coordinates::PytorchHalfPixel => {
                 let half = self.constant(0.5, ElemType::F32);
                 let s = self.constant(scale, ElemType::F32);
-                let shifted = self.binary("add", o, half);
-                let scaled = self.binary("div", shifted, s);
-                self.binary("sub", scaled, half)
+                let shifted = self.binary(BinaryFn::Add, o, half);
+                let scaled = self.binary(BinaryFn::Div, shifted, s);
+                self.binary(BinaryFn::Sub, scaled, half)
             }
         }
     }

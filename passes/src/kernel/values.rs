@@ -6,46 +6,53 @@
 //! in the memo, so their epilogues find them instead of recomputing.
 
 use ircc_core::registry::OpView;
-use ircc_core::{Attribute, ElemType, OpId, Type, ValueId};
-use ircc_dialects::graph::shape;
+use ircc_core::{ElemType, OpId, Type, ValueId};
+use ircc_dialects::graph::ops::PadMode;
+use ircc_dialects::graph::{self, GraphOp, shape};
+use ircc_dialects::index;
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
 use super::builder::{Input, Ix, KernelBuilder, kernel_elem, linearize};
 
 type R<T> = Result<T, String>;
 
-/// The index into an operand of `shape` that broadcasts to `idx`.
 /// The graph ops computed element by element (operands broadcast).
-pub const POINTWISE: &[&str] = &[
-    "add",
-    "sub",
-    "mul",
-    "div",
-    "max",
-    "min",
-    "pow",
-    "equal",
-    "less",
-    "greater",
-    "where",
-    "not",
-    "neg",
-    "abs",
-    "exp",
-    "log",
-    "sqrt",
-    "reciprocal",
-    "erf",
-    "tanh",
-    "sigmoid",
-    "relu",
-    "hard_swish",
-    "leaky_relu",
-    "gelu",
-    "hard_sigmoid",
-    "clip",
-    "cast",
-];
+pub fn is_pointwise(op: GraphOp) -> bool {
+    use GraphOp as G;
+    matches!(
+        op,
+        G::Add
+            | G::Sub
+            | G::Mul
+            | G::Div
+            | G::Max
+            | G::Min
+            | G::Pow
+            | G::Equal
+            | G::Less
+            | G::Greater
+            | G::Where
+            | G::Not
+            | G::Neg
+            | G::Abs
+            | G::Exp
+            | G::Log
+            | G::Sqrt
+            | G::Reciprocal
+            | G::Erf
+            | G::Tanh
+            | G::Sigmoid
+            | G::Relu
+            | G::HardSwish
+            | G::LeakyRelu
+            | G::Gelu
+            | G::HardSigmoid
+            | G::Clip
+            | G::Cast
+    )
+}
 
+/// The index into an operand of `shape` that broadcasts to `idx`.
 pub fn broadcast_index(idx: &[Ix], shape: &[i64]) -> Vec<Ix> {
     let lead = idx.len() - shape.len();
     shape
@@ -77,16 +84,10 @@ fn graph_elem(kb: &KernelBuilder, v: ValueId) -> ElemType {
 
 /// The splat value of a `graph.constant`, if it is one.
 pub fn splat(kb: &KernelBuilder, v: ValueId) -> Option<f64> {
-    let op = kb.m.defining_op(v)?;
-    match (kb.m.op(op).name.as_str(), kb.m.op(op).attr("value")) {
-        ("graph.constant", Some(Attribute::Dense(d))) => {
-            let t = ircc_core::Tensor::from_dense(d);
-            let values = t.to_f64();
-            let first = *values.first()?;
-            values.iter().all(|&x| x == first).then_some(first)
-        }
-        _ => None,
-    }
+    let constant = graph::ops::Constant::new(kb.m, kb.m.defining_op(v)?)?;
+    let values = ircc_core::Tensor::from_dense(constant.value()).to_f64();
+    let first = *values.first()?;
+    values.iter().all(|&x| x == first).then_some(first)
 }
 
 /// A convolution's operands, shapes and window (`conv_parts`).
@@ -103,6 +104,47 @@ pub(super) struct ConvParts {
 /// One term of a convolution sum: where it reads the input and the
 /// weights, and the flag under which it counts.
 pub(super) type ConvTerm = (Vec<Ix>, Vec<Ix>, Option<ValueId>);
+
+/// A reduction: the value it starts from and how it combines.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Reduction {
+    Sum,
+    Mean,
+    Max,
+    Min,
+    Prod,
+}
+
+impl Reduction {
+    pub fn of(op: GraphOp) -> Option<Self> {
+        match op {
+            GraphOp::ReduceSum => Some(Reduction::Sum),
+            GraphOp::ReduceMean | GraphOp::GlobalAveragePool => Some(Reduction::Mean),
+            GraphOp::ReduceMax => Some(Reduction::Max),
+            GraphOp::ReduceMin => Some(Reduction::Min),
+            GraphOp::ReduceProd => Some(Reduction::Prod),
+            _ => None,
+        }
+    }
+
+    pub fn init(self) -> f64 {
+        match self {
+            Reduction::Sum | Reduction::Mean => 0.0,
+            Reduction::Max => f64::NEG_INFINITY,
+            Reduction::Min => f64::INFINITY,
+            Reduction::Prod => 1.0,
+        }
+    }
+
+    pub fn combine(self) -> BinaryFn {
+        match self {
+            Reduction::Sum | Reduction::Mean => BinaryFn::Add,
+            Reduction::Max => BinaryFn::Max,
+            Reduction::Min => BinaryFn::Min,
+            Reduction::Prod => BinaryFn::Mul,
+        }
+    }
+}
 
 /// A float accumulator type: f32 even when tensors are f16.
 pub(super) const ACC: ElemType = ElemType::F32;
@@ -182,74 +224,80 @@ impl KernelBuilder<'_> {
     }
 
     fn op_value_at(&mut self, op: OpId, result: usize, idx: &[Ix]) -> R<ValueId> {
-        let name = self.m.op(op).name.clone();
         let out = self.m.op(op).results[result];
         let out_elem = kernel_elem(graph_elem(self, out), self.float);
-        let view_map = match self.m.op(op).attr("map") {
-            Some(Attribute::AffineMap(map)) if name == "index.view" => Some(map.clone()),
-            _ => super::layout_map(self.m, self.ctx, op),
+        let view_map = match index::ops::View::new(self.m, op) {
+            Some(view) => Some(view.map().clone()),
+            None => super::layout_map(self.m, self.ctx, op),
         };
         if let Some(map) = view_map {
             let src = self.operand(op, 0);
             let idx: Vec<Ix> = map.results.iter().map(|e| e.substitute(idx, &[])).collect();
             return self.value_at(src, &idx);
         }
-        let short = name.strip_prefix("graph.").unwrap_or(&name).to_string();
-        match short.as_str() {
-            "identity" => self.value_at(self.operand(op, 0), idx),
-            "constant" => match splat(self, out) {
+        let Some(kind) = GraphOp::of(self.m, op) else {
+            return Err(format!("'{}' has no kernel lowering", self.m.op(op).name));
+        };
+        use GraphOp as G;
+        match kind {
+            G::Identity => self.value_at(self.operand(op, 0), idx),
+            G::Constant => match splat(self, out) {
                 Some(x) => Ok(self.constant(x, out_elem)),
                 None => Err("a non-splat graph.constant inside a kernel".to_string()),
             },
-            s if POINTWISE.contains(&s) => {
+            k if is_pointwise(k) => {
                 let operands = self.m.op(op).operands.clone();
                 let mut xs = Vec::new();
                 for &x in &operands {
                     let s = tensor_shape(self, x);
                     xs.push(self.value_at(x, &broadcast_index(idx, &s))?);
                 }
-                self.pointwise(op, &short, &xs, out_elem)
+                self.pointwise(op, k, &xs, out_elem)
             }
-            "batch_norm" => {
+            G::BatchNorm => {
                 let mut xs = vec![self.value_at(self.operand(op, 0), idx)?];
                 for i in 1..5 {
                     xs.push(self.value_at(self.operand(op, i), &idx[1..2])?);
                 }
-                let eps = self.view(op)?.f64("epsilon")?;
-                let centered = self.binary("sub", xs[0], xs[3]);
-                let e = self.fconst(eps);
-                let var = self.binary("add", xs[4], e);
-                let inv = self.unary("rsqrt", var);
-                let y = self.binary("mul", centered, inv);
-                let y = self.binary("mul", y, xs[1]);
-                Ok(self.binary("add", y, xs[2]))
+                let eps = self.fconst(
+                    graph::ops::BatchNorm::new(self.m, op)
+                        .ok_or("batch_norm")?
+                        .epsilon(),
+                );
+                let centered = self.binary(BinaryFn::Sub, xs[0], xs[3]);
+                let var = self.binary(BinaryFn::Add, xs[4], eps);
+                let inv = self.unary(UnaryFn::Rsqrt, var);
+                let y = self.binary(BinaryFn::Mul, centered, inv);
+                let y = self.binary(BinaryFn::Mul, y, xs[1]);
+                Ok(self.binary(BinaryFn::Add, y, xs[2]))
             }
-            "matmul" => self.matmul_at(op, idx),
-            "gemm" => self.gemm_at(op, idx),
-            "conv" => self.conv_at(op, idx),
-            "conv_transpose" => self.conv_transpose_at(op, idx),
-            "resize" => self.resize_at(op, idx),
-            "max_pool" | "average_pool" => self.pool_at(op, idx, short == "max_pool"),
-            "global_average_pool" => {
+            G::Matmul => self.matmul_at(op, idx),
+            G::Gemm => self.gemm_at(op, idx),
+            G::Conv => self.conv_at(op, idx),
+            G::ConvTranspose => self.conv_transpose_at(op, idx),
+            G::Resize => self.resize_at(op, idx),
+            G::MaxPool => self.pool_at(op, idx, true),
+            G::AveragePool => self.pool_at(op, idx, false),
+            G::GlobalAveragePool => {
                 let x = self.operand(op, 0);
                 let s = tensor_shape(self, x);
-                let mut axes: Vec<usize> = (2..s.len()).collect();
-                axes.dedup();
-                self.reduce_at(x, &axes, true, "mean", idx, out_elem)
+                let axes: Vec<usize> = (2..s.len()).collect();
+                self.reduce_at(x, &axes, true, Reduction::Mean, idx, out_elem)
             }
-            "reduce_sum" | "reduce_mean" | "reduce_max" | "reduce_min" | "reduce_prod" => {
+            G::ReduceSum | G::ReduceMean | G::ReduceMax | G::ReduceMin | G::ReduceProd => {
                 let x = self.operand(op, 0);
                 let rank = tensor_shape(self, x).len();
                 let view = self.view(op)?;
                 let axes = shape::reduce_axes(&view, rank)?;
                 let keep = view.i64("keepdims")? != 0;
-                let kind = short.trim_start_matches("reduce_").to_string();
-                self.reduce_at(x, &axes, keep, &kind, idx, out_elem)
+                let reduction = Reduction::of(kind).ok_or("a reduction")?;
+                self.reduce_at(x, &axes, keep, reduction, idx, out_elem)
             }
-            "softmax" => self.softmax_at(op, idx),
-            "layer_norm" | "instance_norm" => self.norm_at(op, idx, short == "layer_norm"),
-            "concat" => self.concat_at(op, idx),
-            "split" => {
+            G::Softmax => self.softmax_at(op, idx),
+            G::LayerNorm => self.norm_at(op, idx, true),
+            G::InstanceNorm => self.norm_at(op, idx, false),
+            G::Concat => self.concat_at(op, idx),
+            G::Split => {
                 let view = self.view(op)?;
                 let x = self.operand(op, 0);
                 let outputs = self.m.op(op).results.len();
@@ -259,136 +307,143 @@ impl KernelBuilder<'_> {
                 i[axis] = i[axis].clone() + Ix::constant(offset);
                 self.value_at(x, &i)
             }
-            "pad" => self.pad_at(op, idx),
-            "gather" | "gather_elements" => self.gather_at(op, idx, short == "gather"),
-            _ => Err(format!("'{name}' has no kernel lowering yet")),
+            G::Pad => self.pad_at(op, idx),
+            G::Gather => self.gather_at(op, idx, true),
+            G::GatherElements => self.gather_at(op, idx, false),
+            _ => Err(format!("'{kind}' has no kernel lowering yet")),
         }
     }
 
-    fn pointwise(&mut self, op: OpId, f: &str, xs: &[ValueId], out: ElemType) -> R<ValueId> {
-        let view_f64 = |kb: &Self, name: &str| -> R<Option<f64>> {
-            let v = kb.view(op)?;
-            if v.has_attr(name) {
-                v.f64(name).map(Some)
-            } else {
-                Ok(None)
-            }
-        };
+    fn pointwise(&mut self, op: OpId, f: GraphOp, xs: &[ValueId], out: ElemType) -> R<ValueId> {
+        use GraphOp as G;
+        let m = &*self.m;
         Ok(match f {
-            "add" | "sub" | "mul" | "div" | "max" | "min" => self.binary(f, xs[0], xs[1]),
-            "pow" => {
+            G::Add => self.binary(BinaryFn::Add, xs[0], xs[1]),
+            G::Sub => self.binary(BinaryFn::Sub, xs[0], xs[1]),
+            G::Mul => self.binary(BinaryFn::Mul, xs[0], xs[1]),
+            G::Div => self.binary(BinaryFn::Div, xs[0], xs[1]),
+            G::Max => self.binary(BinaryFn::Max, xs[0], xs[1]),
+            G::Min => self.binary(BinaryFn::Min, xs[0], xs[1]),
+            G::Pow => {
                 let exponent = splat(self, self.operand(op, 1))
                     .or_else(|| self.const_input(self.operand(op, 1)));
                 match exponent {
                     Some(1.0) => xs[0],
-                    Some(2.0) => self.binary("mul", xs[0], xs[0]),
+                    Some(2.0) => self.binary(BinaryFn::Mul, xs[0], xs[0]),
                     Some(3.0) => {
-                        let sq = self.binary("mul", xs[0], xs[0]);
-                        self.binary("mul", sq, xs[0])
+                        let sq = self.binary(BinaryFn::Mul, xs[0], xs[0]);
+                        self.binary(BinaryFn::Mul, sq, xs[0])
                     }
-                    Some(0.5) => self.unary("sqrt", xs[0]),
+                    Some(0.5) => self.unary(UnaryFn::Sqrt, xs[0]),
                     Some(-1.0) => {
                         let one = self.fconst(1.0);
-                        self.binary("div", one, xs[0])
+                        self.binary(BinaryFn::Div, one, xs[0])
                     }
-                    _ => self.binary("pow", xs[0], xs[1]),
+                    _ => self.binary(BinaryFn::Pow, xs[0], xs[1]),
                 }
             }
-            "equal" => self.cmp("eq", xs[0], xs[1]),
-            "less" => self.cmp("lt", xs[0], xs[1]),
-            "greater" => self.cmp("gt", xs[0], xs[1]),
-            "where" => self.select(xs[0], xs[1], xs[2]),
-            "not" => self.unary("not", xs[0]),
-            "neg" | "abs" | "exp" | "log" | "sqrt" | "erf" | "tanh" => self.unary(f, xs[0]),
-            "reciprocal" => {
+            G::Equal => self.cmp(CmpPred::Eq, xs[0], xs[1]),
+            G::Less => self.cmp(CmpPred::Lt, xs[0], xs[1]),
+            G::Greater => self.cmp(CmpPred::Gt, xs[0], xs[1]),
+            G::Where => self.select(xs[0], xs[1], xs[2]),
+            G::Not => self.unary(UnaryFn::Not, xs[0]),
+            G::Neg => self.unary(UnaryFn::Neg, xs[0]),
+            G::Abs => self.unary(UnaryFn::Abs, xs[0]),
+            G::Exp => self.unary(UnaryFn::Exp, xs[0]),
+            G::Log => self.unary(UnaryFn::Log, xs[0]),
+            G::Sqrt => self.unary(UnaryFn::Sqrt, xs[0]),
+            G::Erf => self.unary(UnaryFn::Erf, xs[0]),
+            G::Tanh => self.unary(UnaryFn::Tanh, xs[0]),
+            G::Reciprocal => {
                 let one = self.constant(1.0, out);
-                self.binary("div", one, xs[0])
+                self.binary(BinaryFn::Div, one, xs[0])
             }
-            "sigmoid" => {
+            G::Sigmoid => {
                 let one = self.fconst(1.0);
-                let neg = self.unary("neg", xs[0]);
-                let e = self.unary("exp", neg);
-                let d = self.binary("add", one, e);
-                self.binary("div", one, d)
+                let neg = self.unary(UnaryFn::Neg, xs[0]);
+                let e = self.unary(UnaryFn::Exp, neg);
+                let d = self.binary(BinaryFn::Add, one, e);
+                self.binary(BinaryFn::Div, one, d)
             }
-            "relu" => {
+            G::Relu => {
                 let zero = self.constant(0.0, out);
-                self.binary("max", xs[0], zero)
+                self.binary(BinaryFn::Max, xs[0], zero)
             }
-            "leaky_relu" => {
-                let alpha = view_f64(self, "alpha")?.unwrap_or(0.01);
+            G::LeakyRelu => {
+                let alpha = graph::ops::LeakyRelu::new(m, op)
+                    .ok_or("leaky_relu")?
+                    .alpha();
                 let a = self.fconst(alpha);
                 let zero = self.fconst(0.0);
-                let scaled = self.binary("mul", xs[0], a);
-                let neg = self.cmp("lt", xs[0], zero);
+                let scaled = self.binary(BinaryFn::Mul, xs[0], a);
+                let neg = self.cmp(CmpPred::Lt, xs[0], zero);
                 self.select(neg, scaled, xs[0])
             }
-            "hard_sigmoid" | "hard_swish" => {
-                let (alpha, beta) = if f == "hard_swish" {
-                    (1.0 / 6.0, 0.5)
-                } else {
-                    (
-                        view_f64(self, "alpha")?.unwrap_or(0.2),
-                        view_f64(self, "beta")?.unwrap_or(0.5),
-                    )
+            G::HardSigmoid | G::HardSwish => {
+                let (alpha, beta) = match graph::ops::HardSigmoid::new(m, op) {
+                    Some(h) => (h.alpha(), h.beta()),
+                    None => (1.0 / 6.0, 0.5),
                 };
                 let (a, b) = (self.fconst(alpha), self.fconst(beta));
                 let (zero, one) = (self.fconst(0.0), self.fconst(1.0));
-                let y = self.binary("mul", xs[0], a);
-                let y = self.binary("add", y, b);
-                let y = self.binary("max", y, zero);
-                let y = self.binary("min", y, one);
-                if f == "hard_swish" {
-                    self.binary("mul", xs[0], y)
+                let y = self.binary(BinaryFn::Mul, xs[0], a);
+                let y = self.binary(BinaryFn::Add, y, b);
+                let y = self.binary(BinaryFn::Max, y, zero);
+                let y = self.binary(BinaryFn::Min, y, one);
+                if f == G::HardSwish {
+                    self.binary(BinaryFn::Mul, xs[0], y)
                 } else {
                     y
                 }
             }
-            "gelu" => {
-                let tanh = self.view(op)?.str("approximate")? == "tanh";
+            G::Gelu => {
+                let gelu = graph::ops::Gelu::new(m, op).ok_or("gelu")?;
+                let tanh = gelu.approximate() == graph::ops::GeluApproximate::Tanh;
                 let x = xs[0];
                 let half = self.fconst(0.5);
                 let one = self.fconst(1.0);
                 let inner = if tanh {
                     let c = self.fconst((2.0 / std::f64::consts::PI).sqrt());
                     let k = self.fconst(0.044715);
-                    let x3 = self.binary("mul", x, x);
-                    let x3 = self.binary("mul", x3, x);
-                    let t = self.binary("mul", x3, k);
-                    let t = self.binary("add", x, t);
-                    let t = self.binary("mul", t, c);
-                    self.unary("tanh", t)
+                    let x3 = self.binary(BinaryFn::Mul, x, x);
+                    let x3 = self.binary(BinaryFn::Mul, x3, x);
+                    let t = self.binary(BinaryFn::Mul, x3, k);
+                    let t = self.binary(BinaryFn::Add, x, t);
+                    let t = self.binary(BinaryFn::Mul, t, c);
+                    self.unary(UnaryFn::Tanh, t)
                 } else {
                     let c = self.fconst(std::f64::consts::FRAC_1_SQRT_2);
-                    let t = self.binary("mul", x, c);
-                    self.unary("erf", t)
+                    let t = self.binary(BinaryFn::Mul, x, c);
+                    self.unary(UnaryFn::Erf, t)
                 };
-                let t = self.binary("add", inner, one);
-                let t = self.binary("mul", t, x);
-                self.binary("mul", t, half)
+                let t = self.binary(BinaryFn::Add, inner, one);
+                let t = self.binary(BinaryFn::Mul, t, x);
+                self.binary(BinaryFn::Mul, t, half)
             }
-            "clip" => {
+            G::Clip => {
+                let clip = graph::ops::Clip::new(m, op).ok_or("clip")?;
+                let (lo, hi) = (clip.min(), clip.max());
                 let mut y = xs[0];
-                if let Some(lo) = view_f64(self, "min")? {
+                if let Some(lo) = lo {
                     let c = self.constant(lo, out);
-                    y = self.binary("max", y, c);
+                    y = self.binary(BinaryFn::Max, y, c);
                 }
-                if let Some(hi) = view_f64(self, "max")? {
+                if let Some(hi) = hi {
                     let c = self.constant(hi, out);
-                    y = self.binary("min", y, c);
+                    y = self.binary(BinaryFn::Min, y, c);
                 }
                 y
             }
-            "cast" => {
+            G::Cast => {
                 if out == ElemType::I1 {
                     let zero = self.constant(0.0, self.elem(xs[0]));
-                    self.cmp("ne", xs[0], zero)
+                    self.cmp(CmpPred::Ne, xs[0], zero)
                 } else {
                     // Float to integer truncates toward zero in ONNX and WGSL alike.
                     self.cast(xs[0], Type::Scalar(out))
                 }
             }
-            other => return Err(format!("no element-wise lowering for graph.{other}")),
+            other => return Err(format!("no element-wise lowering for {other}")),
         })
     }
 
@@ -411,7 +466,7 @@ impl KernelBuilder<'_> {
         let r = self.loop_nest(extents, vec![zero], &mut |kb, ivs, acc| {
             let t = term(kb, ivs)?;
             let t = kb.widen(t);
-            Ok(vec![kb.binary("add", acc[0], t)])
+            Ok(vec![kb.binary(BinaryFn::Add, acc[0], t)])
         })?;
         Ok(self.narrow(r[0], out))
     }
@@ -449,7 +504,7 @@ impl KernelBuilder<'_> {
             let x = kb.value_at(a, &ia)?;
             let y = kb.value_at(b, &ib)?;
             let (x, y) = (kb.widen(x), kb.widen(y));
-            Ok(kb.binary("mul", x, y))
+            Ok(kb.binary(BinaryFn::Mul, x, y))
         })
     }
 
@@ -476,7 +531,7 @@ impl KernelBuilder<'_> {
         let mut y = product;
         if alpha != 1.0 {
             let a = self.fconst(alpha);
-            y = self.binary("mul", y, a);
+            y = self.binary(BinaryFn::Mul, y, a);
         }
         if has_c && beta != 0.0 {
             let c_val = self.operand(op, 2);
@@ -484,9 +539,9 @@ impl KernelBuilder<'_> {
             let mut c = self.value_at(c_val, &broadcast_index(idx, &s))?;
             if beta != 1.0 {
                 let b = self.fconst(beta);
-                c = self.binary("mul", c, b);
+                c = self.binary(BinaryFn::Mul, c, b);
             }
-            y = self.binary("add", y, c);
+            y = self.binary(BinaryFn::Add, y, c);
         }
         Ok(y)
     }
@@ -501,7 +556,7 @@ impl KernelBuilder<'_> {
             let x = kb.gemm_operand(op, 0, m.clone(), ks[0].clone())?;
             let y = kb.gemm_operand(op, 1, ks[0].clone(), n.clone())?;
             let (x, y) = (kb.widen(x), kb.widen(y));
-            Ok(kb.binary("mul", x, y))
+            Ok(kb.binary(BinaryFn::Mul, x, y))
         })?;
         self.gemm_epilogue(op, product, idx)
     }
@@ -513,8 +568,8 @@ impl KernelBuilder<'_> {
             if p.as_const().is_some_and(|c| (0..n).contains(&c)) {
                 continue;
             }
-            flags.push(self.index_cmp("ge", p, 0));
-            flags.push(self.index_cmp("lt", p, n));
+            flags.push(self.index_cmp(CmpPred::Ge, p, 0));
+            flags.push(self.index_cmp(CmpPred::Lt, p, n));
         }
         (!flags.is_empty()).then(|| self.all(flags))
     }
@@ -527,7 +582,10 @@ impl KernelBuilder<'_> {
         let view = self.view(op)?;
         Ok(ConvParts {
             window: shape::window(&view, sx.len() - 2)?,
-            group: view.i64("group")?,
+            group: match graph::ops::Conv::new(self.m, op) {
+                Some(conv) => conv.group(),
+                None => view.i64("group")?,
+            },
             bias: self.m.op(op).operands.get(2).copied(),
             x,
             w,
@@ -552,7 +610,7 @@ impl KernelBuilder<'_> {
             let xv = kb.value_at(conv.x, &ix)?;
             let wv = kb.value_at(conv.w, &iw)?;
             let (xv, wv) = (kb.widen(xv), kb.widen(wv));
-            let t = kb.binary("mul", xv, wv);
+            let t = kb.binary(BinaryFn::Mul, xv, wv);
             Ok(match inside {
                 Some(flag) => {
                     let zero = kb.constant(0.0, ACC);
@@ -564,7 +622,7 @@ impl KernelBuilder<'_> {
         match conv.bias {
             Some(b) => {
                 let b = self.value_at(b, &idx[1..2])?;
-                Ok(self.binary("add", acc, b))
+                Ok(self.binary(BinaryFn::Add, acc, b))
             }
             None => Ok(acc),
         }
@@ -619,7 +677,7 @@ impl KernelBuilder<'_> {
             let v = kb.value_at(x, &ix)?;
             let v = kb.widen(v);
             let inside = kb.in_bounds(&positions, &sx[2..]);
-            let merged = kb.binary(if is_max { "max" } else { "add" }, c[0], v);
+            let merged = kb.binary(if is_max { BinaryFn::Max } else { BinaryFn::Add }, c[0], v);
             let acc = match inside {
                 Some(f) => kb.select(f, merged, c[0]),
                 None => merged,
@@ -636,7 +694,7 @@ impl KernelBuilder<'_> {
                 inside
             };
             let one = kb.constant(1.0, ACC);
-            let plus = kb.binary("add", c[1], one);
+            let plus = kb.binary(BinaryFn::Add, c[1], one);
             let count = match counted {
                 Some(f) => kb.select(f, plus, c[1]),
                 None => plus,
@@ -647,8 +705,8 @@ impl KernelBuilder<'_> {
             r[0]
         } else {
             let one = self.constant(1.0, ACC);
-            let n = self.binary("max", r[1], one);
-            self.binary("div", r[0], n)
+            let n = self.binary(BinaryFn::Max, r[1], one);
+            self.binary(BinaryFn::Div, r[0], n)
         };
         Ok(self.narrow(y, self.float))
     }
@@ -685,20 +743,14 @@ impl KernelBuilder<'_> {
         x: ValueId,
         axes: &[usize],
         keep: bool,
-        kind: &str,
+        kind: Reduction,
         idx: &[Ix],
         out: ElemType,
     ) -> R<ValueId> {
         let sx = tensor_shape(self, x);
         let extents: Vec<i64> = axes.iter().map(|&a| sx[a]).collect();
         let count: i64 = extents.iter().product();
-        let (init, f) = match kind {
-            "sum" | "mean" => (0.0, "add"),
-            "max" => (f64::NEG_INFINITY, "max"),
-            "min" => (f64::INFINITY, "min"),
-            "prod" => (1.0, "mul"),
-            other => return Err(format!("unknown reduction {other}")),
-        };
+        let (init, f) = (kind.init(), kind.combine());
         let acc_elem = if out.is_float() { ACC } else { out };
         let acc0 = self.constant(init, acc_elem);
         let idx = idx.to_vec();
@@ -710,9 +762,9 @@ impl KernelBuilder<'_> {
             Ok(vec![kb.binary(f, c[0], v)])
         })?;
         let mut y = r[0];
-        if kind == "mean" {
+        if kind == Reduction::Mean {
             let n = self.constant(count as f64, acc_elem);
-            y = self.binary("div", y, n);
+            y = self.binary(BinaryFn::Div, y, n);
         }
         Ok(self.narrow(y, out))
     }
@@ -730,21 +782,21 @@ impl KernelBuilder<'_> {
         let max = self.for_loop(sx[axis], vec![lowest], &mut |kb, k, c| {
             let v = kb.value_at(x, &at(&k))?;
             let v = kb.widen(v);
-            Ok(vec![kb.binary("max", c[0], v)])
+            Ok(vec![kb.binary(BinaryFn::Max, c[0], v)])
         })?[0];
         let zero = self.constant(0.0, ACC);
         let sum = self.for_loop(sx[axis], vec![zero], &mut |kb, k, c| {
             let v = kb.value_at(x, &at(&k))?;
             let v = kb.widen(v);
-            let d = kb.binary("sub", v, max);
-            let e = kb.unary("exp", d);
-            Ok(vec![kb.binary("add", c[0], e)])
+            let d = kb.binary(BinaryFn::Sub, v, max);
+            let e = kb.unary(UnaryFn::Exp, d);
+            Ok(vec![kb.binary(BinaryFn::Add, c[0], e)])
         })?[0];
         let v = self.value_at(x, idx)?;
         let v = self.widen(v);
-        let d = self.binary("sub", v, max);
-        let e = self.unary("exp", d);
-        let y = self.binary("div", e, sum);
+        let d = self.binary(BinaryFn::Sub, v, max);
+        let e = self.unary(UnaryFn::Exp, d);
+        let y = self.binary(BinaryFn::Div, e, sum);
         Ok(self.narrow(y, self.float))
     }
 
@@ -777,23 +829,23 @@ impl KernelBuilder<'_> {
         let total = self.loop_nest(&extents, vec![zero], &mut |kb, ivs, c| {
             let v = kb.value_at(x, &at(ivs))?;
             let v = kb.widen(v);
-            Ok(vec![kb.binary("add", c[0], v)])
+            Ok(vec![kb.binary(BinaryFn::Add, c[0], v)])
         })?[0];
         let count = self.constant(n as f64, ACC);
-        let mean = self.binary("div", total, count);
+        let mean = self.binary(BinaryFn::Div, total, count);
         let zero = self.constant(0.0, ACC);
         let squares = self.loop_nest(&extents, vec![zero], &mut |kb, ivs, c| {
             let v = kb.value_at(x, &at(ivs))?;
             let v = kb.widen(v);
-            let d = kb.binary("sub", v, mean);
-            let sq = kb.binary("mul", d, d);
-            Ok(vec![kb.binary("add", c[0], sq)])
+            let d = kb.binary(BinaryFn::Sub, v, mean);
+            let sq = kb.binary(BinaryFn::Mul, d, d);
+            Ok(vec![kb.binary(BinaryFn::Add, c[0], sq)])
         })?[0];
-        let var = self.binary("div", squares, count);
+        let var = self.binary(BinaryFn::Div, squares, count);
         let eps = self.view(op)?.f64("epsilon")?;
         let e = self.constant(eps, ACC);
-        let var = self.binary("add", var, e);
-        Ok((mean, self.unary("rsqrt", var)))
+        let var = self.binary(BinaryFn::Add, var, e);
+        Ok((mean, self.unary(UnaryFn::Rsqrt, var)))
     }
 
     /// (x - mean) * inv * scale + bias at `idx`, the normalization's output.
@@ -807,8 +859,8 @@ impl KernelBuilder<'_> {
     ) -> R<ValueId> {
         let x = self.value_at(self.operand(op, 0), idx)?;
         let x = self.widen(x);
-        let d = self.binary("sub", x, mean);
-        let y = self.binary("mul", d, inv);
+        let d = self.binary(BinaryFn::Sub, x, mean);
+        let y = self.binary(BinaryFn::Mul, d, inv);
         let y = self.narrow(y, self.float);
         let operands = self.m.op(op).operands.clone();
         let param_idx: Vec<Ix> = if layer {
@@ -822,10 +874,10 @@ impl KernelBuilder<'_> {
             operands[1],
             &broadcast_index(&param_idx, &tensor_shape(self, operands[1])),
         )?;
-        let mut y = self.binary("mul", y, scale);
+        let mut y = self.binary(BinaryFn::Mul, y, scale);
         if let Some(&b) = operands.get(2) {
             let bias = self.value_at(b, &broadcast_index(&param_idx, &tensor_shape(self, b)))?;
-            y = self.binary("add", y, bias);
+            y = self.binary(BinaryFn::Add, y, bias);
         }
         Ok(y)
     }
@@ -859,7 +911,7 @@ impl KernelBuilder<'_> {
                 continue;
             }
             let v = self.value_at(x, &shifted(off))?;
-            let inside = self.index_cmp("lt", &idx[axis], end);
+            let inside = self.index_cmp(CmpPred::Lt, &idx[axis], end);
             y = self.select(inside, v, y);
         }
         Ok(y)
@@ -868,15 +920,13 @@ impl KernelBuilder<'_> {
     fn pad_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
         let x = self.operand(op, 0);
         let sx = tensor_shape(self, x);
-        let view = self.view(op)?;
-        let pads = view.i64s("pads")?.ok_or("missing pads")?;
-        let mode = view.str("mode")?.to_string();
-        let value = view.f64("value")?;
+        let pad = graph::ops::Pad::new(self.m, op).ok_or("a graph.pad")?;
+        let (pads, mode, value) = (pad.pads(), pad.mode(), pad.value());
         let r = sx.len();
         let shifted: Vec<Ix> = (0..r)
             .map(|d| idx[d].clone() - Ix::constant(pads[d]))
             .collect();
-        if mode == "constant" {
+        if mode == PadMode::Constant {
             let v = self.value_at(x, &shifted)?;
             return Ok(match self.in_bounds(&shifted, &sx) {
                 Some(f) => {
@@ -894,25 +944,25 @@ impl KernelBuilder<'_> {
                 src.push(shifted[d].clone());
                 continue;
             }
-            let i = match mode.as_str() {
-                "edge" => {
+            let i = match mode {
+                PadMode::Edge => {
                     let i = self.apply(&shifted[d]);
                     let (lo, hi) = (self.index_const(0), self.index_const(n - 1));
-                    let i = self.binary("max", i, lo);
-                    self.binary("min", i, hi)
+                    let i = self.binary(BinaryFn::Max, i, lo);
+                    self.binary(BinaryFn::Min, i, hi)
                 }
-                "reflect" if n > 1 => {
+                PadMode::Reflect if n > 1 => {
                     let period = 2 * (n - 1);
                     let m = self.apply(&shifted[d].clone().modulo(Ix::constant(period)));
                     let back = self.apply(
                         &(Ix::constant(period) - shifted[d].clone().modulo(Ix::constant(period))),
                     );
                     let n_c = self.index_const(n);
-                    let low = self.cmp("lt", m, n_c);
+                    let low = self.cmp(CmpPred::Lt, m, n_c);
                     self.select(low, m, back)
                 }
-                "reflect" => self.index_const(0),
-                other => return Err(format!("pad mode '{other}' has no kernel lowering")),
+                PadMode::Reflect => self.index_const(0),
+                PadMode::Constant => unreachable!("returned above"),
             };
             src.push(self.var(i, n));
         }
@@ -937,8 +987,8 @@ impl KernelBuilder<'_> {
         let i = self.cast(i, Type::Scalar(ElemType::I32));
         let zero = self.constant(0.0, ElemType::I32);
         let extent = self.constant(n as f64, ElemType::I32);
-        let negative = self.cmp("lt", i, zero);
-        let wrapped = self.binary("add", i, extent);
+        let negative = self.cmp(CmpPred::Lt, i, zero);
+        let wrapped = self.binary(BinaryFn::Add, i, extent);
         let i = self.select(negative, wrapped, i);
         let i = self.cast(i, Type::Index);
         let var = self.var(i, n);

@@ -13,6 +13,8 @@ use pest::Parser as _;
 use pest::iterators::Pair;
 
 use crate::attr::{Attribute, Attributes};
+use crate::builtin::FuncOp;
+use crate::builtin::index_ops::IndexOp;
 use crate::diag::{Diagnostic, Location};
 use crate::ir::{BlockId, Module, OpBuilder, OpId, RegionId, ValueId};
 use crate::types::Type;
@@ -478,7 +480,7 @@ impl Builder {
             self.check_operand_types(&operands, &types, &tp)?;
         }
         Ok(self.module.create_op(
-            OpBuilder::new("func.return")
+            OpBuilder::new(FuncOp::Return.name())
                 .operands(operands.into_iter().map(|(v, _)| v))
                 .loc(loc),
         ))
@@ -498,7 +500,7 @@ impl Builder {
         let to = self.type_value(it.next().expect("result type"))?;
         self.check_operand_types(&[(v, source)], &[from], &from_pair)?;
         Ok(self.module.create_op(
-            OpBuilder::new("index.view")
+            OpBuilder::new(IndexOp::View.name())
                 .operands([v])
                 .results([to])
                 .attr("map", Attribute::AffineMap(map))
@@ -579,9 +581,12 @@ impl Builder {
             );
         }
         attrs.extend(extra);
-        let op = self
-            .module
-            .create_op(OpBuilder::new("func.func").attrs(attrs).regions(1).loc(loc));
+        let op = self.module.create_op(
+            OpBuilder::new(FuncOp::Func.name())
+                .attrs(attrs)
+                .regions(1)
+                .loc(loc),
+        );
         if let Some(body) = body {
             let region = self.module.op(op).regions[0];
             self.region(body, region, Some(args))?;

@@ -1,15 +1,18 @@
 //! The execution plan of a lowered module: every tensor the host handles
 //! (inputs, weights, constants, intermediates in one pooled allocation,
 //! outputs), and the dispatches in order with their bindings and grids.
-//! It is what the wgpu runtime executes and what `--emit wgsl` writes as
-//! `plan.json`, so a host other than ircc can run the shaders.
+//! It knows nothing of a shading language: a backend prints each kernel
+//! and records its source in [`Plan::sources`]. It is what the wgpu
+//! runtime executes and what `--emit wgsl` writes as `plan.json`, so a
+//! host other than ircc can run the shaders.
 
 use std::collections::HashMap;
 
-use ircc_core::{Attribute, ElemType, Module, OpId, ValueId};
+use ircc_core::builtin::FuncOp;
+use ircc_core::{ElemType, Module, OpId, ValueId};
+use ircc_dialects::graph::ops as graph_ops;
+use ircc_dialects::kernel::{KernelOp, ops as kernel_ops, texture_args};
 use serde::Serialize;
-
-use crate::wgsl::{kernel_to_wgsl, texture_args};
 
 type R<T> = Result<T, String>;
 
@@ -54,13 +57,23 @@ pub struct BufferPlan {
 pub struct Binding {
     pub binding: usize,
     pub buffer: usize,
+    /// `read`, `read_write`, `texture` (sampled) or `storage_texture`.
     pub access: &'static str,
+}
+
+impl Binding {
+    /// Whether the kernel may declare the binding read-only.
+    pub fn read_only(&self) -> bool {
+        self.access == "read"
+    }
 }
 
 #[derive(Clone, Debug, Serialize)]
 pub struct Dispatch {
     pub kernel: String,
-    pub shader: String,
+    /// The file the backend wrote the kernel's source to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shader: Option<String>,
     pub template: String,
     pub workgroup_size: Vec<i64>,
     pub workgroups: Vec<i64>,
@@ -75,9 +88,10 @@ pub struct Plan {
     pub inputs: Vec<usize>,
     pub outputs: Vec<usize>,
     pub dispatches: Vec<Dispatch>,
-    /// WGSL per kernel name (written as separate files, not in plan.json).
+    /// Each dispatch's kernel source, as the backend printed it (written
+    /// as separate files, not in plan.json).
     #[serde(skip)]
-    pub shaders: Vec<(String, String)>,
+    pub sources: Vec<(String, String)>,
     /// Data of each constant buffer, in graph element order (f64).
     #[serde(skip)]
     pub constants: HashMap<usize, ircc_core::Tensor>,
@@ -87,13 +101,6 @@ fn dtype(e: ElemType, float: ElemType) -> ElemType {
     match e {
         e if e.is_float() => float,
         _ => ElemType::I32,
-    }
-}
-
-fn symbol(m: &Module, op: OpId) -> R<String> {
-    match m.op(op).attr("kernel") {
-        Some(Attribute::SymbolRef(p)) if p.len() == 1 => Ok(p[0].clone()),
-        _ => Err("kernel.launch without a kernel".to_string()),
     }
 }
 
@@ -134,7 +141,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
     let float = m.blocks[m.body]
         .ops
         .iter()
-        .filter(|&&op| m.op(op).name == "kernel.func")
+        .filter(|&&op| KernelOp::of(m, op) == Some(KernelOp::Func))
         .flat_map(|&k| {
             m.entry_block(k)
                 .map(|b| m.blocks[b].args.clone())
@@ -186,53 +193,46 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
         )?);
     }
     let mut dispatches = Vec::new();
-    let mut shaders = Vec::new();
     let mut outputs = Vec::new();
     let mut produced_at: HashMap<usize, usize> = HashMap::new();
     let mut last_use: HashMap<usize, usize> = HashMap::new();
     for &op in &m.blocks[block].ops {
         let o = m.op(op);
-        match o.name.as_str() {
-            "graph.param" => {
-                let name = match o.attr("name") {
-                    Some(Attribute::String(s)) => s.clone(),
-                    _ => return Err("graph.param without a name".to_string()),
-                };
-                add(
-                    &mut buffers,
-                    &mut ids,
-                    o.results[0],
-                    BufferKind::Weight,
-                    name.clone(),
-                    Some(name),
-                )?;
-            }
-            "graph.constant" => {
-                let name = value_name(m, o.results[0], format!("constant{}", buffers.len()));
-                let id = add(
-                    &mut buffers,
-                    &mut ids,
-                    o.results[0],
-                    BufferKind::Constant,
-                    name.clone(),
-                    Some(name),
-                )?;
-                if let Some(Attribute::Dense(d)) = o.attr("value") {
-                    constants.insert(id, ircc_core::Tensor::from_dense(d));
-                }
-            }
-            "kernel.launch" => {
-                let kernel = symbol(m, op)?;
+        if let Some(param) = graph_ops::Param::new(m, op) {
+            let name = param.name().to_string();
+            add(
+                &mut buffers,
+                &mut ids,
+                o.results[0],
+                BufferKind::Weight,
+                name.clone(),
+                Some(name),
+            )?;
+        } else if let Some(constant) = graph_ops::Constant::new(m, op) {
+            let name = value_name(m, o.results[0], format!("constant{}", buffers.len()));
+            let id = add(
+                &mut buffers,
+                &mut ids,
+                o.results[0],
+                BufferKind::Constant,
+                name.clone(),
+                Some(name),
+            )?;
+            constants.insert(id, ircc_core::Tensor::from_dense(constant.value()));
+        } else if let Some(launch) = kernel_ops::Launch::new(m, op) {
+            let kernel = launch.kernel().to_string();
+            {
                 let kf = m
                     .lookup_symbol(&kernel)
+                    .and_then(|f| kernel_ops::Func::new(m, f))
                     .ok_or_else(|| format!("no kernel.func @{kernel}"))?;
                 let mut bindings = Vec::new();
-                let textures = texture_args(m, kf).map_err(|e| format!("@{kernel}: {e}"))?;
+                let textures = texture_args(m, kf.id()).map_err(|e| format!("@{kernel}: {e}"))?;
                 let texels = |arg: usize| {
                     textures
                         .iter()
-                        .find(|&&(a, ..)| a == arg)
-                        .map(|&(_, w, h)| [w, h])
+                        .find(|t| t.arg == arg)
+                        .map(|t| [t.width, t.height])
                 };
                 for (i, &x) in o.operands.iter().enumerate() {
                     let buffer = *ids
@@ -302,28 +302,17 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                         access,
                     });
                 }
-                let read_only: Vec<bool> = bindings.iter().map(|b| b.access == "read").collect();
-                let wgsl = kernel_to_wgsl(m, kf, &read_only)
-                    .map_err(|e| format!("kernel @{kernel}: {e}"))?;
-                let ints = |name: &str| match m.op(kf).attr(name) {
-                    Some(Attribute::DenseI64Array(x)) => x.clone(),
-                    _ => vec![1, 1, 1],
-                };
-                let template = match m.op(kf).attr("template") {
-                    Some(Attribute::String(s)) => s.clone(),
-                    _ => String::new(),
-                };
                 dispatches.push(Dispatch {
-                    shader: format!("{kernel}.wgsl"),
-                    kernel: kernel.clone(),
-                    template,
-                    workgroup_size: ints("workgroup_size"),
-                    workgroups: ints("grid"),
+                    shader: None,
+                    kernel,
+                    template: kf.template().name().to_string(),
+                    workgroup_size: kf.workgroup_size(),
+                    workgroups: kf.grid(),
                     bindings,
                 });
-                shaders.push((kernel, wgsl));
             }
-            "func.return" => {
+        } else if FuncOp::of(m, op) == Some(FuncOp::Return) {
+            {
                 for &r in &o.operands {
                     let id = *ids.get(&r).ok_or("an output no kernel wrote")?;
                     if buffers[id].kind == BufferKind::Texture {
@@ -338,11 +327,11 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                     outputs.push(id);
                 }
             }
-            other => {
-                return Err(format!(
-                    "'{other}' is left in the host function; run kernel.lower first"
-                ));
-            }
+        } else {
+            return Err(format!(
+                "'{}' is left in the host function; run kernel.lower first",
+                o.name
+            ));
         }
     }
     for (i, &a) in m.blocks[block].args.iter().enumerate() {
@@ -370,7 +359,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
         inputs,
         outputs,
         dispatches,
-        shaders,
+        sources: Vec::new(),
         constants,
     })
 }

@@ -1,13 +1,10 @@
-//! The kernel dialect (see `spec/dialects/kernel.toml`): the level just
-//! above WGSL and OpenCL C. A `kernel.func` is what one invocation does;
-//! `kernel.launch` in the host function runs it. There are no interpret
-//! hooks: kernels are checked by running them on a GPU against the graph
-//! interpreter (`tests/gpu.rs`, `tests/onnx_node.rs`).
+//! The kernel dialect's verifiers: what the spec's counts and kinds cannot
+//! say (types of loads and stores, map arities, where an op may stand).
 
-use ircc_core::registry::{OpHooks, OpView, Registry};
-use ircc_core::{Attribute, Diagnostic, ElemType, Module, OpId, Type, ValueId};
+use ircc_core::registry::{OpHooks, OpView};
+use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 
-pub const SPEC: &str = include_str!("../../spec/dialects/kernel.toml");
+use super::KernelOp;
 
 fn ty(m: &Module, v: ValueId) -> &Type {
     m.value_type(v)
@@ -75,7 +72,7 @@ fn verify_load4(v: &OpView) -> Result<(), String> {
     let (m, o) = (v.module, v.module.op(v.op));
     let alloc = m
         .defining_op(o.operands[0])
-        .filter(|&d| m.op(d).name == "kernel.alloc");
+        .filter(|&d| KernelOp::of(m, d) == Some(KernelOp::Alloc));
     let Some(t) = alloc.and_then(|_| ty(m, o.operands[0]).as_tensor()) else {
         return Err("load4 reads workgroup memory (a kernel.alloc)".to_string());
     };
@@ -190,10 +187,15 @@ fn verify_for(v: &OpView) -> Result<(), String> {
 fn verify_yield(v: &OpView) -> Result<(), String> {
     let m = v.module;
     let parent = parent_op(m, v.op).ok_or("kernel.yield ends a loop or if body")?;
-    let expected: Vec<&Type> = match m.op(parent).name.as_str() {
-        "kernel.for" => m.op(parent).results.iter().map(|&r| ty(m, r)).collect(),
-        "kernel.if" => Vec::new(),
-        other => return Err(format!("kernel.yield cannot end a '{other}' body")),
+    let expected: Vec<&Type> = match KernelOp::of(m, parent) {
+        Some(KernelOp::For) => m.op(parent).results.iter().map(|&r| ty(m, r)).collect(),
+        Some(KernelOp::If) => Vec::new(),
+        _ => {
+            return Err(format!(
+                "kernel.yield cannot end a '{}' body",
+                m.op(parent).name
+            ));
+        }
     };
     let given: Vec<&Type> = m.op(v.op).operands.iter().map(|&x| ty(m, x)).collect();
     if given != expected {
@@ -211,9 +213,8 @@ fn verify_if(v: &OpView) -> Result<(), String> {
 }
 
 fn verify_id(v: &OpView) -> Result<(), String> {
-    let kind = v.str("kind")?;
-    if !matches!(kind, "global" | "local" | "workgroup") || !(0..3).contains(&v.i64("axis")?) {
-        return Err("kind is global, local or workgroup and axis 0, 1 or 2".to_string());
+    if !(0..3).contains(&v.i64("axis")?) {
+        return Err("axis is 0, 1 or 2".to_string());
     }
     Ok(())
 }
@@ -242,7 +243,7 @@ fn verify_func(v: &OpView) -> Result<(), String> {
         return Err("a kernel writes between one and all of its arguments".to_string());
     }
     match m.blocks[block].ops.last() {
-        Some(&last) if m.op(last).name == "kernel.return" => {}
+        Some(&last) if KernelOp::of(m, last) == Some(KernelOp::Return) => {}
         _ => return Err("the body ends with kernel.return".to_string()),
     }
     if o.regions.len() != 1 {
@@ -259,7 +260,7 @@ fn verify_launch(v: &OpView) -> Result<(), String> {
     };
     let func = m
         .lookup_symbol(name)
-        .filter(|&f| m.op(f).name == "kernel.func")
+        .filter(|&f| KernelOp::of(m, f) == Some(KernelOp::Func))
         .ok_or_else(|| format!("no kernel.func @{name}"))?;
     let block = m.entry_block(func).ok_or("the kernel has no body")?;
     let o = m.op(v.op);
@@ -277,7 +278,7 @@ fn verify_launch(v: &OpView) -> Result<(), String> {
 fn verify_in_kernel(v: &OpView) -> Result<(), String> {
     let mut op = v.op;
     while let Some(p) = parent_op(v.module, op) {
-        if v.module.op(p).name == "kernel.func" {
+        if KernelOp::of(v.module, p) == Some(KernelOp::Func) {
             return Ok(());
         }
         op = p;
@@ -293,31 +294,33 @@ fn checked(verify: fn(&OpView) -> Result<(), String>) -> OpHooks {
     }
 }
 
-pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
-    registry.add_dialect(
-        SPEC,
-        &[
-            ("kernel.func", checked(verify_func)),
-            ("kernel.launch", checked(verify_launch)),
-            ("kernel.id", checked(verify_id)),
-            ("kernel.constant", checked(verify_in_kernel)),
-            ("kernel.apply", checked(verify_apply)),
-            ("kernel.load", checked(verify_load)),
-            ("kernel.store", checked(verify_store)),
-            ("kernel.load4", checked(verify_load4)),
-            ("kernel.texture_load", checked(verify_texture_load)),
-            ("kernel.texture_store", checked(verify_texture_store)),
-            ("kernel.unary", checked(verify_in_kernel)),
-            ("kernel.binary", checked(verify_binary)),
-            ("kernel.cmp", checked(verify_cmp)),
-            ("kernel.select", checked(verify_select)),
-            ("kernel.cast", checked(verify_in_kernel)),
-            ("kernel.for", checked(verify_for)),
-            ("kernel.if", checked(verify_if)),
-            ("kernel.yield", checked(verify_yield)),
-            ("kernel.barrier", checked(verify_in_kernel)),
-            ("kernel.alloc", checked(verify_in_kernel)),
-            ("kernel.return", checked(verify_in_kernel)),
-        ],
-    )
+/// The hooks of every kernel op: verifiers, and the interpreter of
+/// `kernel.launch`, which runs its kernel.func.
+pub(super) fn op_hooks(op: KernelOp) -> OpHooks {
+    use KernelOp as K;
+    if op == K::Launch {
+        return OpHooks {
+            infer: None,
+            verify: Some(verify_launch),
+            interpret: Some(super::interpret::interpret_launch),
+        };
+    }
+    checked(match op {
+        K::Func => verify_func,
+        K::Launch => verify_launch,
+        K::Id => verify_id,
+        K::Apply => verify_apply,
+        K::Load => verify_load,
+        K::Store => verify_store,
+        K::Load4 => verify_load4,
+        K::TextureLoad => verify_texture_load,
+        K::TextureStore => verify_texture_store,
+        K::Binary => verify_binary,
+        K::Cmp => verify_cmp,
+        K::Select => verify_select,
+        K::For => verify_for,
+        K::If => verify_if,
+        K::Yield => verify_yield,
+        K::Constant | K::Unary | K::Cast | K::Barrier | K::Alloc | K::Return => verify_in_kernel,
+    })
 }

@@ -1,0 +1,56 @@
+//! The kernel dialect (see `spec/dialects/kernel.toml`): the level just
+//! above WGSL and OpenCL C. A `kernel.func` is what one invocation does;
+//! `kernel.launch` in the host function runs it: on a GPU through a
+//! backend, or in the kernel interpreter (`interpret.rs`), so kernel IR is
+//! checked against the graph level like every other level.
+
+mod interpret;
+mod verify;
+
+use ircc_core::{Diagnostic, Registry};
+
+pub const SPEC: &str = include_str!("../../../spec/dialects/kernel.toml");
+
+/// Typed views of the kernel ops, generated from the spec by `ircc-ods`.
+pub mod ops {
+    include!(concat!(env!("OUT_DIR"), "/kernel_ops.rs"));
+}
+
+pub use ops::KernelOp;
+
+pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
+    let hooks: Vec<_> = KernelOp::ALL
+        .iter()
+        .map(|&op| (op.name(), verify::op_hooks(op)))
+        .collect();
+    registry.add_dialect(SPEC, &hooks)
+}
+
+/// A `kernel.func` argument held in a 2.5D texture instead of a buffer.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TextureArg {
+    pub arg: usize,
+    pub width: u32,
+    pub height: u32,
+}
+
+/// The texture arguments of kernel.func `func`, from its `textures`
+/// attribute of `(argument, width, height)` triples.
+pub fn texture_args(
+    m: &ircc_core::Module,
+    func: ircc_core::OpId,
+) -> Result<Vec<TextureArg>, String> {
+    let Some(x) = ops::Func::new(m, func).and_then(|f| f.textures()) else {
+        return Ok(Vec::new());
+    };
+    if x.len() % 3 != 0 || x.iter().any(|&v| v < 0 || v > u32::MAX as i64) {
+        return Err("'textures' must be (argument, width, height) triples".to_string());
+    }
+    Ok(x.chunks(3)
+        .map(|c| TextureArg {
+            arg: c[0] as usize,
+            width: c[1] as u32,
+            height: c[2] as u32,
+        })
+        .collect())
+}

@@ -1,0 +1,64 @@
+//! The kernel level runs like every other level: `ircc check` with the
+//! `smartmem-gpu` pipeline interprets each shared model before every pass
+//! and after it, `kernel.lower` included (the kernel interpreter runs each
+//! `kernel.launch`), and the results agree within check's tolerance.
+
+use ircc_tests::{SHARED_MODELS, find_model, ircc};
+
+#[test]
+fn shared_models_check_through_kernel_lower() {
+    let (mut passed, mut failed, mut skipped) = (0, 0, 0);
+    for name in SHARED_MODELS {
+        let Some(path) = find_model(name) else {
+            assert!(
+                std::env::var_os("IRCC_REQUIRE_ONNX_TESTS").is_none(),
+                "{name}.onnx not found"
+            );
+            skipped += 1;
+            continue;
+        };
+        let path = path.to_string_lossy().into_owned();
+        let out = ircc(&["check", &path, "--pipeline", "smartmem-gpu"]);
+        let lowered = out.stdout.contains("kernel.lower");
+        if out.code == 0 && lowered {
+            passed += 1;
+        } else {
+            failed += 1;
+            eprintln!("{name}: exit {}\n{}{}", out.code, out.stdout, out.stderr);
+        }
+    }
+    eprintln!("{passed} passed, {failed} failed, {skipped} skipped");
+    assert_eq!(failed, 0);
+}
+
+#[test]
+fn kernel_ir_runs_in_the_interpreter() {
+    let dir = ircc_tests::scratch_dir("kernel-run");
+    let input = dir.join("x.npy");
+    let x: Vec<f32> = (0..64).map(|i| i as f32 - 20.0).collect();
+    ircc_reference::write_npy(
+        &input,
+        &ircc_core::Tensor::float(
+            ircc_core::ElemType::F32,
+            ndarray::ArrayD::from_shape_vec(
+                ndarray::IxDyn(&[64]),
+                x.iter().map(|&v| v as f64).collect(),
+            )
+            .unwrap(),
+        ),
+    )
+    .unwrap();
+    let file = ircc_tests::root().join("tests/ir/kernel/roundtrip.ir");
+    let out = ircc(&[
+        "run",
+        &file.to_string_lossy(),
+        "--input",
+        &format!("x={}", input.display()),
+        "--output-dir",
+        &dir.to_string_lossy(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let y = ircc_reference::read_npy(&dir.join("result0.npy")).unwrap();
+    let want: Vec<f64> = x.iter().map(|&v| 2.0 * v as f64).collect();
+    assert_eq!(y.to_f64().iter().copied().collect::<Vec<_>>(), want);
+}
