@@ -42,8 +42,9 @@ fn main() {
     let mut after = 0;
     for _ in 0..10 {
         let mut m = module.clone();
-        let mut simplify =
-            ircc_passes::index::Simplify::from_options(&PassOptions::default()).unwrap();
+        let mut simplify = ircc_passes::index::Simplify::new(
+            ircc_passes::decl::IndexSimplifyOptions::parse(&PassOptions::default()).unwrap(),
+        );
         let t = Instant::now();
         simplify.run(&mut m, &ctx).unwrap();
         times.push(t.elapsed().as_secs_f64() * 1e3);

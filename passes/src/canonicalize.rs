@@ -7,11 +7,12 @@
 
 use std::collections::HashMap;
 
+use crate::decl::CanonicalizeOptions;
 use ircc_core::builtin::FuncOp;
 use ircc_core::diag::Diagnostics;
 use ircc_core::interp::NoWeights;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
-use ircc_core::pass::{Pass, PassContext, PassOptions};
+use ircc_core::pass::{Pass, PassContext};
 use ircc_core::{Attribute, Diagnostic, Module, OpId, Registry, Tensor, Type};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::index::IndexOp;
@@ -21,11 +22,10 @@ pub struct Canonicalize {
 }
 
 impl Canonicalize {
-    pub fn from_options(o: &PassOptions) -> Result<Self, String> {
-        o.expect_only(&["max-elements"])?;
-        Ok(Canonicalize {
-            max_elements: o.i64_or("max-elements", 1 << 20)?,
-        })
+    pub fn new(options: CanonicalizeOptions) -> Self {
+        Canonicalize {
+            max_elements: options.max_elements,
+        }
     }
 }
 
@@ -161,7 +161,7 @@ impl Canonicalize {
 
 impl Pass for Canonicalize {
     fn name(&self) -> &str {
-        "canonicalize"
+        CanonicalizeOptions::NAME
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {

@@ -527,7 +527,7 @@ fn val(values: &[Option<ValueId>], id: Id) -> Result<ValueId, String> {
 
 impl Pass for MathRewrite {
     fn name(&self) -> &str {
-        "graph.math-rewrite"
+        crate::decl::GraphMathRewriteOptions::NAME
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {

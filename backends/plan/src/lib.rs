@@ -11,14 +11,10 @@ use std::collections::HashMap;
 use ircc_core::builtin::FuncOp;
 use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::ops as graph_ops;
-use ircc_dialects::kernel::{KernelOp, ops as kernel_ops, texture_args};
+use ircc_dialects::kernel::{KernelOp, Target, ops as kernel_ops, texture_args};
 use serde::Serialize;
 
 type R<T> = Result<T, String>;
-
-/// Offsets in the pool are multiples of this (WebGPU's largest
-/// `minStorageBufferOffsetAlignment`).
-pub const POOL_ALIGN: u64 = 256;
 
 #[derive(Clone, Debug, Serialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
@@ -114,7 +110,9 @@ fn pack(lives: &[(u64, usize, usize)]) -> (Vec<u64>, u64) {
     let mut offsets = Vec::with_capacity(lives.len());
     let mut top = 0;
     for &(bytes, first, last) in lives {
-        let size = bytes.div_ceil(POOL_ALIGN) * POOL_ALIGN;
+        // Offsets in the pool are multiples of the storage offset alignment.
+        let align = Target::webgpu().storage_offset_alignment;
+        let size = bytes.div_ceil(align) * align;
         let mut busy: Vec<(u64, u64)> = placed
             .iter()
             .filter(|&&(_, _, f, l)| f <= last && first <= l)

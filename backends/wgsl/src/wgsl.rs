@@ -9,7 +9,7 @@ use std::fmt::Write;
 
 use ircc_core::{AffineExpr, Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::kernel::ops::{self, BinaryFn, CmpPred, IdKind, UnaryFn};
-use ircc_dialects::kernel::{KernelOp, KernelOp as K, texture_args};
+use ircc_dialects::kernel::{KernelOp, KernelOp as K, Target, texture_args};
 
 type R<T> = Result<T, String>;
 
@@ -286,11 +286,14 @@ impl Printer<'_> {
                     UnaryFn::Neg => format!("-{x}"),
                     UnaryFn::Not => format!("!{x}"),
                     UnaryFn::Rsqrt => format!("inverseSqrt({x})"),
-                    UnaryFn::Tanh => format!(
-                        "tanh(clamp({x}, {}, {}))",
-                        float_literal(-15.0, ty),
-                        float_literal(15.0, ty)
-                    ),
+                    UnaryFn::Tanh => {
+                        let c = Target::webgpu().tanh_input_clamp;
+                        format!(
+                            "tanh(clamp({x}, {}, {}))",
+                            float_literal(-c, ty),
+                            float_literal(c, ty)
+                        )
+                    }
                     UnaryFn::Erf => {
                         self.helpers.insert(Helper::Erf);
                         if ty == "f32" {

@@ -84,8 +84,28 @@ impl PassOptions {
 
 pub type PassConstructor = Box<dyn Fn(&PassOptions) -> Result<Box<dyn Pass>, String>>;
 
+/// One option of a pass, as its declaration gives it.
+#[derive(Clone, Copy, Debug)]
+pub struct OptionDecl {
+    pub name: &'static str,
+    /// `int`, `bool`, `string`, or the values of an enum (`f32|f16`).
+    pub kind: &'static str,
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+/// A pass's declaration: generated from `spec/passes.toml` for ircc's own
+/// passes, written by hand for a plugin's.
+#[derive(Clone, Copy, Debug)]
+pub struct PassDecl {
+    pub name: &'static str,
+    pub summary: &'static str,
+    pub options: &'static [OptionDecl],
+}
+
 pub struct PassInfo {
     pub summary: String,
+    pub options: Vec<OptionDecl>,
     pub constructor: PassConstructor,
 }
 
@@ -109,6 +129,23 @@ impl PassRegistry {
             name.to_string(),
             PassInfo {
                 summary: summary.to_string(),
+                options: Vec::new(),
+                constructor: Box::new(constructor),
+            },
+        );
+    }
+
+    /// Registers a declared pass, its options listed by `--list-passes`.
+    pub fn register_decl(
+        &mut self,
+        decl: &PassDecl,
+        constructor: impl Fn(&PassOptions) -> Result<Box<dyn Pass>, String> + 'static,
+    ) {
+        self.passes.insert(
+            decl.name.to_string(),
+            PassInfo {
+                summary: decl.summary.to_string(),
+                options: decl.options.to_vec(),
                 constructor: Box::new(constructor),
             },
         );
@@ -130,6 +167,13 @@ impl PassRegistry {
         let mut out = String::new();
         for (name, info) in &self.passes {
             let _ = writeln!(out, "{name:<28} {}", info.summary);
+            for o in &info.options {
+                let _ = writeln!(
+                    out,
+                    "{:<30}{}={} ({}): {}",
+                    "", o.name, o.default, o.kind, o.doc
+                );
+            }
         }
         out
     }

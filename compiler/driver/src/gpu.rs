@@ -22,7 +22,7 @@ fn plain(e: impl Into<String>) -> Failure {
 }
 
 /// The pass that lowers to kernels, as pipelines name it.
-const KERNEL_LOWER: &str = "kernel.lower";
+const KERNEL_LOWER: &str = ircc_passes::decl::KernelLowerOptions::NAME;
 
 /// Ends `specs` with `kernel.lower` as `kernel` asks, unless `module` is
 /// already kernel IR. A pipeline that lowers itself keeps its options; the

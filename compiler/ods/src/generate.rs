@@ -433,7 +433,7 @@ pub(crate) fn camel(s: &str) -> String {
 }
 
 /// A method name for a spec name; Rust keywords get a trailing `_`.
-fn accessor(name: &str) -> String {
+pub(crate) fn accessor(name: &str) -> String {
     const KEYWORDS: &[&str] = &[
         "as", "break", "const", "continue", "crate", "else", "enum", "extern", "false", "fn",
         "for", "if", "impl", "in", "let", "loop", "match", "mod", "move", "mut", "pub", "ref",

@@ -176,3 +176,56 @@ pub fn parse(text: &str) -> Result<DialectSpec, String> {
     }
     Ok(spec)
 }
+
+/// One option of a pass.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassOptionToml {
+    /// `int`, `bool`, `string` or `enum`.
+    pub kind: String,
+    /// The default, as a pipeline would write it.
+    pub default: String,
+    #[serde(default)]
+    pub values: Vec<String>,
+    pub doc: String,
+}
+
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassToml {
+    pub name: String,
+    pub summary: String,
+    #[serde(default)]
+    pub options: IndexMap<String, PassOptionToml>,
+}
+
+/// `spec/passes.toml`: every pass ircc ships.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PassesSpec {
+    #[serde(rename = "pass", default)]
+    pub passes: Vec<PassToml>,
+}
+
+/// Reads a pass table and checks each option's kind and default.
+pub fn parse_passes(text: &str) -> Result<PassesSpec, String> {
+    let spec: PassesSpec = toml::from_str(text).map_err(|e| format!("invalid pass table: {e}"))?;
+    for p in &spec.passes {
+        for (name, o) in &p.options {
+            let ok = match o.kind.as_str() {
+                "int" => o.default.parse::<i64>().is_ok(),
+                "bool" => matches!(o.default.as_str(), "true" | "false"),
+                "string" => true,
+                "enum" => o.values.contains(&o.default),
+                _ => false,
+            };
+            if !ok || (o.kind == "enum") == o.values.is_empty() {
+                return Err(format!(
+                    "pass '{}': option '{name}' has kind '{}' and default '{}', which do not agree",
+                    p.name, o.kind, o.default
+                ));
+            }
+        }
+    }
+    Ok(spec)
+}

@@ -1,6 +1,7 @@
 //! Interpretation of elementwise ops: unary math, arithmetic with
 //! broadcasting, comparisons, where, cast.
 
+use super::{GraphOp as G, kind};
 use ircc_core::interp::Env;
 use ircc_core::registry::OpView;
 use ircc_core::{Tensor, TensorData, Type};
@@ -45,43 +46,43 @@ fn float_input<'a>(t: &'a Tensor, what: &str) -> Result<&'a ArrayD<f64>, String>
 
 pub fn unary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let x = &args[0];
-    let name = v.name();
+    let name = kind(v)?;
     if let TensorData::Int(a) = &x.data {
         let f: fn(i64) -> i64 = match name {
-            "graph.neg" => |x| x.wrapping_neg(),
-            "graph.abs" => |x| x.wrapping_abs(),
-            "graph.relu" => |x| x.max(0),
-            "graph.identity" => |x| x,
+            G::Neg => |x| x.wrapping_neg(),
+            G::Abs => |x| x.wrapping_abs(),
+            G::Relu => |x| x.max(0),
+            G::Identity => |x| x,
             _ => return Err(format!("'{name}' needs a float tensor")),
         };
         return Ok(vec![Tensor::int(x.elem, a.mapv(f))]);
     }
-    if name == "graph.identity" {
+    if name == G::Identity {
         return Ok(vec![x.clone()]);
     }
-    let a = float_input(x, name)?;
+    let a = float_input(x, name.name())?;
     let attr = |n: &str| v.f64(n);
     let out = match name {
-        "graph.neg" => a.mapv(|x| -x),
-        "graph.abs" => a.mapv(f64::abs),
-        "graph.exp" => a.mapv(f64::exp),
-        "graph.log" => a.mapv(f64::ln),
-        "graph.sqrt" => a.mapv(f64::sqrt),
-        "graph.reciprocal" => a.mapv(|x| 1.0 / x),
-        "graph.erf" => a.mapv(erf),
-        "graph.tanh" => a.mapv(f64::tanh),
-        "graph.sigmoid" => a.mapv(|x| 1.0 / (1.0 + (-x).exp())),
-        "graph.relu" => a.mapv(|x| if x > 0.0 { x } else { 0.0 }),
-        "graph.hard_swish" => a.mapv(|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0)),
-        "graph.leaky_relu" => {
+        G::Neg => a.mapv(|x| -x),
+        G::Abs => a.mapv(f64::abs),
+        G::Exp => a.mapv(f64::exp),
+        G::Log => a.mapv(f64::ln),
+        G::Sqrt => a.mapv(f64::sqrt),
+        G::Reciprocal => a.mapv(|x| 1.0 / x),
+        G::Erf => a.mapv(erf),
+        G::Tanh => a.mapv(f64::tanh),
+        G::Sigmoid => a.mapv(|x| 1.0 / (1.0 + (-x).exp())),
+        G::Relu => a.mapv(|x| if x > 0.0 { x } else { 0.0 }),
+        G::HardSwish => a.mapv(|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0)),
+        G::LeakyRelu => {
             let alpha = attr("alpha")?;
             a.mapv(|x| if x >= 0.0 { x } else { alpha * x })
         }
-        "graph.hard_sigmoid" => {
+        G::HardSigmoid => {
             let (alpha, beta) = (attr("alpha")?, attr("beta")?);
             a.mapv(|x| (alpha * x + beta).clamp(0.0, 1.0))
         }
-        "graph.gelu" => match v.str("approximate")? {
+        G::Gelu => match v.str("approximate")? {
             "tanh" => {
                 let c = (2.0 / std::f64::consts::PI).sqrt();
                 a.mapv(|x| 0.5 * x * (1.0 + (c * (x + 0.044715 * x * x * x)).tanh()))
@@ -152,24 +153,24 @@ fn int_pow(base: i64, exp: i64) -> i64 {
 pub fn binary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let shape = out_shape(v)?;
     let (a, b) = (&args[0], &args[1]);
-    let name = v.name();
+    let name = kind(v)?;
     match (&a.data, &b.data) {
         (TensorData::Float(x), TensorData::Float(y)) => {
             let f: fn(f64, f64) -> f64 = match name {
-                "graph.add" => |a, b| a + b,
-                "graph.sub" => |a, b| a - b,
-                "graph.mul" => |a, b| a * b,
-                "graph.div" => |a, b| a / b,
-                "graph.pow" => f64::powf,
+                G::Add => |a, b| a + b,
+                G::Sub => |a, b| a - b,
+                G::Mul => |a, b| a * b,
+                G::Div => |a, b| a / b,
+                G::Pow => f64::powf,
                 // NaN wins, as in numpy's maximum and ONNX's reference.
-                "graph.max" => |a, b| {
+                G::Max => |a, b| {
                     if a.is_nan() || b.is_nan() {
                         f64::NAN
                     } else {
                         a.max(b)
                     }
                 },
-                "graph.min" => |a, b| {
+                G::Min => |a, b| {
                     if a.is_nan() || b.is_nan() {
                         f64::NAN
                     } else {
@@ -181,17 +182,17 @@ pub fn binary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
             Ok(vec![Tensor::float(a.elem, zip_with(x, y, &shape, f)?)])
         }
         (TensorData::Int(x), TensorData::Int(y)) => {
-            if name == "graph.div" && y.iter().any(|&d| d == 0) {
+            if name == G::Div && y.iter().any(|&d| d == 0) {
                 return Err("integer division by zero".to_string());
             }
             let f: fn(i64, i64) -> i64 = match name {
-                "graph.add" => i64::wrapping_add,
-                "graph.sub" => i64::wrapping_sub,
-                "graph.mul" => i64::wrapping_mul,
-                "graph.div" => i64::wrapping_div,
-                "graph.pow" => int_pow,
-                "graph.max" => i64::max,
-                "graph.min" => i64::min,
+                G::Add => i64::wrapping_add,
+                G::Sub => i64::wrapping_sub,
+                G::Mul => i64::wrapping_mul,
+                G::Div => i64::wrapping_div,
+                G::Pow => int_pow,
+                G::Max => i64::max,
+                G::Min => i64::min,
                 other => return Err(format!("'{other}' is not a binary op")),
             };
             Ok(vec![Tensor::int(a.elem, zip_with(x, y, &shape, f)?)])
@@ -203,21 +204,21 @@ pub fn binary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
 pub fn compare(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let shape = out_shape(v)?;
     let (a, b) = (&args[0], &args[1]);
-    let name = v.name();
+    let name = kind(v)?;
     let out = match (&a.data, &b.data) {
         (TensorData::Float(x), TensorData::Float(y)) => match name {
-            "graph.equal" => zip_with(x, y, &shape, |a, b| a == b)?,
-            "graph.less" => zip_with(x, y, &shape, |a, b| a < b)?,
+            G::Equal => zip_with(x, y, &shape, |a, b| a == b)?,
+            G::Less => zip_with(x, y, &shape, |a, b| a < b)?,
             _ => zip_with(x, y, &shape, |a, b| a > b)?,
         },
         (TensorData::Int(x), TensorData::Int(y)) => match name {
-            "graph.equal" => zip_with(x, y, &shape, |a, b| a == b)?,
-            "graph.less" => zip_with(x, y, &shape, |a, b| a < b)?,
+            G::Equal => zip_with(x, y, &shape, |a, b| a == b)?,
+            G::Less => zip_with(x, y, &shape, |a, b| a < b)?,
             _ => zip_with(x, y, &shape, |a, b| a > b)?,
         },
         (TensorData::Bool(x), TensorData::Bool(y)) => match name {
-            "graph.equal" => zip_with(x, y, &shape, |a, b| a == b)?,
-            "graph.less" => zip_with(x, y, &shape, |a, b| !a & b)?,
+            G::Equal => zip_with(x, y, &shape, |a, b| a == b)?,
+            G::Less => zip_with(x, y, &shape, |a, b| !a & b)?,
             _ => zip_with(x, y, &shape, |a, b| a & !b)?,
         },
         _ => return Err("comparison operands must have the same element type".to_string()),

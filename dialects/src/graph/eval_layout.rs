@@ -3,6 +3,7 @@
 //! [`gather_by`], so one code path serves every element type — and the same
 //! index functions are what the tensor-index dialect turns into views.
 
+use super::{GraphOp as G, kind};
 use ircc_core::interp::Env;
 use ircc_core::registry::OpView;
 use ircc_core::{Attribute, Tensor, TensorData};
@@ -142,7 +143,7 @@ pub fn gather(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let istrides = strides_of(&xs);
     let q = idx.shape().len();
     let qstrides = strides_of(idx.shape());
-    if v.name() == "graph.gather_elements" {
+    if kind(v)? == G::GatherElements {
         return Ok(vec![gather_by(x, &out_shape(v, 0)?, 0.0, |o| {
             let k = o.iter().zip(&qstrides).map(|(i, s)| i * s).sum::<usize>();
             Some(

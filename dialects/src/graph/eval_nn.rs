@@ -2,6 +2,7 @@
 //! normalizations, softmax and reductions. Arithmetic is done in f64 and
 //! rounded to the element type at the end.
 
+use super::{GraphOp as G, kind};
 use ircc_core::interp::Env;
 use ircc_core::registry::OpView;
 use ircc_core::{Tensor, TensorData};
@@ -255,7 +256,7 @@ pub fn pool(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
         .iter()
         .map(|&k| k as usize)
         .collect();
-    let is_max = v.name() == "graph.max_pool";
+    let is_max = kind(v)? == G::MaxPool;
     let include_pad = !is_max && v.i64("count_include_pad")? != 0;
     let ishape: Vec<usize> = x.shape()[2..].to_vec();
     let mut y = ArrayD::<f64>::zeros(IxDyn(&out_shape));
@@ -415,15 +416,15 @@ pub fn reduce(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let t = &args[0];
     let x = t.to_f64();
     let axes = shape::reduce_axes(v, x.ndim())?;
-    let name = v.name();
+    let name = kind(v)?;
     let mut y = x;
     let mut count = 1usize;
     for &a in axes.iter().rev() {
         count *= y.shape()[a];
         y = match name {
-            "graph.reduce_sum" | "graph.reduce_mean" => y.sum_axis(Axis(a)),
-            "graph.reduce_prod" => y.fold_axis(Axis(a), 1.0, |&p, &v| p * v),
-            "graph.reduce_max" => y.fold_axis(Axis(a), f64::NEG_INFINITY, |&m, &v| {
+            G::ReduceSum | G::ReduceMean => y.sum_axis(Axis(a)),
+            G::ReduceProd => y.fold_axis(Axis(a), 1.0, |&p, &v| p * v),
+            G::ReduceMax => y.fold_axis(Axis(a), f64::NEG_INFINITY, |&m, &v| {
                 if v > m || v.is_nan() { v } else { m }
             }),
             _ => y.fold_axis(Axis(a), f64::INFINITY, |&m, &v| {
@@ -431,7 +432,7 @@ pub fn reduce(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
             }),
         };
     }
-    if name == "graph.reduce_mean" {
+    if name == G::ReduceMean {
         y.mapv_inplace(|v| v / count as f64);
     }
     let y = y

@@ -2,6 +2,7 @@
 //! that one kernel computes. The region's block takes the operands as
 //! arguments; the interpreter runs it like a function body.
 
+use super::{GraphOp, GraphOp as G};
 use ircc_core::interp::Env;
 use ircc_core::registry::OpView;
 use ircc_core::{Tensor, Type};
@@ -26,7 +27,7 @@ pub fn verify_fused(v: &OpView) -> Result<(), String> {
     }
     let last = m.blocks[block].ops.last().map(|&t| m.op(t));
     match last {
-        Some(y) if y.name == "graph.yield" => {
+        Some(y) if GraphOp::from_name(&y.name) == Some(G::Yield) => {
             let yielded: Vec<&Type> = y.operands.iter().map(|&x| m.value_type(x)).collect();
             let results: Vec<&Type> = o.results.iter().map(|&r| m.value_type(r)).collect();
             if yielded != results {
@@ -46,7 +47,7 @@ pub fn verify_yield(v: &OpView) -> Result<(), String> {
         .and_then(|b| m.blocks[b].parent)
         .and_then(|r| m.regions[r].parent);
     match parent {
-        Some(p) if m.op(p).name == "graph.fused" => Ok(()),
+        Some(p) if GraphOp::of(m, p) == Some(G::Fused) => Ok(()),
         _ => Err("graph.yield must end a graph.fused region".to_string()),
     }
 }

@@ -19,7 +19,7 @@ pub(crate) use eval_elementwise::erf;
 pub use eval_layout::{for_each_index, gather_by, strides_of};
 
 use ircc_core::Diagnostic;
-use ircc_core::registry::{InferFn, InterpretFn, OpHooks, Registry, VerifyFn};
+use ircc_core::registry::{InferFn, InterpretFn, OpHooks, OpView, Registry, VerifyFn};
 
 use eval_elementwise as ew;
 use eval_layout as lay;
@@ -112,6 +112,11 @@ fn op_hooks(op: GraphOp) -> OpHooks {
             interpret: None,
         },
     }
+}
+
+/// Which graph op a hook was called for.
+pub(crate) fn kind(v: &OpView) -> Result<GraphOp, String> {
+    GraphOp::from_name(v.name()).ok_or_else(|| format!("'{}' is not a graph op", v.name()))
 }
 
 pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {

@@ -1,6 +1,7 @@
 //! Shape inference of the graph dialect: result types from operand types
 //! and attributes, following ONNX's rules.
 
+use super::{GraphOp as G, kind};
 use ircc_core::registry::OpView;
 use ircc_core::{ElemType, TensorType, Type};
 
@@ -62,10 +63,7 @@ fn same_elem(v: &OpView, ts: &[&TensorType]) -> Result<ElemType, String> {
 
 pub fn elementwise_unary(v: &OpView) -> Infer {
     let x = v.tensor(0)?;
-    let float_only = !matches!(
-        v.name(),
-        "graph.neg" | "graph.abs" | "graph.relu" | "graph.identity" | "graph.clip"
-    );
+    let float_only = !matches!(kind(v)?, G::Neg | G::Abs | G::Relu | G::Identity | G::Clip);
     if float_only && !x.elem.is_float() {
         return Err(format!("needs a float tensor, not {x}"));
     }
@@ -344,8 +342,8 @@ pub fn norm(v: &OpView) -> Infer {
         return Err(format!("needs a float tensor, not {x}"));
     }
     let channels = || if x.rank() > 1 { x.shape[1] } else { 1 };
-    match v.name() {
-        "graph.layer_norm" => {
+    match kind(v)? {
+        G::LayerNorm => {
             let a = axis(v.i64("axis")?, x.rank())?;
             let norm_shape = &x.shape[a..];
             for i in 1..v.num_operands() {
@@ -576,7 +574,7 @@ pub fn gather(v: &OpView) -> Infer {
         return Err(format!("indices must be integers, not {}", idx.elem));
     }
     let a = axis(v.i64("axis")?, x.rank())?;
-    if v.name() == "graph.gather_elements" {
+    if kind(v)? == G::GatherElements {
         if idx.rank() != x.rank() {
             return Err("indices must have the rank of x".to_string());
         }
@@ -705,7 +703,7 @@ pub fn depth_space(v: &OpView) -> Infer {
         return Err("needs a 4-D tensor and a positive blocksize".to_string());
     }
     let (n, c, h, w) = (x.shape[0], x.shape[1], x.shape[2], x.shape[3]);
-    if v.name() == "graph.depth_to_space" {
+    if kind(v)? == G::DepthToSpace {
         let mode = v.str("mode")?;
         if !matches!(mode, "DCR" | "CRD") {
             return Err(format!("mode must be DCR or CRD, not '{mode}'"));

@@ -5,7 +5,10 @@
 //! checked against the graph level like every other level.
 
 mod interpret;
+mod target;
 mod verify;
+
+pub use target::Target;
 
 use ircc_core::{Diagnostic, Registry};
 

@@ -230,8 +230,9 @@ fn verify_func(v: &OpView) -> Result<(), String> {
     let (m, o) = (v.module, v.module.op(v.op));
     let wg = three(v, "workgroup_size")?;
     three(v, "grid")?;
-    if wg.iter().product::<i64>() > 1024 {
-        return Err("a workgroup has at most 1024 invocations".to_string());
+    let most = super::Target::webgpu().max_workgroup_invocations;
+    if wg.iter().product::<i64>() > most {
+        return Err(format!("a workgroup has at most {most} invocations"));
     }
     let block = m.entry_block(v.op).ok_or("kernel.func has a body")?;
     let args = &m.blocks[block].args;

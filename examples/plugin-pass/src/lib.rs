@@ -3,13 +3,22 @@
 
 use ircc_core::Module;
 use ircc_core::diag::Diagnostics;
-use ircc_core::pass::{Pass, PassContext};
+use ircc_core::pass::{Pass, PassContext, PassDecl};
+use ircc_dialects::graph::GraphOp;
+
+/// The pass's declaration: its name in pipelines, its summary and (none)
+/// options, as `ircc --list-passes` shows them.
+pub const DECL: PassDecl = PassDecl {
+    name: "example.fold-double-neg",
+    summary: "rewrite neg(neg(x)) to x",
+    options: &[],
+};
 
 pub struct FoldDoubleNeg;
 
 impl Pass for FoldDoubleNeg {
     fn name(&self) -> &str {
-        "example.fold-double-neg"
+        DECL.name
     }
 
     fn run(&mut self, module: &mut Module, _ctx: &PassContext) -> Result<(), Diagnostics> {
@@ -17,13 +26,13 @@ impl Pass for FoldDoubleNeg {
         module.walk(|op| negs.push(op));
         for op in negs {
             let o = module.op(op);
-            if o.name != "graph.neg" || o.parent.is_none() {
+            if GraphOp::of(module, op) != Some(GraphOp::Neg) || o.parent.is_none() {
                 continue;
             }
             let Some(inner) = module.defining_op(o.operands[0]) else {
                 continue;
             };
-            if module.op(inner).name != "graph.neg" {
+            if GraphOp::of(module, inner) != Some(GraphOp::Neg) {
                 continue;
             }
             let (result, source) = (o.results[0], module.op(inner).operands[0]);
@@ -37,10 +46,9 @@ impl Pass for FoldDoubleNeg {
 /// ircc with this crate's pass added.
 pub fn driver() -> Result<ircc::Driver, ircc_core::Diagnostic> {
     let mut d = ircc::Driver::new()?;
-    d.passes_mut()
-        .register("example.fold-double-neg", "rewrite neg(neg(x)) to x", |o| {
-            o.expect_only(&[])?;
-            Ok(Box::new(FoldDoubleNeg))
-        });
+    d.passes_mut().register_decl(&DECL, |o| {
+        o.expect_only(&[])?;
+        Ok(Box::new(FoldDoubleNeg))
+    });
     Ok(d)
 }

@@ -70,7 +70,7 @@ impl Default for EliminateLayoutOps {
 
 impl Pass for EliminateLayoutOps {
     fn name(&self) -> &str {
-        "graph.eliminate-layout-ops"
+        crate::decl::GraphEliminateLayoutOpsOptions::NAME
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {

@@ -12,9 +12,10 @@
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
+use crate::decl::GraphFuseOptions;
 use ircc_core::diag::Diagnostics;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
-use ircc_core::pass::{Pass, PassContext, PassOptions};
+use ircc_core::pass::{Pass, PassContext};
 use ircc_core::registry::MappingType;
 use ircc_core::{Attribute, Module, OpId, Type};
 use ircc_dialects::graph::GraphOp;
@@ -30,12 +31,11 @@ pub struct Fuse {
 }
 
 impl Fuse {
-    pub fn from_options(o: &PassOptions) -> Result<Self, String> {
-        o.expect_only(&["max-ops"])?;
-        Ok(Fuse {
+    pub fn new(options: GraphFuseOptions) -> Self {
+        Fuse {
             tables: Tables::load(),
-            max_ops: o.i64_or("max-ops", 64)?.max(1) as usize,
-        })
+            max_ops: options.max_ops.max(1) as usize,
+        }
     }
 }
 
@@ -454,7 +454,7 @@ fn sort_topologically(module: &mut Module, block: BlockId) {
 
 impl Pass for Fuse {
     fn name(&self) -> &str {
-        "graph.fuse"
+        GraphFuseOptions::NAME
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {

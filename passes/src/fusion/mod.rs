@@ -64,7 +64,7 @@ impl Default for Classify {
 
 impl Pass for Classify {
     fn name(&self) -> &str {
-        "graph.classify"
+        crate::decl::GraphClassifyOptions::NAME
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {

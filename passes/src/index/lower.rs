@@ -128,7 +128,7 @@ pub fn remove_dead_views(module: &mut Module) {
 
 impl Pass for LowerLayoutOps {
     fn name(&self) -> &str {
-        "index.lower-layout-ops"
+        crate::decl::IndexLowerLayoutOpsOptions::NAME
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
@@ -151,7 +151,7 @@ pub struct AnnotateDependencies;
 
 impl Pass for AnnotateDependencies {
     fn name(&self) -> &str {
-        "index.annotate-dependencies"
+        crate::decl::IndexAnnotateDependenciesOptions::NAME
     }
 
     fn run(&mut self, module: &mut Module, _ctx: &PassContext) -> Result<(), Diagnostics> {

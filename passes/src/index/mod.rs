@@ -7,8 +7,9 @@ pub mod simplify;
 
 pub use lower::{AnnotateDependencies, LowerLayoutOps, lower_to_view, remove_dead_views};
 
+use crate::decl::IndexSimplifyOptions;
 use ircc_core::diag::Diagnostics;
-use ircc_core::pass::{Pass, PassContext, PassOptions};
+use ircc_core::pass::{Pass, PassContext};
 use ircc_core::{AffineExpr, AffineMap, Attribute, Module, Type};
 use ircc_dialects::index::is_view;
 
@@ -40,23 +41,21 @@ pub struct Simplify {
 }
 
 impl Simplify {
-    pub fn from_options(o: &PassOptions) -> Result<Self, String> {
-        o.expect_only(&["iterations", "nodes"])?;
-        let d = simplify::Limits::default();
+    pub fn new(options: IndexSimplifyOptions) -> Self {
         let limits = simplify::Limits {
-            iterations: o.i64_or("iterations", d.iterations as i64)?.max(0) as usize,
-            nodes: o.i64_or("nodes", d.nodes as i64)?.max(0) as usize,
+            iterations: options.iterations.max(0) as usize,
+            nodes: options.nodes.max(0) as usize,
         };
-        Ok(Simplify {
+        Simplify {
             limits,
             rules: simplify::rules(),
-        })
+        }
     }
 }
 
 impl Pass for Simplify {
     fn name(&self) -> &str {
-        "index.simplify"
+        IndexSimplifyOptions::NAME
     }
 
     fn run(&mut self, module: &mut Module, _ctx: &PassContext) -> Result<(), Diagnostics> {

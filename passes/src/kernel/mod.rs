@@ -25,10 +25,11 @@ mod texture;
 mod upsample;
 mod values;
 
+use crate::decl::{KernelLowerOptions, KernelLowerPrecision};
 use ircc_core::builtin::FuncOp;
 use ircc_core::diag::{Diagnostic, Diagnostics};
 use ircc_core::ir::OpBuilder;
-use ircc_core::pass::{Pass, PassContext, PassOptions};
+use ircc_core::pass::{Pass, PassContext};
 use ircc_core::{AffineMap, Attribute, ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::{index, is_data};
@@ -44,19 +45,15 @@ pub struct KernelLower {
 }
 
 impl KernelLower {
-    pub fn from_options(o: &PassOptions) -> Result<Self, String> {
-        o.expect_only(&["precision", "textures"])?;
-        let float = match o.values.get("precision").map(String::as_str) {
-            None | Some("f32") => ElemType::F32,
-            Some("f16") => ElemType::F16,
-            Some(other) => return Err(format!("precision must be f32 or f16, not '{other}'")),
+    pub fn new(options: KernelLowerOptions) -> Self {
+        let float = match options.precision {
+            KernelLowerPrecision::F32 => ElemType::F32,
+            KernelLowerPrecision::F16 => ElemType::F16,
         };
-        let textures = match o.values.get("textures").map(String::as_str) {
-            None | Some("false") => false,
-            Some("true") => true,
-            Some(other) => return Err(format!("textures must be true or false, not '{other}'")),
-        };
-        Ok(KernelLower { float, textures })
+        KernelLower {
+            float,
+            textures: options.textures,
+        }
     }
 }
 
@@ -249,7 +246,7 @@ fn remove_dead_data(m: &mut Module, block: ircc_core::BlockId) {
 
 impl Pass for KernelLower {
     fn name(&self) -> &str {
-        "kernel.lower"
+        KernelLowerOptions::NAME
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {

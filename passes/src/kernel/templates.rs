@@ -10,8 +10,8 @@ use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
 use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::{self, GraphOp, shape};
-use ircc_dialects::kernel::KernelOp;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
+use ircc_dialects::kernel::{KernelOp, Target};
 
 use super::Group;
 use super::builder::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
@@ -22,21 +22,10 @@ use crate::index::simplify::{Idx, Ranges};
 
 type R<T> = Result<T, String>;
 
-/// The largest workgroup count along one grid axis.
-const MAX_GROUPS: i64 = 65_535;
-
-/// Matmul tiling: a workgroup of `WG`×`WG` invocations computes a
-/// `tile`×`tile` block of the result (`tile = WG · reg`), each invocation
-/// a `reg`×`reg` register tile, stepping through K by `TILE_WORDS / tile`
-/// with both operand tiles in workgroup memory.
-const WG: i64 = 16;
-const TILE_WORDS: i64 = 1024;
-/// The register tile starts at `MAX_REG` and halves while the grid has
-/// fewer than `MIN_GROUPS` workgroups: a 49-row product (Swin's last
-/// stage) would otherwise keep a handful of compute units busy for the
-/// whole of a long K loop.
-const MAX_REG: i64 = 4;
-const MIN_GROUPS: i64 = 128;
+/// The target's limits and tile sizes (`spec/targets/webgpu.toml`).
+fn target() -> &'static Target {
+    Target::webgpu()
+}
 
 enum Template {
     Elementwise,
@@ -313,23 +302,21 @@ fn guarded(
     }
 }
 
-const THREADS: i64 = 256;
-
-/// Invocation `i` of `n`, in workgroups of `THREADS` along x (spilling
+/// Invocation `i` of `n`, in workgroups of the target's element-wise size along x (spilling
 /// into y past the grid's limit), the guard `i < n` where the grid
 /// overshoots, and the grid.
 fn flat_invocation(kb: &mut KernelBuilder, n: i64) -> (Ix, Option<ValueId>, [i64; 3]) {
-    let groups = (n + THREADS - 1) / THREADS;
-    let gx = groups.min(MAX_GROUPS);
+    let groups = (n + target().elementwise_workgroup - 1) / target().elementwise_workgroup;
+    let gx = groups.min(target().max_workgroups_per_dimension);
     let gy = (groups + gx - 1) / gx;
-    let x = kb.id(IdKind::Global, 0, gx * THREADS);
+    let x = kb.id(IdKind::Global, 0, gx * target().elementwise_workgroup);
     let i = if gy > 1 {
         let y = kb.id(IdKind::Workgroup, 1, gy);
-        x + y * Ix::constant(gx * THREADS)
+        x + y * Ix::constant(gx * target().elementwise_workgroup)
     } else {
         x
     };
-    let cond = below(kb, &i, n, gx * gy * THREADS == n);
+    let cond = below(kb, &i, n, gx * gy * target().elementwise_workgroup == n);
     (i, cond, [gx, gy, 1])
 }
 
@@ -347,7 +334,11 @@ fn elementwise(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)]) -> R<()> 
     let (i, cond, grid) = flat_invocation(kb, n);
     let idx = delinearize(&i, &space);
     guarded(kb, cond, &mut |kb| store_outputs(kb, outputs, &idx))?;
-    kb.finish([THREADS, 1, 1], grid, FuncTemplate::Elementwise);
+    kb.finish(
+        [target().elementwise_workgroup, 1, 1],
+        grid,
+        FuncTemplate::Elementwise,
+    );
     Ok(())
 }
 
@@ -403,7 +394,11 @@ fn elementwise_texels(
         }
         Ok(())
     })?;
-    kb.finish([THREADS, 1, 1], grid, FuncTemplate::ElementwiseTexels);
+    kb.finish(
+        [target().elementwise_workgroup, 1, 1],
+        grid,
+        FuncTemplate::ElementwiseTexels,
+    );
     Ok(())
 }
 
@@ -413,24 +408,24 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     let c = kb.m.op(anchor).results[0];
     let (mm, nn, kk, batch_shape) = product.dims(kb)?;
     let batches: i64 = batch_shape.iter().product();
-    if batches > MAX_GROUPS {
+    if batches > target().max_workgroups_per_dimension {
         return Err(format!("{batches} matrix products exceed the grid"));
     }
     let grid = |tile: i64| ((nn + tile - 1) / tile, (mm + tile - 1) / tile);
-    let mut reg = MAX_REG;
+    let mut reg = target().matmul_max_register_tile;
     while reg > 1 && {
-        let (gx, gy) = grid(WG * reg);
-        gx * gy * batches < MIN_GROUPS
+        let (gx, gy) = grid(target().matmul_workgroup * reg);
+        gx * gy * batches < target().matmul_min_workgroups
     } {
         reg /= 2;
     }
-    let tile = WG * reg;
+    let tile = target().matmul_workgroup * reg;
     let (gx, gy) = grid(tile);
-    if gx > MAX_GROUPS || gy > MAX_GROUPS {
+    if gx > target().max_workgroups_per_dimension || gy > target().max_workgroups_per_dimension {
         return Err("the matrix is too large for one grid".to_string());
     }
-    let lx = kb.id(IdKind::Local, 0, WG);
-    let ly = kb.id(IdKind::Local, 1, WG);
+    let lx = kb.id(IdKind::Local, 0, target().matmul_workgroup);
+    let ly = kb.id(IdKind::Local, 1, target().matmul_workgroup);
     let wx = kb.id(IdKind::Workgroup, 0, gx);
     let wy = kb.id(IdKind::Workgroup, 1, gy);
     let wz = if batches > 1 {
@@ -442,15 +437,15 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     let at = |kb: &mut KernelBuilder, which: usize, row: Ix, col: Ix| -> R<ValueId> {
         product.operand(kb, which, &batch, row, col)
     };
-    // Operand tiles of `TILE_WORDS` words: the K step grows as the tile
+    // Operand tiles of the target's matmul_tile_words words: the K step grows as the tile
     // shrinks, so a small tile still issues four loads per operand and
     // invocation per step instead of paying a full memory latency for one.
-    let bk = TILE_WORDS / tile;
+    let bk = target().matmul_tile_words / tile;
     // With a 4×4 register tile an invocation's rows and columns are
     // adjacent, and each K step reads them as one vec4 from each tile: B is
     // [k][column], A is stored transposed, [k][row], its rows padded by four
     // words so the transposing stores spread over the banks. Smaller
-    // register tiles read words `WG` apart, so neighbours read neighbouring
+    // register tiles read words a workgroup side apart, so neighbours read neighbouring
     // words (no bank conflicts), from A as [row][k].
     let vec4 = reg == 4;
     let a_row = if vec4 { tile + 4 } else { bk };
@@ -460,7 +455,7 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
         if vec4 {
             lane.clone() * Ix::constant(reg) + Ix::constant(i)
         } else {
-            lane.clone() + Ix::constant(i * WG)
+            lane.clone() + Ix::constant(i * target().matmul_workgroup)
         }
     };
     let a_slot = |e: Ix| {
@@ -474,11 +469,14 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             e
         }
     };
-    let tid = ly.clone() * Ix::constant(WG) + lx.clone();
+    let tid = ly.clone() * Ix::constant(target().matmul_workgroup) + lx.clone();
     let zero = kb.constant(0.0, ElemType::F32);
     let k_tiles = (kk + bk - 1) / bk;
-    let loads_per_thread = TILE_WORDS / (WG * WG);
-    let slot = |l: i64| tid.clone() + Ix::constant(l * WG * WG);
+    let loads_per_thread =
+        target().matmul_tile_words / (target().matmul_workgroup * target().matmul_workgroup);
+    let slot = |l: i64| {
+        tid.clone() + Ix::constant(l * target().matmul_workgroup * target().matmul_workgroup)
+    };
     // This invocation's share of the operand tiles at K step `kt`, A and B
     // interleaved.
     let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<ValueId>> {
@@ -568,7 +566,11 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             })?;
         }
     }
-    kb.finish([WG, WG, 1], [gx, gy, batches], FuncTemplate::MatmulTiled);
+    kb.finish(
+        [target().matmul_workgroup, target().matmul_workgroup, 1],
+        [gx, gy, batches],
+        FuncTemplate::MatmulTiled,
+    );
     kb.m.op_mut(kb.func).attrs.insert(
         "tile".into(),
         Attribute::DenseI64Array(vec![tile, tile, bk, reg, reg]),
@@ -644,20 +646,21 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
     let red_shape: Vec<i64> = axes.iter().map(|&d| sx[d]).collect();
     let rows: i64 = kept_shape.iter().product();
     let len: i64 = red_shape.iter().product();
-    if rows > MAX_GROUPS * MAX_GROUPS {
+    if rows > target().max_workgroups_per_dimension * target().max_workgroups_per_dimension {
         return Err(format!("{rows} rows exceed the grid"));
     }
     // A row gets the next power of two of its length in invocations, and
     // short rows share a workgroup: a group of 256 takes 16 rows of 16
     // (ConvNeXt's first stage) instead of leaving 240 invocations idle.
     // Rows per group divide the row count, so the guard stays uniform.
-    let threads = (len as u64).next_power_of_two().clamp(8, 256) as i64;
+    let most = target().row_max_threads;
+    let threads = (len as u64).next_power_of_two().clamp(8, most as u64) as i64;
     let mut per_group = 1;
-    while per_group * 2 * threads <= 256 && rows % (per_group * 2) == 0 {
+    while per_group * 2 * threads <= most && rows % (per_group * 2) == 0 {
         per_group *= 2;
     }
     let groups = rows / per_group;
-    let gx = groups.min(MAX_GROUPS);
+    let gx = groups.min(target().max_workgroups_per_dimension);
     let gy = (groups + gx - 1) / gx;
     let t = kb.id(IdKind::Local, 0, threads);
     let lane_row = if per_group > 1 {

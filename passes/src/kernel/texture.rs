@@ -4,13 +4,15 @@
 //!
 //! The last axis goes into the four lanes of texels: a row of the other
 //! axes takes `ceil(last / 4)` texels, and rows sit side by side, as many
-//! per texture line as fit in `MAX_EXTENT`. The map from a logical index to
+//! per texture line as fit in `max_extent()`. The map from a logical index to
 //! `(x, y, lane)` is affine, so it composes with views like any address.
 
 use super::builder::{Ix, linearize};
 
-/// WebGPU's default `maxTextureDimension2D`.
-pub const MAX_EXTENT: i64 = 8192;
+/// The largest texture side the target allows.
+fn max_extent() -> i64 {
+    ircc_dialects::kernel::Target::webgpu().max_texture_extent
+}
 
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextureLayout {
@@ -25,17 +27,17 @@ pub struct TextureLayout {
 
 impl TextureLayout {
     /// The layout of a tensor of `shape`, or `None` where it does not fit
-    /// (a scalar, or more than `MAX_EXTENT` texels either way).
+    /// (a scalar, or more than `max_extent()` texels either way).
     pub fn of(shape: &[i64]) -> Option<Self> {
         let (&last, rows_shape) = shape.split_last()?;
         let rows: i64 = rows_shape.iter().product();
         let texels_per_row = (last + 3) / 4;
-        if last < 1 || rows < 1 || texels_per_row > MAX_EXTENT {
+        if last < 1 || rows < 1 || texels_per_row > max_extent() {
             return None;
         }
-        let rows_per_line = (MAX_EXTENT / texels_per_row).min(rows);
+        let rows_per_line = (max_extent() / texels_per_row).min(rows);
         let height = (rows + rows_per_line - 1) / rows_per_line;
-        (height <= MAX_EXTENT).then(|| TextureLayout {
+        (height <= max_extent()).then(|| TextureLayout {
             width: rows_per_line * texels_per_row,
             height,
             rows_shape: rows_shape.to_vec(),

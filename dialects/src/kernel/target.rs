@@ -1,0 +1,58 @@
+//! The target description: the device limits and template tile sizes that
+//! kernel lowering, the kernel verifier and the backends read, from
+//! `spec/targets/webgpu.toml` (embedded), so no template or printer keeps a
+//! device constant of its own.
+
+use std::sync::OnceLock;
+
+use serde::Deserialize;
+
+pub const WEBGPU_SPEC: &str = include_str!("../../../spec/targets/webgpu.toml");
+
+/// See `spec/targets/webgpu.toml` for what each field means.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct Target {
+    pub name: String,
+    pub max_workgroup_invocations: i64,
+    pub max_workgroups_per_dimension: i64,
+    pub max_texture_extent: i64,
+    pub storage_offset_alignment: u64,
+    pub elementwise_workgroup: i64,
+    pub row_max_threads: i64,
+    pub matmul_workgroup: i64,
+    pub matmul_tile_words: i64,
+    pub matmul_max_register_tile: i64,
+    pub matmul_min_workgroups: i64,
+    pub tanh_input_clamp: f64,
+}
+
+impl Target {
+    /// Reads a target description.
+    pub fn parse(text: &str) -> Result<Target, String> {
+        toml::from_str(text).map_err(|e| format!("invalid target description: {e}"))
+    }
+
+    /// The default target, every WebGPU device.
+    pub fn webgpu() -> &'static Target {
+        static TARGET: OnceLock<Target> = OnceLock::new();
+        TARGET.get_or_init(|| {
+            // The embedded file is part of the build; a test parses it.
+            Target::parse(WEBGPU_SPEC).unwrap_or_else(|e| panic!("spec/targets/webgpu.toml: {e}"))
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_embedded_target_parses_and_fits_the_templates() {
+        let t = Target::parse(WEBGPU_SPEC).unwrap();
+        assert_eq!(t.max_workgroups_per_dimension, 65535);
+        assert!(t.elementwise_workgroup <= t.max_workgroup_invocations);
+        assert!(t.row_max_threads <= t.max_workgroup_invocations);
+        assert!(t.matmul_workgroup * t.matmul_workgroup <= t.max_workgroup_invocations);
+    }
+}
