@@ -82,11 +82,7 @@ impl Driver {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
-        let mut loaded = self.load_or_fail(
-            &args.file,
-            &args.onnx,
-            args.pipeline.allow_unregistered_dialect,
-        )?;
+        let mut loaded = self.load_model(&args.model)?;
         let inputs = random_inputs(&loaded.module, args.seed)?;
         let run = |driver: &Driver, loaded: &Loaded| -> Result<Vec<Tensor>, Failure> {
             let mut env = driver.weights_env(loaded)?;
@@ -103,11 +99,11 @@ impl Driver {
             })
         };
         let before = run(self, &loaded)?;
-        let specs = self.pipeline_specs(&args.pipeline)?;
+        let specs = self.pipeline_specs(&args.model.pipeline)?;
         let options = RunOptions {
             verify_each: true,
             verify: VerifyOptions {
-                allow_unregistered: args.pipeline.allow_unregistered_dialect,
+                allow_unregistered: args.model.pipeline.allow_unregistered_dialect,
             },
             form: Form::Pretty,
             ..RunOptions::default()

@@ -77,12 +77,8 @@ pub struct KernelArgs {
 /// kernel from timestamp queries where the adapter has them).
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
     #[command(flatten)]
-    pub onnx: OnnxArgs,
-    #[command(flatten)]
-    pub pipeline: PipelineArgs,
+    pub model: ModelArgs,
     /// Where to run it.
     #[arg(long, value_enum, default_value = "wgpu")]
     pub backend: Backend,
@@ -104,6 +100,19 @@ pub struct BenchArgs {
 
 #[derive(Args, Debug)]
 pub struct CheckArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// Seed of the random inputs.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Relative tolerance, on the scale of each output.
+    #[arg(long, default_value_t = 1e-4)]
+    pub rtol: f64,
+}
+
+/// The model a command works on and the pipeline it goes through.
+#[derive(Args, Debug)]
+pub struct ModelArgs {
     /// The model: a .ir file or an ONNX model.
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
@@ -111,12 +120,6 @@ pub struct CheckArgs {
     pub onnx: OnnxArgs,
     #[command(flatten)]
     pub pipeline: PipelineArgs,
-    /// Seed of the random inputs.
-    #[arg(long, default_value_t = 0)]
-    pub seed: u64,
-    /// Relative tolerance, on the scale of each output.
-    #[arg(long, default_value_t = 1e-4)]
-    pub rtol: f64,
 }
 
 /// Options for reading ONNX models.
@@ -141,13 +144,8 @@ pub struct ImportArgs {
 
 #[derive(Args, Debug)]
 pub struct StatsArgs {
-    /// The model: a .ir file or an ONNX model.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
     #[command(flatten)]
-    pub onnx: OnnxArgs,
-    #[command(flatten)]
-    pub pipeline: PipelineArgs,
+    pub model: ModelArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -203,6 +201,17 @@ pub struct PipelineArgs {
     pub allow_unregistered_dialect: bool,
 }
 
+impl PipelineArgs {
+    /// How reports name the chosen pipeline: its name, the pass list, or
+    /// `none`.
+    pub fn label(&self) -> String {
+        self.pipeline
+            .clone()
+            .or(self.passes.clone())
+            .unwrap_or_else(|| "none".into())
+    }
+}
+
 #[derive(Args, Debug)]
 pub struct CompileArgs {
     /// The input: a .ir file (pretty or generic form, '-' for stdin) or an ONNX model.
@@ -224,13 +233,8 @@ pub struct CompileArgs {
 
 #[derive(Args, Debug)]
 pub struct RunArgs {
-    /// The module to run: a .ir file or an ONNX model.
-    #[arg(value_name = "FILE")]
-    pub file: PathBuf,
     #[command(flatten)]
-    pub onnx: OnnxArgs,
-    #[command(flatten)]
-    pub pipeline: PipelineArgs,
+    pub model: ModelArgs,
     /// Where to run it.
     #[arg(long, value_enum, default_value = "reference")]
     pub backend: Backend,

@@ -60,19 +60,15 @@ impl Driver {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
-        let mut loaded = self.load_or_fail(
-            &args.file,
-            &args.onnx,
-            args.pipeline.allow_unregistered_dialect,
-        )?;
+        let mut loaded = self.load_model(&args.model)?;
         let gpu = (args.backend == Backend::Wgpu).then_some(&args.kernel);
-        self.transform(&mut loaded, &args.pipeline, gpu, Form::Pretty, stderr)?;
+        self.transform(&mut loaded, &args.model.pipeline, gpu, Form::Pretty, stderr)?;
         let module = &loaded.module;
         let func = module.lookup_symbol(&args.entry).ok_or_else(|| {
             Diagnostic::plain(format!(
                 "no function '@{}' in {}",
                 args.entry,
-                args.file.display()
+                args.model.file.display()
             ))
         })?;
         let names = ircc_reference::input_names(module, func);
@@ -155,22 +151,12 @@ impl Driver {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
-        let loaded = self.load_or_fail(
-            &args.file,
-            &args.onnx,
-            args.pipeline.allow_unregistered_dialect,
-        )?;
+        let loaded = self.load_model(&args.model)?;
         let graph_ops = figures::graph_op_count(&loaded.module);
-        let chosen = args.pipeline.pipeline.is_some() || args.pipeline.passes.is_some();
+        let chosen = args.model.pipeline.pipeline.is_some() || args.model.pipeline.passes.is_some();
         // Without a pipeline, the table compares the three named ones.
         let runs: Vec<(String, crate::PipelineArgs)> = if chosen || args.json {
-            let name = args
-                .pipeline
-                .pipeline
-                .clone()
-                .or(args.pipeline.passes.clone())
-                .unwrap_or_else(|| "none".into());
-            vec![(name, args.pipeline.clone())]
+            vec![(args.model.pipeline.label(), args.model.pipeline.clone())]
         } else {
             ["none", "dnnfusion", "smartmem"]
                 .iter()
@@ -179,7 +165,7 @@ impl Driver {
                         p.to_string(),
                         crate::PipelineArgs {
                             pipeline: Some(p.to_string()),
-                            ..args.pipeline.clone()
+                            ..args.model.pipeline.clone()
                         },
                     )
                 })
@@ -215,7 +201,7 @@ impl Driver {
         let _ = writeln!(
             stdout,
             "{}: {graph_ops} graph ops after import ({:.1} ms)",
-            args.file.display(),
+            args.model.file.display(),
             loaded.import_ms
         );
         let _ = write!(stdout, "{:<22}", "");

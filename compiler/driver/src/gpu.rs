@@ -305,14 +305,10 @@ impl Driver {
         if args.runs == 0 {
             return Err(plain("--runs must be at least 1"));
         }
-        let mut loaded = self.load_or_fail(
-            &args.file,
-            &args.onnx,
-            args.pipeline.allow_unregistered_dialect,
-        )?;
+        let mut loaded = self.load_model(&args.model)?;
         self.transform(
             &mut loaded,
-            &args.pipeline,
+            &args.model.pipeline,
             Some(&args.kernel),
             ircc_core::Form::Pretty,
             stderr,
@@ -336,14 +332,9 @@ impl Driver {
             .zip(&timing.per_kernel_us)
             .map(|(d, t)| (d.kernel.clone(), percentile(&sorted(t.clone()), 0.5)))
             .collect();
-        let pipeline = args
-            .pipeline
-            .pipeline
-            .clone()
-            .or(args.pipeline.passes.clone())
-            .unwrap_or_else(|| "none".into());
+        let pipeline = args.model.pipeline.label();
         let report = serde_json::json!({
-            "file": args.file.display().to_string(),
+            "file": args.model.file.display().to_string(),
             "pipeline": pipeline,
             "precision": args.kernel.precision.unwrap_or_default().name(),
             "textures": args.kernel.textures,
@@ -366,7 +357,7 @@ impl Driver {
             let _ = writeln!(
                 stdout,
                 "{} on {} ({}), {} {}: {} kernels, median {:.3} ms (p10 {:.3}, p90 {:.3}) over {} runs",
-                args.file.display(),
+                args.model.file.display(),
                 session.adapter,
                 session.backend,
                 pipeline,

@@ -30,7 +30,7 @@ use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tens
 
 pub use cli::{
     Backend, BenchArgs, CheckArgs, Cli, Command, CompileArgs, Emit, ImportArgs, KernelArgs,
-    OnnxArgs, PipelineArgs, Precision, RunArgs, StatsArgs,
+    ModelArgs, OnnxArgs, PipelineArgs, Precision, RunArgs, StatsArgs,
 };
 
 /// The pipelines that ship inside the binary, by name.
@@ -242,6 +242,15 @@ impl Driver {
             path: path.to_path_buf(),
             import_ms: 0.0,
         })
+    }
+
+    /// The model `args` names, read for its pipeline.
+    pub(crate) fn load_model(&self, args: &ModelArgs) -> Result<Loaded, Failure> {
+        self.load_or_fail(
+            &args.file,
+            &args.onnx,
+            args.pipeline.allow_unregistered_dialect,
+        )
     }
 
     pub(crate) fn load_or_fail(

@@ -57,38 +57,36 @@ fn op_enum(out: &mut String, spec: &DialectSpec, name: &str, core: &str) {
         let _ = write!(out, "{name}::{}, ", camel(&op.name));
     }
     let _ = writeln!(out, "];\n");
-    let _ = writeln!(out, "    /// The op's full name, as the IR spells it.");
-    let _ = writeln!(
+    let arms = |value: &dyn Fn(&OpSpecToml) -> String| -> Vec<(String, String)> {
+        spec.ops
+            .iter()
+            .map(|op| (format!("{name}::{}", camel(&op.name)), value(op)))
+            .collect()
+    };
+    const_fn(
         out,
-        "    pub const fn name(self) -> &'static str {{\n        match self {{"
+        "The op's full name, as the IR spells it.",
+        "name",
+        "&'static str",
+        &arms(&|op| format!("{:?}", format!("{}.{}", spec.dialect, op.name))),
     );
-    for op in &spec.ops {
-        let _ = writeln!(
-            out,
-            "            {name}::{} => \"{}.{}\",",
-            camel(&op.name),
-            spec.dialect,
-            op.name
-        );
-    }
-    let _ = writeln!(out, "        }}\n    }}\n");
-    let _ = writeln!(
+    const_fn(
         out,
-        "    /// The op's name without its dialect (MLIR's mnemonic)."
+        "The op's name without its dialect (MLIR's mnemonic).",
+        "mnemonic",
+        "&'static str",
+        &arms(&|op| format!("{:?}", op.name)),
     );
-    let _ = writeln!(
+    const_fn(
         out,
-        "    pub const fn mnemonic(self) -> &'static str {{\n        match self {{"
+        "DNNFusion's mapping type of the op, as the spec gives it.",
+        "mapping",
+        &format!("Option<{core}::registry::MappingType>"),
+        &arms(&|op| match op.mapping {
+            Some(m) => format!("Some({core}::registry::MappingType::{m:?})"),
+            None => "None".to_string(),
+        }),
     );
-    for op in &spec.ops {
-        let _ = writeln!(
-            out,
-            "            {name}::{} => \"{}\",",
-            camel(&op.name),
-            op.name
-        );
-    }
-    let _ = writeln!(out, "        }}\n    }}\n");
     let _ = writeln!(
         out,
         "    pub fn from_name(name: &str) -> Option<Self> {{\n        match name {{"
@@ -112,6 +110,18 @@ fn op_enum(out: &mut String, spec: &DialectSpec, name: &str, core: &str) {
         out,
         "impl std::fmt::Display for {name} {{\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {{\n        f.write_str(self.name())\n    }}\n}}\n"
     );
+}
+
+/// `pub const fn NAME(self) -> TY` as a match with one arm per variant.
+fn const_fn(out: &mut String, doc: &str, fn_name: &str, ty: &str, arms: &[(String, String)]) {
+    let _ = writeln!(
+        out,
+        "    /// {doc}\n    pub const fn {fn_name}(self) -> {ty} {{\n        match self {{"
+    );
+    for (pattern, value) in arms {
+        let _ = writeln!(out, "            {pattern} => {value},");
+    }
+    let _ = writeln!(out, "        }}\n    }}\n");
 }
 
 fn op_struct(

@@ -75,6 +75,30 @@ fn attrs(pairs: Vec<(&str, Attribute)>) -> Attributes {
     pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
+/// The pads of a convolution or pool window over an input of `shape`
+/// (batch and channel first): from `auto_pad`, else `pads`, else none.
+fn window_pads(
+    a: &Attrs,
+    shape: &[i64],
+    kernel: &[i64],
+    strides: &[i64],
+    dilations: &[i64],
+) -> Result<Vec<i64>> {
+    let spatial = &shape[2.min(shape.len())..];
+    Ok(
+        match auto_pads(
+            &a.s("auto_pad", "NOTSET"),
+            spatial,
+            kernel,
+            strides,
+            dilations,
+        )? {
+            Some(p) => p,
+            None => a.ints("pads").unwrap_or_else(|| vec![0; 2 * kernel.len()]),
+        },
+    )
+}
+
 fn rank_axis(axis: i64, rank: usize) -> Result<usize> {
     ircc_dialects::graph::shape::axis(axis, rank).map_err(ImportError::invalid)
 }
@@ -713,16 +737,7 @@ impl Importer<'_> {
         let mut ops = vec![x, w];
         ops.extend(self.input(n, 2)?);
         if n.op_type == "Conv" {
-            let pads = match auto_pads(
-                &a.s("auto_pad", "NOTSET"),
-                &xt.shape[2.min(xt.rank())..],
-                &kernel,
-                &strides,
-                &dilations,
-            )? {
-                Some(p) => p,
-                None => a.ints("pads").unwrap_or_else(|| vec![0; 2 * spatial]),
-            };
+            let pads = window_pads(a, &xt.shape, &kernel, &strides, &dilations)?;
             at.insert("pads".into(), ints_attr(pads));
             return self.emit(GraphOp::Conv, ops, at, 1);
         }
@@ -792,16 +807,7 @@ impl Importer<'_> {
         let spatial = kernel.len();
         let strides = a.ints("strides").unwrap_or_else(|| vec![1; spatial]);
         let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; spatial]);
-        let pads = match auto_pads(
-            &a.s("auto_pad", "NOTSET"),
-            &xt.shape[2.min(xt.rank())..],
-            &kernel,
-            &strides,
-            &dilations,
-        )? {
-            Some(p) => p,
-            None => a.ints("pads").unwrap_or_else(|| vec![0; 2 * spatial]),
-        };
+        let pads = window_pads(a, &xt.shape, &kernel, &strides, &dilations)?;
         let mut at = attrs(vec![
             ("kernel_shape", ints_attr(kernel)),
             ("strides", ints_attr(strides)),

@@ -5,7 +5,7 @@
 //! record the values they computed in bulk (a matmul tile, a reduced row)
 //! in the memo, so their epilogues find them instead of recomputing.
 
-use ircc_core::registry::OpView;
+use ircc_core::registry::{MappingType, OpView};
 use ircc_core::{ElemType, OpId, Type, ValueId};
 use ircc_dialects::graph::ops::PadMode;
 use ircc_dialects::graph::{self, GraphOp, shape};
@@ -16,40 +16,12 @@ use super::builder::{Input, Ix, KernelBuilder, kernel_elem, linearize};
 
 type R<T> = Result<T, String>;
 
-/// The graph ops computed element by element (operands broadcast).
+/// The graph ops computed element by element, operands broadcast: the
+/// spec's One-to-One ops but for batch_norm (which indexes its operands
+/// by channel) and the ops that hold data.
 pub fn is_pointwise(op: GraphOp) -> bool {
-    use GraphOp as G;
-    matches!(
-        op,
-        G::Add
-            | G::Sub
-            | G::Mul
-            | G::Div
-            | G::Max
-            | G::Min
-            | G::Pow
-            | G::Equal
-            | G::Less
-            | G::Greater
-            | G::Where
-            | G::Not
-            | G::Neg
-            | G::Abs
-            | G::Exp
-            | G::Log
-            | G::Sqrt
-            | G::Reciprocal
-            | G::Erf
-            | G::Tanh
-            | G::Sigmoid
-            | G::Relu
-            | G::HardSwish
-            | G::LeakyRelu
-            | G::Gelu
-            | G::HardSigmoid
-            | G::Clip
-            | G::Cast
-    )
+    op.mapping() == Some(MappingType::OneToOne)
+        && !matches!(op, GraphOp::BatchNorm | GraphOp::Constant | GraphOp::Param)
 }
 
 /// The index into an operand of `shape` that broadcasts to `idx`.
