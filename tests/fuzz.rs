@@ -163,7 +163,7 @@ fn exercise(text: &str) {
     if verify(&module, &registry, VerifyOptions::default()).is_err() {
         return;
     }
-    let mut canon = ircc_passes::canonicalize::Canonicalize {
+    let mut canon = ircc_passes::graph::canonicalize::Canonicalize {
         max_elements: 1 << 12,
     };
     let _ = canon.run(

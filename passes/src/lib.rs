@@ -1,11 +1,9 @@
 //! The passes ircc ships, and [`register_all`] to make them available to a
 //! pass manager.
 
-pub mod canonicalize;
-pub mod fusion;
+pub mod conversion;
+pub mod graph;
 pub mod index;
-pub mod kernel;
-pub mod math;
 
 /// The declarations and option structs of the passes, generated from
 /// `spec/passes.toml` by `ircc-ods`.
@@ -19,27 +17,29 @@ use ircc_core::pass::PassRegistry;
 /// Registers every pass ircc ships, under its declaration.
 pub fn register_all(passes: &mut PassRegistry) {
     passes.register_decl(&CanonicalizeOptions::DECL, |o| {
-        Ok(Box::new(canonicalize::Canonicalize::new(
+        Ok(Box::new(graph::canonicalize::Canonicalize::new(
             CanonicalizeOptions::parse(o)?,
         )))
     });
     passes.register_decl(&GraphMathRewriteOptions::DECL, |o| {
         GraphMathRewriteOptions::parse(o)?;
-        Ok(Box::new(math::MathRewrite::new()))
+        Ok(Box::new(graph::math::MathRewrite::new()))
     });
     passes.register_decl(&GraphClassifyOptions::DECL, |o| {
         GraphClassifyOptions::parse(o)?;
-        Ok(Box::new(fusion::Classify::new()))
+        Ok(Box::new(graph::fusion::Classify::new()))
     });
     passes.register_decl(&GraphEliminateLayoutOpsOptions::DECL, |o| {
         GraphEliminateLayoutOpsOptions::parse(o)?;
-        Ok(Box::new(fusion::EliminateLayoutOps::new()))
+        Ok(Box::new(graph::fusion::EliminateLayoutOps::new()))
     });
     passes.register_decl(&GraphFuseOptions::DECL, |o| {
-        Ok(Box::new(fusion::Fuse::new(GraphFuseOptions::parse(o)?)))
+        Ok(Box::new(graph::fusion::Fuse::new(GraphFuseOptions::parse(
+            o,
+        )?)))
     });
     passes.register_decl(&KernelLowerOptions::DECL, |o| {
-        Ok(Box::new(kernel::KernelLower::new(
+        Ok(Box::new(conversion::graph_to_kernel::KernelLower::new(
             KernelLowerOptions::parse(o)?,
         )))
     });

@@ -166,7 +166,11 @@ impl Driver {
             let _ = write!(stdout, "{}", self.passes.table());
             Ok(())
         } else if cli.list_fusion_tables {
-            let _ = write!(stdout, "{}", ircc_passes::fusion::Tables::load().render());
+            let _ = write!(
+                stdout,
+                "{}",
+                ircc_passes::graph::fusion::Tables::load().render()
+            );
             Ok(())
         } else {
             match &cli.command {

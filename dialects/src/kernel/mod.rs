@@ -4,6 +4,7 @@
 //! backend, or in the kernel interpreter (`interpret.rs`), so kernel IR is
 //! checked against the graph level like every other level.
 
+pub mod builder;
 mod interpret;
 mod target;
 mod verify;

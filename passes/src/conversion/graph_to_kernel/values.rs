@@ -12,7 +12,7 @@ use ircc_dialects::graph::{self, GraphOp, shape};
 use ircc_dialects::index;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
-use super::builder::{Input, Ix, KernelBuilder, kernel_elem, linearize};
+use super::lowering::{Input, Ix, KernelBuilder, kernel_elem, linearize};
 
 type R<T> = Result<T, String>;
 
@@ -41,14 +41,16 @@ pub fn broadcast_index(idx: &[Ix], shape: &[i64]) -> Vec<Ix> {
 }
 
 pub fn tensor_shape(kb: &KernelBuilder, v: ValueId) -> Vec<i64> {
-    kb.m.value_type(v)
+    kb.m()
+        .value_type(v)
         .as_tensor()
         .map(|t| t.shape.clone())
         .unwrap_or_default()
 }
 
 fn graph_elem(kb: &KernelBuilder, v: ValueId) -> ElemType {
-    kb.m.value_type(v)
+    kb.m()
+        .value_type(v)
         .as_tensor()
         .map(|t| t.elem)
         .unwrap_or(ElemType::F32)
@@ -56,7 +58,7 @@ fn graph_elem(kb: &KernelBuilder, v: ValueId) -> ElemType {
 
 /// The splat value of a `graph.constant`, if it is one.
 pub fn splat(kb: &KernelBuilder, v: ValueId) -> Option<f64> {
-    let constant = graph::ops::Constant::new(kb.m, kb.m.defining_op(v)?)?;
+    let constant = graph::ops::Constant::new(kb.m(), kb.m().defining_op(v)?)?;
     let values = ircc_core::Tensor::from_dense(constant.value()).to_f64();
     let first = *values.first()?;
     values.iter().all(|&x| x == first).then_some(first)
@@ -131,11 +133,11 @@ impl KernelBuilder<'_> {
             Some(input) => self.read_input(v, input, idx)?,
             None => {
                 let op = self
-                    .m
+                    .m()
                     .defining_op(v)
                     .ok_or("a block argument that is not bound to an input")?;
                 let result = self
-                    .m
+                    .m()
                     .op(op)
                     .results
                     .iter()
@@ -151,13 +153,13 @@ impl KernelBuilder<'_> {
     fn read_input(&mut self, v: ValueId, input: Input, idx: &[Ix]) -> R<ValueId> {
         let elem = kernel_elem(graph_elem(self, v), self.float);
         match input {
-            Input::Splat(x) => Ok(self.constant(x, elem)),
+            Input::Splat(x) => Ok(self.ir.constant(x, elem)),
             Input::Memory { stored, shape, map } => {
                 let idx = match &map {
                     Some(map) => map.results.iter().map(|e| e.substitute(idx, &[])).collect(),
                     None => idx.to_vec(),
                 };
-                let memory = self.arg(super::builder::ArgRole::Input(stored));
+                let memory = self.arg(super::lowering::ArgRole::Input(stored));
                 let x = match self.textures.get(&stored) {
                     Some(layout) => {
                         let at = layout.element(&idx);
@@ -165,7 +167,7 @@ impl KernelBuilder<'_> {
                     }
                     None => self.load(memory, &linearize(&idx, &shape)),
                 };
-                Ok(self.cast(x, Type::Scalar(elem)))
+                Ok(self.ir.cast(x, Type::Scalar(elem)))
             }
         }
     }
@@ -173,52 +175,52 @@ impl KernelBuilder<'_> {
     /// The value of `v` (of any element type) as the f32 accumulator type,
     /// or unchanged for integers.
     pub(super) fn widen(&mut self, x: ValueId) -> ValueId {
-        if self.elem(x).is_float() {
-            self.cast(x, Type::Scalar(ACC))
+        if self.ir.elem(x).is_float() {
+            self.ir.cast(x, Type::Scalar(ACC))
         } else {
             x
         }
     }
 
     pub(super) fn narrow(&mut self, x: ValueId, elem: ElemType) -> ValueId {
-        self.cast(x, Type::Scalar(elem))
+        self.ir.cast(x, Type::Scalar(elem))
     }
 
     pub(super) fn view<'v>(&'v self, op: OpId) -> R<OpView<'v>> {
         self.ctx
             .registry
-            .view(self.m, op)
-            .ok_or_else(|| format!("'{}' is not registered", self.m.op(op).name))
+            .view(self.m(), op)
+            .ok_or_else(|| format!("'{}' is not registered", self.m().op(op).name))
     }
 
     pub(super) fn operand(&self, op: OpId, i: usize) -> ValueId {
-        self.m.op(op).operands[i]
+        self.m().op(op).operands[i]
     }
 
     fn op_value_at(&mut self, op: OpId, result: usize, idx: &[Ix]) -> R<ValueId> {
-        let out = self.m.op(op).results[result];
+        let out = self.m().op(op).results[result];
         let out_elem = kernel_elem(graph_elem(self, out), self.float);
-        let view_map = match index::ops::View::new(self.m, op) {
+        let view_map = match index::ops::View::new(self.m(), op) {
             Some(view) => Some(view.map().clone()),
-            None => super::layout_map(self.m, self.ctx, op),
+            None => super::layout_map(self.m(), self.ctx, op),
         };
         if let Some(map) = view_map {
             let src = self.operand(op, 0);
             let idx: Vec<Ix> = map.results.iter().map(|e| e.substitute(idx, &[])).collect();
             return self.value_at(src, &idx);
         }
-        let Some(kind) = GraphOp::of(self.m, op) else {
-            return Err(format!("'{}' has no kernel lowering", self.m.op(op).name));
+        let Some(kind) = GraphOp::of(self.m(), op) else {
+            return Err(format!("'{}' has no kernel lowering", self.m().op(op).name));
         };
         use GraphOp as G;
         match kind {
             G::Identity => self.value_at(self.operand(op, 0), idx),
             G::Constant => match splat(self, out) {
-                Some(x) => Ok(self.constant(x, out_elem)),
+                Some(x) => Ok(self.ir.constant(x, out_elem)),
                 None => Err("a non-splat graph.constant inside a kernel".to_string()),
             },
             k if is_pointwise(k) => {
-                let operands = self.m.op(op).operands.clone();
+                let operands = self.m().op(op).operands.clone();
                 let mut xs = Vec::new();
                 for &x in &operands {
                     let s = tensor_shape(self, x);
@@ -232,16 +234,16 @@ impl KernelBuilder<'_> {
                     xs.push(self.value_at(self.operand(op, i), &idx[1..2])?);
                 }
                 let eps = self.fconst(
-                    graph::ops::BatchNorm::new(self.m, op)
+                    graph::ops::BatchNorm::new(self.m(), op)
                         .ok_or("batch_norm")?
                         .epsilon(),
                 );
-                let centered = self.binary(BinaryFn::Sub, xs[0], xs[3]);
-                let var = self.binary(BinaryFn::Add, xs[4], eps);
-                let inv = self.unary(UnaryFn::Rsqrt, var);
-                let y = self.binary(BinaryFn::Mul, centered, inv);
-                let y = self.binary(BinaryFn::Mul, y, xs[1]);
-                Ok(self.binary(BinaryFn::Add, y, xs[2]))
+                let centered = self.ir.binary(BinaryFn::Sub, xs[0], xs[3]);
+                let var = self.ir.binary(BinaryFn::Add, xs[4], eps);
+                let inv = self.ir.unary(UnaryFn::Rsqrt, var);
+                let y = self.ir.binary(BinaryFn::Mul, centered, inv);
+                let y = self.ir.binary(BinaryFn::Mul, y, xs[1]);
+                Ok(self.ir.binary(BinaryFn::Add, y, xs[2]))
             }
             G::Matmul => self.matmul_at(op, idx),
             G::Gemm => self.gemm_at(op, idx),
@@ -272,7 +274,7 @@ impl KernelBuilder<'_> {
             G::Split => {
                 let view = self.view(op)?;
                 let x = self.operand(op, 0);
-                let outputs = self.m.op(op).results.len();
+                let outputs = self.m().op(op).results.len();
                 let (axis, sizes) = shape::split_sizes(&view, view.tensor(0)?, outputs)?;
                 let offset: i64 = sizes[..result].iter().sum();
                 let mut i = idx.to_vec();
@@ -288,58 +290,58 @@ impl KernelBuilder<'_> {
 
     fn pointwise(&mut self, op: OpId, f: GraphOp, xs: &[ValueId], out: ElemType) -> R<ValueId> {
         use GraphOp as G;
-        let m = &*self.m;
+        let m = self.m();
         Ok(match f {
-            G::Add => self.binary(BinaryFn::Add, xs[0], xs[1]),
-            G::Sub => self.binary(BinaryFn::Sub, xs[0], xs[1]),
-            G::Mul => self.binary(BinaryFn::Mul, xs[0], xs[1]),
-            G::Div => self.binary(BinaryFn::Div, xs[0], xs[1]),
-            G::Max => self.binary(BinaryFn::Max, xs[0], xs[1]),
-            G::Min => self.binary(BinaryFn::Min, xs[0], xs[1]),
+            G::Add => self.ir.binary(BinaryFn::Add, xs[0], xs[1]),
+            G::Sub => self.ir.binary(BinaryFn::Sub, xs[0], xs[1]),
+            G::Mul => self.ir.binary(BinaryFn::Mul, xs[0], xs[1]),
+            G::Div => self.ir.binary(BinaryFn::Div, xs[0], xs[1]),
+            G::Max => self.ir.binary(BinaryFn::Max, xs[0], xs[1]),
+            G::Min => self.ir.binary(BinaryFn::Min, xs[0], xs[1]),
             G::Pow => {
                 let exponent = splat(self, self.operand(op, 1))
                     .or_else(|| self.const_input(self.operand(op, 1)));
                 match exponent {
                     Some(1.0) => xs[0],
-                    Some(2.0) => self.binary(BinaryFn::Mul, xs[0], xs[0]),
+                    Some(2.0) => self.ir.binary(BinaryFn::Mul, xs[0], xs[0]),
                     Some(3.0) => {
-                        let sq = self.binary(BinaryFn::Mul, xs[0], xs[0]);
-                        self.binary(BinaryFn::Mul, sq, xs[0])
+                        let sq = self.ir.binary(BinaryFn::Mul, xs[0], xs[0]);
+                        self.ir.binary(BinaryFn::Mul, sq, xs[0])
                     }
-                    Some(0.5) => self.unary(UnaryFn::Sqrt, xs[0]),
+                    Some(0.5) => self.ir.unary(UnaryFn::Sqrt, xs[0]),
                     Some(-1.0) => {
                         let one = self.fconst(1.0);
-                        self.binary(BinaryFn::Div, one, xs[0])
+                        self.ir.binary(BinaryFn::Div, one, xs[0])
                     }
-                    _ => self.binary(BinaryFn::Pow, xs[0], xs[1]),
+                    _ => self.ir.binary(BinaryFn::Pow, xs[0], xs[1]),
                 }
             }
-            G::Equal => self.cmp(CmpPred::Eq, xs[0], xs[1]),
-            G::Less => self.cmp(CmpPred::Lt, xs[0], xs[1]),
-            G::Greater => self.cmp(CmpPred::Gt, xs[0], xs[1]),
-            G::Where => self.select(xs[0], xs[1], xs[2]),
-            G::Not => self.unary(UnaryFn::Not, xs[0]),
-            G::Neg => self.unary(UnaryFn::Neg, xs[0]),
-            G::Abs => self.unary(UnaryFn::Abs, xs[0]),
-            G::Exp => self.unary(UnaryFn::Exp, xs[0]),
-            G::Log => self.unary(UnaryFn::Log, xs[0]),
-            G::Sqrt => self.unary(UnaryFn::Sqrt, xs[0]),
-            G::Erf => self.unary(UnaryFn::Erf, xs[0]),
-            G::Tanh => self.unary(UnaryFn::Tanh, xs[0]),
+            G::Equal => self.ir.cmp(CmpPred::Eq, xs[0], xs[1]),
+            G::Less => self.ir.cmp(CmpPred::Lt, xs[0], xs[1]),
+            G::Greater => self.ir.cmp(CmpPred::Gt, xs[0], xs[1]),
+            G::Where => self.ir.select(xs[0], xs[1], xs[2]),
+            G::Not => self.ir.unary(UnaryFn::Not, xs[0]),
+            G::Neg => self.ir.unary(UnaryFn::Neg, xs[0]),
+            G::Abs => self.ir.unary(UnaryFn::Abs, xs[0]),
+            G::Exp => self.ir.unary(UnaryFn::Exp, xs[0]),
+            G::Log => self.ir.unary(UnaryFn::Log, xs[0]),
+            G::Sqrt => self.ir.unary(UnaryFn::Sqrt, xs[0]),
+            G::Erf => self.ir.unary(UnaryFn::Erf, xs[0]),
+            G::Tanh => self.ir.unary(UnaryFn::Tanh, xs[0]),
             G::Reciprocal => {
-                let one = self.constant(1.0, out);
-                self.binary(BinaryFn::Div, one, xs[0])
+                let one = self.ir.constant(1.0, out);
+                self.ir.binary(BinaryFn::Div, one, xs[0])
             }
             G::Sigmoid => {
                 let one = self.fconst(1.0);
-                let neg = self.unary(UnaryFn::Neg, xs[0]);
-                let e = self.unary(UnaryFn::Exp, neg);
-                let d = self.binary(BinaryFn::Add, one, e);
-                self.binary(BinaryFn::Div, one, d)
+                let neg = self.ir.unary(UnaryFn::Neg, xs[0]);
+                let e = self.ir.unary(UnaryFn::Exp, neg);
+                let d = self.ir.binary(BinaryFn::Add, one, e);
+                self.ir.binary(BinaryFn::Div, one, d)
             }
             G::Relu => {
-                let zero = self.constant(0.0, out);
-                self.binary(BinaryFn::Max, xs[0], zero)
+                let zero = self.ir.constant(0.0, out);
+                self.ir.binary(BinaryFn::Max, xs[0], zero)
             }
             G::LeakyRelu => {
                 let alpha = graph::ops::LeakyRelu::new(m, op)
@@ -347,9 +349,9 @@ impl KernelBuilder<'_> {
                     .alpha();
                 let a = self.fconst(alpha);
                 let zero = self.fconst(0.0);
-                let scaled = self.binary(BinaryFn::Mul, xs[0], a);
-                let neg = self.cmp(CmpPred::Lt, xs[0], zero);
-                self.select(neg, scaled, xs[0])
+                let scaled = self.ir.binary(BinaryFn::Mul, xs[0], a);
+                let neg = self.ir.cmp(CmpPred::Lt, xs[0], zero);
+                self.ir.select(neg, scaled, xs[0])
             }
             G::HardSigmoid | G::HardSwish => {
                 let (alpha, beta) = match graph::ops::HardSigmoid::new(m, op) {
@@ -358,12 +360,12 @@ impl KernelBuilder<'_> {
                 };
                 let (a, b) = (self.fconst(alpha), self.fconst(beta));
                 let (zero, one) = (self.fconst(0.0), self.fconst(1.0));
-                let y = self.binary(BinaryFn::Mul, xs[0], a);
-                let y = self.binary(BinaryFn::Add, y, b);
-                let y = self.binary(BinaryFn::Max, y, zero);
-                let y = self.binary(BinaryFn::Min, y, one);
+                let y = self.ir.binary(BinaryFn::Mul, xs[0], a);
+                let y = self.ir.binary(BinaryFn::Add, y, b);
+                let y = self.ir.binary(BinaryFn::Max, y, zero);
+                let y = self.ir.binary(BinaryFn::Min, y, one);
                 if f == G::HardSwish {
-                    self.binary(BinaryFn::Mul, xs[0], y)
+                    self.ir.binary(BinaryFn::Mul, xs[0], y)
                 } else {
                     y
                 }
@@ -377,42 +379,42 @@ impl KernelBuilder<'_> {
                 let inner = if tanh {
                     let c = self.fconst((2.0 / std::f64::consts::PI).sqrt());
                     let k = self.fconst(0.044715);
-                    let x3 = self.binary(BinaryFn::Mul, x, x);
-                    let x3 = self.binary(BinaryFn::Mul, x3, x);
-                    let t = self.binary(BinaryFn::Mul, x3, k);
-                    let t = self.binary(BinaryFn::Add, x, t);
-                    let t = self.binary(BinaryFn::Mul, t, c);
-                    self.unary(UnaryFn::Tanh, t)
+                    let x3 = self.ir.binary(BinaryFn::Mul, x, x);
+                    let x3 = self.ir.binary(BinaryFn::Mul, x3, x);
+                    let t = self.ir.binary(BinaryFn::Mul, x3, k);
+                    let t = self.ir.binary(BinaryFn::Add, x, t);
+                    let t = self.ir.binary(BinaryFn::Mul, t, c);
+                    self.ir.unary(UnaryFn::Tanh, t)
                 } else {
                     let c = self.fconst(std::f64::consts::FRAC_1_SQRT_2);
-                    let t = self.binary(BinaryFn::Mul, x, c);
-                    self.unary(UnaryFn::Erf, t)
+                    let t = self.ir.binary(BinaryFn::Mul, x, c);
+                    self.ir.unary(UnaryFn::Erf, t)
                 };
-                let t = self.binary(BinaryFn::Add, inner, one);
-                let t = self.binary(BinaryFn::Mul, t, x);
-                self.binary(BinaryFn::Mul, t, half)
+                let t = self.ir.binary(BinaryFn::Add, inner, one);
+                let t = self.ir.binary(BinaryFn::Mul, t, x);
+                self.ir.binary(BinaryFn::Mul, t, half)
             }
             G::Clip => {
                 let clip = graph::ops::Clip::new(m, op).ok_or("clip")?;
                 let (lo, hi) = (clip.min(), clip.max());
                 let mut y = xs[0];
                 if let Some(lo) = lo {
-                    let c = self.constant(lo, out);
-                    y = self.binary(BinaryFn::Max, y, c);
+                    let c = self.ir.constant(lo, out);
+                    y = self.ir.binary(BinaryFn::Max, y, c);
                 }
                 if let Some(hi) = hi {
-                    let c = self.constant(hi, out);
-                    y = self.binary(BinaryFn::Min, y, c);
+                    let c = self.ir.constant(hi, out);
+                    y = self.ir.binary(BinaryFn::Min, y, c);
                 }
                 y
             }
             G::Cast => {
                 if out == ElemType::I1 {
-                    let zero = self.constant(0.0, self.elem(xs[0]));
-                    self.cmp(CmpPred::Ne, xs[0], zero)
+                    let zero = self.ir.constant(0.0, self.ir.elem(xs[0]));
+                    self.ir.cmp(CmpPred::Ne, xs[0], zero)
                 } else {
                     // Float to integer truncates toward zero in ONNX and WGSL alike.
-                    self.cast(xs[0], Type::Scalar(out))
+                    self.ir.cast(xs[0], Type::Scalar(out))
                 }
             }
             other => return Err(format!("no element-wise lowering for {other}")),
@@ -434,11 +436,11 @@ impl KernelBuilder<'_> {
         out: ElemType,
         term: &mut dyn FnMut(&mut Self, &[Ix]) -> R<ValueId>,
     ) -> R<ValueId> {
-        let zero = self.constant(0.0, ACC);
+        let zero = self.ir.constant(0.0, ACC);
         let r = self.loop_nest(extents, vec![zero], &mut |kb, ivs, acc| {
             let t = term(kb, ivs)?;
             let t = kb.widen(t);
-            Ok(vec![kb.binary(BinaryFn::Add, acc[0], t)])
+            Ok(vec![kb.ir.binary(BinaryFn::Add, acc[0], t)])
         })?;
         Ok(self.narrow(r[0], out))
     }
@@ -476,7 +478,7 @@ impl KernelBuilder<'_> {
             let x = kb.value_at(a, &ia)?;
             let y = kb.value_at(b, &ib)?;
             let (x, y) = (kb.widen(x), kb.widen(y));
-            Ok(kb.binary(BinaryFn::Mul, x, y))
+            Ok(kb.ir.binary(BinaryFn::Mul, x, y))
         })
     }
 
@@ -499,11 +501,11 @@ impl KernelBuilder<'_> {
     pub fn gemm_epilogue(&mut self, op: OpId, product: ValueId, idx: &[Ix]) -> R<ValueId> {
         let view = self.view(op)?;
         let (alpha, beta) = (view.f64("alpha")?, view.f64("beta")?);
-        let has_c = self.m.op(op).operands.len() > 2;
+        let has_c = self.m().op(op).operands.len() > 2;
         let mut y = product;
         if alpha != 1.0 {
             let a = self.fconst(alpha);
-            y = self.binary(BinaryFn::Mul, y, a);
+            y = self.ir.binary(BinaryFn::Mul, y, a);
         }
         if has_c && beta != 0.0 {
             let c_val = self.operand(op, 2);
@@ -511,9 +513,9 @@ impl KernelBuilder<'_> {
             let mut c = self.value_at(c_val, &broadcast_index(idx, &s))?;
             if beta != 1.0 {
                 let b = self.fconst(beta);
-                c = self.binary(BinaryFn::Mul, c, b);
+                c = self.ir.binary(BinaryFn::Mul, c, b);
             }
-            y = self.binary(BinaryFn::Add, y, c);
+            y = self.ir.binary(BinaryFn::Add, y, c);
         }
         Ok(y)
     }
@@ -528,7 +530,7 @@ impl KernelBuilder<'_> {
             let x = kb.gemm_operand(op, 0, m.clone(), ks[0].clone())?;
             let y = kb.gemm_operand(op, 1, ks[0].clone(), n.clone())?;
             let (x, y) = (kb.widen(x), kb.widen(y));
-            Ok(kb.binary(BinaryFn::Mul, x, y))
+            Ok(kb.ir.binary(BinaryFn::Mul, x, y))
         })?;
         self.gemm_epilogue(op, product, idx)
     }
@@ -543,7 +545,7 @@ impl KernelBuilder<'_> {
             flags.push(self.index_cmp(CmpPred::Ge, p, 0));
             flags.push(self.index_cmp(CmpPred::Lt, p, n));
         }
-        (!flags.is_empty()).then(|| self.all(flags))
+        (!flags.is_empty()).then(|| self.ir.all(flags))
     }
 
     /// The operands, shapes and window of a convolution or a transposed
@@ -554,11 +556,11 @@ impl KernelBuilder<'_> {
         let view = self.view(op)?;
         Ok(ConvParts {
             window: shape::window(&view, sx.len() - 2)?,
-            group: match graph::ops::Conv::new(self.m, op) {
+            group: match graph::ops::Conv::new(self.m(), op) {
                 Some(conv) => conv.group(),
                 None => view.i64("group")?,
             },
-            bias: self.m.op(op).operands.get(2).copied(),
+            bias: self.m().op(op).operands.get(2).copied(),
             x,
             w,
             sx,
@@ -582,11 +584,11 @@ impl KernelBuilder<'_> {
             let xv = kb.value_at(conv.x, &ix)?;
             let wv = kb.value_at(conv.w, &iw)?;
             let (xv, wv) = (kb.widen(xv), kb.widen(wv));
-            let t = kb.binary(BinaryFn::Mul, xv, wv);
+            let t = kb.ir.binary(BinaryFn::Mul, xv, wv);
             Ok(match inside {
                 Some(flag) => {
-                    let zero = kb.constant(0.0, ACC);
-                    kb.select(flag, t, zero)
+                    let zero = kb.ir.constant(0.0, ACC);
+                    kb.ir.select(flag, t, zero)
                 }
                 None => t,
             })
@@ -594,7 +596,7 @@ impl KernelBuilder<'_> {
         match conv.bias {
             Some(b) => {
                 let b = self.value_at(b, &idx[1..2])?;
-                Ok(self.binary(BinaryFn::Add, acc, b))
+                Ok(self.ir.binary(BinaryFn::Add, acc, b))
             }
             None => Ok(acc),
         }
@@ -633,8 +635,8 @@ impl KernelBuilder<'_> {
         let kernel = view.i64s("kernel_shape")?.ok_or("missing kernel_shape")?;
         let include_pad = !is_max && view.i64("count_include_pad")? != 0;
         let init = if is_max { f64::NEG_INFINITY } else { 0.0 };
-        let acc0 = self.constant(init, ACC);
-        let count0 = self.constant(0.0, ACC);
+        let acc0 = self.ir.constant(init, ACC);
+        let count0 = self.ir.constant(0.0, ACC);
         let idx = idx.to_vec();
         let r = self.loop_nest(&kernel, vec![acc0, count0], &mut |kb, ivs, c| {
             let positions: Vec<Ix> = (0..spatial)
@@ -649,9 +651,11 @@ impl KernelBuilder<'_> {
             let v = kb.value_at(x, &ix)?;
             let v = kb.widen(v);
             let inside = kb.in_bounds(&positions, &sx[2..]);
-            let merged = kb.binary(if is_max { BinaryFn::Max } else { BinaryFn::Add }, c[0], v);
+            let merged = kb
+                .ir
+                .binary(if is_max { BinaryFn::Max } else { BinaryFn::Add }, c[0], v);
             let acc = match inside {
-                Some(f) => kb.select(f, merged, c[0]),
+                Some(f) => kb.ir.select(f, merged, c[0]),
                 None => merged,
             };
             let counted = if include_pad {
@@ -665,10 +669,10 @@ impl KernelBuilder<'_> {
             } else {
                 inside
             };
-            let one = kb.constant(1.0, ACC);
-            let plus = kb.binary(BinaryFn::Add, c[1], one);
+            let one = kb.ir.constant(1.0, ACC);
+            let plus = kb.ir.binary(BinaryFn::Add, c[1], one);
             let count = match counted {
-                Some(f) => kb.select(f, plus, c[1]),
+                Some(f) => kb.ir.select(f, plus, c[1]),
                 None => plus,
             };
             Ok(vec![acc, count])
@@ -676,9 +680,9 @@ impl KernelBuilder<'_> {
         let y = if is_max {
             r[0]
         } else {
-            let one = self.constant(1.0, ACC);
-            let n = self.binary(BinaryFn::Max, r[1], one);
-            self.binary(BinaryFn::Div, r[0], n)
+            let one = self.ir.constant(1.0, ACC);
+            let n = self.ir.binary(BinaryFn::Max, r[1], one);
+            self.ir.binary(BinaryFn::Div, r[0], n)
         };
         Ok(self.narrow(y, self.float))
     }
@@ -724,19 +728,19 @@ impl KernelBuilder<'_> {
         let count: i64 = extents.iter().product();
         let (init, f) = (kind.init(), kind.combine());
         let acc_elem = if out.is_float() { ACC } else { out };
-        let acc0 = self.constant(init, acc_elem);
+        let acc0 = self.ir.constant(init, acc_elem);
         let idx = idx.to_vec();
         let axes = axes.to_vec();
         let r = self.loop_nest(&extents, vec![acc0], &mut |kb, ivs, c| {
             let src = Self::reduction_source(&sx, &axes, keep, &idx, ivs);
             let v = kb.value_at(x, &src)?;
             let v = kb.widen(v);
-            Ok(vec![kb.binary(f, c[0], v)])
+            Ok(vec![kb.ir.binary(f, c[0], v)])
         })?;
         let mut y = r[0];
         if kind == Reduction::Mean {
-            let n = self.constant(count as f64, acc_elem);
-            y = self.binary(BinaryFn::Div, y, n);
+            let n = self.ir.constant(count as f64, acc_elem);
+            y = self.ir.binary(BinaryFn::Div, y, n);
         }
         Ok(self.narrow(y, out))
     }
@@ -750,25 +754,25 @@ impl KernelBuilder<'_> {
             i[axis] = k.clone();
             i
         };
-        let lowest = self.constant(f64::NEG_INFINITY, ACC);
+        let lowest = self.ir.constant(f64::NEG_INFINITY, ACC);
         let max = self.for_loop(sx[axis], vec![lowest], &mut |kb, k, c| {
             let v = kb.value_at(x, &at(&k))?;
             let v = kb.widen(v);
-            Ok(vec![kb.binary(BinaryFn::Max, c[0], v)])
+            Ok(vec![kb.ir.binary(BinaryFn::Max, c[0], v)])
         })?[0];
-        let zero = self.constant(0.0, ACC);
+        let zero = self.ir.constant(0.0, ACC);
         let sum = self.for_loop(sx[axis], vec![zero], &mut |kb, k, c| {
             let v = kb.value_at(x, &at(&k))?;
             let v = kb.widen(v);
-            let d = kb.binary(BinaryFn::Sub, v, max);
-            let e = kb.unary(UnaryFn::Exp, d);
-            Ok(vec![kb.binary(BinaryFn::Add, c[0], e)])
+            let d = kb.ir.binary(BinaryFn::Sub, v, max);
+            let e = kb.ir.unary(UnaryFn::Exp, d);
+            Ok(vec![kb.ir.binary(BinaryFn::Add, c[0], e)])
         })?[0];
         let v = self.value_at(x, idx)?;
         let v = self.widen(v);
-        let d = self.binary(BinaryFn::Sub, v, max);
-        let e = self.unary(UnaryFn::Exp, d);
-        let y = self.binary(BinaryFn::Div, e, sum);
+        let d = self.ir.binary(BinaryFn::Sub, v, max);
+        let e = self.ir.unary(UnaryFn::Exp, d);
+        let y = self.ir.binary(BinaryFn::Div, e, sum);
         Ok(self.narrow(y, self.float))
     }
 
@@ -797,27 +801,27 @@ impl KernelBuilder<'_> {
             }
             i
         };
-        let zero = self.constant(0.0, ACC);
+        let zero = self.ir.constant(0.0, ACC);
         let total = self.loop_nest(&extents, vec![zero], &mut |kb, ivs, c| {
             let v = kb.value_at(x, &at(ivs))?;
             let v = kb.widen(v);
-            Ok(vec![kb.binary(BinaryFn::Add, c[0], v)])
+            Ok(vec![kb.ir.binary(BinaryFn::Add, c[0], v)])
         })?[0];
-        let count = self.constant(n as f64, ACC);
-        let mean = self.binary(BinaryFn::Div, total, count);
-        let zero = self.constant(0.0, ACC);
+        let count = self.ir.constant(n as f64, ACC);
+        let mean = self.ir.binary(BinaryFn::Div, total, count);
+        let zero = self.ir.constant(0.0, ACC);
         let squares = self.loop_nest(&extents, vec![zero], &mut |kb, ivs, c| {
             let v = kb.value_at(x, &at(ivs))?;
             let v = kb.widen(v);
-            let d = kb.binary(BinaryFn::Sub, v, mean);
-            let sq = kb.binary(BinaryFn::Mul, d, d);
-            Ok(vec![kb.binary(BinaryFn::Add, c[0], sq)])
+            let d = kb.ir.binary(BinaryFn::Sub, v, mean);
+            let sq = kb.ir.binary(BinaryFn::Mul, d, d);
+            Ok(vec![kb.ir.binary(BinaryFn::Add, c[0], sq)])
         })?[0];
-        let var = self.binary(BinaryFn::Div, squares, count);
+        let var = self.ir.binary(BinaryFn::Div, squares, count);
         let eps = self.view(op)?.f64("epsilon")?;
-        let e = self.constant(eps, ACC);
-        let var = self.binary(BinaryFn::Add, var, e);
-        Ok((mean, self.unary(UnaryFn::Rsqrt, var)))
+        let e = self.ir.constant(eps, ACC);
+        let var = self.ir.binary(BinaryFn::Add, var, e);
+        Ok((mean, self.ir.unary(UnaryFn::Rsqrt, var)))
     }
 
     /// (x - mean) * inv * scale + bias at `idx`, the normalization's output.
@@ -831,10 +835,10 @@ impl KernelBuilder<'_> {
     ) -> R<ValueId> {
         let x = self.value_at(self.operand(op, 0), idx)?;
         let x = self.widen(x);
-        let d = self.binary(BinaryFn::Sub, x, mean);
-        let y = self.binary(BinaryFn::Mul, d, inv);
+        let d = self.ir.binary(BinaryFn::Sub, x, mean);
+        let y = self.ir.binary(BinaryFn::Mul, d, inv);
         let y = self.narrow(y, self.float);
-        let operands = self.m.op(op).operands.clone();
+        let operands = self.m().op(op).operands.clone();
         let param_idx: Vec<Ix> = if layer {
             let rank = idx.len();
             let s = tensor_shape(self, operands[1]);
@@ -846,10 +850,10 @@ impl KernelBuilder<'_> {
             operands[1],
             &broadcast_index(&param_idx, &tensor_shape(self, operands[1])),
         )?;
-        let mut y = self.binary(BinaryFn::Mul, y, scale);
+        let mut y = self.ir.binary(BinaryFn::Mul, y, scale);
         if let Some(&b) = operands.get(2) {
             let bias = self.value_at(b, &broadcast_index(&param_idx, &tensor_shape(self, b)))?;
-            y = self.binary(BinaryFn::Add, y, bias);
+            y = self.ir.binary(BinaryFn::Add, y, bias);
         }
         Ok(y)
     }
@@ -861,7 +865,7 @@ impl KernelBuilder<'_> {
     }
 
     fn concat_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
-        let operands = self.m.op(op).operands.clone();
+        let operands = self.m().op(op).operands.clone();
         let rank = idx.len();
         let axis = shape::axis(self.view(op)?.i64("axis")?, rank)?;
         let mut pieces = Vec::new();
@@ -884,7 +888,7 @@ impl KernelBuilder<'_> {
             }
             let v = self.value_at(x, &shifted(off))?;
             let inside = self.index_cmp(CmpPred::Lt, &idx[axis], end);
-            y = self.select(inside, v, y);
+            y = self.ir.select(inside, v, y);
         }
         Ok(y)
     }
@@ -892,7 +896,7 @@ impl KernelBuilder<'_> {
     fn pad_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
         let x = self.operand(op, 0);
         let sx = tensor_shape(self, x);
-        let pad = graph::ops::Pad::new(self.m, op).ok_or("a graph.pad")?;
+        let pad = graph::ops::Pad::new(self.m(), op).ok_or("a graph.pad")?;
         let (pads, mode, value) = (pad.pads(), pad.mode(), pad.value());
         let r = sx.len();
         let shifted: Vec<Ix> = (0..r)
@@ -902,9 +906,9 @@ impl KernelBuilder<'_> {
             let v = self.value_at(x, &shifted)?;
             return Ok(match self.in_bounds(&shifted, &sx) {
                 Some(f) => {
-                    let elem = self.elem(v);
-                    let c = self.constant(value, elem);
-                    self.select(f, v, c)
+                    let elem = self.ir.elem(v);
+                    let c = self.ir.constant(value, elem);
+                    self.ir.select(f, v, c)
                 }
                 None => v,
             });
@@ -919,9 +923,9 @@ impl KernelBuilder<'_> {
             let i = match mode {
                 PadMode::Edge => {
                     let i = self.apply(&shifted[d]);
-                    let (lo, hi) = (self.index_const(0), self.index_const(n - 1));
-                    let i = self.binary(BinaryFn::Max, i, lo);
-                    self.binary(BinaryFn::Min, i, hi)
+                    let (lo, hi) = (self.ir.index_const(0), self.ir.index_const(n - 1));
+                    let i = self.ir.binary(BinaryFn::Max, i, lo);
+                    self.ir.binary(BinaryFn::Min, i, hi)
                 }
                 PadMode::Reflect if n > 1 => {
                     let period = 2 * (n - 1);
@@ -929,11 +933,11 @@ impl KernelBuilder<'_> {
                     let back = self.apply(
                         &(Ix::constant(period) - shifted[d].clone().modulo(Ix::constant(period))),
                     );
-                    let n_c = self.index_const(n);
-                    let low = self.cmp(CmpPred::Lt, m, n_c);
-                    self.select(low, m, back)
+                    let n_c = self.ir.index_const(n);
+                    let low = self.ir.cmp(CmpPred::Lt, m, n_c);
+                    self.ir.select(low, m, back)
                 }
-                PadMode::Reflect => self.index_const(0),
+                PadMode::Reflect => self.ir.index_const(0),
                 PadMode::Constant => unreachable!("returned above"),
             };
             src.push(self.var(i, n));
@@ -956,13 +960,13 @@ impl KernelBuilder<'_> {
             (idx.to_vec(), idx[..axis].to_vec(), idx[axis + 1..].to_vec())
         };
         let i = self.value_at(indices, &at)?;
-        let i = self.cast(i, Type::Scalar(ElemType::I32));
-        let zero = self.constant(0.0, ElemType::I32);
-        let extent = self.constant(n as f64, ElemType::I32);
-        let negative = self.cmp(CmpPred::Lt, i, zero);
-        let wrapped = self.binary(BinaryFn::Add, i, extent);
-        let i = self.select(negative, wrapped, i);
-        let i = self.cast(i, Type::Index);
+        let i = self.ir.cast(i, Type::Scalar(ElemType::I32));
+        let zero = self.ir.constant(0.0, ElemType::I32);
+        let extent = self.ir.constant(n as f64, ElemType::I32);
+        let negative = self.ir.cmp(CmpPred::Lt, i, zero);
+        let wrapped = self.ir.binary(BinaryFn::Add, i, extent);
+        let i = self.ir.select(negative, wrapped, i);
+        let i = self.ir.cast(i, Type::Index);
         let var = self.var(i, n);
         let mut src = before;
         src.push(var);

@@ -13,7 +13,7 @@ use ircc_dialects::graph::GraphOp;
 use ircc_dialects::graph::shape::Window;
 use ircc_dialects::kernel::ops::BinaryFn;
 
-use super::builder::{Ix, KernelBuilder, delinearize};
+use super::lowering::{Ix, KernelBuilder, delinearize};
 use super::values::{broadcast_index, tensor_shape};
 
 type R<T> = Result<T, String>;
@@ -48,10 +48,10 @@ pub(super) enum Product {
 
 impl Product {
     pub fn of(kb: &KernelBuilder, anchor: OpId) -> R<Product> {
-        let o = kb.m.op(anchor);
+        let o = kb.m().op(anchor);
         let operands = o.operands.clone();
         let c = o.results[0];
-        match GraphOp::of(kb.m, anchor) {
+        match GraphOp::of(kb.m(), anchor) {
             Some(GraphOp::Gemm) => Ok(Product::Gemm { op: anchor }),
             Some(GraphOp::Conv) => {
                 let conv = kb.conv_parts(anchor)?;
@@ -112,7 +112,7 @@ impl Product {
                 )
             }
             Product::Gemm { op } => {
-                let o = kb.m.op(*op);
+                let o = kb.m().op(*op);
                 let sa = tensor_shape(kb, o.operands[0]);
                 let sc = tensor_shape(kb, o.results[0]);
                 let trans_a = matches!(o.attr("trans_a"), Some(Attribute::Int(1, _)));
@@ -185,15 +185,15 @@ impl Product {
                     let v = kb.value_at(*x, &idx)?;
                     match kb.in_bounds(&positions, spatial) {
                         Some(inside) => {
-                            let zero = kb.constant(0.0, kb.elem(v));
-                            kb.select(inside, v, zero)
+                            let zero = kb.ir.constant(0.0, kb.ir.elem(v));
+                            kb.ir.select(inside, v, zero)
                         }
                         None => v,
                     }
                 }
             }
         };
-        Ok(kb.cast(v, Type::Scalar(ElemType::F32)))
+        Ok(kb.ir.cast(v, Type::Scalar(ElemType::F32)))
     }
 
     /// The index of result element `(row, col)` in the anchor's result.
@@ -226,7 +226,7 @@ impl Product {
             Product::Gemm { op } => kb.gemm_epilogue(*op, y, idx),
             Product::Conv { bias: Some(b), .. } => {
                 let b = kb.value_at(*b, &idx[1..2])?;
-                Ok(kb.binary(BinaryFn::Add, y, b))
+                Ok(kb.ir.binary(BinaryFn::Add, y, b))
             }
             _ => Ok(y),
         }

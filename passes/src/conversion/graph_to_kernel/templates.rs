@@ -14,7 +14,7 @@ use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryF
 use ircc_dialects::kernel::{KernelOp, Target};
 
 use super::Group;
-use super::builder::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
+use super::lowering::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
 use super::product::Product;
 use super::texture::TextureLayout;
 use super::values::{Reduction, is_pointwise, tensor_shape};
@@ -338,6 +338,7 @@ fn elementwise(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)]) -> R<()> 
         [target().elementwise_workgroup, 1, 1],
         grid,
         FuncTemplate::Elementwise,
+        None,
     );
     Ok(())
 }
@@ -373,11 +374,11 @@ fn elementwise_texels(
                     continue;
                 }
                 let v = kb.value_at(inner, &idx)?;
-                let v = kb.cast(v, Type::Scalar(kb.float));
+                let v = kb.ir.cast(v, Type::Scalar(kb.float));
                 let v = match inside {
                     Some(flag) => {
-                        let zero = kb.constant(0.0, kb.float);
-                        kb.select(flag, v, zero)
+                        let zero = kb.ir.constant(0.0, kb.float);
+                        kb.ir.select(flag, v, zero)
                     }
                     None => v,
                 };
@@ -398,6 +399,7 @@ fn elementwise_texels(
         [target().elementwise_workgroup, 1, 1],
         grid,
         FuncTemplate::ElementwiseTexels,
+        None,
     );
     Ok(())
 }
@@ -405,7 +407,7 @@ fn elementwise_texels(
 /// A tiled matrix product (matmul or gemm) with its epilogue.
 fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> R<()> {
     let product = Product::of(kb, anchor)?;
-    let c = kb.m.op(anchor).results[0];
+    let c = kb.m().op(anchor).results[0];
     let (mm, nn, kk, batch_shape) = product.dims(kb)?;
     let batches: i64 = batch_shape.iter().product();
     if batches > target().max_workgroups_per_dimension {
@@ -449,8 +451,10 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     // words (no bank conflicts), from A as [row][k].
     let vec4 = reg == 4;
     let a_row = if vec4 { tile + 4 } else { bk };
-    let a_tile = kb.alloc(if vec4 { bk * a_row } else { tile * bk }, ElemType::F32);
-    let b_tile = kb.alloc(bk * tile, ElemType::F32);
+    let a_tile = kb
+        .ir
+        .alloc(if vec4 { bk * a_row } else { tile * bk }, ElemType::F32);
+    let b_tile = kb.ir.alloc(bk * tile, ElemType::F32);
     let mine = |lane: &Ix, i: i64| {
         if vec4 {
             lane.clone() * Ix::constant(reg) + Ix::constant(i)
@@ -470,7 +474,7 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
         }
     };
     let tid = ly.clone() * Ix::constant(target().matmul_workgroup) + lx.clone();
-    let zero = kb.constant(0.0, ElemType::F32);
+    let zero = kb.ir.constant(0.0, ElemType::F32);
     let k_tiles = (kk + bk - 1) / bk;
     let loads_per_thread =
         target().matmul_tile_words / (target().matmul_workgroup * target().matmul_workgroup);
@@ -514,7 +518,7 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             kb.store(pair[0], a_tile, &a_slot(slot(l as i64)));
             kb.store(pair[1], b_tile, &slot(l as i64));
         }
-        kb.barrier();
+        kb.ir.barrier();
         let prefetched = fetch(kb, kt + Ix::constant(1))?;
         let mut next = kb.for_loop(bk, acc.to_vec(), &mut |kb, k, acc| {
             let (xs, ys): (Vec<ValueId>, Vec<ValueId>) = if vec4 {
@@ -533,13 +537,13 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             let mut next = Vec::new();
             for (i, &x) in xs.iter().enumerate() {
                 for (j, &y) in ys.iter().enumerate() {
-                    let p = kb.binary(BinaryFn::Mul, x, y);
-                    next.push(kb.binary(BinaryFn::Add, acc[i * reg as usize + j], p));
+                    let p = kb.ir.binary(BinaryFn::Mul, x, y);
+                    next.push(kb.ir.binary(BinaryFn::Add, acc[i * reg as usize + j], p));
                 }
             }
             Ok(next)
         })?;
-        kb.barrier();
+        kb.ir.barrier();
         next.extend(prefetched);
         Ok(next)
     })?;
@@ -555,11 +559,11 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             if nn % tile != 0 {
                 flags.push(kb.index_cmp(CmpPred::Lt, &col, nn));
             }
-            let cond = (!flags.is_empty()).then(|| kb.all(flags));
+            let cond = (!flags.is_empty()).then(|| kb.ir.all(flags));
             let idx = product.result_index(&batch, row, col);
             let acc = accs[(i * reg + j) as usize];
             guarded(kb, cond, &mut |kb| {
-                let y = kb.cast(acc, Type::Scalar(kb.float));
+                let y = kb.ir.cast(acc, Type::Scalar(kb.float));
                 let y = product.epilogue(kb, y, &idx)?;
                 kb.memo_put(c, &idx, y);
                 store_outputs(kb, outputs, &idx)
@@ -570,10 +574,7 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
         [target().matmul_workgroup, target().matmul_workgroup, 1],
         [gx, gy, batches],
         FuncTemplate::MatmulTiled,
-    );
-    kb.m.op_mut(kb.func).attrs.insert(
-        "tile".into(),
-        Attribute::DenseI64Array(vec![tile, tile, bk, reg, reg]),
+        Some(vec![tile, tile, bk, reg, reg]),
     );
     Ok(())
 }
@@ -583,8 +584,8 @@ fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64, bk: i64) -> 
         return v;
     }
     let inside = kb.index_cmp(CmpPred::Lt, k, kk);
-    let zero = kb.constant(0.0, ElemType::F32);
-    kb.select(inside, v, zero)
+    let zero = kb.ir.constant(0.0, ElemType::F32);
+    kb.ir.select(inside, v, zero)
 }
 
 /// `f` of the `partial` (f32) of the `threads` invocations of one row,
@@ -599,36 +600,36 @@ fn workgroup_reduce(
     base: &Ix,
 ) -> R<ValueId> {
     kb.store(partial, shared, &(base.clone() + t.clone()));
-    kb.barrier();
+    kb.ir.barrier();
     let mut s = threads / 2;
     while s >= 1 {
         let active = kb.index_cmp(CmpPred::Lt, t, s);
         kb.if_then(active, &mut |kb| {
             let x = kb.load(shared, &(base.clone() + t.clone()));
             let y = kb.load(shared, &(base.clone() + t.clone() + Ix::constant(s)));
-            let z = kb.binary(f, x, y);
+            let z = kb.ir.binary(f, x, y);
             kb.store(z, shared, &(base.clone() + t.clone()));
             Ok(())
         })?;
-        kb.barrier();
+        kb.ir.barrier();
         s /= 2;
     }
     let r = kb.load(shared, base);
-    kb.barrier();
+    kb.ir.barrier();
     Ok(r)
 }
 
 /// A softmax, normalization or reduction: `threads` invocations per row,
 /// one or more rows per workgroup.
 fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> R<()> {
-    let kind = GraphOp::of(kb.m, anchor).ok_or("a graph op anchors a row")?;
-    let x = kb.m.op(anchor).operands[0];
-    let y = kb.m.op(anchor).results[0];
+    let kind = GraphOp::of(kb.m(), anchor).ok_or("a graph op anchors a row")?;
+    let x = kb.m().op(anchor).operands[0];
+    let y = kb.m().op(anchor).results[0];
     let sx = tensor_shape(kb, x);
     let view = kb
         .ctx
         .registry
-        .view(kb.m, anchor)
+        .view(kb.m(), anchor)
         .ok_or("unregistered anchor")?;
     let (axes, keep): (Vec<usize>, bool) = match kind {
         GraphOp::Softmax => (vec![shape::axis(view.i64("axis")?, sx.len())?], true),
@@ -695,7 +696,7 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
             })
             .collect()
     };
-    let shared = kb.alloc(threads * per_group, ElemType::F32);
+    let shared = kb.ir.alloc(threads * per_group, ElemType::F32);
     let steps = (len + threads - 1) / threads;
     let exact = len % threads == 0;
     // One pass over the row: `combine(acc, x)` of every element, then
@@ -705,15 +706,15 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
                 f: BinaryFn,
                 term: &mut dyn FnMut(&mut KernelBuilder, ValueId) -> ValueId|
      -> R<ValueId> {
-        let init_v = kb.constant(init, ElemType::F32);
+        let init_v = kb.ir.constant(init, ElemType::F32);
         let acc = kb.for_loop(steps, vec![init_v], &mut |kb, j, acc| {
             let r = j * Ix::constant(threads) + t.clone();
             let v = kb.value_at(x, &full(&r))?;
-            let v = kb.cast(v, Type::Scalar(ElemType::F32));
+            let v = kb.ir.cast(v, Type::Scalar(ElemType::F32));
             let v = term(kb, v);
-            let merged = kb.binary(f, acc[0], v);
+            let merged = kb.ir.binary(f, acc[0], v);
             Ok(vec![match below(kb, &r, len, exact) {
-                Some(inside) => kb.select(inside, merged, acc[0]),
+                Some(inside) => kb.ir.select(inside, merged, acc[0]),
                 None => merged,
             }])
         })?[0];
@@ -741,37 +742,37 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
             GraphOp::Softmax => {
                 let max = pass(kb, f64::NEG_INFINITY, BinaryFn::Max, &mut |_, v| v)?;
                 let sum = pass(kb, 0.0, BinaryFn::Add, &mut |kb, v| {
-                    let d = kb.binary(BinaryFn::Sub, v, max);
-                    kb.unary(UnaryFn::Exp, d)
+                    let d = kb.ir.binary(BinaryFn::Sub, v, max);
+                    kb.ir.unary(UnaryFn::Exp, d)
                 })?;
                 write_rows(kb, &mut |kb, idx| {
                     let v = kb.value_at(x, idx)?;
-                    let v = kb.cast(v, Type::Scalar(ElemType::F32));
-                    let d = kb.binary(BinaryFn::Sub, v, max);
-                    let e = kb.unary(UnaryFn::Exp, d);
-                    let q = kb.binary(BinaryFn::Div, e, sum);
-                    Ok(kb.cast(q, Type::Scalar(float)))
+                    let v = kb.ir.cast(v, Type::Scalar(ElemType::F32));
+                    let d = kb.ir.binary(BinaryFn::Sub, v, max);
+                    let e = kb.ir.unary(UnaryFn::Exp, d);
+                    let q = kb.ir.binary(BinaryFn::Div, e, sum);
+                    Ok(kb.ir.cast(q, Type::Scalar(float)))
                 })
             }
             GraphOp::LayerNorm | GraphOp::InstanceNorm => {
                 let n = len as f64;
                 let total = pass(kb, 0.0, BinaryFn::Add, &mut |_, v| v)?;
-                let count = kb.constant(n, ElemType::F32);
-                let mean = kb.binary(BinaryFn::Div, total, count);
+                let count = kb.ir.constant(n, ElemType::F32);
+                let mean = kb.ir.binary(BinaryFn::Div, total, count);
                 let squares = pass(kb, 0.0, BinaryFn::Add, &mut |kb, v| {
-                    let d = kb.binary(BinaryFn::Sub, v, mean);
-                    kb.binary(BinaryFn::Mul, d, d)
+                    let d = kb.ir.binary(BinaryFn::Sub, v, mean);
+                    kb.ir.binary(BinaryFn::Mul, d, d)
                 })?;
-                let var = kb.binary(BinaryFn::Div, squares, count);
+                let var = kb.ir.binary(BinaryFn::Div, squares, count);
                 let eps = kb
                     .ctx
                     .registry
-                    .view(kb.m, anchor)
+                    .view(kb.m(), anchor)
                     .ok_or("unregistered anchor")?
                     .f64("epsilon")?;
-                let e = kb.constant(eps, ElemType::F32);
-                let var = kb.binary(BinaryFn::Add, var, e);
-                let inv = kb.unary(UnaryFn::Rsqrt, var);
+                let e = kb.ir.constant(eps, ElemType::F32);
+                let var = kb.ir.binary(BinaryFn::Add, var, e);
+                let inv = kb.ir.unary(UnaryFn::Rsqrt, var);
                 let layer = kind == GraphOp::LayerNorm;
                 write_rows(kb, &mut |kb, idx| {
                     kb.normalized(anchor, layer, idx, mean, inv)
@@ -781,10 +782,10 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
                 let reduction = Reduction::of(reduce).ok_or("a row reduction")?;
                 let mut r = pass(kb, reduction.init(), reduction.combine(), &mut |_, v| v)?;
                 if reduction == Reduction::Mean {
-                    let n = kb.constant(len as f64, ElemType::F32);
-                    r = kb.binary(BinaryFn::Div, r, n);
+                    let n = kb.ir.constant(len as f64, ElemType::F32);
+                    r = kb.ir.binary(BinaryFn::Div, r, n);
                 }
-                let r = kb.cast(r, Type::Scalar(float));
+                let r = kb.ir.cast(r, Type::Scalar(float));
                 let first = kb.index_cmp(CmpPred::Lt, &t, 1);
                 let out_idx: Vec<Ix> = {
                     let zero = Ix::constant(0);
@@ -806,6 +807,7 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
         [threads, per_group, 1],
         [gx, gy, 1],
         FuncTemplate::RowReduction,
+        None,
     );
     Ok(())
 }

@@ -7,7 +7,7 @@
 //! per texture line as fit in `max_extent()`. The map from a logical index to
 //! `(x, y, lane)` is affine, so it composes with views like any address.
 
-use super::builder::{Ix, linearize};
+use super::address::{Ix, linearize};
 
 /// The largest texture side the target allows.
 fn max_extent() -> i64 {

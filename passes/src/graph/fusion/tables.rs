@@ -6,7 +6,7 @@ use indexmap::IndexMap;
 use ircc_core::registry::{LayoutClass, MappingType};
 use serde::Deserialize;
 
-pub const SPEC: &str = include_str!("../../../spec/fusion.toml");
+pub const SPEC: &str = include_str!("../../../../spec/fusion.toml");
 
 /// DNNFusion's verdict on fusing a pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -18,7 +18,8 @@
 //! kernel writes in a 2.5D texture of the default layout (`texture.rs`),
 //! exercising the texture path until layout selection picks layouts.
 
-mod builder;
+mod address;
+mod lowering;
 mod product;
 mod templates;
 mod texture;
@@ -34,8 +35,8 @@ use ircc_core::{AffineMap, Attribute, ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::{index, is_data};
 
-pub use builder::{ArgRole, kernel_elem, storage_elem};
-use builder::{Input, Ix, delinearize, linearize};
+pub use lowering::{ArgRole, kernel_elem, storage_elem};
+use lowering::{Input, Ix, delinearize, linearize};
 
 use crate::index::simplify::rules;
 
@@ -251,7 +252,7 @@ impl Pass for KernelLower {
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
         let rules = rules();
-        let cache = builder::SimplifyCache::default();
+        let cache = lowering::SimplifyCache::default();
         let mut lowering = templates::Lowering {
             ctx,
             rules: &rules,

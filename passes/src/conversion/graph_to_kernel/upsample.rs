@@ -10,7 +10,7 @@ use ircc_dialects::graph::ops::{
 };
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
-use super::builder::{Ix, KernelBuilder};
+use super::lowering::{Ix, KernelBuilder};
 use super::values::tensor_shape;
 
 type R<T> = Result<T, String>;
@@ -50,7 +50,7 @@ impl KernelBuilder<'_> {
             ix.extend(positions);
             let mut iw = vec![channel, out_channel.clone()];
             iw.extend(ivs[1..].iter().cloned());
-            Ok((ix, iw, Some(kb.all(flags))))
+            Ok((ix, iw, Some(kb.ir.all(flags))))
         })
     }
 
@@ -60,9 +60,9 @@ impl KernelBuilder<'_> {
     /// on every resized axis. Axes the resize leaves alone read in place.
     pub(super) fn resize_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
         let x = self.operand(op, 0);
-        let y = self.m.op(op).results[0];
+        let y = self.m().op(op).results[0];
         let (sx, sy) = (tensor_shape(self, x), tensor_shape(self, y));
-        let resize = graph::ops::Resize::new(self.m, op).ok_or("a graph.resize")?;
+        let resize = graph::ops::Resize::new(self.m(), op).ok_or("a graph.resize")?;
         let scales: Vec<f64> = match resize.scales() {
             Some(s) => s,
             None => sy
@@ -80,36 +80,36 @@ impl KernelBuilder<'_> {
         let mut coords = Vec::new();
         for &d in &resized {
             let c = self.source_coord(ctm, &idx[d], sx[d], sy[d], scales[d]);
-            let last = self.constant((sx[d] - 1) as f64, ElemType::F32);
-            let zero = self.constant(0.0, ElemType::F32);
+            let last = self.ir.constant((sx[d] - 1) as f64, ElemType::F32);
+            let zero = self.ir.constant(0.0, ElemType::F32);
             let c = if nearest {
                 let r = match rounding {
-                    Rounding::Floor => self.unary(UnaryFn::Floor, c),
-                    Rounding::Ceil => self.unary(UnaryFn::Ceil, c),
+                    Rounding::Floor => self.ir.unary(UnaryFn::Floor, c),
+                    Rounding::Ceil => self.ir.unary(UnaryFn::Ceil, c),
                     Rounding::RoundPreferCeil => {
-                        let half = self.constant(0.5, ElemType::F32);
-                        let up = self.binary(BinaryFn::Add, c, half);
-                        self.unary(UnaryFn::Floor, up)
+                        let half = self.ir.constant(0.5, ElemType::F32);
+                        let up = self.ir.binary(BinaryFn::Add, c, half);
+                        self.ir.unary(UnaryFn::Floor, up)
                     }
                     Rounding::RoundPreferFloor => {
-                        let half = self.constant(0.5, ElemType::F32);
-                        let down = self.binary(BinaryFn::Sub, c, half);
-                        self.unary(UnaryFn::Ceil, down)
+                        let half = self.ir.constant(0.5, ElemType::F32);
+                        let down = self.ir.binary(BinaryFn::Sub, c, half);
+                        self.ir.unary(UnaryFn::Ceil, down)
                     }
                 };
-                let r = self.binary(BinaryFn::Max, r, zero);
-                self.binary(BinaryFn::Min, r, last)
+                let r = self.ir.binary(BinaryFn::Max, r, zero);
+                self.ir.binary(BinaryFn::Min, r, last)
             } else {
-                let c = self.binary(BinaryFn::Max, c, zero);
-                self.binary(BinaryFn::Min, c, last)
+                let c = self.ir.binary(BinaryFn::Max, c, zero);
+                self.ir.binary(BinaryFn::Min, c, last)
             };
             coords.push(c);
         }
         let at = |kb: &mut Self, picks: &[ValueId]| -> Vec<Ix> {
             let mut src = idx.to_vec();
             for (&d, &p) in resized.iter().zip(picks) {
-                let i = kb.cast(p, Type::Scalar(ElemType::I32));
-                let i = kb.cast(i, Type::Index);
+                let i = kb.ir.cast(p, Type::Scalar(ElemType::I32));
+                let i = kb.ir.cast(i, Type::Index);
                 src[d] = kb.var(i, sx[d]);
             }
             src
@@ -122,31 +122,31 @@ impl KernelBuilder<'_> {
         // by the distance to the opposite corner on each axis.
         let mut taps = Vec::new();
         for (&c, &d) in coords.iter().zip(&resized) {
-            let low = self.unary(UnaryFn::Floor, c);
-            let one = self.constant(1.0, ElemType::F32);
-            let last = self.constant((sx[d] - 1) as f64, ElemType::F32);
-            let next = self.binary(BinaryFn::Add, low, one);
-            let high = self.binary(BinaryFn::Min, next, last);
-            let t = self.binary(BinaryFn::Sub, c, low);
-            let s = self.binary(BinaryFn::Sub, one, t);
+            let low = self.ir.unary(UnaryFn::Floor, c);
+            let one = self.ir.constant(1.0, ElemType::F32);
+            let last = self.ir.constant((sx[d] - 1) as f64, ElemType::F32);
+            let next = self.ir.binary(BinaryFn::Add, low, one);
+            let high = self.ir.binary(BinaryFn::Min, next, last);
+            let t = self.ir.binary(BinaryFn::Sub, c, low);
+            let s = self.ir.binary(BinaryFn::Sub, one, t);
             taps.push([(low, s), (high, t)]);
         }
-        let mut acc = self.constant(0.0, ElemType::F32);
+        let mut acc = self.ir.constant(0.0, ElemType::F32);
         for corner in 0..(1usize << taps.len()) {
-            let mut weight = self.constant(1.0, ElemType::F32);
+            let mut weight = self.ir.constant(1.0, ElemType::F32);
             let mut picks = Vec::new();
             for (k, tap) in taps.iter().enumerate() {
                 let (p, w) = tap[corner >> k & 1];
-                weight = self.binary(BinaryFn::Mul, weight, w);
+                weight = self.ir.binary(BinaryFn::Mul, weight, w);
                 picks.push(p);
             }
             let src = at(self, &picks);
             let v = self.value_at(x, &src)?;
-            let v = self.cast(v, Type::Scalar(ElemType::F32));
-            let term = self.binary(BinaryFn::Mul, weight, v);
-            acc = self.binary(BinaryFn::Add, acc, term);
+            let v = self.ir.cast(v, Type::Scalar(ElemType::F32));
+            let term = self.ir.binary(BinaryFn::Mul, weight, v);
+            acc = self.ir.binary(BinaryFn::Add, acc, term);
         }
-        Ok(self.cast(acc, Type::Scalar(self.float)))
+        Ok(self.ir.cast(acc, Type::Scalar(self.float)))
     }
 
     /// The source coordinate (f32) of output index `o` on one axis.
@@ -159,28 +159,28 @@ impl KernelBuilder<'_> {
         scale: f64,
     ) -> ValueId {
         let o = self.apply(o);
-        let o = self.cast(o, Type::Scalar(ElemType::I32));
-        let o = self.cast(o, Type::Scalar(ElemType::F32));
+        let o = self.ir.cast(o, Type::Scalar(ElemType::I32));
+        let o = self.ir.cast(o, Type::Scalar(ElemType::F32));
         match mode {
             Coordinates::Asymmetric => {
-                let s = self.constant(scale, ElemType::F32);
-                self.binary(BinaryFn::Div, o, s)
+                let s = self.ir.constant(scale, ElemType::F32);
+                self.ir.binary(BinaryFn::Div, o, s)
             }
             Coordinates::AlignCorners if n_in as f64 * scale > 1.0 => {
-                let f = self.constant(
+                let f = self.ir.constant(
                     (n_in - 1) as f64 / (n_in as f64 * scale - 1.0),
                     ElemType::F32,
                 );
-                self.binary(BinaryFn::Mul, o, f)
+                self.ir.binary(BinaryFn::Mul, o, f)
             }
-            Coordinates::AlignCorners => self.constant(0.0, ElemType::F32),
-            Coordinates::PytorchHalfPixel if n_out <= 1 => self.constant(0.0, ElemType::F32),
+            Coordinates::AlignCorners => self.ir.constant(0.0, ElemType::F32),
+            Coordinates::PytorchHalfPixel if n_out <= 1 => self.ir.constant(0.0, ElemType::F32),
             Coordinates::HalfPixel | Coordinates::PytorchHalfPixel => {
-                let half = self.constant(0.5, ElemType::F32);
-                let s = self.constant(scale, ElemType::F32);
-                let shifted = self.binary(BinaryFn::Add, o, half);
-                let scaled = self.binary(BinaryFn::Div, shifted, s);
-                self.binary(BinaryFn::Sub, scaled, half)
+                let half = self.ir.constant(0.5, ElemType::F32);
+                let s = self.ir.constant(scale, ElemType::F32);
+                let shifted = self.ir.binary(BinaryFn::Add, o, half);
+                let scaled = self.ir.binary(BinaryFn::Div, shifted, s);
+                self.ir.binary(BinaryFn::Sub, scaled, half)
             }
         }
     }
