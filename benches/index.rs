@@ -2,12 +2,15 @@
 //! or ../shared/models) to views and times simplifying all their maps.
 //! `cargo bench -p ircc-tests --bench index`
 
+#[path = "../tests/common/mod.rs"]
+mod common;
+
 use std::time::Instant;
 
 use ircc_core::pass::{Pass, PassContext, PassOptions};
 
 fn main() {
-    let root = ircc_tests::root();
+    let root = common::root();
     let Some(path) = [
         "tests/models/swin_t_w24.onnx",
         "../shared/models/swin_t_w24.onnx",

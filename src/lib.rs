@@ -1,144 +1,376 @@
-//! Helpers shared by ircc's integration tests in `tests/`.
+//! The `ircc` driver as a library.
+//!
+//! [`Driver::new`] holds every dialect and pass ircc ships; a user crate can
+//! add its own (through [`Driver::registry_mut`] and [`Driver::passes_mut`])
+//! and call [`Driver::main`] to get an `ircc` of its own, the way one
+//! builds a custom `mlir-opt`.
 
+mod check;
+mod cli;
+mod commands;
+pub mod dot;
+pub mod figures;
+mod gpu;
+mod inputs;
+
+pub use gpu::GpuError;
+
+use std::collections::HashMap;
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
+use std::process::ExitCode;
 
-/// What one `ircc` invocation printed.
-pub struct Output {
-    pub code: i32,
-    pub stdout: String,
-    pub stderr: String,
+use clap::Parser;
+use ircc_core::interp::Env;
+use ircc_core::pass::{
+    PassManager, PassOptions, PassRegistry, RunOptions, parse_pipeline, parse_pipeline_file,
+    timing_table,
+};
+use ircc_core::verify::{VerifyOptions, verify};
+use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tensor, parse_module};
+
+pub use cli::{
+    Backend, BenchArgs, CheckArgs, Cli, Command, CompileArgs, Emit, ImportArgs, KernelArgs,
+    ModelArgs, OnnxArgs, PipelineArgs, Precision, RunArgs, StatsArgs,
+};
+
+/// The pipelines that ship inside the binary, by name.
+pub const PIPELINES: &[(&str, &str)] = &[
+    ("none", include_str!("../spec/pipelines/none.pipeline")),
+    (
+        "canonicalize",
+        include_str!("../spec/pipelines/canonicalize.pipeline"),
+    ),
+    (
+        "dnnfusion",
+        include_str!("../spec/pipelines/dnnfusion.pipeline"),
+    ),
+    (
+        "smartmem",
+        include_str!("../spec/pipelines/smartmem.pipeline"),
+    ),
+    (
+        "smartmem-gpu",
+        include_str!("../spec/pipelines/smartmem-gpu.pipeline"),
+    ),
+];
+
+pub struct Driver {
+    registry: Registry,
+    passes: PassRegistry,
 }
 
-/// Runs the `ircc` command line in-process.
-pub fn ircc(args: &[&str]) -> Output {
-    let driver = ircc::Driver::new().expect("the stock driver builds");
-    let mut argv = vec!["ircc"];
-    argv.extend_from_slice(args);
-    let (mut out, mut err) = (Vec::new(), Vec::new());
-    let code = driver.run_cli(argv, &mut out, &mut err);
-    Output {
-        code,
-        stdout: String::from_utf8_lossy(&out).into_owned(),
-        stderr: String::from_utf8_lossy(&err).into_owned(),
-    }
+/// A failure with what to show the user. `source` lets diagnostics print
+/// the offending line.
+pub(crate) struct Failure {
+    diagnostics: Diagnostics,
+    source: Option<String>,
 }
 
-/// The repository root (the root package's directory).
-pub fn root() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Every `.ir` file under `dir` (relative to the root), sorted.
-pub fn ir_files(dir: &str) -> Vec<PathBuf> {
-    let mut files = Vec::new();
-    collect(&root().join(dir), &mut files);
-    files.sort();
-    files
-}
-
-fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return;
-    };
-    for e in entries.flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            collect(&p, files);
-        } else if p.extension().is_some_and(|x| x == "ir") {
-            files.push(p);
+impl From<Diagnostic> for Failure {
+    fn from(d: Diagnostic) -> Self {
+        Failure {
+            diagnostics: d.into(),
+            source: None,
         }
     }
 }
 
-/// The arguments on a snapshot file's first line, `// RUN: ARGS`.
-pub fn run_args(source: &str) -> Option<Vec<String>> {
-    run_lines(source).into_iter().next()
-}
-
-/// The command lines of every `// RUN:` line that opens a filetest (one
-/// or more, each run on the file).
-pub fn run_lines(source: &str) -> Vec<Vec<String>> {
-    source
-        .lines()
-        .map_while(|l| l.strip_prefix("// RUN:"))
-        .map(|l| l.split_whitespace().map(str::to_string).collect())
-        .collect()
-}
-
-/// A path relative to the root, with `/` separators, for stable output.
-pub fn relative(path: &Path) -> String {
-    path.strip_prefix(root())
-        .unwrap_or(path)
-        .to_string_lossy()
-        .replace('\\', "/")
-}
-
-/// A fresh, empty directory for one test, removed when dropped.
-pub struct Scratch(tempfile::TempDir);
-
-impl std::ops::Deref for Scratch {
-    type Target = Path;
-    fn deref(&self) -> &Path {
-        self.0.path()
+impl From<Diagnostics> for Failure {
+    fn from(d: Diagnostics) -> Self {
+        Failure {
+            diagnostics: d,
+            source: None,
+        }
     }
 }
 
-pub fn scratch_dir(name: &str) -> Scratch {
-    Scratch(
-        tempfile::Builder::new()
-            .prefix(&format!("ircc-{name}-"))
-            .tempdir()
-            .expect("create a scratch directory"),
-    )
+pub(crate) type Outcome = Result<(), Failure>;
+
+pub(crate) fn io_err(what: &str, path: &Path, e: std::io::Error) -> Failure {
+    Diagnostic::plain(format!("cannot {what} {}: {e}", path.display())).into()
 }
 
-/// The shared networks, each with its torchscript and dynamo export.
-pub const SHARED_MODELS: [&str; 8] = [
-    "bert_l2_w64",
-    "bert_l2_w64_dynamo",
-    "vit_l4_w64",
-    "vit_l4_w64_dynamo",
-    "convnext_w16",
-    "convnext_w16_dynamo",
-    "swin_t_w24",
-    "swin_t_w24_dynamo",
-];
-
-/// `NAME.onnx` from `tests/models/` (the smaller models, kept in the
-/// repository) or `../shared/models/`.
-pub fn find_model(name: &str) -> Option<PathBuf> {
-    [root().join("tests/models"), root().join("../shared/models")]
-        .into_iter()
-        .map(|d| d.join(format!("{name}.onnx")))
-        .find(|p| p.exists())
+/// A module read from a file, with where its weights come from.
+pub struct Loaded {
+    pub module: Module,
+    /// The text it was parsed from (none for an ONNX model).
+    pub source: Option<String>,
+    /// Weights of an imported model, held in memory.
+    pub weights: Option<Vec<(String, Tensor)>>,
+    pub path: PathBuf,
+    /// Milliseconds spent importing, for an ONNX model.
+    pub import_ms: f64,
 }
 
-/// Whether wgpu finds an adapter here (the tiny MLP runs on it). Without
-/// one this fails when `IRCC_REQUIRE_GPU` is set (CI sets it), so a GPU
-/// test cannot pass by skipping there.
-pub fn gpu_available() -> bool {
-    let dir = scratch_dir("probe");
-    let out = dir.join("o");
-    let mlp = root().join("examples/mlp.ir");
-    let x = root().join("tests/data/mlp_x.npy");
-    let r = ircc(&[
-        "run",
-        mlp.to_str().unwrap(),
-        "--backend",
-        "wgpu",
-        "--input",
-        &format!("x={}", x.display()),
-        "--output-dir",
-        out.to_str().unwrap(),
-    ]);
-    if r.code != 0 && r.stderr.contains("no GPU adapter") {
-        assert!(
-            std::env::var_os("IRCC_REQUIRE_GPU").is_none(),
-            "no GPU adapter: {}",
-            r.stderr
+pub fn is_onnx(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("onnx"))
+}
+
+impl Driver {
+    /// A driver with every dialect and pass of ircc.
+    pub fn new() -> Result<Driver, Diagnostic> {
+        let registry = ircc_dialects::registry()?;
+        let mut passes = PassRegistry::new();
+        ircc_passes::register_all(&mut passes);
+        Ok(Driver { registry, passes })
+    }
+
+    pub fn registry(&self) -> &Registry {
+        &self.registry
+    }
+
+    pub fn registry_mut(&mut self) -> &mut Registry {
+        &mut self.registry
+    }
+
+    pub fn passes_mut(&mut self) -> &mut PassRegistry {
+        &mut self.passes
+    }
+
+    /// Runs the command line of this process and returns its exit code.
+    pub fn main(&self) -> ExitCode {
+        let code = self.run_cli(
+            std::env::args_os(),
+            &mut std::io::stdout().lock(),
+            &mut std::io::stderr().lock(),
         );
-        return false;
+        ExitCode::from(code as u8)
     }
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    true
+
+    /// Runs a command line, writing to the given streams; returns the exit
+    /// code (0 success, 1 an error in the input, 2 a usage error).
+    pub fn run_cli<I, T>(&self, args: I, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        let cli = match Cli::try_parse_from(args) {
+            Ok(c) => c,
+            Err(e) => {
+                if e.use_stderr() {
+                    let _ = write!(stderr, "{}", e.render());
+                    return 2;
+                }
+                let _ = write!(stdout, "{}", e.render());
+                return 0;
+            }
+        };
+        let result = if cli.list_ops {
+            let _ = write!(stdout, "{}", self.registry.ops_table());
+            Ok(())
+        } else if cli.list_passes {
+            let _ = write!(stdout, "{}", self.passes.table());
+            Ok(())
+        } else if cli.list_fusion_tables {
+            let _ = write!(
+                stdout,
+                "{}",
+                ircc_passes::graph::fusion::Tables::load().render()
+            );
+            Ok(())
+        } else {
+            match &cli.command {
+                Some(Command::Run(args)) => self.run_command(args, stdout, stderr),
+                Some(Command::Import(args)) => self.import_command(args, stdout),
+                Some(Command::Stats(args)) => self.stats_command(args, stdout, stderr),
+                Some(Command::Check(args)) => self.check_command(args, stdout, stderr),
+                Some(Command::Bench(args)) => self.bench_command(args, stdout, stderr),
+                None => self.compile_command(&cli.compile, stdout, stderr),
+            }
+        };
+        match result {
+            Ok(()) => 0,
+            Err(f) => {
+                let _ = write!(stderr, "{}", f.diagnostics.render(f.source.as_deref()));
+                1
+            }
+        }
+    }
+
+    /// Reads a module — parsing IR text or importing an ONNX model — and
+    /// verifies it.
+    pub fn load(
+        &self,
+        path: &Path,
+        onnx: &OnnxArgs,
+        allow_unregistered: bool,
+    ) -> Result<Loaded, (Diagnostics, Option<String>)> {
+        let plain =
+            |m: String| -> (Diagnostics, Option<String>) { (Diagnostic::plain(m).into(), None) };
+        if is_onnx(path) {
+            let options = onnx_options(onnx).map_err(plain)?;
+            let start = std::time::Instant::now();
+            let imported = ircc_onnx::import_file(path, &self.registry, &options)
+                .map_err(|e| plain(format!("{}: {e}", path.display())))?;
+            let import_ms = start.elapsed().as_secs_f64() * 1e3;
+            verify(&imported.module, &self.registry, VerifyOptions::default())
+                .map_err(|d| (d, None))?;
+            return Ok(Loaded {
+                module: imported.module,
+                source: None,
+                weights: Some(imported.weights),
+                path: path.to_path_buf(),
+                import_ms,
+            });
+        }
+        let source = if path == Path::new("-") {
+            let mut s = String::new();
+            std::io::stdin()
+                .read_to_string(&mut s)
+                .map_err(|e| plain(format!("cannot read stdin: {e}")))?;
+            s
+        } else {
+            std::fs::read_to_string(path)
+                .map_err(|e| plain(format!("cannot read {}: {e}", path.display())))?
+        };
+        let name = path.display().to_string();
+        let module = match parse_module(&source, Some(&name)) {
+            Ok(m) => m,
+            Err(d) => return Err((d.into(), Some(source))),
+        };
+        if let Err(d) = verify(
+            &module,
+            &self.registry,
+            VerifyOptions { allow_unregistered },
+        ) {
+            return Err((d, Some(source)));
+        }
+        Ok(Loaded {
+            module,
+            source: Some(source),
+            weights: None,
+            path: path.to_path_buf(),
+            import_ms: 0.0,
+        })
+    }
+
+    /// The model `args` names, read for its pipeline.
+    pub(crate) fn load_model(&self, args: &ModelArgs) -> Result<Loaded, Failure> {
+        self.load_or_fail(
+            &args.file,
+            &args.onnx,
+            args.pipeline.allow_unregistered_dialect,
+        )
+    }
+
+    pub(crate) fn load_or_fail(
+        &self,
+        path: &Path,
+        onnx: &OnnxArgs,
+        allow_unregistered: bool,
+    ) -> Result<Loaded, Failure> {
+        self.load(path, onnx, allow_unregistered)
+            .map_err(|(diagnostics, source)| Failure {
+                diagnostics,
+                source,
+            })
+    }
+
+    /// The passes a `--pipeline`/`--passes` choice stands for.
+    pub fn pipeline_specs(&self, args: &PipelineArgs) -> Result<Vec<PassOptions>, Diagnostic> {
+        if let Some(text) = &args.passes {
+            return parse_pipeline(text).map_err(Diagnostic::plain);
+        }
+        let Some(name) = &args.pipeline else {
+            return Ok(Vec::new());
+        };
+        if let Some((_, text)) = PIPELINES.iter().find(|(n, _)| n == name) {
+            return parse_pipeline_file(text)
+                .map_err(|e| Diagnostic::plain(format!("pipeline '{name}': {e}")));
+        }
+        let path = PathBuf::from(name);
+        if path.is_file() {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| Diagnostic::plain(format!("cannot read {name}: {e}")))?;
+            return parse_pipeline_file(&text)
+                .map_err(|e| Diagnostic::plain(format!("{name}: {e}")));
+        }
+        let known: Vec<&str> = PIPELINES.iter().map(|(n, _)| *n).collect();
+        Err(Diagnostic::plain(format!(
+            "unknown pipeline '{name}' (known: {}; or give a path to a .pipeline file)",
+            known.join(", ")
+        )))
+    }
+
+    /// Runs the pipeline chosen by `args` over `module`. For the GPU
+    /// (`gpu`), `kernel.lower` ends the pipeline, in the same pass manager
+    /// so that `--print-ir-after`, `--dump-dir` and `--timing` show it; a
+    /// pipeline that already lowers gets the options `gpu` sets.
+    pub(crate) fn transform(
+        &self,
+        loaded: &mut Loaded,
+        args: &PipelineArgs,
+        gpu: Option<&KernelArgs>,
+        form: Form,
+        stderr: &mut dyn Write,
+    ) -> Outcome {
+        let mut specs = self.pipeline_specs(args)?;
+        if let Some(kernel) = gpu {
+            gpu::lower_for_gpu(&mut specs, kernel, &loaded.module)?;
+        }
+        let mut pm = PassManager::from_specs(&self.passes, &specs)?;
+        let options = RunOptions {
+            verify_each: !args.no_verify_each,
+            verify: VerifyOptions {
+                allow_unregistered: args.allow_unregistered_dialect,
+            },
+            print_after_all: args.print_ir_after_all,
+            print_after: args.print_ir_after.clone(),
+            dump_dir: args.dump_dir.clone(),
+            form,
+        };
+        let timings = pm
+            .run(&mut loaded.module, &self.registry, &options, stderr)
+            .map_err(|d| Failure {
+                diagnostics: d,
+                source: loaded.source.clone(),
+            })?;
+        if args.timing {
+            let _ = write!(stderr, "{}", timing_table(&timings));
+        }
+        Ok(())
+    }
+
+    /// Where `graph.param` values come from: an import's weights, or the
+    /// file named by the module attribute `ircc.weights` (relative to the IR file).
+    pub(crate) fn weights_env(&self, loaded: &Loaded) -> Result<Box<dyn Env>, Failure> {
+        if let Some(w) = &loaded.weights {
+            return Ok(Box::new(ircc_reference::MemoryWeights(
+                w.iter().cloned().collect::<HashMap<_, _>>(),
+            )));
+        }
+        match loaded.module.attrs.get("ircc.weights") {
+            None => Ok(Box::new(ircc_core::interp::NoWeights)),
+            Some(Attribute::String(rel)) => {
+                let base = loaded.path.parent().unwrap_or(Path::new("."));
+                let w = ircc_reference::SafetensorsWeights::open(&base.join(rel))
+                    .map_err(Diagnostic::plain)?;
+                Ok(Box::new(w))
+            }
+            Some(other) => Err(Diagnostic::plain(format!(
+                "module attribute ircc.weights must be a string, not {other}"
+            ))
+            .into()),
+        }
+    }
+}
+
+fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
+    let mut options = ircc_onnx::ImportOptions::default();
+    for spec in &args.input_shapes {
+        let (name, shape) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--input-shape '{spec}' must be NAME=DIMSxDIMS"))?;
+        let dims = shape
+            .split('x')
+            .map(|d| d.parse::<i64>().ok().filter(|&v| v >= 0))
+            .collect::<Option<Vec<_>>>()
+            .ok_or_else(|| {
+                format!("--input-shape '{spec}': '{shape}' is not a shape like 1x3x224x224")
+            })?;
+        options.input_shapes.insert(name.to_string(), dims);
+    }
+    Ok(options)
 }

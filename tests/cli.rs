@@ -1,10 +1,12 @@
 //! Driver options whose output is not byte-stable (timings) or that write
 //! files, and verification after a broken pass.
 
+mod common;
+
+use common::{ircc, root, scratch_dir};
 use ircc_core::Module;
 use ircc_core::diag::Diagnostics;
 use ircc_core::pass::{Pass, PassContext};
-use ircc_tests::{ircc, root, scratch_dir};
 
 fn example() -> String {
     root()

@@ -1,8 +1,10 @@
 //! `ircc run`: a module with weights in .safetensors, inputs and outputs
 //! as .npy, and the errors a user can make.
 
+mod common;
+
+use common::{ircc, scratch_dir};
 use ircc_core::{ElemType, Tensor};
-use ircc_tests::{ircc, scratch_dir};
 use ndarray::{ArrayD, IxDyn};
 use safetensors::{Dtype, tensor::TensorView};
 
@@ -22,7 +24,7 @@ fn f32_bytes(v: &[f32]) -> Vec<u8> {
     v.iter().flat_map(|x| x.to_le_bytes()).collect()
 }
 
-fn setup(name: &str) -> ircc_tests::Scratch {
+fn setup(name: &str) -> common::Scratch {
     let dir = scratch_dir(name);
     std::fs::write(dir.join("model.ir"), MODEL).unwrap();
     let w = f32_bytes(&[1.0, 2.0, 3.0, 4.0]);

@@ -3,6 +3,8 @@
 //! `smartmem`, and each pipeline launches no more kernels than the one
 //! before it.
 
+mod common;
+
 use ircc_core::pass::{PassManager, PassRegistry, RunOptions, parse_pipeline_file};
 use ircc_core::{Module, Tensor};
 
@@ -11,7 +13,7 @@ fn pipeline(m: &mut Module, name: &str) {
     let mut passes = PassRegistry::new();
     ircc_passes::register_all(&mut passes);
     let text =
-        std::fs::read_to_string(ircc_tests::root().join(format!("spec/pipelines/{name}.pipeline")))
+        std::fs::read_to_string(common::root().join(format!("spec/pipelines/{name}.pipeline")))
             .unwrap();
     let mut pm = PassManager::from_specs(&passes, &parse_pipeline_file(&text).unwrap()).unwrap();
     pm.run(m, &registry, &RunOptions::default(), &mut std::io::sink())
@@ -33,7 +35,7 @@ fn kernels(m: &Module) -> usize {
 #[test]
 fn pipelines_keep_results_and_cut_kernels() {
     let registry = ircc_dialects::registry().unwrap();
-    let root = ircc_tests::root();
+    let root = common::root();
     let mut checked = 0;
     for name in [
         "bert_l2_w64",

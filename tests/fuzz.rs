@@ -4,6 +4,8 @@
 //! none may panic. Run longer with `PROPTEST_CASES=100000 cargo test
 //! -p ircc-tests --test fuzz`.
 
+mod common;
+
 use ircc_core::interp::NoWeights;
 use ircc_core::pass::{Pass, PassContext};
 use ircc_core::verify::{VerifyOptions, verify};
@@ -79,7 +81,7 @@ const TOKENS: &[&str] = &[
 ];
 
 fn corpus() -> Vec<String> {
-    let dir = ircc_tests::root().join("tests/fuzz/corpus");
+    let dir = common::root().join("tests/fuzz/corpus");
     let mut files: Vec<_> = std::fs::read_dir(&dir)
         .unwrap()
         .flatten()

@@ -8,16 +8,18 @@
 //! Without a Vulkan adapter the run test fails when `IRCC_REQUIRE_GPU` is
 //! set (CI sets it) and is reported as skipped otherwise.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 
-use ircc_tests::{ircc, root, scratch_dir};
+use common::{ircc, root, scratch_dir};
 
 const PIPELINES: [&str; 3] = ["none", "dnnfusion", "smartmem"];
 
 fn models() -> Vec<(String, PathBuf)> {
-    ircc_tests::SHARED_MODELS
+    common::SHARED_MODELS
         .iter()
-        .filter_map(|&n| match ircc_tests::find_model(n) {
+        .filter_map(|&n| match common::find_model(n) {
             Some(p) => Some((n.to_string(), p)),
             None => {
                 assert!(
@@ -97,7 +99,7 @@ fn max_relative(got: &Path, want: &Path) -> f64 {
 
 #[test]
 fn models_run_on_wgpu_and_match() {
-    if !ircc_tests::gpu_available() {
+    if !common::gpu_available() {
         eprintln!("0 passed, 0 failed, 80 skipped (no GPU adapter)");
         return;
     }
@@ -181,9 +183,9 @@ fn kernel_ir_prints_and_parses_back() {
 #[test]
 fn kernel_filetest_shaders_pass_naga() {
     let mut shaders = 0;
-    for file in ircc_tests::ir_files("tests/ir/kernel") {
+    for file in common::ir_files("tests/ir/kernel") {
         let source = std::fs::read_to_string(&file).unwrap();
-        for args in ircc_tests::run_lines(&source) {
+        for args in common::run_lines(&source) {
             if !args.iter().any(|a| a == "wgsl") {
                 continue;
             }

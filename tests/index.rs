@@ -1,6 +1,8 @@
 //! The tensor-index level: layout ops become views whose composed,
 //! simplified maps compute exactly what the ops did.
 
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 
@@ -37,7 +39,7 @@ fn count(m: &Module, names: &[&str]) -> usize {
 #[test]
 fn shared_models_lose_their_layout_ops_but_not_their_results() {
     let registry = ircc_dialects::registry().unwrap();
-    let root = ircc_tests::root();
+    let root = common::root();
     let mut checked = 0;
     for name in [
         "bert_l2_w64",

@@ -1,6 +1,8 @@
 //! The reference interpreter against values computed independently: the
 //! examples of ONNX's operator documentation, and naive loop nests.
 
+mod common;
+
 use ircc_core::interp::NoWeights;
 use ircc_core::{ElemType, Tensor, parse_module};
 use ndarray::{ArrayD, IxDyn};
@@ -53,7 +55,7 @@ fn assert_close(got: &Tensor, want: &[f64], tol: f64) {
 fn every_spec_op_has_its_hooks_and_a_shape_filetest() {
     let registry = ircc_dialects::registry().expect("specs and hooks agree");
     let mut filetests = String::new();
-    for f in ircc_tests::ir_files("tests/ir/graph") {
+    for f in common::ir_files("tests/ir/graph") {
         filetests += &std::fs::read_to_string(f).unwrap();
     }
     for (name, def) in &registry.ops {

@@ -3,7 +3,9 @@
 //! and after it, `kernel.lower` included (the kernel interpreter runs each
 //! `kernel.launch`), and the results agree within check's tolerance.
 
-use ircc_tests::{SHARED_MODELS, find_model, ircc};
+mod common;
+
+use common::{SHARED_MODELS, find_model, ircc};
 
 #[test]
 fn shared_models_check_through_kernel_lower() {
@@ -33,7 +35,7 @@ fn shared_models_check_through_kernel_lower() {
 
 #[test]
 fn kernel_ir_runs_in_the_interpreter() {
-    let dir = ircc_tests::scratch_dir("kernel-run");
+    let dir = common::scratch_dir("kernel-run");
     let input = dir.join("x.npy");
     let x: Vec<f32> = (0..64).map(|i| i as f32 - 20.0).collect();
     ircc_reference::write_npy(
@@ -48,7 +50,7 @@ fn kernel_ir_runs_in_the_interpreter() {
         ),
     )
     .unwrap();
-    let file = ircc_tests::root().join("tests/ir/kernel/roundtrip.ir");
+    let file = common::root().join("tests/ir/kernel/roundtrip.ir");
     let out = ircc(&[
         "run",
         &file.to_string_lossy(),

@@ -2,7 +2,9 @@
 //! fires (the IR changes as the rule says), and the interpreter finds no
 //! counterexample on random data (`ircc check`).
 
-use ircc_tests::{ircc, scratch_dir};
+mod common;
+
+use common::{ircc, scratch_dir};
 
 /// (rule, IR body over %a, %b, %c: tensor<8x16xf32>, %d: 8x64, %m: 64x4, what the result contains)
 const CASES: &[(&str, &str, &str, &str)] = &[

@@ -8,10 +8,12 @@
 //! `.ci/run`). Without it the test says so and fails if IRCC_REQUIRE_MLIR
 //! is set, as it is in CI.
 
+mod common;
+
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use ircc_tests::{ir_files, ircc, relative, run_args, scratch_dir};
+use common::{ir_files, ircc, relative, run_args, scratch_dir};
 
 fn mlir_opt(args: &[&str], input: &str) -> Result<String, String> {
     let mut child = Command::new("mlir-opt-22")
@@ -51,7 +53,7 @@ fn generic_form_is_accepted_by_mlir_opt() {
         );
         return;
     }
-    std::env::set_current_dir(ircc_tests::root()).unwrap();
+    std::env::set_current_dir(common::root()).unwrap();
     let dir = scratch_dir("mlir");
     let mut files = ir_files("examples");
     files.extend(ir_files("tests/ir"));

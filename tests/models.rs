@@ -5,6 +5,8 @@
 //! Models are read from `tests/models/` (the smaller ones, kept in the
 //! repository) or `../shared/models/`.
 
+mod common;
+
 use ircc_core::{Module, Type};
 use ircc_onnx::ImportOptions;
 
@@ -24,8 +26,8 @@ fn shared_models_match_onnxruntime() {
     let registry = ircc_dialects::registry().unwrap();
     let (mut passed, mut skipped) = (0, 0);
     let mut sizes = std::collections::HashMap::new();
-    for name in ircc_tests::SHARED_MODELS {
-        let Some(path) = ircc_tests::find_model(name) else {
+    for name in common::SHARED_MODELS {
+        let Some(path) = common::find_model(name) else {
             assert!(
                 std::env::var_os("IRCC_REQUIRE_ONNX_TESTS").is_none(),
                 "{name}.onnx not found"
@@ -66,7 +68,7 @@ fn shared_models_match_onnxruntime() {
         }
         passed += 1;
     }
-    for pair in ircc_tests::SHARED_MODELS.chunks(2) {
+    for pair in common::SHARED_MODELS.chunks(2) {
         if let (Some(&ts), Some(&dy)) = (sizes.get(pair[0]), sizes.get(pair[1])) {
             assert!(
                 ts as f64 <= dy as f64 * 1.1,

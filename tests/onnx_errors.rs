@@ -3,8 +3,10 @@
 //! operators, unsupported attribute values, mismatched shapes. The importer
 //! is also fuzzed with mutations of a real model.
 
+mod common;
+
+use common::{ircc, root, scratch_dir};
 use ircc_onnx::proto::*;
-use ircc_tests::{ircc, root, scratch_dir};
 use proptest::prelude::*;
 use prost::Message;
 

@@ -12,6 +12,8 @@
 //! `IRCC_UPDATE_ONNX_PASSLIST=1` rewrites both lists; the per-case tables
 //! go to `target/onnx-node-report.tsv` and `target/onnx-node-wgpu-report.tsv`.
 
+mod common;
+
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
@@ -233,7 +235,7 @@ fn run_on_interpreter(dir: &Path, registry: &ircc_core::Registry) -> Result<Pass
 fn suite_dir() -> PathBuf {
     std::env::var_os("IRCC_ONNX_NODE_TESTS")
         .map(PathBuf::from)
-        .unwrap_or_else(|| ircc_tests::root().join("target/onnx-node-tests/node"))
+        .unwrap_or_else(|| common::root().join("target/onnx-node-tests/node"))
 }
 
 #[test]
@@ -259,7 +261,7 @@ fn onnx_node_tests() {
     cases.sort();
     let registry = ircc_dialects::registry().unwrap();
     let driver = ircc::Driver::new().unwrap();
-    let gpu = ircc_tests::gpu_available().then_some(&driver);
+    let gpu = common::gpu_available().then_some(&driver);
     let mut interpreter = Tally::new("onnx node tests", "passing.txt", "onnx-node-report.tsv");
     let mut wgpu = Tally::new(
         "onnx node tests on wgpu (smartmem, f32)",
@@ -332,7 +334,7 @@ impl Tally {
 
     /// Prints the counts and returns the listed cases that did not pass.
     fn finish(&self) -> Vec<String> {
-        let root = ircc_tests::root();
+        let root = common::root();
         let report = root.join("target").join(self.report);
         std::fs::write(&report, &self.table).unwrap();
         let list_path = root.join("tests/onnx").join(self.list);

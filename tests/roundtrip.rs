@@ -2,6 +2,8 @@
 //! a fixed point, in both forms, for random modules and for every file in
 //! the repository.
 
+mod common;
+
 use ircc_core::ir::OpBuilder;
 use ircc_core::{
     AffineExpr, AffineMap, Attribute, Attributes, DenseAttr, DenseValues, ElemType, Form, Module,
@@ -265,8 +267,8 @@ proptest! {
 
 #[test]
 fn every_repository_file_round_trips() {
-    let mut files = ircc_tests::ir_files("tests/ir");
-    files.extend(ircc_tests::ir_files("examples"));
+    let mut files = common::ir_files("tests/ir");
+    files.extend(common::ir_files("examples"));
     let mut checked = 0;
     for path in files {
         let source = std::fs::read_to_string(&path).unwrap();

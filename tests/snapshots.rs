@@ -4,12 +4,14 @@
 //! Adding a case is adding a file; `cargo insta review` accepts new or
 //! changed output.
 
-use ircc_tests::{ircc, relative, run_lines};
+mod common;
+
+use common::{ircc, relative, run_lines};
 
 #[test]
 fn ir_filetests() {
     // The driver resolves relative paths against the working directory.
-    std::env::set_current_dir(ircc_tests::root()).unwrap();
+    std::env::set_current_dir(common::root()).unwrap();
     insta::glob!("ir/**/*.ir", |path| {
         let source = std::fs::read_to_string(path).unwrap();
         let file = relative(path);

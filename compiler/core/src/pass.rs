@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use indexmap::IndexMap;
 
 use crate::diag::{Diagnostic, Diagnostics};
-use crate::ir::Module;
+use crate::ir::{BlockId, Module};
 use crate::print::{Form, print_module};
 use crate::registry::Registry;
 use crate::verify::{VerifyOptions, verify};
@@ -25,6 +25,33 @@ pub struct PassContext<'a> {
 pub trait Pass {
     fn name(&self) -> &str;
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics>;
+}
+
+/// A pass that rewrites one function body at a time, as MLIR's passes
+/// anchored on `func.func`: it runs on the body of every function.
+pub trait FunctionPass {
+    fn name(&self) -> &str;
+    fn run_on_function(
+        &mut self,
+        module: &mut Module,
+        body: BlockId,
+        ctx: &PassContext,
+    ) -> Result<(), Diagnostics>;
+}
+
+impl<P: FunctionPass> Pass for P {
+    fn name(&self) -> &str {
+        FunctionPass::name(self)
+    }
+
+    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
+        for f in module.functions() {
+            if let Some(body) = module.entry_block(f) {
+                self.run_on_function(module, body, ctx)?;
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A pass's options, as written: `canonicalize{max-elements=1024}`.

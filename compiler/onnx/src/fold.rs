@@ -5,8 +5,8 @@
 use ircc_core::{ElemType, Tensor, TensorData};
 use ndarray::{ArrayD, IxDyn};
 
+use crate::attrs::Attrs;
 use crate::import::{Importer, Val, i64s};
-use crate::ops::Attrs;
 use crate::proto::NodeProto;
 use crate::tensor::to_tensor;
 use crate::{ImportError, Result};

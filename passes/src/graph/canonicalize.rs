@@ -12,7 +12,7 @@ use ircc_core::builtin::FuncOp;
 use ircc_core::diag::Diagnostics;
 use ircc_core::interp::NoWeights;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
-use ircc_core::pass::{Pass, PassContext};
+use ircc_core::pass::{FunctionPass, PassContext};
 use ircc_core::{Attribute, Diagnostic, Module, OpId, Registry, Tensor, Type};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::index::IndexOp;
@@ -159,25 +159,24 @@ impl Canonicalize {
     }
 }
 
-impl Pass for Canonicalize {
+impl FunctionPass for Canonicalize {
     fn name(&self) -> &str {
         CanonicalizeOptions::NAME
     }
 
-    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
-        for f in module.functions() {
-            let Some(body) = module.entry_block(f) else {
-                continue;
-            };
-            loop {
-                let folded = self.fold(module, ctx.registry, body)?;
-                let merged = self.cse(module, body);
-                let removed = self.dce(module, body);
-                if !(folded || merged || removed) {
-                    break;
-                }
+    fn run_on_function(
+        &mut self,
+        module: &mut Module,
+        body: BlockId,
+        ctx: &PassContext,
+    ) -> Result<(), Diagnostics> {
+        loop {
+            let folded = self.fold(module, ctx.registry, body)?;
+            let merged = self.cse(module, body);
+            let removed = self.dce(module, body);
+            if !(folded || merged || removed) {
+                return Ok(());
             }
         }
-        Ok(())
     }
 }

@@ -18,8 +18,8 @@ use egg::{
     RecExpr, Rewrite, Runner, Subst, Symbol, Var, define_language,
 };
 use ircc_core::diag::Diagnostics;
-use ircc_core::ir::{OpBuilder, ValueId};
-use ircc_core::pass::{Pass, PassContext};
+use ircc_core::ir::{BlockId, OpBuilder, ValueId};
+use ircc_core::pass::{FunctionPass, PassContext};
 use ircc_core::{
     Attribute, DenseAttr, DenseValues, Diagnostic, ElemType, Module, OpId, TensorType, Type,
 };
@@ -525,88 +525,88 @@ fn val(values: &[Option<ValueId>], id: Id) -> Result<ValueId, String> {
     values[usize::from(id)].ok_or_else(|| "an attribute leaf used as a value".to_string())
 }
 
-impl Pass for MathRewrite {
+impl FunctionPass for MathRewrite {
     fn name(&self) -> &str {
         crate::decl::GraphMathRewriteOptions::NAME
     }
 
-    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
-        for f in module.functions() {
-            let Some(body) = module.entry_block(f) else {
+    fn run_on_function(
+        &mut self,
+        module: &mut Module,
+        body: BlockId,
+        ctx: &PassContext,
+    ) -> Result<(), Diagnostics> {
+        // Roots: algebraic values read by something outside the algebra.
+        let roots: Vec<OpId> = module.blocks[body]
+            .ops
+            .iter()
+            .copied()
+            .filter(|&op| algebraic(module, op))
+            .filter(|&op| {
+                module
+                    .value(module.op(op).results[0])
+                    .uses
+                    .iter()
+                    .any(|u| !algebraic(module, u.op))
+            })
+            .collect();
+        for root in roots {
+            let result = module.op(root).results[0];
+            let mut expr = RecExpr::default();
+            let mut leaves = HashMap::new();
+            term(module, result, &mut expr, &mut leaves);
+            if expr.as_ref().len() < 3 {
+                continue;
+            }
+            let shapes = Shapes {
+                leaves: leaves.iter().map(|(s, (_, sh))| (*s, sh.clone())).collect(),
+            };
+            let runner = Runner::default()
+                .with_egraph(Graph::new(shapes))
+                .with_expr(&expr)
+                .with_iter_limit(8)
+                .with_node_limit(5_000)
+                .with_time_limit(std::time::Duration::from_secs(3600))
+                .run(&self.rules);
+            let root_class = runner.egraph.find(runner.roots[0]);
+            let extractor = Extractor::new(&runner.egraph, Flops(&runner.egraph));
+            let (best_cost, best) = extractor.find_best(root_class);
+            // The cost of the term as it is: Flops reads operand shapes
+            // from the e-graph, so each node is costed with its
+            // children's e-classes, not their positions in `expr`.
+            let Some(class_of) = runner.egraph.lookup_expr_ids(&expr) else {
                 continue;
             };
-            // Roots: algebraic values read by something outside the algebra.
-            let roots: Vec<OpId> = module.blocks[body]
-                .ops
-                .iter()
-                .copied()
-                .filter(|&op| algebraic(module, op))
-                .filter(|&op| {
-                    module
-                        .value(module.op(op).results[0])
-                        .uses
-                        .iter()
-                        .any(|u| !algebraic(module, u.op))
-                })
-                .collect();
-            for root in roots {
-                let result = module.op(root).results[0];
-                let mut expr = RecExpr::default();
-                let mut leaves = HashMap::new();
-                term(module, result, &mut expr, &mut leaves);
-                if expr.as_ref().len() < 3 {
-                    continue;
-                }
-                let shapes = Shapes {
-                    leaves: leaves.iter().map(|(s, (_, sh))| (*s, sh.clone())).collect(),
-                };
-                let runner = Runner::default()
-                    .with_egraph(Graph::new(shapes))
-                    .with_expr(&expr)
-                    .with_iter_limit(8)
-                    .with_node_limit(5_000)
-                    .with_time_limit(std::time::Duration::from_secs(3600))
-                    .run(&self.rules);
-                let root_class = runner.egraph.find(runner.roots[0]);
-                let extractor = Extractor::new(&runner.egraph, Flops(&runner.egraph));
-                let (best_cost, best) = extractor.find_best(root_class);
-                // The cost of the term as it is: Flops reads operand shapes
-                // from the e-graph, so each node is costed with its
-                // children's e-classes, not their positions in `expr`.
-                let Some(class_of) = runner.egraph.lookup_expr_ids(&expr) else {
-                    continue;
-                };
-                let mut original = Flops(&runner.egraph);
-                let mut tree_cost: Vec<f64> = Vec::new();
-                for n in expr.as_ref() {
-                    let children: HashMap<Id, f64> = n
-                        .children()
-                        .iter()
-                        .map(|&c| (class_of[usize::from(c)], tree_cost[usize::from(c)]))
-                        .collect();
-                    let in_classes = n.clone().map_children(|c| class_of[usize::from(c)]);
-                    tree_cost.push(original.cost(&in_classes, |id| children[&id]));
-                }
-                if best_cost >= *tree_cost.last().unwrap_or(&0.0) {
-                    continue;
-                }
-                let elem = module
-                    .value_type(result)
-                    .as_tensor()
-                    .map_or(ElemType::F32, |t| t.elem);
-                let new = build(module, ctx, &best, &leaves, elem, root).map_err(|e| {
-                    Diagnostic::error(module.op(root).loc.clone(), format!("math rewrite: {e}"))
-                })?;
-                if module.value_type(new) != module.value_type(result) {
-                    return Err(Diagnostic::error(
-                        module.op(root).loc.clone(),
-                        "math rewrite changed a type",
-                    )
-                    .into());
-                }
-                module.values[new].name = module.value(result).name.clone();
-                module.replace_all_uses(result, new);
+            let mut original = Flops(&runner.egraph);
+            let mut tree_cost: Vec<f64> = Vec::new();
+            for n in expr.as_ref() {
+                let children: HashMap<Id, f64> = n
+                    .children()
+                    .iter()
+                    .map(|&c| (class_of[usize::from(c)], tree_cost[usize::from(c)]))
+                    .collect();
+                let in_classes = n.clone().map_children(|c| class_of[usize::from(c)]);
+                tree_cost.push(original.cost(&in_classes, |id| children[&id]));
             }
+            if best_cost >= *tree_cost.last().unwrap_or(&0.0) {
+                continue;
+            }
+            let elem = module
+                .value_type(result)
+                .as_tensor()
+                .map_or(ElemType::F32, |t| t.elem);
+            let new = build(module, ctx, &best, &leaves, elem, root).map_err(|e| {
+                Diagnostic::error(module.op(root).loc.clone(), format!("math rewrite: {e}"))
+            })?;
+            if module.value_type(new) != module.value_type(result) {
+                return Err(Diagnostic::error(
+                    module.op(root).loc.clone(),
+                    "math rewrite changed a type",
+                )
+                .into());
+            }
+            module.values[new].name = module.value(result).name.clone();
+            module.replace_all_uses(result, new);
         }
         Ok(())
     }

@@ -8,8 +8,8 @@
 //! cannot say) and gathers of data-dependent or irregular indices.
 
 use ircc_core::diag::Diagnostics;
-use ircc_core::ir::OpBuilder;
-use ircc_core::pass::{Pass, PassContext};
+use ircc_core::ir::{BlockId, OpBuilder};
+use ircc_core::pass::{FunctionPass, Pass, PassContext};
 use ircc_core::{AffineMap, Attribute, Module, OpId, Tensor, Type};
 use ircc_dialects::graph::ops::DepthToSpaceMode;
 use ircc_dialects::graph::{self, GraphOp};
@@ -106,40 +106,39 @@ pub fn lower_to_view(module: &mut Module, ctx: &PassContext, op: OpId) -> bool {
     true
 }
 
-/// Erases views that nothing reads any more (their reader became a view).
-pub fn remove_dead_views(module: &mut Module) {
-    for f in module.functions() {
-        let Some(body) = module.entry_block(f) else {
-            continue;
-        };
-        for op in module.blocks[body].ops.clone().into_iter().rev() {
-            if is_view(module, op)
-                && module
-                    .op(op)
-                    .results
-                    .iter()
-                    .all(|&r| module.value(r).uses.is_empty())
-            {
-                module.erase_op(op);
-            }
+/// Erases the views of `body` that nothing reads any more (their reader
+/// became a view).
+pub fn remove_dead_views(module: &mut Module, body: BlockId) {
+    for op in module.blocks[body].ops.clone().into_iter().rev() {
+        if is_view(module, op)
+            && module
+                .op(op)
+                .results
+                .iter()
+                .all(|&r| module.value(r).uses.is_empty())
+        {
+            module.erase_op(op);
         }
     }
 }
 
-impl Pass for LowerLayoutOps {
+impl FunctionPass for LowerLayoutOps {
     fn name(&self) -> &str {
         crate::decl::IndexLowerLayoutOpsOptions::NAME
     }
 
-    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
+    fn run_on_function(
+        &mut self,
+        module: &mut Module,
+        body: BlockId,
+        ctx: &PassContext,
+    ) -> Result<(), Diagnostics> {
         let mut ops = Vec::new();
-        module.walk(|op| ops.push(op));
+        module.walk_block(body, &mut |op| ops.push(op));
         for op in ops {
-            if module.op(op).parent.is_some() {
-                lower_to_view(module, ctx, op);
-            }
+            lower_to_view(module, ctx, op);
         }
-        remove_dead_views(module);
+        remove_dead_views(module, body);
         Ok(())
     }
 }

@@ -27,7 +27,6 @@ mod upsample;
 mod values;
 
 use crate::decl::{KernelLowerOptions, KernelLowerPrecision};
-use ircc_core::builtin::FuncOp;
 use ircc_core::diag::{Diagnostic, Diagnostics};
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::{Pass, PassContext};
@@ -262,9 +261,6 @@ impl Pass for KernelLower {
             textures: self.textures.then(Default::default),
         };
         for f in module.functions() {
-            if FuncOp::of(module, f) != Some(FuncOp::Func) {
-                continue;
-            }
             lower_function(module, &mut lowering, f).map_err(|d| Diagnostics(vec![d]))?;
         }
         Ok(())

@@ -5,9 +5,9 @@
 //! (concat, pad) stays.
 
 use ircc_core::diag::Diagnostics;
-use ircc_core::pass::{Pass, PassContext};
+use ircc_core::pass::{FunctionPass, PassContext};
 use ircc_core::registry::LayoutClass;
-use ircc_core::{Module, OpId};
+use ircc_core::{BlockId, Module, OpId};
 use ircc_dialects::graph::GraphOp;
 
 use super::classify;
@@ -68,23 +68,23 @@ impl Default for EliminateLayoutOps {
     }
 }
 
-impl Pass for EliminateLayoutOps {
+impl FunctionPass for EliminateLayoutOps {
     fn name(&self) -> &str {
         crate::decl::GraphEliminateLayoutOpsOptions::NAME
     }
 
-    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
-        for f in module.functions() {
-            let Some(body) = module.entry_block(f) else {
-                continue;
-            };
-            for op in module.blocks[body].ops.clone() {
-                if GraphOp::of(module, op).is_some() && self.eliminated(module, ctx, op) {
-                    lower_to_view(module, ctx, op);
-                }
+    fn run_on_function(
+        &mut self,
+        module: &mut Module,
+        body: BlockId,
+        ctx: &PassContext,
+    ) -> Result<(), Diagnostics> {
+        for op in module.blocks[body].ops.clone() {
+            if GraphOp::of(module, op).is_some() && self.eliminated(module, ctx, op) {
+                lower_to_view(module, ctx, op);
             }
         }
-        remove_dead_views(module);
+        remove_dead_views(module, body);
         Ok(())
     }
 }

@@ -15,7 +15,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use crate::decl::GraphFuseOptions;
 use ircc_core::diag::Diagnostics;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
-use ircc_core::pass::{Pass, PassContext};
+use ircc_core::pass::{FunctionPass, PassContext};
 use ircc_core::registry::MappingType;
 use ircc_core::{Attribute, Module, OpId, Type};
 use ircc_dialects::graph::GraphOp;
@@ -452,22 +452,22 @@ fn sort_topologically(module: &mut Module, block: BlockId) {
     }
 }
 
-impl Pass for Fuse {
+impl FunctionPass for Fuse {
     fn name(&self) -> &str {
         GraphFuseOptions::NAME
     }
 
-    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
-        for f in module.functions() {
-            let Some(body) = module.entry_block(f) else {
-                continue;
-            };
-            let groups = self.plan(module, ctx, body);
-            for g in &groups {
-                outline(module, body, g);
-            }
-            sort_topologically(module, body);
+    fn run_on_function(
+        &mut self,
+        module: &mut Module,
+        body: BlockId,
+        ctx: &PassContext,
+    ) -> Result<(), Diagnostics> {
+        let groups = self.plan(module, ctx, body);
+        for g in &groups {
+            outline(module, body, g);
         }
+        sort_topologically(module, body);
         Ok(())
     }
 }

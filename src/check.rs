@@ -7,54 +7,10 @@ use std::io::Write;
 
 use ircc_core::pass::{PassManager, RunOptions};
 use ircc_core::verify::VerifyOptions;
-use ircc_core::{Diagnostic, ElemType, Form, Module, Tensor, Type};
-use ndarray::{ArrayD, IxDyn};
+use ircc_core::{Diagnostic, Form, Tensor};
 
+use crate::inputs::random_inputs;
 use crate::{CheckArgs, Driver, Failure, Loaded, Outcome};
-
-/// Seeded inputs: floats in [-1, 1), integers in [0, 4), random booleans.
-pub(crate) fn random_inputs(module: &Module, seed: u64) -> Result<Vec<Tensor>, Diagnostic> {
-    let f = module
-        .lookup_symbol("main")
-        .ok_or_else(|| Diagnostic::plain("no function '@main'"))?;
-    let entry = module
-        .entry_block(f)
-        .ok_or_else(|| Diagnostic::plain("'@main' has no body"))?;
-    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
-    let mut next = move || {
-        state ^= state << 13;
-        state ^= state >> 7;
-        state ^= state << 17;
-        (state >> 11) as f64 / (1u64 << 53) as f64
-    };
-    module.blocks[entry]
-        .args
-        .iter()
-        .map(|&a| {
-            let Type::Tensor(t) = module.value_type(a) else {
-                return Err(Diagnostic::plain("check needs tensor inputs"));
-            };
-            let shape = IxDyn(&t.shape.iter().map(|&d| d as usize).collect::<Vec<_>>());
-            let n = t.num_elements() as usize;
-            Ok(match t.elem {
-                e if e.is_float() => Tensor::float(
-                    e,
-                    ArrayD::from_shape_vec(shape, (0..n).map(|_| next() * 2.0 - 1.0).collect())
-                        .expect("sized"),
-                ),
-                ElemType::I1 => Tensor::bool(
-                    ArrayD::from_shape_vec(shape, (0..n).map(|_| next() < 0.5).collect())
-                        .expect("sized"),
-                ),
-                e => Tensor::int(
-                    e,
-                    ArrayD::from_shape_vec(shape, (0..n).map(|_| (next() * 4.0) as i64).collect())
-                        .expect("sized"),
-                ),
-            })
-        })
-        .collect()
-}
 
 /// The largest difference between two results, relative to the scale of
 /// the expected one (its largest magnitude, at least 1).

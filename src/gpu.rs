@@ -316,9 +316,9 @@ impl Driver {
         let func = main_function(&loaded.module)?;
         let names = ircc_reference::input_names(&loaded.module, func);
         let inputs = if args.inputs.is_empty() {
-            crate::check::random_inputs(&loaded.module, 0)?
+            crate::inputs::random_inputs(&loaded.module, 0)?
         } else {
-            crate::commands::read_inputs(&args.inputs, &names)?
+            crate::inputs::read_inputs(&args.inputs, &names)?
         };
         let mut session = session(self, &loaded)?;
         let timing = session

@@ -1,12 +1,12 @@
 //! The subcommands: compile (the default), run, import, stats.
 
 use std::io::Write;
-use std::path::Path;
 use std::time::Instant;
 
-use ircc_core::{Attribute, Diagnostic, Form, Tensor, print_module};
+use ircc_core::{Attribute, Diagnostic, Form, print_module};
 
 use crate::figures::{self, graph_op_count};
+use crate::inputs::read_inputs;
 
 use crate::{
     Backend, CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err,
@@ -227,44 +227,4 @@ impl Driver {
         line(stdout, "compile (ms)", &|_, ms| format!("{ms:.1}"));
         Ok(())
     }
-}
-
-pub(crate) fn read_inputs(specs: &[String], names: &[String]) -> Result<Vec<Tensor>, Failure> {
-    let mut slots: Vec<Option<Tensor>> = vec![None; names.len()];
-    let mut next_positional = 0;
-    for spec in specs {
-        let (index, path) = match spec.split_once('=') {
-            Some((name, path)) => {
-                let i = names.iter().position(|n| n == name).ok_or_else(|| {
-                    Diagnostic::plain(format!(
-                        "no input named '{name}' (inputs: {})",
-                        names.join(", ")
-                    ))
-                })?;
-                (i, path)
-            }
-            None => {
-                let i = next_positional;
-                next_positional += 1;
-                (i, spec.as_str())
-            }
-        };
-        if index >= names.len() {
-            return Err(Diagnostic::plain(format!(
-                "too many inputs: the function takes {}",
-                names.len()
-            ))
-            .into());
-        }
-        slots[index] = Some(ircc_reference::read_npy(Path::new(path)).map_err(Diagnostic::plain)?);
-    }
-    slots
-        .into_iter()
-        .zip(names)
-        .map(|(t, n)| {
-            t.ok_or_else(|| {
-                Diagnostic::plain(format!("missing input '{n}' (give --input {n}=PATH.npy)")).into()
-            })
-        })
-        .collect()
 }

@@ -1,0 +1,148 @@
+//! Helpers shared by ircc's integration tests in `tests/` (and the
+//! benchmarks). Each test binary compiles this module and uses a part of
+//! it, hence the allowance for the rest.
+
+#![allow(dead_code)]
+
+use std::path::{Path, PathBuf};
+
+/// What one `ircc` invocation printed.
+pub struct Output {
+    pub code: i32,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+/// Runs the `ircc` command line in-process.
+pub fn ircc(args: &[&str]) -> Output {
+    let driver = ircc::Driver::new().expect("the stock driver builds");
+    let mut argv = vec!["ircc"];
+    argv.extend_from_slice(args);
+    let (mut out, mut err) = (Vec::new(), Vec::new());
+    let code = driver.run_cli(argv, &mut out, &mut err);
+    Output {
+        code,
+        stdout: String::from_utf8_lossy(&out).into_owned(),
+        stderr: String::from_utf8_lossy(&err).into_owned(),
+    }
+}
+
+/// The repository root (the root package's directory).
+pub fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every `.ir` file under `dir` (relative to the root), sorted.
+pub fn ir_files(dir: &str) -> Vec<PathBuf> {
+    let mut files = Vec::new();
+    collect(&root().join(dir), &mut files);
+    files.sort();
+    files
+}
+
+fn collect(dir: &Path, files: &mut Vec<PathBuf>) {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        if p.is_dir() {
+            collect(&p, files);
+        } else if p.extension().is_some_and(|x| x == "ir") {
+            files.push(p);
+        }
+    }
+}
+
+/// The arguments on a snapshot file's first line, `// RUN: ARGS`.
+pub fn run_args(source: &str) -> Option<Vec<String>> {
+    run_lines(source).into_iter().next()
+}
+
+/// The command lines of every `// RUN:` line that opens a filetest (one
+/// or more, each run on the file).
+pub fn run_lines(source: &str) -> Vec<Vec<String>> {
+    source
+        .lines()
+        .map_while(|l| l.strip_prefix("// RUN:"))
+        .map(|l| l.split_whitespace().map(str::to_string).collect())
+        .collect()
+}
+
+/// A path relative to the root, with `/` separators, for stable output.
+pub fn relative(path: &Path) -> String {
+    path.strip_prefix(root())
+        .unwrap_or(path)
+        .to_string_lossy()
+        .replace('\\', "/")
+}
+
+/// A fresh, empty directory for one test, removed when dropped.
+pub struct Scratch(tempfile::TempDir);
+
+impl std::ops::Deref for Scratch {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        self.0.path()
+    }
+}
+
+pub fn scratch_dir(name: &str) -> Scratch {
+    Scratch(
+        tempfile::Builder::new()
+            .prefix(&format!("ircc-{name}-"))
+            .tempdir()
+            .expect("create a scratch directory"),
+    )
+}
+
+/// The shared networks, each with its torchscript and dynamo export.
+pub const SHARED_MODELS: [&str; 8] = [
+    "bert_l2_w64",
+    "bert_l2_w64_dynamo",
+    "vit_l4_w64",
+    "vit_l4_w64_dynamo",
+    "convnext_w16",
+    "convnext_w16_dynamo",
+    "swin_t_w24",
+    "swin_t_w24_dynamo",
+];
+
+/// `NAME.onnx` from `tests/models/` (the smaller models, kept in the
+/// repository) or `../shared/models/`.
+pub fn find_model(name: &str) -> Option<PathBuf> {
+    [root().join("tests/models"), root().join("../shared/models")]
+        .into_iter()
+        .map(|d| d.join(format!("{name}.onnx")))
+        .find(|p| p.exists())
+}
+
+/// Whether wgpu finds an adapter here (the tiny MLP runs on it). Without
+/// one this fails when `IRCC_REQUIRE_GPU` is set (CI sets it), so a GPU
+/// test cannot pass by skipping there.
+pub fn gpu_available() -> bool {
+    let dir = scratch_dir("probe");
+    let out = dir.join("o");
+    let mlp = root().join("examples/mlp.ir");
+    let x = root().join("tests/data/mlp_x.npy");
+    let r = ircc(&[
+        "run",
+        mlp.to_str().unwrap(),
+        "--backend",
+        "wgpu",
+        "--input",
+        &format!("x={}", x.display()),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    if r.code != 0 && r.stderr.contains("no GPU adapter") {
+        assert!(
+            std::env::var_os("IRCC_REQUIRE_GPU").is_none(),
+            "no GPU adapter: {}",
+            r.stderr
+        );
+        return false;
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    true
+}
