@@ -13,7 +13,7 @@ use ircc_dialects::graph::{self, GraphOp, shape};
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 use ircc_dialects::kernel::{KernelOp, Target};
 
-use super::Group;
+use super::group::{Group, resolve_input};
 use super::lowering::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
 use super::product::Product;
 use super::texture::TextureLayout;
@@ -187,7 +187,7 @@ fn build(
     }
     let inputs: Vec<(ValueId, Input)> = bindings
         .iter()
-        .map(|&(inner, host)| (inner, super::resolve_input(m, host)))
+        .map(|&(inner, host)| (inner, resolve_input(m, host)))
         .collect();
     let args = {
         let mut kb = KernelBuilder::new(

@@ -202,7 +202,7 @@ impl KernelBuilder<'_> {
         let out_elem = kernel_elem(graph_elem(self, out), self.float);
         let view_map = match index::ops::View::new(self.m(), op) {
             Some(view) => Some(view.map().clone()),
-            None => super::layout_map(self.m(), self.ctx, op),
+            None => super::group::layout_map(self.m(), self.ctx, op),
         };
         if let Some(map) = view_map {
             let src = self.operand(op, 0);
