@@ -47,9 +47,10 @@ impl Driver {
         };
         match &args.output {
             Some(path) => std::fs::write(path, text).map_err(|e| io_err("write", path, e))?,
-            None => {
-                let _ = stdout.write_all(text.as_bytes());
-            }
+            None => stdout
+                .write_all(text.as_bytes())
+                .and_then(|()| stdout.flush())
+                .map_err(crate::stdout_err)?,
         }
         Ok(())
     }
@@ -93,23 +94,17 @@ impl Driver {
         let module = &loaded.module;
         std::fs::create_dir_all(&args.output_dir)
             .map_err(|e| io_err("create", &args.output_dir, e))?;
-        for (name, t) in ircc_reference::output_names(module, func)
-            .iter()
-            .zip(&outputs)
-        {
-            let file: String = name
-                .chars()
-                .map(|c| {
-                    if c.is_ascii_alphanumeric() || "._-".contains(c) {
-                        c
-                    } else {
-                        '_'
-                    }
-                })
-                .collect();
-            let path = args.output_dir.join(format!("{file}.npy"));
+        let names = ircc_reference::output_names(module, func);
+        let stems = ircc_core::files::unique_stems(names.iter().map(String::as_str));
+        for ((name, stem), t) in names.iter().zip(&stems).zip(&outputs) {
+            let path = args.output_dir.join(format!("{stem}.npy"));
             ircc_reference::write_npy(&path, t).map_err(Diagnostic::plain)?;
-            let _ = writeln!(stdout, "wrote {} ({})", path.display(), t.ty());
+            let renamed = if stem == name {
+                String::new()
+            } else {
+                format!(", output '{name}'")
+            };
+            let _ = writeln!(stdout, "wrote {} ({}{renamed})", path.display(), t.ty());
         }
         Ok(())
     }
@@ -120,8 +115,18 @@ impl Driver {
                 Diagnostic::plain(format!("{} is not an .onnx file", args.file.display())).into(),
             );
         }
-        let mut loaded = self.load_or_fail(&args.file, &args.onnx, false)?;
         let weights_path = args.output.with_extension("safetensors");
+        let names_a_dir =
+            args.output.is_dir() || args.output.to_string_lossy().ends_with(['/', '\\']);
+        if weights_path == args.output || names_a_dir || args.output.as_os_str().is_empty() {
+            return Err(Diagnostic::plain(format!(
+                "-o {} must name the IR file to write (MODEL.ir); the weights go beside it as {}",
+                args.output.display(),
+                weights_path.display()
+            ))
+            .into());
+        }
+        let mut loaded = self.load_or_fail(&args.file, &args.onnx, false)?;
         let weights = loaded.weights.take().unwrap_or_default();
         let relative = weights_path
             .file_name()

@@ -116,19 +116,24 @@ impl Driver {
         let plan = ircc_wgsl::plan(&loaded.module, func).map_err(plain)?;
         let Some(dir) = dir else {
             for (d, (_, wgsl)) in plan.dispatches.iter().zip(&plan.sources) {
-                let _ = writeln!(
+                writeln!(
                     stdout,
                     "// ----- {}: {:?} workgroups of {:?}\n{wgsl}",
                     d.shader.as_deref().unwrap_or(&d.kernel),
                     d.workgroups,
                     d.workgroup_size
-                );
+                )
+                .map_err(crate::stdout_err)?;
             }
             return Ok(());
         };
         std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
-        for (name, wgsl) in &plan.sources {
-            let path = dir.join(format!("{name}.wgsl"));
+        for (d, (_, wgsl)) in plan.dispatches.iter().zip(&plan.sources) {
+            let file = d
+                .shader
+                .as_deref()
+                .ok_or_else(|| plain("a dispatch without a shader file"))?;
+            let path = dir.join(file);
             std::fs::write(&path, wgsl).map_err(|e| io_err("write", &path, e))?;
         }
         let path = dir.join("plan.json");

@@ -87,6 +87,11 @@ impl From<Diagnostics> for Failure {
 
 pub(crate) type Outcome = Result<(), Failure>;
 
+/// A failure to write the command's output (a full disk, a closed pipe).
+pub(crate) fn stdout_err(e: std::io::Error) -> Failure {
+    Diagnostic::plain(format!("cannot write the output: {e}")).into()
+}
+
 pub(crate) fn io_err(what: &str, path: &Path, e: std::io::Error) -> Failure {
     Diagnostic::plain(format!("cannot {what} {}: {e}", path.display())).into()
 }

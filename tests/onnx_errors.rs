@@ -304,3 +304,41 @@ proptest! {
         let _ = ircc_onnx::import_model(&bytes, &root().join("tests/models"), &registry, &Default::default());
     }
 }
+
+/// `--input-shape` may only fill in what the model leaves open: a static
+/// dimension it contradicts, another rank or an unknown input name is an
+/// error, and so are two inputs of one name and an input with no shape.
+#[test]
+fn input_shapes_and_duplicate_inputs_are_checked() {
+    let relu = || vec![node("r", "Relu", &["x"], "y", vec![])];
+    let dir = scratch_dir("input-shape");
+    let path = dir.join("m.onnx");
+    std::fs::write(&path, model(relu(), vec![value_info("x", &[2, 3])], "y")).unwrap();
+    let p = path.to_str().unwrap();
+    for (shape, want) in [
+        ("x=4x3", "fixes it at 2"),
+        ("x=2x3x1", "rank 3, but the model declares rank 2"),
+        ("z=2x3", "'z', which is not an input"),
+    ] {
+        let r = ircc(&[p, "--input-shape", shape]);
+        assert_eq!(r.code, 1, "{shape}: {}", r.stdout);
+        assert!(r.stderr.contains(want), "{shape}: {}", r.stderr);
+    }
+    assert_eq!(ircc(&[p, "--input-shape", "x=2x3"]).code, 0);
+    let twice = model(
+        relu(),
+        vec![value_info("x", &[2, 3]), value_info("x", &[2, 3])],
+        "y",
+    );
+    assert!(import_error(&twice, "twice.onnx").contains("two inputs named 'x'"));
+    let mut shapeless = value_info("x", &[]);
+    if let Some(t) = shapeless
+        .r#type
+        .as_mut()
+        .and_then(|t| t.tensor_type.as_mut())
+    {
+        t.shape = None;
+    }
+    let err = import_error(&model(relu(), vec![shapeless], "y"), "shapeless.onnx");
+    assert!(err.contains("input 'x' has no shape"), "{err}");
+}

@@ -18,14 +18,16 @@ use ircc_core::{Module, OpId};
 /// every dispatch (`kernel.wgsl`) in [`Plan::sources`].
 pub fn plan(m: &Module, func: OpId) -> Result<Plan, String> {
     let mut plan = ircc_plan::plan(m, func)?;
-    for d in &mut plan.dispatches {
+    // Kernel symbols become file names: never outside the output directory.
+    let stems = ircc_core::files::unique_stems(plan.dispatches.iter().map(|d| d.kernel.as_str()));
+    for (d, stem) in plan.dispatches.iter_mut().zip(stems) {
         let kernel = m
             .lookup_symbol(&d.kernel)
             .ok_or_else(|| format!("no kernel.func @{}", d.kernel))?;
         let read_only: Vec<bool> = d.bindings.iter().map(|b| b.read_only()).collect();
         let wgsl = kernel_to_wgsl(m, kernel, &read_only)
             .map_err(|e| format!("kernel @{}: {e}", d.kernel))?;
-        d.shader = Some(format!("{}.wgsl", d.kernel));
+        d.shader = Some(format!("{stem}.wgsl"));
         plan.sources.push((d.kernel.clone(), wgsl));
     }
     Ok(plan)

@@ -236,7 +236,7 @@ impl Printer<'_> {
                 }
                 Some(Attribute::Int(x, _)) => format!("{x}i"),
                 Some(Attribute::Bool(b)) => b.to_string(),
-                _ => return Err("kernel.constant lacks its value".to_string()),
+                _ => return Err("a kernel.constant lacks its value".to_string()),
             },
             K::Apply => self.map_expr(op, 0)?,
             K::Load => self.element(o.operands[0], &self.map_expr(op, 1)?)?,
@@ -346,7 +346,7 @@ impl Printer<'_> {
             K::If => {
                 let cond = arg(0)?;
                 self.line(indent, &format!("if ({cond}) {{"));
-                let body = m.entry_block(op).ok_or("kernel.if has a body")?;
+                let body = m.entry_block(op).ok_or("a kernel.if without a body")?;
                 self.block(body, indent + 1)?;
                 self.line(indent, "}");
                 return Ok(());
@@ -367,7 +367,7 @@ impl Printer<'_> {
     fn for_loop(&mut self, op: OpId, indent: usize) -> R<()> {
         let m = self.m;
         let o = m.op(op);
-        let body = m.entry_block(op).ok_or("kernel.for has a body")?;
+        let body = m.entry_block(op).ok_or("a kernel.for without a body")?;
         let args = m.blocks[body].args.clone();
         let mut carried = Vec::new();
         for (i, &init) in o.operands.iter().enumerate() {

@@ -12,6 +12,7 @@ pub mod arena;
 pub mod attr;
 pub mod builtin;
 pub mod diag;
+pub mod files;
 pub mod interp;
 pub mod ir;
 pub mod parse;

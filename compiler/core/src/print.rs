@@ -245,7 +245,8 @@ impl Printer<'_> {
                         Some(Attribute::AffineMap(m)) => {
                             let _ = write!(
                                 self.out,
-                                "index.view {} by affine_map<{m}> : {} to {}",
+                                "{} {} by affine_map<{m}> : {} to {}",
+                                IndexOp::View.name(),
                                 self.value(o.operands[0]),
                                 self.module.value_type(o.operands[0]),
                                 self.module.value_type(o.results[0])

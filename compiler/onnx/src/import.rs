@@ -5,6 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::sync::Arc;
 
+use ircc_core::builtin::FuncOp;
 use ircc_core::interp::NoWeights;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
 use ircc_core::{Attribute, Attributes, Module, OpId, Registry, Tensor, TensorType, Type};
@@ -97,10 +98,27 @@ pub fn import_model(
         if initializers.contains_key(input.name.as_str()) {
             continue;
         }
+        if arg_names.contains(&input.name) {
+            return Err(ImportError::invalid(format!(
+                "the graph has two inputs named '{}'",
+                input.name
+            )));
+        }
         arg_types.push(Type::Tensor(input_type(input, options)?));
         arg_names.push(input.name.clone());
     }
-    let func = m.create_op(OpBuilder::new("func.func").regions(1));
+    if let Some(unknown) = options
+        .input_shapes
+        .keys()
+        .filter(|n| !arg_names.contains(n))
+        .min()
+    {
+        return Err(ImportError::invalid(format!(
+            "--input-shape names '{unknown}', which is not an input of the model (inputs: {})",
+            arg_names.join(", ")
+        )));
+    }
+    let func = m.create_op(OpBuilder::new(FuncOp::Func.name()).regions(1));
     let body = m.body;
     m.append_op(body, func);
     let region = m.op(func).regions[0];
@@ -162,7 +180,7 @@ pub fn import_model(
     }
     let ret = imp
         .module
-        .create_op(OpBuilder::new("func.return").operands(outputs));
+        .create_op(OpBuilder::new(FuncOp::Return.name()).operands(outputs));
     imp.module.append_op(block, ret);
     let mut attrs = Attributes::new();
     attrs.insert("sym_name".into(), Attribute::String("main".into()));
@@ -203,14 +221,38 @@ fn input_type(input: &crate::proto::ValueInfoProto, options: &ImportOptions) -> 
             ImportError::unsupported(format!("input '{}' is not a tensor", input.name))
         })?;
     let elem = elem_type(tt.elem_type).map_err(|e| e.context(format!("input '{}'", input.name)))?;
-    if let Some(shape) = options.input_shapes.get(&input.name) {
+    let given = options.input_shapes.get(&input.name);
+    let Some(dims) = tt.shape.as_ref().map(|s| s.dim.as_slice()) else {
+        // No shape at all (not even a rank): only the user can say it.
+        return match given {
+            Some(shape) => Ok(TensorType::new(shape.clone(), elem)),
+            None => Err(ImportError::invalid(format!(
+                "input '{}' has no shape: give it with --input-shape {}=...",
+                input.name, input.name
+            ))),
+        };
+    };
+    if let Some(shape) = given {
+        if shape.len() != dims.len() {
+            return Err(ImportError::invalid(format!(
+                "--input-shape gives '{}' rank {}, but the model declares rank {}",
+                input.name,
+                shape.len(),
+                dims.len()
+            )));
+        }
+        for (i, (d, &v)) in dims.iter().zip(shape).enumerate() {
+            if let Some(fixed) = d.dim_value.filter(|&x| x >= 0)
+                && fixed != v
+            {
+                return Err(ImportError::invalid(format!(
+                    "--input-shape gives dimension {i} of '{}' as {v}, but the model fixes it at {fixed}",
+                    input.name
+                )));
+            }
+        }
         return Ok(TensorType::new(shape.clone(), elem));
     }
-    let dims = tt
-        .shape
-        .as_ref()
-        .map(|s| s.dim.as_slice())
-        .unwrap_or_default();
     let mut shape = Vec::new();
     for d in dims {
         match (d.dim_value, &d.dim_param) {

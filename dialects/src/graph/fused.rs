@@ -31,7 +31,7 @@ pub fn verify_fused(v: &OpView) -> Result<(), String> {
             let yielded: Vec<&Type> = y.operands.iter().map(|&x| m.value_type(x)).collect();
             let results: Vec<&Type> = o.results.iter().map(|&r| m.value_type(r)).collect();
             if yielded != results {
-                return Err("graph.yield must give values of the result types".to_string());
+                return Err("the graph.yield must give values of the result types".to_string());
             }
             Ok(())
         }
@@ -48,7 +48,7 @@ pub fn verify_yield(v: &OpView) -> Result<(), String> {
         .and_then(|r| m.regions[r].parent);
     match parent {
         Some(p) if GraphOp::of(m, p) == Some(G::Fused) => Ok(()),
-        _ => Err("graph.yield must end a graph.fused region".to_string()),
+        _ => Err("a graph.yield must end a graph.fused region".to_string()),
     }
 }
 

@@ -300,6 +300,11 @@ pub fn pool(v: &OpView) -> Infer {
             kernel.len()
         ));
     }
+    if let Some(k) = kernel.iter().find(|&&k| k < 1) {
+        return Err(format!(
+            "kernel_shape holds {k}: a window is at least 1 wide"
+        ));
+    }
     let win = window(v, spatial)?;
     let ceil = v.i64("ceil_mode")? != 0;
     let mut shape = x.shape[..2].to_vec();
@@ -615,6 +620,12 @@ pub fn split_sizes(
             let n = outputs as i64;
             if n == 0 {
                 return Err("split needs at least one result".to_string());
+            }
+            if n > x.shape[a] && x.shape[a] > 0 {
+                return Err(format!(
+                    "split of an axis of extent {} into {n} equal parts would leave parts empty",
+                    x.shape[a]
+                ));
             }
             let chunk = (x.shape[a] + n - 1) / n;
             (0..n)

@@ -64,7 +64,7 @@ impl<'m> FuncBuilder<'m> {
     pub fn entry(&self) -> BlockId {
         self.m
             .entry_block(self.func)
-            .expect("kernel.func has a body")
+            .expect("FuncBuilder made the body")
     }
 
     /// Appends an op at the insertion point; returns its first result.

@@ -361,7 +361,7 @@ impl Run<'_> {
                     }
                     Some(Attribute::Int(x, _)) => Col::Int(vec![wrap(*x); lanes]),
                     Some(Attribute::Bool(b)) => Col::Bool(vec![*b; lanes]),
-                    _ => return Err("kernel.constant without a value".into()),
+                    _ => return Err("a kernel.constant without a value".into()),
                 }
             }
             KernelOp::Apply => Col::Int(self.address(op, 0, 0)?.into_iter().map(wrap).collect()),
@@ -436,7 +436,7 @@ impl Run<'_> {
                 let cond = arg(0)?.bools()?;
                 let inner: Vec<bool> = mask.iter().zip(cond).map(|(&a, &b)| a && b).collect();
                 if inner.iter().any(|&x| x) {
-                    let body = m.entry_block(op).ok_or("kernel.if has a body")?;
+                    let body = m.entry_block(op).ok_or("a kernel.if without a body")?;
                     self.block(body, &inner)?;
                 }
                 return Ok(());
@@ -454,7 +454,7 @@ impl Run<'_> {
     fn for_loop(&mut self, op: OpId, mask: &[bool]) -> R<()> {
         let m = self.m;
         let l = ops::For::new(m, op).ok_or("malformed kernel.for")?;
-        let body = m.entry_block(op).ok_or("kernel.for has a body")?;
+        let body = m.entry_block(op).ok_or("a kernel.for without a body")?;
         let args = m.blocks[body].args.clone();
         let mut carried: Vec<Col> = l
             .inits()

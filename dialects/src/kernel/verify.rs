@@ -113,7 +113,7 @@ fn verify_texture_store(v: &OpView) -> Result<(), String> {
 fn verify_apply(v: &OpView) -> Result<(), String> {
     let o = v.module.op(v.op);
     if *ty(v.module, o.results[0]) != Type::Index {
-        return Err("kernel.apply gives an index".to_string());
+        return Err("an apply gives an index".to_string());
     }
     check_indices(v, 0, 1)
 }
@@ -168,7 +168,9 @@ fn verify_for(v: &OpView) -> Result<(), String> {
     if v.i64("step")? <= 0 {
         return Err("the step must be positive".to_string());
     }
-    let block = m.entry_block(v.op).ok_or("kernel.for has a body block")?;
+    let block = m
+        .entry_block(v.op)
+        .ok_or("a kernel.for needs a body block")?;
     let args = &m.blocks[block].args;
     let inits: Vec<&Type> = o.operands.iter().map(|&x| ty(m, x)).collect();
     let results: Vec<&Type> = o.results.iter().map(|&x| ty(m, x)).collect();
@@ -186,20 +188,20 @@ fn verify_for(v: &OpView) -> Result<(), String> {
 
 fn verify_yield(v: &OpView) -> Result<(), String> {
     let m = v.module;
-    let parent = parent_op(m, v.op).ok_or("kernel.yield ends a loop or if body")?;
+    let parent = parent_op(m, v.op).ok_or("a kernel.yield ends a loop or if body")?;
     let expected: Vec<&Type> = match KernelOp::of(m, parent) {
         Some(KernelOp::For) => m.op(parent).results.iter().map(|&r| ty(m, r)).collect(),
         Some(KernelOp::If) => Vec::new(),
         _ => {
             return Err(format!(
-                "kernel.yield cannot end a '{}' body",
+                "a kernel.yield cannot end a '{}' body",
                 m.op(parent).name
             ));
         }
     };
     let given: Vec<&Type> = m.op(v.op).operands.iter().map(|&x| ty(m, x)).collect();
     if given != expected {
-        return Err("kernel.yield gives the loop's carried types".to_string());
+        return Err("a kernel.yield gives the loop's carried types".to_string());
     }
     Ok(())
 }
@@ -207,7 +209,7 @@ fn verify_yield(v: &OpView) -> Result<(), String> {
 fn verify_if(v: &OpView) -> Result<(), String> {
     let o = v.module.op(v.op);
     if *ty(v.module, o.operands[0]) != Type::Scalar(ElemType::I1) || o.regions.len() != 1 {
-        return Err("kernel.if takes an i1 condition and one region".to_string());
+        return Err("a kernel.if takes an i1 condition and one region".to_string());
     }
     Ok(())
 }
@@ -234,7 +236,7 @@ fn verify_func(v: &OpView) -> Result<(), String> {
     if wg.iter().product::<i64>() > most {
         return Err(format!("a workgroup has at most {most} invocations"));
     }
-    let block = m.entry_block(v.op).ok_or("kernel.func has a body")?;
+    let block = m.entry_block(v.op).ok_or("a kernel.func needs a body")?;
     let args = &m.blocks[block].args;
     if args.iter().any(|&a| ty(m, a).as_tensor().is_none()) {
         return Err("kernel arguments are tensors".to_string());
@@ -248,7 +250,7 @@ fn verify_func(v: &OpView) -> Result<(), String> {
         _ => return Err("the body ends with kernel.return".to_string()),
     }
     if o.regions.len() != 1 {
-        return Err("kernel.func has one region".to_string());
+        return Err("a kernel.func has one region".to_string());
     }
     Ok(())
 }

@@ -180,7 +180,7 @@ impl<'a> KernelBuilder<'a> {
                     };
                     debug_assert!(
                         agrees(&map, &s, &extents),
-                        "index.simplify changed {map} into {s} over {extents:?}"
+                        "simplifying the address {map} changed it into {s} over {extents:?}"
                     );
                     self.simplified.borrow_mut().insert(key, s.clone());
                     s

@@ -84,12 +84,14 @@ fn lower_function(
             return Err(Diagnostic::error(
                 loc,
                 format!(
-                    "kernel.lower: '{name}' has a tensor with no elements, which kernels cannot bind"
+                    "{}: '{name}' has a tensor with no elements, which kernels cannot bind",
+                    KernelLowerOptions::NAME
                 ),
             ));
         }
-        templates::lower_group(m, lowering, &group)
-            .map_err(|e| Diagnostic::error(loc, format!("kernel.lower: '{name}': {e}")))?;
+        templates::lower_group(m, lowering, &group).map_err(|e| {
+            Diagnostic::error(loc, format!("{}: '{name}': {e}", KernelLowerOptions::NAME))
+        })?;
         m.erase_op(op);
     }
     remove_dead_data(m, block);

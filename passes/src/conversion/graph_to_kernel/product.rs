@@ -8,9 +8,9 @@
 //! patchifying convolution gets the tiled kernel's reuse instead of one
 //! invocation per output element walking all of K.
 
-use ircc_core::{Attribute, ElemType, OpId, Type, ValueId};
-use ircc_dialects::graph::GraphOp;
+use ircc_core::{ElemType, OpId, Type, ValueId};
 use ircc_dialects::graph::shape::Window;
+use ircc_dialects::graph::{self, GraphOp};
 use ircc_dialects::kernel::ops::BinaryFn;
 
 use super::lowering::{Ix, KernelBuilder, delinearize};
@@ -115,7 +115,7 @@ impl Product {
                 let o = kb.m().op(*op);
                 let sa = tensor_shape(kb, o.operands[0]);
                 let sc = tensor_shape(kb, o.results[0]);
-                let trans_a = matches!(o.attr("trans_a"), Some(Attribute::Int(1, _)));
+                let trans_a = graph::ops::Gemm::new(kb.m(), *op).is_some_and(|g| g.trans_a() != 0);
                 (
                     sc[0],
                     sc[1],
