@@ -350,8 +350,11 @@ impl Driver {
             None => Ok(Box::new(ircc_core::interp::NoWeights)),
             Some(Attribute::String(rel)) => {
                 let base = loaded.path.parent().unwrap_or(Path::new("."));
-                let w = ircc_reference::SafetensorsWeights::open(&base.join(rel))
-                    .map_err(Diagnostic::plain)?;
+                let path = ircc_core::files::file_inside(base, rel).map_err(|e| {
+                    Diagnostic::plain(format!("the weights named by ircc.weights: {e}"))
+                })?;
+                let w =
+                    ircc_reference::SafetensorsWeights::open(&path).map_err(Diagnostic::plain)?;
                 Ok(Box::new(w))
             }
             Some(other) => Err(Diagnostic::plain(format!(

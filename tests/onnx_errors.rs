@@ -342,3 +342,95 @@ fn input_shapes_and_duplicate_inputs_are_checked() {
     let err = import_error(&model(relu(), vec![shapeless], "y"), "shapeless.onnx");
     assert!(err.contains("input 'x' has no shape"), "{err}");
 }
+
+/// Attributes of another type than the operator takes are refused, naming
+/// the node and the attribute (they used to read as 0).
+#[test]
+fn attributes_of_the_wrong_type_are_refused() {
+    let x = value_info("x", &[2, 3]);
+    let float_axis = AttributeProto {
+        name: "axis".into(),
+        r#type: attr_type::FLOAT,
+        f: -1.0,
+        ..Default::default()
+    };
+    let err = import_error(
+        &model(
+            vec![node("sm", "Softmax", &["x"], "y", vec![float_axis])],
+            vec![x.clone()],
+            "y",
+        ),
+        "axis.onnx",
+    );
+    assert!(
+        err.contains(
+            "node 'sm' (Softmax): attribute 'axis' is a float, but Softmax takes an integer"
+        ),
+        "{err}"
+    );
+    let int_alpha = AttributeProto {
+        name: "alpha".into(),
+        r#type: attr_type::INT,
+        i: 1,
+        ..Default::default()
+    };
+    let err = import_error(
+        &model(
+            vec![node("lr", "LeakyRelu", &["x"], "y", vec![int_alpha])],
+            vec![x],
+            "y",
+        ),
+        "alpha.onnx",
+    );
+    assert!(err.contains("attribute 'alpha' is an integer"), "{err}");
+}
+
+/// Two nodes writing one name, or a node writing over an input, are
+/// refused as ONNX's checker refuses them (the last one used to win).
+#[test]
+fn duplicate_definitions_are_refused() {
+    let x = value_info("x", &[2, 3]);
+    let twice = vec![
+        node("a", "Relu", &["x"], "y", vec![]),
+        node("b", "Neg", &["x"], "y", vec![]),
+    ];
+    let err = import_error(&model(twice, vec![x.clone()], "y"), "twice.onnx");
+    assert!(
+        err.contains("node 'b' (Neg): output 'y' is already defined"),
+        "{err}"
+    );
+    let shadow = vec![node("c", "Relu", &["x"], "x", vec![])];
+    let err = import_error(&model(shadow, vec![x], "x"), "shadow.onnx");
+    assert!(err.contains("output 'x' is already defined"), "{err}");
+}
+
+/// External data must be a regular file inside the model's folder: a link
+/// out of it, or a FIFO (which used to block the import forever), is
+/// refused.
+#[cfg(unix)]
+#[test]
+fn external_data_stays_in_the_model_folder() {
+    for kind in ["link", "fifo"] {
+        let dir = scratch_dir("external");
+        let model = dir.join("m.onnx");
+        std::fs::copy(root().join("tests/models/bert_l2_w64_dynamo.onnx"), &model).unwrap();
+        let data = dir.join("bert_l2_w64_dynamo.onnx.data");
+        if kind == "link" {
+            std::os::unix::fs::symlink("/etc/hostname", &data).unwrap();
+        } else {
+            let made = std::process::Command::new("mkfifo")
+                .arg(&data)
+                .status()
+                .unwrap();
+            assert!(made.success());
+        }
+        let out = ircc(&[model.to_str().unwrap()]);
+        assert_eq!(out.code, 1, "{kind}");
+        let want = if kind == "link" {
+            "outside the folder"
+        } else {
+            "not a regular file"
+        };
+        assert!(out.stderr.contains(want), "{kind}: {}", out.stderr);
+    }
+}

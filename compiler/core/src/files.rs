@@ -2,6 +2,48 @@
 //! one rule, so nothing written can leave the directory the user named.
 
 use std::collections::HashSet;
+use std::path::{Component, Path, PathBuf};
+
+/// The file `relative` names inside `folder`: the rule for every file a
+/// model refers to (ONNX external data, `ircc.weights`). The path must be
+/// relative, its real location (links resolved) inside `folder`, and a
+/// regular file, not a FIFO or a device that could block a read forever.
+pub fn file_inside(folder: &Path, relative: &str) -> Result<PathBuf, String> {
+    let rel = Path::new(relative);
+    let escapes = rel
+        .components()
+        .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
+    if relative.is_empty() || escapes {
+        return Err(format!(
+            "'{relative}' leaves the folder {}",
+            folder.display()
+        ));
+    }
+    let folder = if folder.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        folder
+    };
+    let base = std::fs::canonicalize(folder)
+        .map_err(|e| format!("cannot read the folder {}: {e}", folder.display()))?;
+    let path = base.join(rel);
+    let real =
+        std::fs::canonicalize(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !real.starts_with(&base) {
+        return Err(format!(
+            "{} leads to {}, outside the folder {}",
+            path.display(),
+            real.display(),
+            base.display()
+        ));
+    }
+    let meta =
+        std::fs::metadata(&real).map_err(|e| format!("cannot read {}: {e}", real.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
+    Ok(real)
+}
 
 /// `name` as a file name: ASCII letters, digits, `-` and `_` kept, every
 /// other character (path separators, dots, spaces) replaced by `_`, so the
@@ -57,5 +99,40 @@ mod tests {
             unique_stems(["a/b", "a_b", "A_b"]),
             ["a_b", "a_b_2", "A_b_3"]
         );
+    }
+
+    #[test]
+    fn files_are_found_only_inside_their_folder() {
+        let dir = std::env::temp_dir().join(format!("ircc-files-{}", std::process::id()));
+        std::fs::create_dir_all(dir.join("sub")).unwrap();
+        std::fs::write(dir.join("sub/w.bin"), b"w").unwrap();
+        let sub = dir.join("sub");
+        assert!(file_inside(&sub, "w.bin").is_ok());
+        assert!(
+            file_inside(&sub, "../sub/w.bin")
+                .unwrap_err()
+                .contains("leaves the folder")
+        );
+        assert!(
+            file_inside(&sub, "/etc/passwd")
+                .unwrap_err()
+                .contains("leaves the folder")
+        );
+        #[cfg(unix)]
+        {
+            std::os::unix::fs::symlink("/etc/hostname", sub.join("link")).unwrap();
+            assert!(
+                file_inside(&sub, "link")
+                    .unwrap_err()
+                    .contains("outside the folder")
+            );
+            std::fs::create_dir(sub.join("d")).unwrap();
+            assert!(
+                file_inside(&sub, "d")
+                    .unwrap_err()
+                    .contains("not a regular file")
+            );
+        }
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -12,6 +12,7 @@ use ircc_core::{Attribute, Attributes, Module, OpId, Registry, Tensor, TensorTyp
 use ircc_dialects::graph::GraphOp;
 use prost::Message;
 
+use crate::attrs::Attrs;
 use crate::proto::{ModelProto, NodeProto};
 use crate::tensor::{elem_type, to_tensor};
 use crate::{ImportError, ImportOptions, Imported, Result};
@@ -162,7 +163,10 @@ pub fn import_model(
         } else {
             format!("node '{}' ({})", node.name, node.op_type)
         };
-        imp.node(node).map_err(|e| e.context(place))?;
+        let attrs = Attrs::new(node);
+        imp.node(node, &attrs)
+            .and_then(|()| attrs.check())
+            .map_err(|e| e.context(place))?;
     }
     let mut outputs = Vec::new();
     let mut result_types = Vec::new();
@@ -319,6 +323,11 @@ impl Importer<'_> {
         for (i, v) in outputs.into_iter().enumerate() {
             match node.output.get(i) {
                 Some(name) if !name.is_empty() => {
+                    if self.values.contains_key(name) {
+                        return Err(ImportError::invalid(format!(
+                            "output '{name}' is already defined (by an input, an initializer or an earlier node)"
+                        )));
+                    }
                     match &v {
                         Val::Dyn(id) if self.module.value(*id).name.is_none() => {
                             self.module.values[*id].name = Some(name.clone());

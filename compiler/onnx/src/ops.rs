@@ -85,14 +85,14 @@ fn auto_pads(
 }
 
 impl Importer<'_> {
-    pub fn node(&mut self, n: &NodeProto) -> Result<()> {
+    /// Imports node `n`, whose attributes `a` reads.
+    pub fn node(&mut self, n: &NodeProto, a: &Attrs) -> Result<()> {
         if !(n.domain.is_empty() || n.domain == "ai.onnx") {
             return Err(ImportError::unsupported(format!(
                 "operator domain '{}' is not supported",
                 n.domain
             )));
         }
-        let a = Attrs(n);
         let op = n.op_type.as_str();
         let outputs = match op {
             "Add" | "Sub" | "Mul" | "Div" | "Pow" | "Equal" | "Less" | "Greater" => {
@@ -291,12 +291,12 @@ impl Importer<'_> {
                 vec![self.cast(self.required(n, 0)?, to)?]
             }
             "LogSoftmax" => {
-                let s = self.softmax(n, &a)?;
+                let s = self.softmax(n, a)?;
                 self.emit(GraphOp::Log, s, Attributes::new(), 1)?
             }
             "PRelu" | "Softplus" | "Softsign" | "Elu" | "Selu" | "Celu" | "ThresholdedRelu"
-            | "Mish" => self.activation(n, &a)?,
-            "RMSNormalization" => self.rms_norm(n, &a)?,
+            | "Mish" => self.activation(n, a)?,
+            "RMSNormalization" => self.rms_norm(n, a)?,
             "MatMul" => {
                 a.only(&[])?;
                 self.emit(
@@ -318,8 +318,8 @@ impl Importer<'_> {
                 ]);
                 self.emit(GraphOp::Gemm, ops, at, 1)?
             }
-            "Conv" | "ConvTranspose" => self.conv(n, &a)?,
-            "MaxPool" | "AveragePool" => self.pool(n, &a)?,
+            "Conv" | "ConvTranspose" => self.conv(n, a)?,
+            "MaxPool" | "AveragePool" => self.pool(n, a)?,
             "GlobalAveragePool" => {
                 a.only(&[])?;
                 self.emit(
@@ -347,11 +347,11 @@ impl Importer<'_> {
                         "BatchNormalization in training mode is not supported",
                     ));
                 }
-                self.normalization(n, &a, GraphOp::BatchNorm, 5)?
+                self.normalization(n, a, GraphOp::BatchNorm, 5)?
             }
             "InstanceNormalization" => {
                 a.only(&["epsilon"])?;
-                self.normalization(n, &a, GraphOp::InstanceNorm, 3)?
+                self.normalization(n, a, GraphOp::InstanceNorm, 3)?
             }
             "LayerNormalization" => {
                 a.only(&["axis", "epsilon", "stash_type"])?;
@@ -371,10 +371,10 @@ impl Importer<'_> {
                 }
                 out
             }
-            "Softmax" => self.softmax(n, &a)?,
+            "Softmax" => self.softmax(n, a)?,
             "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
             | "ReduceL2" | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => {
-                self.reduce(n, &a)?
+                self.reduce(n, a)?
             }
             "Reshape" => {
                 a.only(&["allowzero"])?;
@@ -523,7 +523,7 @@ impl Importer<'_> {
                 }
                 self.emit(GraphOp::Split, vec![x], at, n.output.len())?
             }
-            "Pad" => self.pad(n, &a)?,
+            "Pad" => self.pad(n, a)?,
             "Expand" => {
                 a.only(&[])?;
                 self.with_shape_input(n, GraphOp::Expand, "shape")?
@@ -549,7 +549,7 @@ impl Importer<'_> {
                     1,
                 )?
             }
-            "Resize" => self.resize(n, &a)?,
+            "Resize" => self.resize(n, a)?,
             "Constant" => {
                 a.only(&[
                     "value",
@@ -558,9 +558,9 @@ impl Importer<'_> {
                     "value_int",
                     "value_ints",
                 ])?;
-                vec![Val::constant(self.constant_value(n, &a)?)]
+                vec![Val::constant(self.constant_value(n, a)?)]
             }
-            _ => vec![fold::import_only(self, n, &a)?],
+            _ => vec![fold::import_only(self, n, a)?],
         };
         self.define(n, outputs)
     }

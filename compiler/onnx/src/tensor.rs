@@ -62,13 +62,12 @@ fn external_bytes(t: &TensorProto, base: &Path) -> Result<Vec<u8>> {
             t.name
         ))
     })?;
-    if Path::new(location).is_absolute() || location.split(['/', '\\']).any(|c| c == "..") {
-        return Err(ImportError::invalid(format!(
-            "external data location '{location}' of tensor '{}' leaves the model's folder",
+    let path = ircc_core::files::file_inside(base, location).map_err(|e| {
+        ImportError::invalid(format!(
+            "cannot read external data {location} of tensor '{}': {e}",
             t.name
-        )));
-    }
-    let path = base.join(location);
+        ))
+    })?;
     let data = std::fs::read(&path).map_err(|e| {
         ImportError::invalid(format!(
             "cannot read external data {} of tensor '{}': {e}",
