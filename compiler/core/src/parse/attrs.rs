@@ -252,13 +252,33 @@ impl Builder {
                         format!("a float literal cannot have the integer type {ty}"),
                     ));
                 }
-                let v = self.parse_i64(&lit)?;
+                let v = match &ty {
+                    Type::Scalar(e) => self.parse_int_of(&lit, *e)?,
+                    _ => self.parse_i64(&lit)?,
+                };
                 if ty == Type::Scalar(ElemType::I1) {
                     return Ok(Attribute::Bool(v != 0));
                 }
                 Ok(Attribute::Int(v, ty))
             }
             Some((ty, tp)) => Err(self.err(&tp, format!("a number cannot have the type {ty}"))),
+        }
+    }
+
+    /// An integer literal of element type `elem`, refused outside its
+    /// range (it would otherwise wrap when the tensor is built).
+    fn parse_int_of(&self, lit: &Pair<Rule>, elem: ElemType) -> PResult<i64> {
+        let v = self.parse_i64(lit)?;
+        let fits = match elem {
+            ElemType::I8 => i8::try_from(v).is_ok(),
+            ElemType::I32 => i32::try_from(v).is_ok(),
+            ElemType::I1 => v == 0 || v == 1,
+            _ => true,
+        };
+        if fits {
+            Ok(v)
+        } else {
+            Err(self.err(lit, format!("{v} is out of the range of {elem}")))
         }
     }
 
@@ -438,7 +458,7 @@ impl Builder {
         let v = leaves
             .iter()
             .map(|l| match l.as_rule() {
-                Rule::int_lit => self.parse_i64(l),
+                Rule::int_lit => self.parse_int_of(l, elem),
                 _ => Err(self.err(l, format!("expected an {elem} value"))),
             })
             .collect::<PResult<Vec<i64>>>()?;
