@@ -22,21 +22,20 @@ pub struct PassContext<'a> {
     pub registry: &'a Registry,
 }
 
+/// What running a pass gives: nothing, or the diagnostics it stopped with.
+pub type PassResult = Result<(), Diagnostics>;
+
 pub trait Pass {
     fn name(&self) -> &str;
-    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics>;
+    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> PassResult;
 }
 
 /// A pass that rewrites one function body at a time, as MLIR's passes
 /// anchored on `func.func`: it runs on the body of every function.
 pub trait FunctionPass {
     fn name(&self) -> &str;
-    fn run_on_function(
-        &mut self,
-        module: &mut Module,
-        body: BlockId,
-        ctx: &PassContext,
-    ) -> Result<(), Diagnostics>;
+    /// Runs on `body`, the entry block of one function.
+    fn run_on_body(&mut self, module: &mut Module, body: BlockId, ctx: &PassContext) -> PassResult;
 }
 
 impl<P: FunctionPass> Pass for P {
@@ -44,10 +43,10 @@ impl<P: FunctionPass> Pass for P {
         FunctionPass::name(self)
     }
 
-    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
+    fn run(&mut self, module: &mut Module, ctx: &PassContext) -> PassResult {
         for f in module.functions() {
             if let Some(body) = module.entry_block(f) {
-                self.run_on_function(module, body, ctx)?;
+                self.run_on_body(module, body, ctx)?;
             }
         }
         Ok(())

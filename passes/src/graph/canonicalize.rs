@@ -9,10 +9,9 @@ use std::collections::HashMap;
 
 use crate::decl::CanonicalizeOptions;
 use ircc_core::builtin::FuncOp;
-use ircc_core::diag::Diagnostics;
 use ircc_core::interp::NoWeights;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
-use ircc_core::pass::{FunctionPass, PassContext};
+use ircc_core::pass::{FunctionPass, PassContext, PassResult};
 use ircc_core::{Attribute, Diagnostic, Module, OpId, Registry, Tensor, Type};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::index::IndexOp;
@@ -164,12 +163,7 @@ impl FunctionPass for Canonicalize {
         CanonicalizeOptions::NAME
     }
 
-    fn run_on_function(
-        &mut self,
-        module: &mut Module,
-        body: BlockId,
-        ctx: &PassContext,
-    ) -> Result<(), Diagnostics> {
+    fn run_on_body(&mut self, module: &mut Module, body: BlockId, ctx: &PassContext) -> PassResult {
         loop {
             let folded = self.fold(module, ctx.registry, body)?;
             let merged = self.cse(module, body);

@@ -17,9 +17,8 @@ use egg::{
     Analysis, Applier, CostFunction, DidMerge, EGraph, Extractor, Id, Language, PatternAst,
     RecExpr, Rewrite, Runner, Subst, Symbol, Var, define_language,
 };
-use ircc_core::diag::Diagnostics;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
-use ircc_core::pass::{FunctionPass, PassContext};
+use ircc_core::pass::{FunctionPass, PassContext, PassResult};
 use ircc_core::{
     Attribute, DenseAttr, DenseValues, Diagnostic, ElemType, Module, OpId, TensorType, Type,
 };
@@ -530,12 +529,7 @@ impl FunctionPass for MathRewrite {
         crate::decl::GraphMathRewriteOptions::NAME
     }
 
-    fn run_on_function(
-        &mut self,
-        module: &mut Module,
-        body: BlockId,
-        ctx: &PassContext,
-    ) -> Result<(), Diagnostics> {
+    fn run_on_body(&mut self, module: &mut Module, body: BlockId, ctx: &PassContext) -> PassResult {
         // Roots: algebraic values read by something outside the algebra.
         let roots: Vec<OpId> = module.blocks[body]
             .ops

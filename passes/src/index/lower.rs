@@ -9,7 +9,7 @@
 
 use ircc_core::diag::Diagnostics;
 use ircc_core::ir::{BlockId, OpBuilder};
-use ircc_core::pass::{FunctionPass, Pass, PassContext};
+use ircc_core::pass::{FunctionPass, Pass, PassContext, PassResult};
 use ircc_core::{AffineMap, Attribute, Module, OpId, Tensor, Type};
 use ircc_dialects::graph::ops::DepthToSpaceMode;
 use ircc_dialects::graph::{self, GraphOp};
@@ -127,12 +127,7 @@ impl FunctionPass for LowerLayoutOps {
         crate::decl::IndexLowerLayoutOpsOptions::NAME
     }
 
-    fn run_on_function(
-        &mut self,
-        module: &mut Module,
-        body: BlockId,
-        ctx: &PassContext,
-    ) -> Result<(), Diagnostics> {
+    fn run_on_body(&mut self, module: &mut Module, body: BlockId, ctx: &PassContext) -> PassResult {
         let mut ops = Vec::new();
         module.walk_block(body, &mut |op| ops.push(op));
         for op in ops {

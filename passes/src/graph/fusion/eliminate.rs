@@ -4,8 +4,7 @@
 //! no transformed copy is ever made. A layout op without an affine map
 //! (concat, pad) stays.
 
-use ircc_core::diag::Diagnostics;
-use ircc_core::pass::{FunctionPass, PassContext};
+use ircc_core::pass::{FunctionPass, PassContext, PassResult};
 use ircc_core::registry::LayoutClass;
 use ircc_core::{BlockId, Module, OpId};
 use ircc_dialects::graph::GraphOp;
@@ -73,12 +72,7 @@ impl FunctionPass for EliminateLayoutOps {
         crate::decl::GraphEliminateLayoutOpsOptions::NAME
     }
 
-    fn run_on_function(
-        &mut self,
-        module: &mut Module,
-        body: BlockId,
-        ctx: &PassContext,
-    ) -> Result<(), Diagnostics> {
+    fn run_on_body(&mut self, module: &mut Module, body: BlockId, ctx: &PassContext) -> PassResult {
         for op in module.blocks[body].ops.clone() {
             if GraphOp::of(module, op).is_some() && self.eliminated(module, ctx, op) {
                 lower_to_view(module, ctx, op);

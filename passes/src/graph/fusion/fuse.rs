@@ -13,9 +13,8 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use crate::decl::GraphFuseOptions;
-use ircc_core::diag::Diagnostics;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
-use ircc_core::pass::{FunctionPass, PassContext};
+use ircc_core::pass::{FunctionPass, PassContext, PassResult};
 use ircc_core::registry::MappingType;
 use ircc_core::{Attribute, Module, OpId, Type};
 use ircc_dialects::graph::GraphOp;
@@ -457,12 +456,7 @@ impl FunctionPass for Fuse {
         GraphFuseOptions::NAME
     }
 
-    fn run_on_function(
-        &mut self,
-        module: &mut Module,
-        body: BlockId,
-        ctx: &PassContext,
-    ) -> Result<(), Diagnostics> {
+    fn run_on_body(&mut self, module: &mut Module, body: BlockId, ctx: &PassContext) -> PassResult {
         let groups = self.plan(module, ctx, body);
         for g in &groups {
             outline(module, body, g);
