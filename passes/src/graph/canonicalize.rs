@@ -58,6 +58,19 @@ impl Canonicalize {
             let Some(interpret) = registry.get(&o.name).and_then(|d| d.hooks.interpret) else {
                 continue;
             };
+            // Sizes first: a splat operand is one value in the IR but a
+            // whole tensor once evaluated.
+            let too_big =
+                o.results
+                    .iter()
+                    .chain(&o.operands)
+                    .any(|&v| match module.value_type(v) {
+                        Type::Tensor(t) => t.num_elements() > self.max_elements,
+                        _ => true,
+                    });
+            if too_big || o.operands.is_empty() {
+                continue;
+            }
             let Some(args) = o
                 .operands
                 .iter()
@@ -66,13 +79,6 @@ impl Canonicalize {
             else {
                 continue;
             };
-            let too_big = o.results.iter().any(|&r| match module.value_type(r) {
-                Type::Tensor(t) => t.num_elements() > self.max_elements,
-                _ => true,
-            });
-            if too_big || (o.operands.is_empty()) {
-                continue;
-            }
             let view = registry.view(module, op).expect("registered op");
             // An op that fails on constant inputs (say, an out-of-range
             // gather) is left for the interpreter to report at run time.

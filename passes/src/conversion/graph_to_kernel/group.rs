@@ -8,6 +8,7 @@ use ircc_dialects::graph::{self, GraphOp};
 use ircc_dialects::index;
 
 use super::lowering::{Input, Ix, delinearize, linearize};
+use super::values::splat_value;
 
 /// The index map of a layout op (result index to source index); reshapes
 /// that no split/merge grouping describes go through the flat offset.
@@ -104,13 +105,8 @@ pub(crate) fn resolve_input(m: &Module, host: ValueId) -> Input {
             stored = view.source();
             continue;
         }
-        if let Some(d) = ircc_dialects::constant_of(m, stored) {
-            let values = ircc_core::Tensor::from_dense(d).to_f64();
-            if let Some(&first) = values.first()
-                && values.iter().all(|&x| x == first)
-            {
-                return Input::Splat(first);
-            }
+        if let Some(x) = ircc_dialects::constant_of(m, stored).and_then(splat_value) {
+            return Input::Splat(x);
         }
         break;
     }
