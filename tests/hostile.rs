@@ -103,6 +103,13 @@ fn hostile_corpus() {
                 ));
             }
         }
+        if header(&source, "EXPECT-FILES:").is_none() {
+            let mut written = Vec::new();
+            files_under(&scratch, &scratch, &mut written);
+            if !written.is_empty() {
+                problems.push(format!("wrote {written:?}, though it names no output"));
+            }
+        }
         if problems.is_empty() {
             passed += 1;
         } else {

@@ -1,5 +1,7 @@
-//! File names made from names in the IR (kernel symbols, output names):
-//! one rule, so nothing written can leave the directory the user named.
+//! The rules for files: names made from names in the IR (kernel symbols,
+//! output names), so nothing written leaves the directory the user named,
+//! and the files a model names (external data, weights), so nothing read
+//! lies outside the model's folder.
 
 use std::collections::HashSet;
 use std::path::{Component, Path, PathBuf};
@@ -13,7 +15,10 @@ pub fn file_inside(folder: &Path, relative: &str) -> Result<PathBuf, String> {
     let escapes = rel
         .components()
         .any(|c| !matches!(c, Component::Normal(_) | Component::CurDir));
-    if relative.is_empty() || escapes {
+    if relative.is_empty() {
+        return Err("an empty file name".to_string());
+    }
+    if escapes {
         return Err(format!(
             "'{relative}' leaves the folder {}",
             folder.display()

@@ -162,7 +162,15 @@ fn op_struct(
     );
     // The view's own methods, then the attributes' accessors.
     let mut taken: Vec<String> = ["new", "id", "operation"].map(String::from).to_vec();
-    taken.extend(op.attrs.keys().map(|k| accessor(k)));
+    for attr in op.attrs.keys() {
+        let method = accessor(attr);
+        if taken.contains(&method) {
+            return Err(format!(
+                "spec of '{full}': attribute '{attr}' would shadow the view's method {method}()"
+            ));
+        }
+        taken.push(method);
+    }
     args(out, &full, &op.operands, "operands", &mut taken, core)?;
     args(out, &full, &op.results, "results", &mut taken, core)?;
     for (attr, a) in &op.attrs {
@@ -275,7 +283,15 @@ fn attribute(
             default.map(|d| float_literal(full, name, d)).transpose()?,
         ),
         AttrKind::Bool => {
-            let d = default.is_some_and(|d| d == "true");
+            let d = match default {
+                None | Some("false") => false,
+                Some("true") => true,
+                Some(_) => {
+                    return Err(format!(
+                        "spec of '{full}': default of '{name}' is not true or false"
+                    ));
+                }
+            };
             let _ = writeln!(
                 out,
                 "    pub fn {method}(&self) -> bool {{\n        match {get} {{\n            Some({core}::Attribute::Bool(b)) => *b,\n            Some({core}::Attribute::Unit) => true,\n            Some({core}::Attribute::Int(v, _)) => *v != 0,\n            _ => {d},\n        }}\n    }}\n"

@@ -82,7 +82,8 @@ impl<'m> FuncBuilder<'m> {
         self.m.value_type(v).clone()
     }
 
-    /// The scalar type of `v` (i32 for an index).
+    /// The scalar type of `v`; i32 for an index (and anything else that
+    /// is not a scalar).
     pub fn elem(&self, v: ValueId) -> ElemType {
         match self.m.value_type(v) {
             Type::Scalar(e) => *e,
@@ -90,7 +91,7 @@ impl<'m> FuncBuilder<'m> {
         }
     }
 
-    /// A new kernel argument of type `ty` (a tensor).
+    /// A new kernel argument of type `ty` (the verifier requires a tensor).
     pub fn add_arg(&mut self, ty: Type) -> ValueId {
         let entry = self.entry();
         self.m.add_block_arg(entry, ty)

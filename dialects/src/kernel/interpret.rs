@@ -62,7 +62,7 @@ impl Col {
         }
     }
 
-    /// Element `i` as a column of one type with one entry.
+    /// Element `i`.
     fn get(&self, i: usize) -> Option<Scalar> {
         Some(match self {
             Col::Float(v) => Scalar::Float(*v.get(i)?),
@@ -76,16 +76,28 @@ impl Col {
             (Col::Float(v), Scalar::Float(x)) => v.get_mut(i).map(|s| *s = x),
             (Col::Int(v), Scalar::Int(x)) => v.get_mut(i).map(|s| *s = x),
             (Col::Bool(v), Scalar::Bool(x)) => v.get_mut(i).map(|s| *s = x),
+            // Booleans are stored as integers (0 or 1), as on the GPU.
+            (Col::Int(v), Scalar::Bool(x)) => v.get_mut(i).map(|s| *s = i64::from(x)),
             _ => return Err("a store of the wrong type".into()),
         };
         slot.ok_or_else(|| format!("a store to element {i}, past the end of its memory"))
     }
 
+    /// Memory of `n` elements of `elem`: floats, or integers (booleans
+    /// are stored as 0 and 1, as on the GPU).
     fn zeros_like(elem: ElemType, n: usize) -> Col {
-        match elem {
-            e if e.is_float() => Col::Float(vec![0.0; n]),
-            ElemType::I1 => Col::Bool(vec![false; n]),
-            _ => Col::Int(vec![0; n]),
+        if elem.is_float() {
+            Col::Float(vec![0.0; n])
+        } else {
+            Col::Int(vec![0; n])
+        }
+    }
+
+    /// A loaded column as the type the load gives (i1 from 0 and 1).
+    fn into_loaded(self, elem: Option<ElemType>) -> Col {
+        match (self, elem) {
+            (Col::Int(v), Some(ElemType::I1)) => Col::Bool(v.iter().map(|&x| x != 0).collect()),
+            (c, _) => c,
         }
     }
 }
@@ -371,7 +383,7 @@ impl Run<'_> {
             KernelOp::Load => {
                 let addr = self.address(op, 1, 0)?;
                 let memory = self.memory(o.operands[0])?;
-                gather(memory, &addr)
+                gather(memory, &addr).into_loaded(result_elem)
             }
             KernelOp::Load4 => {
                 let addr = self.address(op, 1, 0)?;
@@ -383,7 +395,7 @@ impl Run<'_> {
                     })
                     .collect();
                 for (&r, c) in o.results.iter().zip(lanes) {
-                    self.values.insert(r, c);
+                    self.values.insert(r, c.into_loaded(result_elem));
                 }
                 return Ok(());
             }
@@ -572,7 +584,7 @@ fn binary(f: BinaryFn, a: &Col, b: &Col, elem: ElemType) -> R<Col> {
             ))
         }
         (Col::Int(a), Col::Int(b)) => {
-            // WGSL: x / 0 is x and x % 0 is 0; i32::MIN / -1 is i32::MIN.
+            // WGSL: x / 0 is x, and i32::MIN / -1 is i32::MIN.
             let g: fn(i64, i64) -> i64 = match f {
                 BinaryFn::Add => |x, y| x.wrapping_add(y),
                 BinaryFn::Sub => |x, y| x.wrapping_sub(y),
@@ -646,8 +658,8 @@ fn select(c: &[bool], a: &Col, b: &Col) -> R<Col> {
 fn cast(x: &Col, to: ElemType) -> R<Col> {
     Ok(match (x, to) {
         (Col::Float(v), e) if e.is_float() => Col::Float(v.iter().map(|&x| round(x, e)).collect()),
-        // Float to integer truncates toward zero (saturating, as WGSL's i32()).
         (Col::Float(v), ElemType::I1) => Col::Bool(v.iter().map(|&x| x != 0.0).collect()),
+        // Float to integer truncates toward zero (saturating, as WGSL's i32()).
         (Col::Float(v), _) => Col::Int(
             v.iter()
                 .map(|&x| x.trunc().clamp(i32::MIN as f64, i32::MAX as f64) as i64)
