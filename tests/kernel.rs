@@ -21,7 +21,9 @@ fn shared_models_check_through_kernel_lower() {
         };
         let path = path.to_string_lossy().into_owned();
         let out = ircc(&["check", &path, "--pipeline", "smartmem-gpu"]);
-        let lowered = out.stdout.contains("kernel.lower");
+        let lowered = out
+            .stdout
+            .contains(ircc_passes::decl::KernelLowerOptions::NAME);
         if out.code == 0 && lowered {
             passed += 1;
         } else {

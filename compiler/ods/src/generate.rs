@@ -63,12 +63,13 @@ fn op_enum(out: &mut String, spec: &DialectSpec, name: &str, core: &str) {
             .map(|op| (format!("{name}::{}", camel(&op.name)), value(op)))
             .collect()
     };
+    let full_names = arms(&|op| format!("{:?}", format!("{}.{}", spec.dialect, op.name)));
     const_fn(
         out,
         "The op's full name, as the IR spells it.",
         "name",
         "&'static str",
-        &arms(&|op| format!("{:?}", format!("{}.{}", spec.dialect, op.name))),
+        &full_names,
     );
     const_fn(
         out,
@@ -87,20 +88,7 @@ fn op_enum(out: &mut String, spec: &DialectSpec, name: &str, core: &str) {
             None => "None".to_string(),
         }),
     );
-    let _ = writeln!(
-        out,
-        "    pub fn from_name(name: &str) -> Option<Self> {{\n        match name {{"
-    );
-    for op in &spec.ops {
-        let _ = writeln!(
-            out,
-            "            \"{}.{}\" => Some({name}::{}),",
-            spec.dialect,
-            op.name,
-            camel(&op.name)
-        );
-    }
-    let _ = writeln!(out, "            _ => None,\n        }}\n    }}\n");
+    from_name_fn(out, &full_names);
     let _ = writeln!(
         out,
         "    /// Which op of this dialect `op` is, if it is one.\n    pub fn of(m: &{core}::Module, op: {core}::OpId) -> Option<Self> {{\n        Self::from_name(&m.op(op).name)\n    }}"
@@ -110,6 +98,18 @@ fn op_enum(out: &mut String, spec: &DialectSpec, name: &str, core: &str) {
         out,
         "impl std::fmt::Display for {name} {{\n    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {{\n        f.write_str(self.name())\n    }}\n}}\n"
     );
+}
+
+/// `from_name`, the inverse of `name`: `(variant, spelling)` pairs.
+fn from_name_fn(out: &mut String, spellings: &[(String, String)]) {
+    let _ = writeln!(
+        out,
+        "    pub fn from_name(name: &str) -> Option<Self> {{\n        match name {{"
+    );
+    for (variant, spelling) in spellings {
+        let _ = writeln!(out, "            {spelling} => Some({variant}),");
+    }
+    let _ = writeln!(out, "            _ => None,\n        }}\n    }}\n");
 }
 
 /// `pub const fn NAME(self) -> TY` as a match with one arm per variant.
@@ -424,21 +424,21 @@ fn value_enum(out: &mut String, full: &str, name: &str, a: &AttrSpecToml, core: 
     for v in &a.values {
         let _ = write!(out, "{name}::{}, ", camel(v));
     }
-    let _ = writeln!(
+    let _ = writeln!(out, "];\n");
+    let spellings: Vec<(String, String)> = a
+        .values
+        .iter()
+        .map(|v| (format!("{name}::{}", camel(v)), format!("{v:?}")))
+        .collect();
+    const_fn(
         out,
-        "];\n\n    /// The value as the IR spells it.\n    pub const fn name(self) -> &'static str {{\n        match self {{"
+        "The value as the IR spells it.",
+        "name",
+        "&'static str",
+        &spellings,
     );
-    for v in &a.values {
-        let _ = writeln!(out, "            {name}::{} => \"{v}\",", camel(v));
-    }
-    let _ = writeln!(
-        out,
-        "        }}\n    }}\n\n    pub fn from_name(name: &str) -> Option<Self> {{\n        match name {{"
-    );
-    for v in &a.values {
-        let _ = writeln!(out, "            \"{v}\" => Some({name}::{}),", camel(v));
-    }
-    let _ = writeln!(out, "            _ => None,\n        }}\n    }}\n}}\n");
+    from_name_fn(out, &spellings);
+    let _ = writeln!(out, "}}\n");
     let _ = writeln!(
         out,
         "impl From<{name}> for {core}::Attribute {{\n    fn from(v: {name}) -> Self {{\n        {core}::Attribute::String(v.name().to_string())\n    }}\n}}\n"

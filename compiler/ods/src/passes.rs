@@ -136,7 +136,7 @@ mod tests {
 
     const SPEC: &str = r#"
 [[pass]]
-name = "graph.fuse"
+name = "toy.fuse"
 summary = "fuse"
 [pass.options]
 max-ops = { kind = "int", default = "64", doc = "most ops" }
@@ -146,11 +146,11 @@ mode = { kind = "enum", values = ["fast", "slow"], default = "fast", doc = "how"
     #[test]
     fn generates_options_with_defaults() {
         let src = generate_passes(SPEC, "core").unwrap();
-        assert!(src.contains("pub struct GraphFuseOptions {"));
+        assert!(src.contains("pub struct ToyFuseOptions {"));
         assert!(src.contains("pub max_ops: i64,"));
         assert!(src.contains("max_ops: o.i64_or(\"max-ops\", 64)?,"));
-        assert!(src.contains("pub enum GraphFuseMode {"));
-        assert!(src.contains("pub const NAME: &'static str = \"graph.fuse\";"));
+        assert!(src.contains("pub enum ToyFuseMode {"));
+        assert!(src.contains("pub const NAME: &'static str = \"toy.fuse\";"));
     }
 
     #[test]

@@ -124,15 +124,31 @@ impl<'m> FuncBuilder<'m> {
             .elem
     }
 
-    /// Element `map(indices)` of `memory` (an argument or workgroup array).
-    pub fn load(&mut self, memory: ValueId, map: AffineMap, indices: Vec<ValueId>) -> ValueId {
+    /// A read of `memory` at `map(indices)` by a `kind` op giving `values`
+    /// scalars of the memory's element type.
+    fn read(
+        &mut self,
+        kind: KernelOp,
+        memory: ValueId,
+        map: AffineMap,
+        indices: Vec<ValueId>,
+        values: usize,
+    ) -> OpId {
         let elem = self.memory_elem(memory);
-        self.op1(
-            OpBuilder::new(KernelOp::Load.name())
+        let op = self.m.create_op(
+            OpBuilder::new(kind.name())
                 .operands(std::iter::once(memory).chain(indices))
                 .attr("map", Attribute::AffineMap(map))
-                .results([Type::Scalar(elem)]),
-        )
+                .results(vec![Type::Scalar(elem); values]),
+        );
+        self.m.append_op(self.block, op);
+        op
+    }
+
+    /// Element `map(indices)` of `memory` (an argument or workgroup array).
+    pub fn load(&mut self, memory: ValueId, map: AffineMap, indices: Vec<ValueId>) -> ValueId {
+        let op = self.read(KernelOp::Load, memory, map, indices, 1);
+        self.m.op(op).results[0]
     }
 
     pub fn store(
@@ -155,14 +171,7 @@ impl<'m> FuncBuilder<'m> {
         map: AffineMap,
         indices: Vec<ValueId>,
     ) -> [ValueId; 4] {
-        let elem = self.memory_elem(memory);
-        let op = self.m.create_op(
-            OpBuilder::new(KernelOp::Load4.name())
-                .operands(std::iter::once(memory).chain(indices))
-                .attr("map", Attribute::AffineMap(map))
-                .results(vec![Type::Scalar(elem); 4]),
-        );
-        self.m.append_op(self.block, op);
+        let op = self.read(KernelOp::Load4, memory, map, indices, 4);
         let r = &self.m.op(op).results;
         [r[0], r[1], r[2], r[3]]
     }
@@ -174,13 +183,8 @@ impl<'m> FuncBuilder<'m> {
         map: AffineMap,
         indices: Vec<ValueId>,
     ) -> ValueId {
-        let elem = self.memory_elem(memory);
-        self.op1(
-            OpBuilder::new(KernelOp::TextureLoad.name())
-                .operands(std::iter::once(memory).chain(indices))
-                .attr("map", Attribute::AffineMap(map))
-                .results([Type::Scalar(elem)]),
-        )
+        let op = self.read(KernelOp::TextureLoad, memory, map, indices, 1);
+        self.m.op(op).results[0]
     }
 
     /// Writes `lanes` as texel `(map[0], map[1])` of texture output `memory`.
