@@ -130,6 +130,10 @@ impl Driver {
         &mut self.registry
     }
 
+    pub fn passes(&self) -> &PassRegistry {
+        &self.passes
+    }
+
     pub fn passes_mut(&mut self) -> &mut PassRegistry {
         &mut self.passes
     }

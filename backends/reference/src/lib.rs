@@ -17,8 +17,7 @@ use ircc_core::interp::Env;
 use ircc_core::ir::ValueId;
 use ircc_core::{Attribute, Diagnostic, Module, OpId, Registry, Tensor, Type};
 
-/// The largest tensor the interpreter materializes (2 GiB of f64).
-pub const MAX_INTERPRETED_ELEMENTS: i64 = 1 << 28;
+use ircc_core::limits::MAX_INTERPRETED_ELEMENTS;
 
 /// Runs `func` (a `func.func` symbol) on `inputs` and returns its results.
 pub fn run_function(

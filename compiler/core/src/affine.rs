@@ -11,6 +11,8 @@
 
 use std::fmt;
 
+use crate::limits::MAX_AFFINE_HEIGHT;
+
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum AffineExpr {
     Dim(u32),
@@ -297,6 +299,18 @@ impl AffineExpr {
         }
     }
 
+    /// The number of operations on the longest path from the root to a leaf.
+    pub fn height(&self) -> usize {
+        match self {
+            AffineExpr::Dim(_) | AffineExpr::Sym(_) | AffineExpr::Const(_) => 0,
+            AffineExpr::Add(a, b)
+            | AffineExpr::Mul(a, b)
+            | AffineExpr::FloorDiv(a, b)
+            | AffineExpr::CeilDiv(a, b)
+            | AffineExpr::Mod(a, b) => 1 + a.height().max(b.height()),
+        }
+    }
+
     /// Number of `floordiv`, `ceildiv` and `mod` operations.
     pub fn div_mod_count(&self) -> usize {
         match self {
@@ -492,7 +506,12 @@ impl AffineMap {
             .results
             .iter()
             .map(|e| e.substitute(&inner_results, &syms))
-            .collect();
+            .collect::<Vec<_>>();
+        if results.iter().any(|e| e.height() > MAX_AFFINE_HEIGHT) {
+            return Err(format!(
+                "cannot compose: the result is deeper than {MAX_AFFINE_HEIGHT} operations"
+            ));
+        }
         Ok(AffineMap::new(
             inner.num_dims,
             self.num_syms + inner.num_syms,

@@ -7,6 +7,10 @@
 //! - `Value::uses` lists exactly the operand slots that read the value;
 //! - erased operations stay in the arena but are in no block.
 
+use std::collections::HashMap;
+
+use indexmap::IndexSet;
+
 use crate::arena::{Arena, Handle};
 use crate::attr::{Attribute, Attributes};
 use crate::diag::Location;
@@ -57,7 +61,9 @@ pub struct Use {
 pub struct Value {
     pub ty: Type,
     pub def: ValueDef,
-    pub uses: Vec<Use>,
+    /// A set, so that adding, finding and dropping one use is O(1) however
+    /// many readers a value has (a weight read by 10^6 ops).
+    pub uses: IndexSet<Use>,
     /// The name it had in the source (`%x`), used again when printing.
     pub name: Option<String>,
 }
@@ -201,7 +207,7 @@ impl Module {
                     op,
                     index: i as u32,
                 },
-                uses: Vec::new(),
+                uses: IndexSet::new(),
                 name: None,
             });
             self.ops[op].results.push(v);
@@ -222,7 +228,7 @@ impl Module {
     pub fn push_operand(&mut self, op: OpId, v: ValueId) {
         let index = self.ops[op].operands.len() as u32;
         self.ops[op].operands.push(v);
-        self.values[v].uses.push(Use { op, index });
+        self.values[v].uses.insert(Use { op, index });
     }
 
     /// Points operand `index` of `op` at `new`, keeping use lists right.
@@ -232,9 +238,9 @@ impl Module {
             op,
             index: index as u32,
         };
-        self.values[old].uses.retain(|x| *x != u);
+        self.values[old].uses.swap_remove(&u);
         self.ops[op].operands[index] = new;
-        self.values[new].uses.push(u);
+        self.values[new].uses.insert(u);
     }
 
     pub fn replace_all_uses(&mut self, old: ValueId, new: ValueId) {
@@ -262,7 +268,7 @@ impl Module {
                     block,
                     index: i as u32,
                 },
-                uses: Vec::new(),
+                uses: IndexSet::new(),
                 name: None,
             });
             self.blocks[block].args.push(v);
@@ -277,7 +283,7 @@ impl Module {
         let v = self.values.append(Value {
             ty,
             def: ValueDef::BlockArg { block, index },
-            uses: Vec::new(),
+            uses: IndexSet::new(),
             name: None,
         });
         self.blocks[block].args.push(v);
@@ -330,6 +336,38 @@ impl Module {
         self.drop_uses(op);
     }
 
+    /// Erases `op` as [`Module::erase_op`] does, but leaves it listed in its
+    /// block (with no parent) until [`Module::sweep_block`]: erasing many
+    /// ops of a large block one by one would scan the block each time.
+    pub fn erase_op_later(&mut self, op: OpId) {
+        debug_assert!(
+            self.ops[op]
+                .results
+                .iter()
+                .all(|&r| self.values[r].uses.is_empty())
+        );
+        self.ops[op].parent = None;
+        self.drop_uses(op);
+    }
+
+    /// Rebuilds `block` in one pass: the ops erased by
+    /// [`Module::erase_op_later`] leave it, and the ops of `insert[anchor]`
+    /// go just before `anchor`.
+    pub fn sweep_block(&mut self, block: BlockId, insert: &HashMap<OpId, Vec<OpId>>) {
+        let old = std::mem::take(&mut self.blocks[block].ops);
+        let mut ops = Vec::with_capacity(old.len());
+        for op in old {
+            for &new in insert.get(&op).into_iter().flatten() {
+                self.ops[new].parent = Some(block);
+                ops.push(new);
+            }
+            if self.ops[op].parent == Some(block) {
+                ops.push(op);
+            }
+        }
+        self.blocks[block].ops = ops;
+    }
+
     fn drop_uses(&mut self, op: OpId) {
         let operands = std::mem::take(&mut self.ops[op].operands);
         for (i, v) in operands.into_iter().enumerate() {
@@ -337,7 +375,7 @@ impl Module {
                 op,
                 index: i as u32,
             };
-            self.values[v].uses.retain(|x| *x != u);
+            self.values[v].uses.swap_remove(&u);
         }
         for r in self.ops[op].regions.clone() {
             for b in self.regions[r].blocks.clone() {

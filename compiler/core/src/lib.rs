@@ -15,6 +15,7 @@ pub mod diag;
 pub mod files;
 pub mod interp;
 pub mod ir;
+pub mod limits;
 pub mod parse;
 pub mod pass;
 pub mod print;

@@ -16,11 +16,6 @@ pub enum ElemType {
     I1,
 }
 
-/// The largest extent a tensor dimension may have. Bounding extents (and
-/// attribute values, see the verifier) keeps all shape arithmetic far from
-/// overflow.
-pub const MAX_DIM: i64 = 1 << 31;
-
 impl ElemType {
     pub const ALL: [ElemType; 8] = [
         ElemType::F64,

@@ -13,12 +13,10 @@ use std::collections::{HashMap, HashSet};
 use crate::attr::Attribute;
 use crate::diag::{Diagnostic, Diagnostics};
 use crate::ir::{BlockId, Module, OpId, Use, ValueId};
+use crate::limits::{MAX_DIM, MAX_ELEMENTS};
 use crate::print::is_discardable;
 use crate::registry::{AttrKind, OpView, Registry, kind_accepts};
-use crate::types::{MAX_DIM, Type};
-
-/// The most elements a tensor may have (2^40, a terabyte of bytes).
-pub const MAX_ELEMENTS: i64 = 1 << 40;
+use crate::types::Type;
 
 #[derive(Clone, Copy, Debug, Default)]
 pub struct VerifyOptions {

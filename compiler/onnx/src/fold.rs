@@ -2,6 +2,7 @@
 //! inputs are constants, so import evaluates them and they never reach the
 //! IR. Given a non-constant input they are reported as unsupported.
 
+use ircc_core::limits::{MAX_DIM, MAX_ELEMENTS, MAX_FOLDED_ELEMENTS};
 use ircc_core::{ElemType, Tensor, TensorData};
 use ndarray::{ArrayD, IxDyn};
 
@@ -70,6 +71,23 @@ pub fn reshape_target(input: &[i64], shape: &[i64], allowzero: bool) -> Result<V
     Ok(out)
 }
 
+/// The element count of a shape given as data, checked against the limits.
+fn checked_elements(dims: &[i64]) -> Result<i64> {
+    if let Some(d) = dims.iter().find(|&&d| !(0..=MAX_DIM).contains(&d)) {
+        return Err(ImportError::invalid(format!(
+            "shape {dims:?} has the extent {d}, outside 0..={MAX_DIM}"
+        )));
+    }
+    dims.iter()
+        .try_fold(1i64, |acc, &d| acc.checked_mul(d))
+        .filter(|&n| n <= MAX_ELEMENTS)
+        .ok_or_else(|| {
+            ImportError::invalid(format!(
+                "shape {dims:?} has more than the supported {MAX_ELEMENTS} elements"
+            ))
+        })
+}
+
 fn constant(imp: &Importer, n: &NodeProto, i: usize) -> Result<Tensor> {
     imp.known_constant(&imp.required(n, i)?).ok_or_else(|| {
         ImportError::unsupported(format!(
@@ -80,153 +98,173 @@ fn constant(imp: &Importer, n: &NodeProto, i: usize) -> Result<Tensor> {
 }
 
 pub fn import_only(imp: &mut Importer, n: &NodeProto, a: &Attrs) -> Result<Val> {
-    let t =
-        match n.op_type.as_str() {
-            "Shape" => {
-                a.only(&["start", "end"])?;
-                let shape = imp.type_of(&imp.required(n, 0)?).shape;
-                let r = shape.len() as i64;
-                let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
-                let (s, e) = (clamp(a.i("start", 0)), clamp(a.i("end", r)));
-                int_vector(shape[s..e.max(s)].to_vec())
+    let t = match n.op_type.as_str() {
+        "Shape" => {
+            a.only(&["start", "end"])?;
+            let shape = imp.type_of(&imp.required(n, 0)?).shape;
+            let r = shape.len() as i64;
+            let clamp = |v: i64| (if v < 0 { v + r } else { v }).clamp(0, r) as usize;
+            let (s, e) = (clamp(a.i("start", 0)), clamp(a.i("end", r)));
+            int_vector(shape[s..e.max(s)].to_vec())
+        }
+        "Size" => {
+            a.only(&[])?;
+            let n = imp.type_of(&imp.required(n, 0)?).num_elements();
+            Tensor::int(ElemType::I64, ndarray::arr0(n).into_dyn())
+        }
+        "ConstantOfShape" => {
+            a.only(&["value"])?;
+            let dims = i64s(&constant(imp, n, 0)?);
+            let elements = checked_elements(&dims)?;
+            let value = match n
+                .attribute
+                .iter()
+                .find(|x| x.name == "value")
+                .and_then(|x| x.t.as_ref())
+            {
+                Some(t) => to_tensor(t, std::path::Path::new("."))?,
+                None => scalar(0.0, ElemType::F32),
+            };
+            if value.len() != 1 {
+                return Err(ImportError::invalid(format!(
+                    "attribute 'value' must hold one element, not {}",
+                    value.len()
+                )));
             }
-            "Size" => {
-                a.only(&[])?;
-                let n = imp.type_of(&imp.required(n, 0)?).num_elements();
-                Tensor::int(ElemType::I64, ndarray::arr0(n).into_dyn())
+            if elements > MAX_FOLDED_ELEMENTS {
+                return imp.splat(&value, dims);
             }
-            "ConstantOfShape" => {
-                a.only(&["value"])?;
-                let shape: Vec<usize> = i64s(&constant(imp, n, 0)?)
-                    .iter()
-                    .map(|&d| d.max(0) as usize)
-                    .collect();
-                let value = match n
-                    .attribute
-                    .iter()
-                    .find(|x| x.name == "value")
-                    .and_then(|x| x.t.as_ref())
-                {
-                    Some(t) => to_tensor(t, std::path::Path::new("."))?,
-                    None => scalar(0.0, ElemType::F32),
-                };
-                let data = match &value.data {
-                    TensorData::Float(v) => TensorData::Float(ArrayD::from_elem(
-                        IxDyn(&shape),
-                        v.iter().next().copied().unwrap_or(0.0),
-                    )),
-                    TensorData::Int(v) => TensorData::Int(ArrayD::from_elem(
-                        IxDyn(&shape),
-                        v.iter().next().copied().unwrap_or(0),
-                    )),
-                    TensorData::Bool(v) => TensorData::Bool(ArrayD::from_elem(
-                        IxDyn(&shape),
-                        v.iter().next().copied().unwrap_or(false),
-                    )),
-                };
-                Tensor {
-                    elem: value.elem,
-                    data,
-                }
+            let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+            let data = match &value.data {
+                TensorData::Float(v) => TensorData::Float(ArrayD::from_elem(
+                    IxDyn(&shape),
+                    v.iter().next().copied().unwrap_or_default(),
+                )),
+                TensorData::Int(v) => TensorData::Int(ArrayD::from_elem(
+                    IxDyn(&shape),
+                    v.iter().next().copied().unwrap_or_default(),
+                )),
+                TensorData::Bool(v) => TensorData::Bool(ArrayD::from_elem(
+                    IxDyn(&shape),
+                    v.iter().next().copied().unwrap_or_default(),
+                )),
+            };
+            Tensor {
+                elem: value.elem,
+                data,
             }
-            "Range" => {
-                a.only(&[])?;
-                let (start, limit, delta) = (
-                    constant(imp, n, 0)?,
-                    constant(imp, n, 1)?,
-                    constant(imp, n, 2)?,
-                );
-                let elem = start.elem;
-                let f = |t: &Tensor| t.to_f64().iter().next().copied().unwrap_or(0.0);
-                let (s, l, d) = (f(&start), f(&limit), f(&delta));
-                if d == 0.0 {
-                    return Err(ImportError::invalid("Range with delta 0"));
-                }
-                let count = ((l - s) / d).ceil().max(0.0) as usize;
-                let values: Vec<f64> = (0..count).map(|i| s + i as f64 * d).collect();
-                let arr = ndarray::Array1::from(values).into_dyn();
-                if elem.is_float() {
-                    Tensor::float(elem, arr)
+        }
+        "Range" => {
+            a.only(&[])?;
+            let (start, limit, delta) = (
+                constant(imp, n, 0)?,
+                constant(imp, n, 1)?,
+                constant(imp, n, 2)?,
+            );
+            let elem = start.elem;
+            let f = |t: &Tensor| t.to_f64().iter().next().copied().unwrap_or(0.0);
+            let (s, l, d) = (f(&start), f(&limit), f(&delta));
+            if d == 0.0 {
+                return Err(ImportError::invalid("Range with delta 0"));
+            }
+            let count = ((l - s) / d).ceil();
+            if !count.is_finite() {
+                return Err(ImportError::invalid(format!(
+                    "Range from {s} to {l} by {d} has no finite length"
+                )));
+            }
+            if count > MAX_FOLDED_ELEMENTS as f64 {
+                return Err(ImportError::invalid(format!(
+                    "Range from {s} to {l} by {d} would have {count} elements, more than the {MAX_FOLDED_ELEMENTS} a constant folded at import may have"
+                )));
+            }
+            let count = count.max(0.0) as usize;
+            let values: Vec<f64> = (0..count).map(|i| s + i as f64 * d).collect();
+            let arr = ndarray::Array1::from(values).into_dyn();
+            if elem.is_float() {
+                Tensor::float(elem, arr)
+            } else {
+                Tensor::int(elem, arr.mapv(|x| x as i64))
+            }
+        }
+        "ScatterND" => {
+            a.only(&["reduction"])?;
+            if a.s("reduction", "none") != "none" {
+                return Err(ImportError::unsupported(
+                    "ScatterND reductions are not supported",
+                ));
+            }
+            let (data, indices, updates) = (
+                constant(imp, n, 0)?,
+                constant(imp, n, 1)?,
+                constant(imp, n, 2)?,
+            );
+            scatter_nd(&data, &indices, &updates)?
+        }
+        "Mod" => {
+            a.only(&["fmod"])?;
+            let (x, y) = (constant(imp, n, 0)?, constant(imp, n, 1)?);
+            let fmod = a.i("fmod", 0) != 0;
+            // Python's modulo takes the divisor's sign: fmod, then shift.
+            let float_mod = |p: f64, q: f64| {
+                let m = p % q;
+                if !fmod && m != 0.0 && (m < 0.0) != (q < 0.0) {
+                    m + q
                 } else {
-                    Tensor::int(elem, arr.mapv(|x| x as i64))
+                    m
                 }
-            }
-            "ScatterND" => {
-                a.only(&["reduction"])?;
-                if a.s("reduction", "none") != "none" {
-                    return Err(ImportError::unsupported(
-                        "ScatterND reductions are not supported",
-                    ));
-                }
-                let (data, indices, updates) = (
-                    constant(imp, n, 0)?,
-                    constant(imp, n, 1)?,
-                    constant(imp, n, 2)?,
-                );
-                scatter_nd(&data, &indices, &updates)?
-            }
-            "Mod" => {
-                a.only(&["fmod"])?;
-                let (x, y) = (constant(imp, n, 0)?, constant(imp, n, 1)?);
-                let fmod = a.i("fmod", 0) != 0;
-                // Python's modulo takes the divisor's sign: fmod, then shift.
-                let float_mod = |p: f64, q: f64| {
-                    let m = p % q;
-                    if !fmod && m != 0.0 && (m < 0.0) != (q < 0.0) {
-                        m + q
-                    } else {
-                        m
-                    }
-                };
-                elementwise(&x, &y, float_mod, |p, q| {
-                    if q == 0 {
-                        0
-                    } else if fmod {
-                        p % q
-                    } else {
-                        p.rem_euclid(q) + if q < 0 && p.rem_euclid(q) != 0 { q } else { 0 }
-                    }
-                })?
-            }
-            "Floor" | "Ceil" => {
-                a.only(&[])?;
-                let x = constant(imp, n, 0)?;
-                let f = if n.op_type == "Floor" {
-                    f64::floor
+            };
+            elementwise(&x, &y, float_mod, |p, q| {
+                if q == 0 {
+                    0
+                } else if fmod {
+                    p % q
                 } else {
-                    f64::ceil
-                };
-                Tensor::float(x.elem, x.to_f64().mapv(f))
-            }
-            "And" | "Or" | "Xor" => {
-                a.only(&[])?;
-                let (x, y) = (constant(imp, n, 0)?, constant(imp, n, 1)?);
-                let (p, q) = (
-                    x.as_bool()
-                        .ok_or_else(|| ImportError::invalid("needs bool"))?,
-                    y.as_bool()
-                        .ok_or_else(|| ImportError::invalid("needs bool"))?,
-                );
-                let shape = broadcast_shape(p.shape(), q.shape())?;
-                let (p, q) = (
-                    p.broadcast(IxDyn(&shape)).expect("broadcast"),
-                    q.broadcast(IxDyn(&shape)).expect("broadcast"),
-                );
-                let op = n.op_type.clone();
-                Tensor::bool(ndarray::Zip::from(&p).and(&q).map_collect(
-                    |&u, &v| match op.as_str() {
+                    p.rem_euclid(q) + if q < 0 && p.rem_euclid(q) != 0 { q } else { 0 }
+                }
+            })?
+        }
+        "Floor" | "Ceil" => {
+            a.only(&[])?;
+            let x = constant(imp, n, 0)?;
+            let f = if n.op_type == "Floor" {
+                f64::floor
+            } else {
+                f64::ceil
+            };
+            Tensor::float(x.elem, x.to_f64().mapv(f))
+        }
+        "And" | "Or" | "Xor" => {
+            a.only(&[])?;
+            let (x, y) = (constant(imp, n, 0)?, constant(imp, n, 1)?);
+            let (p, q) = (
+                x.as_bool()
+                    .ok_or_else(|| ImportError::invalid("needs bool"))?,
+                y.as_bool()
+                    .ok_or_else(|| ImportError::invalid("needs bool"))?,
+            );
+            let shape = broadcast_shape(p.shape(), q.shape())?;
+            let (p, q) = (
+                p.broadcast(IxDyn(&shape)).expect("broadcast"),
+                q.broadcast(IxDyn(&shape)).expect("broadcast"),
+            );
+            let op = n.op_type.clone();
+            Tensor::bool(
+                ndarray::Zip::from(&p)
+                    .and(&q)
+                    .map_collect(|&u, &v| match op.as_str() {
                         "And" => u && v,
                         "Or" => u || v,
                         _ => u != v,
-                    },
-                ))
-            }
-            other => {
-                return Err(ImportError::unsupported(format!(
-                    "operator '{other}' is not supported"
-                )));
-            }
-        };
+                    }),
+            )
+        }
+        other => {
+            return Err(ImportError::unsupported(format!(
+                "operator '{other}' is not supported"
+            )));
+        }
+    };
     Ok(Val::constant(t))
 }
 

@@ -8,7 +8,10 @@ use std::sync::Arc;
 use ircc_core::builtin::FuncOp;
 use ircc_core::interp::NoWeights;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
-use ircc_core::{Attribute, Attributes, Module, OpId, Registry, Tensor, TensorType, Type};
+use ircc_core::limits::{MAX_ELEMENTS, MAX_FOLDED_ELEMENTS};
+use ircc_core::{
+    Attribute, Attributes, DenseAttr, Module, OpId, Registry, Tensor, TensorType, Type,
+};
 use ircc_dialects::graph::GraphOp;
 use prost::Message;
 
@@ -399,7 +402,23 @@ impl Importer<'_> {
         Ok(id)
     }
 
-    /// Emits a graph op, or evaluates it when every operand is a constant.
+    /// A constant of `shape` with every element `value` (one element),
+    /// placed as a splat: no storage, whatever its size.
+    pub fn splat(&mut self, value: &Tensor, shape: Vec<i64>) -> Result<Val> {
+        let one = value.to_dense();
+        let ty = TensorType::new(shape, value.elem);
+        let dense = DenseAttr::new(ty.clone(), one.values).map_err(ImportError::invalid)?;
+        let op = self.module.create_op(
+            OpBuilder::new(GraphOp::Constant.name())
+                .attr("value", Attribute::Dense(dense))
+                .results([Type::Tensor(ty)]),
+        );
+        self.module.append_op(self.block, op);
+        Ok(Val::Dyn(self.module.op(op).results[0]))
+    }
+
+    /// Emits a graph op, or evaluates it when every operand is a constant
+    /// and its results stay within [`MAX_FOLDED_ELEMENTS`].
     pub fn emit(
         &mut self,
         op: GraphOp,
@@ -409,15 +428,15 @@ impl Importer<'_> {
     ) -> Result<Vec<Val>> {
         if operands.iter().all(|v| matches!(v, Val::Const(_))) && !operands.is_empty() {
             let args: Vec<Tensor> = operands
-                .into_iter()
+                .iter()
                 .map(|v| match v {
-                    Val::Const(t) => Tensor::clone(&t),
+                    Val::Const(t) => Tensor::clone(t),
                     Val::Dyn(_) => unreachable!("checked above"),
                 })
                 .collect();
-            return self
-                .evaluate(op, args, attrs, results)
-                .map(|ts| ts.into_iter().map(Val::constant).collect());
+            if let Some(ts) = self.evaluate(op, args, attrs.clone(), results)? {
+                return Ok(ts.into_iter().map(Val::constant).collect());
+            }
         }
         let mut ids = Vec::new();
         for v in operands {
@@ -440,14 +459,15 @@ impl Importer<'_> {
             .collect())
     }
 
-    /// Runs a graph op on constants through its interpret hook.
-    pub fn evaluate(
+    /// Runs a graph op on constants through its interpret hook; `None`
+    /// when a result would be larger than a folded constant may be.
+    fn evaluate(
         &mut self,
         kind: GraphOp,
         args: Vec<Tensor>,
         attrs: Attributes,
         results: usize,
-    ) -> Result<Vec<Tensor>> {
+    ) -> Result<Option<Vec<Tensor>>> {
         let s = &mut self.scratch;
         let holder = s.create_op(
             OpBuilder::new("import.args").results(args.iter().map(|t| Type::Tensor(t.ty()))),
@@ -461,6 +481,13 @@ impl Importer<'_> {
                 .results(vec![Type::Index; results]),
         );
         infer(s, self.registry, op)?;
+        let too_large = s.op(op).results.iter().any(|&r| match s.value_type(r) {
+            Type::Tensor(t) => t.num_elements() > MAX_FOLDED_ELEMENTS,
+            _ => false,
+        });
+        if too_large {
+            return Ok(None);
+        }
         let view = self
             .registry
             .view(s, op)
@@ -470,11 +497,14 @@ impl Importer<'_> {
             .hooks
             .interpret
             .ok_or_else(|| ImportError::unsupported(format!("'{name}' cannot be evaluated")))?;
-        interpret(&view, &args, &mut NoWeights).map_err(ImportError::invalid)
+        interpret(&view, &args, &mut NoWeights)
+            .map(Some)
+            .map_err(ImportError::invalid)
     }
 }
 
-/// Sets the result types of `op` from its infer hook, checking its verifier.
+/// Sets the result types of `op` from its infer hook, checking its verifier
+/// and that no result is larger than a tensor may be.
 fn infer(module: &mut Module, registry: &Registry, op: OpId) -> Result<()> {
     if registry.get(&module.op(op).name).is_none() {
         return Err(ImportError::unsupported(format!(
@@ -484,7 +514,17 @@ fn infer(module: &mut Module, registry: &Registry, op: OpId) -> Result<()> {
     }
     registry
         .infer_result_types(module, op)
-        .map_err(ImportError::invalid)
+        .map_err(ImportError::invalid)?;
+    for &r in &module.op(op).results {
+        if let Type::Tensor(t) = module.value_type(r)
+            && t.num_elements() > MAX_ELEMENTS
+        {
+            return Err(ImportError::invalid(format!(
+                "the result {t} has more than the supported {MAX_ELEMENTS} elements"
+            )));
+        }
+    }
+    Ok(())
 }
 
 pub fn i64s(t: &Tensor) -> Vec<i64> {

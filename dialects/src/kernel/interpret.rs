@@ -26,11 +26,9 @@ use ndarray::{ArrayD, IxDyn};
 use super::KernelOp;
 use super::ops::{self, BinaryFn, CmpPred, IdKind, UnaryFn};
 use crate::graph::erf;
+use ircc_core::limits::MAX_INVOCATIONS;
 
 type R<T> = Result<T, String>;
-
-/// The most invocations one launch may run in the interpreter.
-const MAX_INVOCATIONS: i64 = 1 << 31;
 
 /// One value per lane, or one memory's elements.
 #[derive(Clone, Debug)]

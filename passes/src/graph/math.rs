@@ -367,62 +367,95 @@ fn scalar_constant(m: &Module, v: ValueId) -> Option<f64> {
     }
 }
 
-/// The term of `v`: its algebraic ops down to the values where the algebra stops.
-fn term(
-    m: &Module,
-    v: ValueId,
-    expr: &mut RecExpr<Term>,
-    leaves: &mut HashMap<Symbol, (ValueId, Vec<i64>)>,
-) -> Id {
-    if let Some(c) = scalar_constant(m, v) {
-        return expr.add(Term::Leaf(Symbol::from(format!("c{c:?}"))));
+/// How far below its root a term reaches: DNNFusion's rules rewrite a few
+/// ops at a time, and the bound keeps the pass linear in the size of the
+/// function (roots whose terms overlap share at most this much) and its
+/// recursion shallow (a chain of 10^6 adds is not walked to its end).
+const MAX_TERM_DEPTH: usize = 64;
+
+/// A term under construction: the expression, the values it stops at, and
+/// the node each value already has (a value read twice is one node, so a
+/// chain of `x = x + x` stays linear, not exponential).
+#[derive(Default)]
+struct TermBuilder {
+    expr: RecExpr<Term>,
+    leaves: HashMap<Symbol, (ValueId, Vec<i64>)>,
+    nodes: HashMap<ValueId, Id>,
+}
+
+impl TermBuilder {
+    /// The term of `v`: its algebraic ops down to the values where the
+    /// algebra stops, or `MAX_TERM_DEPTH` below the root.
+    fn term(&mut self, m: &Module, v: ValueId, depth: usize) -> Id {
+        if let Some(&id) = self.nodes.get(&v) {
+            return id;
+        }
+        let id = self.node(m, v, depth);
+        self.nodes.insert(v, id);
+        id
     }
-    let Some(op) = m.defining_op(v).filter(|&op| algebraic(m, op)) else {
+
+    fn leaf(&mut self, m: &Module, v: ValueId) -> Id {
         let s = Symbol::from(format!("v{}", v.index()));
         let shape = m
             .value_type(v)
             .as_tensor()
             .map(|t| t.shape.clone())
             .unwrap_or_default();
-        leaves.insert(s, (v, shape));
-        return expr.add(Term::Leaf(s));
-    };
-    let o = m.op(op);
-    let mut sub = |i: usize, expr: &mut RecExpr<Term>| term(m, o.operands[i], expr, leaves);
-    use GraphOp as G;
-    let kind = GraphOp::of(m, op).expect("an algebraic op is a graph op");
-    if let Some(reduce) = graph::ops::ReduceSum::new(m, op) {
-        let a = sub(0, expr);
-        let axes = reduce
-            .axes()
-            .unwrap_or_default()
-            .iter()
-            .map(i64::to_string)
-            .collect::<Vec<_>>()
-            .join(",");
-        let keep = reduce.keepdims();
-        let spec = expr.add(Term::Leaf(Symbol::from(format!("axes:{axes};keep:{keep}"))));
-        return expr.add(Term::ReduceSum([a, spec]));
+        self.leaves.insert(s, (v, shape));
+        self.expr.add(Term::Leaf(s))
     }
-    if matches!(kind, G::Neg | G::Reciprocal) {
-        let a = sub(0, expr);
-        return expr.add(if kind == G::Neg {
-            Term::Neg(a)
-        } else {
-            Term::Recip(a)
-        });
+
+    fn node(&mut self, m: &Module, v: ValueId, depth: usize) -> Id {
+        if let Some(c) = scalar_constant(m, v) {
+            return self.expr.add(Term::Leaf(Symbol::from(format!("c{c:?}"))));
+        }
+        let Some(op) = m
+            .defining_op(v)
+            .filter(|&op| depth < MAX_TERM_DEPTH && algebraic(m, op))
+        else {
+            return self.leaf(m, v);
+        };
+        let operands = m.op(op).operands.clone();
+        use GraphOp as G;
+        let kind = GraphOp::of(m, op).expect("an algebraic op is a graph op");
+        if let Some(reduce) = graph::ops::ReduceSum::new(m, op) {
+            let a = self.term(m, operands[0], depth + 1);
+            let axes = reduce
+                .axes()
+                .unwrap_or_default()
+                .iter()
+                .map(i64::to_string)
+                .collect::<Vec<_>>()
+                .join(",");
+            let keep = reduce.keepdims();
+            let spec = Symbol::from(format!("axes:{axes};keep:{keep}"));
+            let spec = self.expr.add(Term::Leaf(spec));
+            return self.expr.add(Term::ReduceSum([a, spec]));
+        }
+        if matches!(kind, G::Neg | G::Reciprocal) {
+            let a = self.term(m, operands[0], depth + 1);
+            return self.expr.add(if kind == G::Neg {
+                Term::Neg(a)
+            } else {
+                Term::Recip(a)
+            });
+        }
+        let a = self.term(m, operands[0], depth + 1);
+        let b = self.term(m, operands[1], depth + 1);
+        self.expr.add(match kind {
+            G::Add => Term::Add([a, b]),
+            G::Sub => Term::Sub([a, b]),
+            G::Mul => Term::Mul([a, b]),
+            G::Div => Term::Div([a, b]),
+            _ => Term::MatMul([a, b]),
+        })
     }
-    let (a, b) = (sub(0, expr), sub(1, expr));
-    expr.add(match kind {
-        G::Add => Term::Add([a, b]),
-        G::Sub => Term::Sub([a, b]),
-        G::Mul => Term::Mul([a, b]),
-        G::Div => Term::Div([a, b]),
-        _ => Term::MatMul([a, b]),
-    })
 }
 
-/// Builds graph ops for `expr`, before `anchor`; returns the root's value.
+/// Builds graph ops for `expr`, to go before `anchor` (pushed to
+/// `placed`, which the caller sweeps into the block); returns the root's
+/// value.
 fn build(
     m: &mut Module,
     ctx: &PassContext,
@@ -430,6 +463,7 @@ fn build(
     leaves: &HashMap<Symbol, (ValueId, Vec<i64>)>,
     elem: ElemType,
     anchor: OpId,
+    placed: &mut Vec<OpId>,
 ) -> Result<ValueId, String> {
     // One entry per node; reduce_sum's attribute leaf has no value.
     let mut values: Vec<Option<ValueId>> = Vec::with_capacity(expr.as_ref().len());
@@ -495,7 +529,7 @@ fn build(
         }
         let op = m.create_op(b);
         ctx.registry.infer_result_types(m, op)?;
-        m.insert_before(anchor, op);
+        placed.push(op);
         values.push(Some(m.op(op).results[0]));
     }
     values
@@ -544,11 +578,12 @@ impl FunctionPass for MathRewrite {
                     .any(|u| !algebraic(module, u.op))
             })
             .collect();
+        let mut placed: HashMap<OpId, Vec<OpId>> = HashMap::new();
         for root in roots {
             let result = module.op(root).results[0];
-            let mut expr = RecExpr::default();
-            let mut leaves = HashMap::new();
-            term(module, result, &mut expr, &mut leaves);
+            let mut builder = TermBuilder::default();
+            builder.term(module, result, 0);
+            let TermBuilder { expr, leaves, .. } = builder;
             if expr.as_ref().len() < 3 {
                 continue;
             }
@@ -589,7 +624,16 @@ impl FunctionPass for MathRewrite {
                 .value_type(result)
                 .as_tensor()
                 .map_or(ElemType::F32, |t| t.elem);
-            let new = build(module, ctx, &best, &leaves, elem, root).map_err(|e| {
+            let new = build(
+                module,
+                ctx,
+                &best,
+                &leaves,
+                elem,
+                root,
+                placed.entry(root).or_default(),
+            )
+            .map_err(|e| {
                 Diagnostic::error(module.op(root).loc.clone(), format!("math rewrite: {e}"))
             })?;
             if module.value_type(new) != module.value_type(result) {
@@ -602,6 +646,7 @@ impl FunctionPass for MathRewrite {
             module.values[new].name = module.value(result).name.clone();
             module.replace_all_uses(result, new);
         }
+        module.sweep_block(body, &placed);
         Ok(())
     }
 }

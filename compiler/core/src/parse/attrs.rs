@@ -8,7 +8,8 @@ use pest::iterators::Pair;
 use super::{Builder, PResult, Rule};
 use crate::affine::{AffineExpr, AffineMap};
 use crate::attr::{Attribute, Attributes, DenseAttr, DenseValues, float_from_bits, round_to};
-use crate::types::{ElemType, MAX_DIM, TensorType, Type};
+use crate::limits::{MAX_AFFINE_HEIGHT, MAX_DIM};
+use crate::types::{ElemType, TensorType, Type};
 
 /// The raw text between the quotes of a string literal.
 pub(super) fn unquote_raw<'a>(pair: &Pair<'a, Rule>) -> &'a str {
@@ -542,7 +543,7 @@ impl Builder {
                     }
                 }
                 Rule::affine_expr => {
-                    let e = self.affine_expr(p.clone(), &names)?;
+                    let (e, _) = self.affine_expr(p.clone(), &names)?;
                     if !e.is_pure_affine() {
                         return Err(self.err(
                             &p,
@@ -557,34 +558,39 @@ impl Builder {
         Ok(AffineMap::new(num_dims, num_syms, results))
     }
 
+    /// An affine expression and an upper bound of its height, which must
+    /// stay within [`MAX_AFFINE_HEIGHT`] (every walk of a tree recurses).
     fn affine_expr(
         &self,
         pair: Pair<Rule>,
         names: &HashMap<String, AffineExpr>,
-    ) -> PResult<AffineExpr> {
+    ) -> PResult<(AffineExpr, usize)> {
         let mut it = pair.into_inner();
-        let mut acc = self.affine_term(it.next().expect("term"), names)?;
+        let (mut acc, mut height) = self.affine_term(it.next().expect("term"), names)?;
         while let Some(op) = it.next() {
-            let rhs = self.affine_term(it.next().expect("term after operator"), names)?;
+            let rhs_pair = it.next().expect("term after operator");
+            let (rhs, h) = self.affine_term(rhs_pair.clone(), names)?;
+            height = self.taller(&rhs_pair, height, h)?;
             acc = if op.as_str() == "+" {
                 acc + rhs
             } else {
                 acc - rhs
             };
         }
-        Ok(acc)
+        Ok((acc, height))
     }
 
     fn affine_term(
         &self,
         pair: Pair<Rule>,
         names: &HashMap<String, AffineExpr>,
-    ) -> PResult<AffineExpr> {
+    ) -> PResult<(AffineExpr, usize)> {
         let mut it = pair.into_inner();
-        let mut acc = self.affine_factor(it.next().expect("factor"), names)?;
+        let (mut acc, mut height) = self.affine_factor(it.next().expect("factor"), names)?;
         while let Some(op) = it.next() {
             let rhs_pair = it.next().expect("factor after operator");
-            let rhs = self.affine_factor(rhs_pair.clone(), names)?;
+            let (rhs, h) = self.affine_factor(rhs_pair.clone(), names)?;
+            height = self.taller(&rhs_pair, height, h)?;
             let op_text = op.as_str().trim();
             if op_text != "*" && rhs.as_const() == Some(0) {
                 return Err(self.err(&rhs_pair, format!("{op_text} by zero in affine map")));
@@ -596,14 +602,26 @@ impl Builder {
                 _ => acc.modulo(rhs),
             };
         }
-        Ok(acc)
+        Ok((acc, height))
+    }
+
+    /// The height of a binary node over operands of heights `a` and `b`.
+    fn taller(&self, at: &Pair<Rule>, a: usize, b: usize) -> PResult<usize> {
+        let height = a.max(b) + 1;
+        if height > MAX_AFFINE_HEIGHT {
+            return Err(self.err(
+                at,
+                format!("affine expression deeper than {MAX_AFFINE_HEIGHT} operations"),
+            ));
+        }
+        Ok(height)
     }
 
     fn affine_factor(
         &self,
         pair: Pair<Rule>,
         names: &HashMap<String, AffineExpr>,
-    ) -> PResult<AffineExpr> {
+    ) -> PResult<(AffineExpr, usize)> {
         let mut negate = false;
         let mut result = None;
         for p in pair.into_inner() {
@@ -612,28 +630,44 @@ impl Builder {
                 Rule::affine_atom => {
                     let a = p.into_inner().next().expect("atom");
                     result = Some(match a.as_rule() {
-                        Rule::affine_int => AffineExpr::Const(
-                            a.as_str()
+                        // `-9223372036854775808` is a constant, not the
+                        // negation of one that does not fit.
+                        Rule::affine_int => {
+                            let digits = if negate {
+                                negate = false;
+                                format!("-{}", a.as_str())
+                            } else {
+                                a.as_str().to_string()
+                            };
+                            let c = digits
                                 .parse()
-                                .map_err(|_| self.err(&a, "constant does not fit in 64 bits"))?,
+                                .map_err(|_| self.err(&a, "constant does not fit in 64 bits"))?;
+                            (AffineExpr::Const(c), 0)
+                        }
+                        Rule::bare_id => (
+                            names.get(a.as_str()).cloned().ok_or_else(|| {
+                                self.err(
+                                    &a,
+                                    format!(
+                                        "'{}' is not a dimension or symbol of the affine map",
+                                        a.as_str()
+                                    ),
+                                )
+                            })?,
+                            0,
                         ),
-                        Rule::bare_id => names.get(a.as_str()).cloned().ok_or_else(|| {
-                            self.err(
-                                &a,
-                                format!(
-                                    "'{}' is not a dimension or symbol of the affine map",
-                                    a.as_str()
-                                ),
-                            )
-                        })?,
                         _ => self.affine_expr(a, names)?,
                     });
                 }
                 r => unreachable!("unexpected {r:?} in affine factor"),
             }
         }
-        let e = result.expect("factor has an atom");
-        Ok(if negate { -e } else { e })
+        let (e, height) = result.expect("factor has an atom");
+        Ok(if negate {
+            (-e, height + 1)
+        } else {
+            (e, height)
+        })
     }
 }
 

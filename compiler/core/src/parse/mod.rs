@@ -17,6 +17,7 @@ use crate::builtin::FuncOp;
 use crate::builtin::index_ops::IndexOp;
 use crate::diag::{Diagnostic, Location};
 use crate::ir::{BlockId, Module, OpBuilder, OpId, RegionId, ValueId};
+use crate::limits::MAX_NESTING;
 use crate::types::Type;
 
 #[derive(pest_derive::Parser)]
@@ -28,6 +29,7 @@ type PResult<T> = Result<T, Diagnostic>;
 /// Parses a module. `file` names the source in diagnostics.
 pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnostic> {
     let file: Option<Arc<str>> = file.map(Arc::from);
+    check_nesting(source, file.clone())?;
     let mut pairs =
         IrGrammar::parse(Rule::file, source).map_err(|e| syntax_error(e, file.clone()))?;
     let root = pairs.next().expect("the file rule always produces a pair");
@@ -65,10 +67,55 @@ pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnost
     Ok(p.module)
 }
 
+/// Where each line starts; a line ends in `\n`, `\r\n` or a lone `\r`.
 fn line_starts(text: &str) -> Vec<usize> {
+    let bytes = text.as_bytes();
     std::iter::once(0)
-        .chain(text.match_indices('\n').map(|(i, _)| i + 1))
+        .chain(bytes.iter().enumerate().filter_map(|(i, &b)| {
+            let ends = b == b'\n' || (b == b'\r' && bytes.get(i + 1) != Some(&b'\n'));
+            ends.then_some(i + 1)
+        }))
         .collect()
+}
+
+/// Refuses brackets nested deeper than [`MAX_NESTING`] before the
+/// recursive descent sees them, naming the bracket that goes too deep.
+/// Strings and comments are skipped; `->` is an arrow, not a bracket.
+fn check_nesting(source: &str, file: Option<Arc<str>>) -> PResult<()> {
+    let bytes = source.as_bytes();
+    let (mut depth, mut i) = (0usize, 0usize);
+    while i < bytes.len() {
+        match bytes[i] {
+            b'"' => {
+                i += 1;
+                while i < bytes.len() && bytes[i] != b'"' {
+                    i += if bytes[i] == b'\\' { 2 } else { 1 };
+                }
+            }
+            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+                while i < bytes.len() && bytes[i] != b'\n' && bytes[i] != b'\r' {
+                    i += 1;
+                }
+            }
+            b'(' | b'[' | b'{' | b'<' => {
+                depth += 1;
+                if depth > MAX_NESTING {
+                    let starts = line_starts(source);
+                    let line = starts.partition_point(|&s| s <= i);
+                    let col = source[starts[line - 1]..i].chars().count() + 1;
+                    return Err(Diagnostic::error(
+                        Location::new(file, line as u32, col as u32),
+                        format!("brackets nest deeper than {MAX_NESTING} levels"),
+                    ));
+                }
+            }
+            b'>' if i > 0 && bytes[i - 1] == b'-' => {}
+            b')' | b']' | b'}' | b'>' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+        i += 1;
+    }
+    Ok(())
 }
 
 fn is_module_op(op: &Pair<Rule>) -> bool {

@@ -278,14 +278,10 @@ impl Fuse {
     }
 }
 
-/// Turns one group into a `graph.fused` op placed at its last member.
-fn outline(module: &mut Module, block: BlockId, group: &Group) {
-    let position: HashMap<OpId, usize> = module.blocks[block]
-        .ops
-        .iter()
-        .enumerate()
-        .map(|(i, &o)| (o, i))
-        .collect();
+/// Turns one group into a `graph.fused` op, to be placed at its last
+/// member (returned with it); the members are erased, and leave the block
+/// when the caller sweeps it. `position` orders the block's ops.
+fn outline(module: &mut Module, position: &HashMap<OpId, usize>, group: &Group) -> (OpId, OpId) {
     let mut members: HashSet<OpId> = group.ops.iter().copied().collect();
     // Views between members (a member reads a view of another member's
     // result) are part of the group's index math and go inside; those that
@@ -399,15 +395,15 @@ fn outline(module: &mut Module, block: BlockId, group: &Group) {
         OpBuilder::new(GraphOp::Yield.name()).operands(outputs.iter().map(|v| mapped[v])),
     );
     module.append_op(body, terminator);
-    module.insert_before(last, fused);
     for (i, &r) in outputs.iter().enumerate() {
         let new = module.op(fused).results[i];
         module.values[new].name = module.value(r).name.clone();
         module.replace_all_uses(r, new);
     }
     for &op in ordered.iter().rev().filter(|op| members.contains(op)) {
-        module.erase_op(op);
+        module.erase_op_later(op);
     }
+    (last, fused)
 }
 
 /// Reorders a block so every value is defined before it is used, keeping
@@ -458,9 +454,18 @@ impl FunctionPass for Fuse {
 
     fn run_on_body(&mut self, module: &mut Module, body: BlockId, ctx: &PassContext) -> PassResult {
         let groups = self.plan(module, ctx, body);
+        let position: HashMap<OpId, usize> = module.blocks[body]
+            .ops
+            .iter()
+            .enumerate()
+            .map(|(i, &o)| (o, i))
+            .collect();
+        let mut placed: HashMap<OpId, Vec<OpId>> = HashMap::new();
         for g in &groups {
-            outline(module, body, g);
+            let (last, fused) = outline(module, &position, g);
+            placed.entry(last).or_default().push(fused);
         }
+        module.sweep_block(body, &placed);
         sort_topologically(module, body);
         Ok(())
     }
