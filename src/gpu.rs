@@ -7,6 +7,8 @@ use std::io::Write;
 use std::path::Path;
 
 use ircc_core::builtin::FuncOp;
+#[cfg(feature = "wgpu")]
+use ircc_core::interp::checked_param;
 use ircc_core::pass::PassOptions;
 use ircc_core::{Diagnostic, Module, OpId, Tensor};
 #[cfg(feature = "wgpu")]
@@ -97,7 +99,7 @@ impl Driver {
             let Some(t) = m.value_type(param.y()).as_tensor() else {
                 continue;
             };
-            let t = env.param(param.name(), t).map_err(plain)?;
+            let t = checked_param(env.as_mut(), param.name(), t).map_err(plain)?;
             out.insert(param.name().to_string(), t);
         }
         Ok(out)

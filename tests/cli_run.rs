@@ -136,3 +136,27 @@ fn run_errors_are_clear() {
         corrupt.stderr
     );
 }
+
+/// A Fortran-order `.npy` (numpy's `asfortranarray`) is read in its own
+/// order: the results equal those of the same values in C order (it used to
+/// fail with "incompatible memory layout", blamed on the model).
+#[test]
+fn fortran_order_inputs_read_correctly() {
+    let dir = scratch_dir("fortran");
+    let mlp = common::root().join("examples/mlp.ir");
+    let data = common::root().join("tests/data");
+    let mut outputs = Vec::new();
+    for (input, out) in [("mlp_x.npy", "c"), ("mlp_x_fortran.npy", "f")] {
+        let r = ircc(&[
+            "run",
+            mlp.to_str().unwrap(),
+            "--input",
+            &format!("x={}", data.join(input).display()),
+            "--output-dir",
+            &path(&dir, out),
+        ]);
+        assert_eq!(r.code, 0, "{input}: {}", r.stderr);
+        outputs.push(std::fs::read(dir.join(out).join("probs.npy")).unwrap());
+    }
+    assert_eq!(outputs[0], outputs[1]);
+}

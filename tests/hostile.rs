@@ -1,4 +1,5 @@
-//! Hostile and careless input (`tests/hostile/`, one file per class): each
+//! Hostile and careless input (`tests/hostile/*.ir`, one file per class,
+//! with the data files some of them name): each
 //! case gives a clear error and a non-zero exit, or the correct result,
 //! and writes nothing outside the folders it names. A case's first lines
 //! say how to run it and what to expect:
@@ -46,6 +47,7 @@ fn hostile_corpus() {
     let mut cases: Vec<_> = std::fs::read_dir(root().join("tests/hostile"))
         .unwrap()
         .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "ir"))
         .collect();
     cases.sort();
     for case in cases {

@@ -5,67 +5,11 @@
 
 mod common;
 
+use common::onnx::{float_scalar, int64s, model, node, value_info, with_initializers};
 use common::{ircc, root, scratch_dir};
 use ircc_onnx::proto::*;
 use proptest::prelude::*;
 use prost::Message;
-
-fn value_info(name: &str, shape: &[i64]) -> ValueInfoProto {
-    ValueInfoProto {
-        name: name.into(),
-        r#type: Some(TypeProto {
-            tensor_type: Some(TypeProtoTensor {
-                elem_type: data_type::FLOAT,
-                shape: Some(TensorShapeProto {
-                    dim: shape
-                        .iter()
-                        .map(|&d| Dimension {
-                            dim_value: Some(d),
-                            dim_param: None,
-                        })
-                        .collect(),
-                }),
-            }),
-        }),
-    }
-}
-
-fn model(nodes: Vec<NodeProto>, inputs: Vec<ValueInfoProto>, output: &str) -> Vec<u8> {
-    ModelProto {
-        ir_version: 8,
-        opset_import: vec![OperatorSetIdProto {
-            domain: String::new(),
-            version: 17,
-        }],
-        producer_name: "test".into(),
-        graph: Some(GraphProto {
-            node: nodes,
-            name: "g".into(),
-            initializer: vec![],
-            input: inputs,
-            output: vec![value_info(output, &[])],
-        }),
-        functions: vec![],
-    }
-    .encode_to_vec()
-}
-
-fn node(
-    name: &str,
-    op: &str,
-    inputs: &[&str],
-    output: &str,
-    attrs: Vec<AttributeProto>,
-) -> NodeProto {
-    NodeProto {
-        input: inputs.iter().map(|s| s.to_string()).collect(),
-        output: vec![output.into()],
-        name: name.into(),
-        op_type: op.into(),
-        domain: String::new(),
-        attribute: attrs,
-    }
-}
 
 fn import_error(bytes: &[u8], file: &str) -> String {
     let dir = scratch_dir(file);
@@ -433,4 +377,78 @@ fn external_data_stays_in_the_model_folder() {
         };
         assert!(out.stderr.contains(want), "{kind}: {}", out.stderr);
     }
+}
+
+/// Shape folding checks every size before allocating: these used to ask
+/// for terabytes (or overflow a capacity) and abort. A constant too large
+/// to fold stays an op, a `ConstantOfShape` of any size is a splat, and
+/// the rest are refused naming the node.
+#[test]
+fn shape_folding_checks_sizes_before_allocating() {
+    let dir = scratch_dir("folding");
+    let run = |name: &str, bytes: Vec<u8>| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        ircc(&[path.to_str().unwrap()])
+    };
+    let fill = |shape: &[i64]| {
+        with_initializers(
+            vec![node("fill", "ConstantOfShape", &["s"], "y", vec![])],
+            vec![int64s("s", shape)],
+        )
+    };
+    let big = run("fill.onnx", fill(&[65536, 65536]));
+    assert_eq!(big.code, 0, "{}", big.stderr);
+    assert!(
+        big.stdout.contains("dense<0.0> : tensor<65536x65536xf32>"),
+        "{}",
+        big.stdout
+    );
+    let err = run("fill_huge.onnx", fill(&[65536, 65536, 65536])).stderr;
+    assert!(
+        err.contains(
+            "node 'fill' (ConstantOfShape): shape [65536, 65536, 65536] has more than the supported"
+        ),
+        "{err}"
+    );
+    let err = run("fill_negative.onnx", fill(&[4, -1])).stderr;
+    assert!(err.contains("has the extent -1"), "{err}");
+
+    let range = |limit: f32| {
+        with_initializers(
+            vec![node("r", "Range", &["a", "b", "c"], "y", vec![])],
+            vec![
+                float_scalar("a", 0.0),
+                float_scalar("b", limit),
+                float_scalar("c", 1.0),
+            ],
+        )
+    };
+    let err = run("range_inf.onnx", range(f32::INFINITY)).stderr;
+    assert!(
+        err.contains("node 'r' (Range): Range from 0 to inf by 1 has no finite length"),
+        "{err}"
+    );
+    let err = run("range_huge.onnx", range(1e18)).stderr;
+    assert!(
+        err.contains("more than the 16777216 a constant folded at import may have"),
+        "{err}"
+    );
+
+    let expand = |shape: &[i64]| {
+        with_initializers(
+            vec![node("e", "Expand", &["a", "s"], "y", vec![])],
+            vec![float_scalar("a", 1.0), int64s("s", shape)],
+        )
+    };
+    let kept = run("expand.onnx", expand(&[32768, 32768]));
+    assert_eq!(kept.code, 0, "{}", kept.stderr);
+    assert!(kept.stdout.contains("graph.expand"), "{}", kept.stdout);
+    let err = run("expand_huge.onnx", expand(&[1 << 21, 1 << 21])).stderr;
+    assert!(
+        err.contains(
+            "node 'e' (Expand): the result tensor<2097152x2097152xf32> has more than the supported"
+        ),
+        "{err}"
+    );
 }

@@ -4,6 +4,8 @@
 
 #![allow(dead_code)]
 
+pub mod onnx;
+
 use std::path::{Path, PathBuf};
 
 /// What one `ircc` invocation printed.

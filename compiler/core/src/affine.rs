@@ -299,6 +299,52 @@ impl AffineExpr {
         }
     }
 
+    /// Bounds of the expression's value when each dimension `i` ranges over
+    /// `dims[i]` (inclusive): exact for an expression that reads each
+    /// dimension once, wider otherwise. `None` where it has a symbol or a
+    /// non-constant divisor, or a bound overflows.
+    pub fn range(&self, dims: &[(i64, i64)]) -> Option<(i64, i64)> {
+        let binary = |a: &AffineExpr, b: &AffineExpr| Some((a.range(dims)?, b.range(dims)?));
+        match self {
+            AffineExpr::Dim(d) => dims.get(*d as usize).copied(),
+            AffineExpr::Sym(_) => None,
+            AffineExpr::Const(c) => Some((*c, *c)),
+            AffineExpr::Add(a, b) => {
+                let ((al, ah), (bl, bh)) = binary(a, b)?;
+                Some((al.checked_add(bl)?, ah.checked_add(bh)?))
+            }
+            AffineExpr::Mul(a, b) => {
+                let ((al, ah), (bl, bh)) = binary(a, b)?;
+                let corners = [
+                    al.checked_mul(bl)?,
+                    al.checked_mul(bh)?,
+                    ah.checked_mul(bl)?,
+                    ah.checked_mul(bh)?,
+                ];
+                Some((*corners.iter().min()?, *corners.iter().max()?))
+            }
+            AffineExpr::FloorDiv(a, k) | AffineExpr::CeilDiv(a, k) => {
+                let (lo, hi) = a.range(dims)?;
+                let k = k.as_const().filter(|&k| k > 0)?;
+                let div = if matches!(self, AffineExpr::FloorDiv(..)) {
+                    floor_div
+                } else {
+                    ceil_div
+                };
+                Some((div(lo, k)?, div(hi, k)?))
+            }
+            AffineExpr::Mod(a, k) => {
+                let (lo, hi) = a.range(dims)?;
+                let k = k.as_const().filter(|&k| k > 0)?;
+                if floor_div(lo, k)? == floor_div(hi, k)? {
+                    Some((floor_mod(lo, k)?, floor_mod(hi, k)?))
+                } else {
+                    Some((0, k - 1))
+                }
+            }
+        }
+    }
+
     /// The number of operations on the longest path from the root to a leaf.
     pub fn height(&self) -> usize {
         match self {

@@ -20,6 +20,31 @@ pub trait Env {
     }
 }
 
+/// The weight `name` from `env`, refused unless it has exactly the shape
+/// and element type `ty` that the IR declares: every backend reads weights
+/// through this, so none pads, truncates or reinterprets one.
+pub fn checked_param(env: &mut dyn Env, name: &str, ty: &TensorType) -> Result<Tensor, String> {
+    let t = env.param(name, ty)?;
+    if !t
+        .shape()
+        .iter()
+        .map(|&d| d as i64)
+        .eq(ty.shape.iter().copied())
+    {
+        return Err(format!(
+            "weight '{name}' has shape {:?} but the IR declares {ty}",
+            t.shape()
+        ));
+    }
+    if t.elem != ty.elem {
+        return Err(format!(
+            "weight '{name}' has element type {} but the IR declares {ty}",
+            t.elem
+        ));
+    }
+    Ok(t)
+}
+
 /// An environment with no weights, for constant folding.
 pub struct NoWeights;
 

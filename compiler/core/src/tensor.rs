@@ -36,7 +36,7 @@ impl Tensor {
     pub fn float(elem: ElemType, data: ArrayD<f64>) -> Tensor {
         Tensor {
             elem,
-            data: TensorData::Float(data),
+            data: TensorData::Float(row_major(data)),
         }
         .normalized()
     }
@@ -45,7 +45,7 @@ impl Tensor {
     pub fn int(elem: ElemType, data: ArrayD<i64>) -> Tensor {
         Tensor {
             elem,
-            data: TensorData::Int(data),
+            data: TensorData::Int(row_major(data)),
         }
         .normalized()
     }
@@ -53,7 +53,7 @@ impl Tensor {
     pub fn bool(data: ArrayD<bool>) -> Tensor {
         Tensor {
             elem: ElemType::I1,
-            data: TensorData::Bool(data),
+            data: TensorData::Bool(row_major(data)),
         }
     }
 
@@ -184,5 +184,15 @@ impl Tensor {
             TensorData::Bool(a) => DenseValues::Bool(a.iter().copied().collect::<Vec<_>>().into()),
         };
         DenseAttr::new(self.ty(), values).expect("a tensor's values match its type")
+    }
+}
+
+/// `a` in row-major order: an array read in another order (a Fortran-order
+/// `.npy`) is copied once here, so no reader of a tensor meets its strides.
+fn row_major<T: Clone>(a: ArrayD<T>) -> ArrayD<T> {
+    if a.is_standard_layout() {
+        a
+    } else {
+        a.as_standard_layout().into_owned()
     }
 }

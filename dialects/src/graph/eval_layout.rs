@@ -4,7 +4,7 @@
 //! index functions are what the tensor-index dialect turns into views.
 
 use super::{GraphOp as G, kind};
-use ircc_core::interp::Env;
+use ircc_core::interp::{Env, checked_param};
 use ircc_core::registry::OpView;
 use ircc_core::{Attribute, Tensor, TensorData};
 use ndarray::{ArrayD, Axis, IxDyn};
@@ -408,21 +408,9 @@ pub fn constant(v: &OpView, _args: &[Tensor], _env: &mut dyn Env) -> Eval {
 }
 
 pub fn param(v: &OpView, _args: &[Tensor], env: &mut dyn Env) -> Eval {
-    let ty = v.result_tensor(0)?;
-    let t = env.param(v.str("name")?, ty)?;
-    if t.shape().iter().map(|&d| d as i64).collect::<Vec<_>>() != ty.shape {
-        return Err(format!(
-            "weight '{}' has shape {:?} but the IR declares {ty}",
-            v.str("name")?,
-            t.shape()
-        ));
-    }
-    if t.elem != ty.elem {
-        return Err(format!(
-            "weight '{}' has element type {} but the IR declares {ty}",
-            v.str("name")?,
-            t.elem
-        ));
-    }
-    Ok(vec![t])
+    Ok(vec![checked_param(
+        env,
+        v.str("name")?,
+        v.result_tensor(0)?,
+    )?])
 }
