@@ -85,6 +85,12 @@ impl<T> Arena<T> {
         Handle::new(self.items.len() - 1)
     }
 
+    /// Makes room for `additional` more items at once, so that a large
+    /// module is not copied each time the arena doubles.
+    pub fn reserve(&mut self, additional: usize) {
+        self.items.reserve(additional);
+    }
+
     pub fn len(&self) -> usize {
         self.items.len()
     }

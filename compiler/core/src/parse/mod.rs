@@ -33,10 +33,15 @@ pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnost
     let mut pairs =
         IrGrammar::parse(Rule::file, source).map_err(|e| syntax_error(e, file.clone()))?;
     let root = pairs.next().expect("the file rule always produces a pair");
+    let line_starts = line_starts(source);
+    // About one operation, and one value, per line.
+    let mut module = Module::new();
+    module.ops.reserve(line_starts.len());
+    module.values.reserve(line_starts.len());
     let mut p = Builder {
         file,
-        line_starts: line_starts(source),
-        module: Module::new(),
+        line_starts,
+        module,
         scopes: vec![HashMap::new()],
         attr_aliases: HashMap::new(),
         type_aliases: HashMap::new(),
