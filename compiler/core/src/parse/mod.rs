@@ -30,10 +30,10 @@ type PResult<T> = Result<T, Diagnostic>;
 pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnostic> {
     let file: Option<Arc<str>> = file.map(Arc::from);
     check_nesting(source, file.clone())?;
-    let mut pairs =
-        IrGrammar::parse(Rule::file, source).map_err(|e| syntax_error(e, file.clone()))?;
-    let root = pairs.next().expect("the file rule always produces a pair");
     let line_starts = line_starts(source);
+    let mut pairs = IrGrammar::parse(Rule::file, source)
+        .map_err(|e| syntax_error(e, file.clone(), source, &line_starts))?;
+    let root = pairs.next().expect("the file rule always produces a pair");
     // About one operation, and one value, per line.
     let mut module = Module::new();
     module.ops.reserve(line_starts.len());
@@ -105,11 +105,8 @@ fn check_nesting(source: &str, file: Option<Arc<str>>) -> PResult<()> {
             b'(' | b'[' | b'{' | b'<' => {
                 depth += 1;
                 if depth > MAX_NESTING {
-                    let starts = line_starts(source);
-                    let line = starts.partition_point(|&s| s <= i);
-                    let col = source[starts[line - 1]..i].chars().count() + 1;
                     return Err(Diagnostic::error(
-                        Location::new(file, line as u32, col as u32),
+                        location(file, source, &line_starts(source), i),
                         format!("brackets nest deeper than {MAX_NESTING} levels"),
                     ));
                 }
@@ -165,10 +162,25 @@ fn rule_description(rule: &Rule) -> String {
     .to_string()
 }
 
-fn syntax_error(e: pest::error::Error<Rule>, file: Option<Arc<str>>) -> Diagnostic {
-    let (line, col) = match e.line_col {
-        pest::error::LineColLocation::Pos(p) => p,
-        pest::error::LineColLocation::Span(p, _) => p,
+/// The line and column of byte `offset`, by the line index (pest's own
+/// `line_col` knows only `\n` and rescans the input from its start).
+fn location(file: Option<Arc<str>>, source: &str, starts: &[usize], offset: usize) -> Location {
+    let line = starts.partition_point(|&s| s <= offset) - 1;
+    let col = source
+        .get(starts[line]..offset)
+        .map_or(offset - starts[line], |s| s.chars().count());
+    Location::new(file, line as u32 + 1, col as u32 + 1)
+}
+
+fn syntax_error(
+    e: pest::error::Error<Rule>,
+    file: Option<Arc<str>>,
+    source: &str,
+    starts: &[usize],
+) -> Diagnostic {
+    let offset = match e.location {
+        pest::error::InputLocation::Pos(p) => p,
+        pest::error::InputLocation::Span((p, _)) => p,
     };
     let message = match &e.variant {
         pest::error::ErrorVariant::ParsingError { positives, .. } if !positives.is_empty() => {
@@ -181,7 +193,7 @@ fn syntax_error(e: pest::error::Error<Rule>, file: Option<Arc<str>>) -> Diagnost
         }
         pest::error::ErrorVariant::CustomError { message } => message.clone(),
     };
-    Diagnostic::error(Location::new(file, line as u32, col as u32), message)
+    Diagnostic::error(location(file, source, starts, offset), message)
 }
 
 struct Builder {
@@ -211,13 +223,12 @@ impl Builder {
     /// parsing quadratic; the line index answers in O(log lines).
     fn loc(&self, pair: &Pair<Rule>) -> Location {
         let offset = pair.as_span().start();
-        let line = self.line_starts.partition_point(|&start| start <= offset) - 1;
-        let start = self.line_starts[line];
-        let col = pair
-            .get_input()
-            .get(start..offset)
-            .map_or(offset - start, |s| s.chars().count());
-        Location::new(self.file.clone(), line as u32 + 1, col as u32 + 1)
+        location(
+            self.file.clone(),
+            pair.get_input(),
+            &self.line_starts,
+            offset,
+        )
     }
 
     fn err(&self, pair: &Pair<Rule>, message: impl Into<String>) -> Diagnostic {
@@ -809,7 +820,8 @@ impl Builder {
 
 /// Parses one attribute in the textual syntax (`array<i64: 1, 2>`, `1.0 : f32`).
 pub fn parse_attribute(text: &str) -> Result<Attribute, Diagnostic> {
-    let mut pairs = IrGrammar::parse(Rule::attr_only, text).map_err(|e| syntax_error(e, None))?;
+    let mut pairs = IrGrammar::parse(Rule::attr_only, text)
+        .map_err(|e| syntax_error(e, None, text, &line_starts(text)))?;
     let value = pairs
         .next()
         .and_then(|p| p.into_inner().next())
