@@ -58,7 +58,7 @@ fn elem_type(text: &str) -> Result<ElemType, String> {
     })
 }
 
-impl Builder {
+impl Builder<'_> {
     pub(super) fn type_list(&self, pair: Pair<Rule>) -> PResult<Vec<Type>> {
         pair.into_inner().map(|t| self.type_value(t)).collect()
     }

@@ -32,7 +32,7 @@ pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnost
     check_nesting(source, file.clone())?;
     let line_starts = line_starts(source);
     let mut pairs = IrGrammar::parse(Rule::file, source)
-        .map_err(|e| syntax_error(e, file.clone(), source, &line_starts))?;
+        .map_err(|e| syntax_error(e, file.clone(), source, &line_starts, 0))?;
     let root = pairs.next().expect("the file rule always produces a pair");
     // About one operation, and one value, per line.
     let mut module = Module::new();
@@ -40,6 +40,7 @@ pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnost
     module.values.reserve(line_starts.len());
     let mut p = Builder {
         file,
+        source,
         line_starts,
         module,
         scopes: vec![HashMap::new()],
@@ -81,6 +82,18 @@ fn line_starts(text: &str) -> Vec<usize> {
             ends.then_some(i + 1)
         }))
         .collect()
+}
+
+/// The length of the whitespace and `//` comments `text` starts with.
+fn blank_len(text: &str) -> usize {
+    let mut rest = text;
+    loop {
+        let trimmed = rest.trim_start_matches([' ', '\t', '\r', '\n']);
+        match trimmed.strip_prefix("//") {
+            Some(comment) => rest = comment.trim_start_matches(|c| c != '\n' && c != '\r'),
+            None => return text.len() - trimmed.len(),
+        }
+    }
 }
 
 /// Refuses brackets nested deeper than [`MAX_NESTING`] before the
@@ -134,7 +147,7 @@ fn is_module_op(op: &Pair<Rule>) -> bool {
 
 fn rule_description(rule: &Rule) -> String {
     match rule {
-        Rule::op | Rule::entry_ops => "an operation",
+        Rule::op | Rule::region_item => "an operation",
         Rule::op_name => "an operation name",
         Rule::value_use | Rule::value_uses | Rule::value_name => "an SSA value (%name)",
         Rule::type_value | Rule::type_list | Rule::pretty_types => "a type",
@@ -172,16 +185,20 @@ fn location(file: Option<Arc<str>>, source: &str, starts: &[usize], offset: usiz
     Location::new(file, line as u32 + 1, col as u32 + 1)
 }
 
+/// A pest error as a diagnostic; pest parsed a slice of `source` starting
+/// at byte `base`.
 fn syntax_error(
     e: pest::error::Error<Rule>,
     file: Option<Arc<str>>,
     source: &str,
     starts: &[usize],
+    base: usize,
 ) -> Diagnostic {
-    let offset = match e.location {
-        pest::error::InputLocation::Pos(p) => p,
-        pest::error::InputLocation::Span((p, _)) => p,
-    };
+    let offset = base
+        + match e.location {
+            pest::error::InputLocation::Pos(p) => p,
+            pest::error::InputLocation::Span((p, _)) => p,
+        };
     let message = match &e.variant {
         pest::error::ErrorVariant::ParsingError { positives, .. } if !positives.is_empty() => {
             let mut wanted: Vec<String> = positives.iter().map(rule_description).collect();
@@ -196,8 +213,10 @@ fn syntax_error(
     Diagnostic::error(location(file, source, starts, offset), message)
 }
 
-struct Builder {
+struct Builder<'s> {
     file: Option<Arc<str>>,
+    /// The whole text; region bodies are parsed from slices of it.
+    source: &'s str,
     /// Byte offset of the start of every line.
     line_starts: Vec<usize>,
     module: Module,
@@ -218,17 +237,47 @@ fn name_hint(name: &str) -> Option<String> {
     }
 }
 
-impl Builder {
+impl Builder<'_> {
     /// pest's own `line_col` rescans the input from its start, which makes
     /// parsing quadratic; the line index answers in O(log lines).
     fn loc(&self, pair: &Pair<Rule>) -> Location {
-        let offset = pair.as_span().start();
-        location(
-            self.file.clone(),
-            pair.get_input(),
-            &self.line_starts,
-            offset,
-        )
+        let offset = self.offset_of(pair.get_input()) + pair.as_span().start();
+        location(self.file.clone(), self.source, &self.line_starts, offset)
+    }
+
+    /// Where `slice` (a slice of the source, as every parsed input is)
+    /// starts in the source.
+    fn offset_of(&self, slice: &str) -> usize {
+        (slice.as_ptr() as usize).saturating_sub(self.source.as_ptr() as usize)
+    }
+
+    /// Parses the block labels and operations of a region body one at a
+    /// time, handing each to `visit` before parsing the next, so a large
+    /// region never has more than one operation's parse tree alive.
+    fn region_items(
+        &mut self,
+        body: &Pair<Rule>,
+        mut visit: impl FnMut(&mut Self, Pair<Rule>) -> PResult<()>,
+    ) -> PResult<()> {
+        let text = body.as_str();
+        let mut pos = 0;
+        loop {
+            pos += blank_len(&text[pos..]);
+            if pos >= text.len() {
+                return Ok(());
+            }
+            let rest = &text[pos..];
+            let mut pairs = IrGrammar::parse(Rule::region_item, rest).map_err(|e| {
+                let at = self.offset_of(rest);
+                syntax_error(e, self.file.clone(), self.source, &self.line_starts, at)
+            })?;
+            let item = pairs.next().expect("region_item produces a pair");
+            pos += item.as_span().end();
+            visit(
+                self,
+                item.into_inner().next().expect("a label or an operation"),
+            )?;
+        }
     }
 
     fn err(&self, pair: &Pair<Rule>, message: impl Into<String>) -> Diagnostic {
@@ -706,33 +755,32 @@ impl Builder {
                 region.ok_or_else(|| self.err(&body_pair, "'builtin.module' needs a region"))?
             }
         };
-        let mut inner = region.clone().into_inner();
-        let entry = inner.next().expect("entry ops");
-        let blocks: Vec<Pair<Rule>> = inner.filter(|p| p.as_rule() == Rule::block).collect();
         // The body is one block; mlir-opt labels it (`^bb0:`) when it is empty.
-        let ops: Vec<Pair<Rule>> = match (
-            entry.clone().into_inner().next().is_some(),
-            blocks.as_slice(),
-        ) {
-            (_, []) => entry.into_inner().collect(),
-            (false, [block]) => {
-                let mut parts = block.clone().into_inner();
-                let label = parts.next().expect("block label");
-                if label.into_inner().any(|p| p.as_rule() == Rule::block_arg) {
-                    return Err(self.err(block, "a module body takes no arguments"));
+        let body_block = self.module.body;
+        let mut seen_op = false;
+        let mut seen_label = false;
+        let body = region.into_inner().next().expect("region body");
+        self.region_items(&body, |p, item| {
+            if item.as_rule() == Rule::block_label {
+                if seen_op || seen_label {
+                    return Err(p.err(&item, "a module body is a single block"));
                 }
-                parts.collect()
+                if item
+                    .clone()
+                    .into_inner()
+                    .any(|a| a.as_rule() == Rule::block_arg)
+                {
+                    return Err(p.err(&item, "a module body takes no arguments"));
+                }
+                seen_label = true;
+                return Ok(());
             }
-            _ => return Err(self.err(&region, "a module body is a single block")),
-        };
-        let body = self.module.body;
-        for op in ops {
-            if is_module_op(&op) {
-                return Err(self.err(&op, "nested modules are not supported"));
+            if is_module_op(&item) {
+                return Err(p.err(&item, "nested modules are not supported"));
             }
-            self.op(op, body)?;
-        }
-        Ok(())
+            seen_op = true;
+            p.op(item, body_block).map(|_| ())
+        })
     }
 
     /// Builds a region. `entry_args` are the arguments of a function written
@@ -755,58 +803,53 @@ impl Builder {
         region: RegionId,
         entry_args: Option<Vec<(Pair<Rule>, Type, Attributes)>>,
     ) -> PResult<()> {
-        let mut inner = pair.clone().into_inner();
-        let entry_ops = inner.next().expect("entry ops");
-        let blocks: Vec<Pair<Rule>> = inner.filter(|p| p.as_rule() == Rule::block).collect();
-        let has_entry_ops = entry_ops.clone().into_inner().next().is_some();
+        let body = pair.into_inner().next().expect("region body");
+        // The block operations go to: the entry block, made at once for a
+        // function's named arguments, else at the first unlabelled op.
+        let mut block: Option<BlockId> = None;
+        let mut named_entry = None;
         if let Some(args) = entry_args {
-            if !blocks.is_empty() && !has_entry_ops {
-                return Err(self.err(
-                    &blocks[0],
-                    "a function written with named arguments has an unlabelled entry block",
-                ));
-            }
-            let block = self
+            let b = self
                 .module
                 .add_block(region, args.iter().map(|a| a.1.clone()).collect());
             for (i, (name, _, _)) in args.iter().enumerate() {
-                let v = self.module.blocks[block].args[i];
+                let v = self.module.blocks[b].args[i];
                 self.define(name, vec![v])?;
             }
-            for op in entry_ops.into_inner() {
-                self.op(op, block)?;
-            }
-        } else if has_entry_ops {
-            let block = self.module.add_block(region, Vec::new());
-            for op in entry_ops.into_inner() {
-                self.op(op, block)?;
-            }
+            block = Some(b);
+            named_entry = Some(b);
         }
-        for b in blocks {
-            let mut bi = b.into_inner();
-            let label = bi.next().expect("block label");
+        self.region_items(&body, |p, item| {
+            if item.as_rule() == Rule::op {
+                let b = match block {
+                    Some(b) => b,
+                    None => *block.insert(p.module.add_block(region, Vec::new())),
+                };
+                return p.op(item, b).map(|_| ());
+            }
+            if named_entry.is_some_and(|e| block == Some(e) && p.module.blocks[e].ops.is_empty()) {
+                return Err(p.err(
+                    &item,
+                    "a function written with named arguments has an unlabelled entry block",
+                ));
+            }
             let mut arg_pairs = Vec::new();
-            for a in label
-                .into_inner()
-                .filter(|x| x.as_rule() == Rule::block_arg)
-            {
+            for a in item.into_inner().filter(|x| x.as_rule() == Rule::block_arg) {
                 let mut ai = a.into_inner();
                 let name = ai.next().expect("arg name");
-                let ty = self.type_value(ai.next().expect("arg type"))?;
+                let ty = p.type_value(ai.next().expect("arg type"))?;
                 arg_pairs.push((name, ty));
             }
-            let block = self
+            let b = p
                 .module
                 .add_block(region, arg_pairs.iter().map(|a| a.1.clone()).collect());
             for (i, (name, _)) in arg_pairs.iter().enumerate() {
-                let v = self.module.blocks[block].args[i];
-                self.define(name, vec![v])?;
+                let v = p.module.blocks[b].args[i];
+                p.define(name, vec![v])?;
             }
-            for op in bi {
-                self.op(op, block)?;
-            }
-        }
-        Ok(())
+            block = Some(b);
+            Ok(())
+        })
     }
 
     fn symbol_name(&self, pair: &Pair<Rule>) -> PResult<String> {
@@ -821,13 +864,14 @@ impl Builder {
 /// Parses one attribute in the textual syntax (`array<i64: 1, 2>`, `1.0 : f32`).
 pub fn parse_attribute(text: &str) -> Result<Attribute, Diagnostic> {
     let mut pairs = IrGrammar::parse(Rule::attr_only, text)
-        .map_err(|e| syntax_error(e, None, text, &line_starts(text)))?;
+        .map_err(|e| syntax_error(e, None, text, &line_starts(text), 0))?;
     let value = pairs
         .next()
         .and_then(|p| p.into_inner().next())
         .expect("attr_only holds an attribute");
     let b = Builder {
         file: None,
+        source: text,
         line_starts: line_starts(text),
         module: Module::new(),
         scopes: vec![HashMap::new()],
