@@ -26,6 +26,9 @@ pub struct Cli {
     /// Print the DNNFusion and SmartMem tables of spec/fusion.toml, and exit.
     #[arg(long)]
     pub list_fusion_tables: bool,
+    /// Print the device profiles of spec/devices/ (the figures cost models read), and exit.
+    #[arg(long)]
+    pub list_devices: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -215,7 +218,7 @@ impl PipelineArgs {
 #[derive(Args, Debug)]
 pub struct CompileArgs {
     /// The input: a .ir file (pretty or generic form, '-' for stdin) or an ONNX model.
-    #[arg(value_name = "FILE", required_unless_present_any = ["list_ops", "list_passes", "list_fusion_tables"])]
+    #[arg(value_name = "FILE", required_unless_present_any = ["list_ops", "list_passes", "list_fusion_tables", "list_devices"])]
     pub file: Option<PathBuf>,
     #[command(flatten)]
     pub onnx: OnnxArgs,

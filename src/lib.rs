@@ -179,6 +179,12 @@ impl Driver {
                 ircc_passes::graph::fusion::Tables::load().render()
             );
             Ok(())
+        } else if cli.list_devices {
+            ircc_dialects::kernel::profiles_table()
+                .map(|t| {
+                    let _ = write!(stdout, "{t}");
+                })
+                .map_err(|e| Diagnostic::plain(e).into())
         } else {
             match &cli.command {
                 Some(Command::Run(args)) => self.run_command(args, stdout, stderr),

@@ -92,6 +92,15 @@ fn output_file_and_listings() {
         "{}",
         passes.stdout
     );
+    let devices = ircc(&["--list-devices"]);
+    assert_eq!(devices.code, 0);
+    for (name, _) in ircc_dialects::kernel::PROFILES {
+        assert!(
+            devices.stdout.lines().any(|l| l.starts_with(name)),
+            "{name} not listed: {}",
+            devices.stdout
+        );
+    }
 
     let usage = ircc(&[]);
     assert_eq!(usage.code, 2);

@@ -5,10 +5,12 @@
 //! checked against the graph level like every other level.
 
 pub mod builder;
+mod device;
 mod interpret;
 mod target;
 mod verify;
 
+pub use device::{DeviceProfile, PROFILES, profiles_table};
 pub use target::Target;
 
 use ircc_core::{Diagnostic, Registry};

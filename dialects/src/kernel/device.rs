@@ -1,0 +1,231 @@
+//! Device profiles: the figures of one GPU that cost models read (compute
+//! units, subgroup size, caches and their lines, bandwidths, peak
+//! arithmetic, texture support), from `spec/devices/NAME.toml` (embedded).
+//! Each figure in a file says where it comes from; a figure no source gave
+//! is absent and listed under `unknown`, so a reader knows it is missing
+//! rather than zero. `spec/targets/webgpu.toml` keeps the portable limits
+//! kernels are built to; a profile describes one device.
+
+use serde::Deserialize;
+
+/// The embedded profiles, by name.
+pub const PROFILES: [(&str, &str); 5] = [
+    (
+        "adreno640",
+        include_str!("../../../spec/devices/adreno640.toml"),
+    ),
+    (
+        "adreno740",
+        include_str!("../../../spec/devices/adreno740.toml"),
+    ),
+    (
+        "lavapipe",
+        include_str!("../../../spec/devices/lavapipe.toml"),
+    ),
+    (
+        "mali_g76",
+        include_str!("../../../spec/devices/mali_g76.toml"),
+    ),
+    (
+        "nvidia_vulkan",
+        include_str!("../../../spec/devices/nvidia_vulkan.toml"),
+    ),
+];
+
+/// See `spec/devices/*.toml` for the source of each figure.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceProfile {
+    pub name: String,
+    pub vendor: String,
+    pub compute_units: u32,
+    pub alus_per_unit: Option<u32>,
+    /// The smallest subgroup (warp, wave) the device runs.
+    pub subgroup_size: u32,
+    pub max_workgroup_invocations: Option<u32>,
+    /// 32-bit registers per compute unit.
+    pub registers_per_unit: Option<u32>,
+    pub l1_bytes: Option<u64>,
+    pub l1_line_bytes: Option<u32>,
+    /// Whether buffer reads go through L1; on Adreno only textures do
+    /// (Romou's Table 1 prunes buffers where "L1 cache is for texture only").
+    pub l1_serves_buffers: bool,
+    pub l2_bytes: Option<u64>,
+    pub l2_line_bytes: Option<u32>,
+    pub local_memory_bytes: Option<u64>,
+    pub memory_bandwidth_gbs: f64,
+    pub texture_bandwidth_gbs: Option<f64>,
+    pub peak_f32_gflops: Option<f64>,
+    pub peak_f16_gflops: Option<f64>,
+    pub max_texture_extent: Option<u32>,
+    /// Texel formats kernels may read and write (`rgba32f`, `rgba16f`).
+    pub texture_formats: Vec<String>,
+    /// The optional figures no source gave.
+    pub unknown: Vec<String>,
+}
+
+/// The optional figures, with whether a profile has each.
+fn optional_figures(p: &DeviceProfile) -> [(&'static str, bool); 13] {
+    [
+        ("alus_per_unit", p.alus_per_unit.is_some()),
+        (
+            "max_workgroup_invocations",
+            p.max_workgroup_invocations.is_some(),
+        ),
+        ("registers_per_unit", p.registers_per_unit.is_some()),
+        ("l1_bytes", p.l1_bytes.is_some()),
+        ("l1_line_bytes", p.l1_line_bytes.is_some()),
+        ("l2_bytes", p.l2_bytes.is_some()),
+        ("l2_line_bytes", p.l2_line_bytes.is_some()),
+        ("local_memory_bytes", p.local_memory_bytes.is_some()),
+        ("texture_bandwidth_gbs", p.texture_bandwidth_gbs.is_some()),
+        ("peak_f32_gflops", p.peak_f32_gflops.is_some()),
+        ("peak_f16_gflops", p.peak_f16_gflops.is_some()),
+        ("max_texture_extent", p.max_texture_extent.is_some()),
+        ("texture_formats", !p.texture_formats.is_empty()),
+    ]
+}
+
+impl DeviceProfile {
+    /// Reads a profile, checking that `unknown` names exactly the optional
+    /// figures it lacks and that every figure is positive.
+    pub fn parse(text: &str) -> Result<DeviceProfile, String> {
+        let p: DeviceProfile =
+            toml::from_str(text).map_err(|e| format!("invalid device profile: {e}"))?;
+        for (field, present) in optional_figures(&p) {
+            let listed = p.unknown.iter().any(|u| u == field);
+            if present == listed {
+                return Err(format!(
+                    "device profile '{}': '{field}' is {} but {} in 'unknown'",
+                    p.name,
+                    if present { "given" } else { "missing" },
+                    if listed { "listed" } else { "not listed" }
+                ));
+            }
+        }
+        if let Some(u) = p
+            .unknown
+            .iter()
+            .find(|u| !optional_figures(&p).iter().any(|(f, _)| f == u))
+        {
+            return Err(format!(
+                "device profile '{}': 'unknown' lists '{u}', which is not an optional figure",
+                p.name
+            ));
+        }
+        let positive = [p.memory_bandwidth_gbs]
+            .into_iter()
+            .chain(p.texture_bandwidth_gbs)
+            .chain(p.peak_f32_gflops)
+            .chain(p.peak_f16_gflops)
+            .all(|x| x > 0.0)
+            && p.compute_units > 0
+            && p.subgroup_size > 0;
+        if !positive {
+            return Err(format!(
+                "device profile '{}': a figure is not positive",
+                p.name
+            ));
+        }
+        Ok(p)
+    }
+
+    /// The embedded profile called `name`.
+    pub fn named(name: &str) -> Result<DeviceProfile, String> {
+        let (_, text) = PROFILES.iter().find(|(n, _)| *n == name).ok_or_else(|| {
+            let known: Vec<&str> = PROFILES.iter().map(|(n, _)| *n).collect();
+            format!("unknown device '{name}' (known: {})", known.join(", "))
+        })?;
+        DeviceProfile::parse(text)
+    }
+}
+
+/// The embedded profiles as a table, one device a line (`ircc
+/// --list-devices`); `-` marks a figure no source gave.
+pub fn profiles_table() -> Result<String, String> {
+    let mut out = format!(
+        "{:<14} {:<9} {:>5} {:>8} {:>8} {:>10} {:>9} {:>10} {:>11} {:>9}\n",
+        "device",
+        "vendor",
+        "units",
+        "subgroup",
+        "L1 KiB",
+        "L1 buffers",
+        "DRAM GB/s",
+        "tex GB/s",
+        "f32 GFLOPS",
+        "max tex"
+    );
+    let or_dash = |v: Option<String>| v.unwrap_or_else(|| "-".to_string());
+    for (name, _) in PROFILES {
+        let p = DeviceProfile::named(name)?;
+        out += &format!(
+            "{:<14} {:<9} {:>5} {:>8} {:>8} {:>10} {:>9} {:>10} {:>11} {:>9}\n",
+            p.name,
+            p.vendor,
+            p.compute_units,
+            p.subgroup_size,
+            or_dash(p.l1_bytes.map(|b| format!("{}", b as f64 / 1024.0))),
+            if p.l1_serves_buffers { "yes" } else { "no" },
+            p.memory_bandwidth_gbs,
+            or_dash(p.texture_bandwidth_gbs.map(|b| b.to_string())),
+            or_dash(p.peak_f32_gflops.map(|g| g.to_string())),
+            or_dash(p.max_texture_extent.map(|e| e.to_string())),
+        );
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_embedded_profile_parses_under_its_own_name() {
+        for (name, _) in PROFILES {
+            let p = DeviceProfile::named(name).unwrap();
+            assert_eq!(p.name, name);
+        }
+        assert!(
+            DeviceProfile::named("adreno9000")
+                .unwrap_err()
+                .contains("known: adreno640")
+        );
+    }
+
+    #[test]
+    fn the_papers_figures_are_the_ones_read() {
+        // Romou Table 2 and §3.1; SmartMem §4.6.
+        let a640 = DeviceProfile::named("adreno640").unwrap();
+        assert_eq!((a640.compute_units, a640.alus_per_unit), (2, Some(384)));
+        assert!(!a640.l1_serves_buffers);
+        let mali = DeviceProfile::named("mali_g76").unwrap();
+        assert_eq!((mali.subgroup_size, mali.peak_f32_gflops), (8, Some(190.0)));
+        let a740 = DeviceProfile::named("adreno740").unwrap();
+        assert_eq!(a740.texture_bandwidth_gbs, Some(511.0));
+    }
+
+    #[test]
+    fn unknown_must_name_exactly_the_missing_figures() {
+        let base = DeviceProfile::named("adreno640").unwrap();
+        let text = |unknown: &str, extra: &str| {
+            format!(
+                "name = \"x\"\nvendor = \"v\"\ncompute_units = 1\nsubgroup_size = 8\nl1_serves_buffers = true\nmemory_bandwidth_gbs = 1.0\ntexture_formats = [\"rgba32f\"]\n{extra}unknown = [{unknown}]\n"
+            )
+        };
+        let all_missing: Vec<String> = optional_figures(&base)
+            .iter()
+            .filter(|(f, _)| *f != "texture_formats")
+            .map(|(f, _)| format!("\"{f}\""))
+            .collect();
+        assert!(DeviceProfile::parse(&text(&all_missing.join(", "), "")).is_ok());
+        let err = DeviceProfile::parse(&text("", "")).unwrap_err();
+        assert!(
+            err.contains("'alus_per_unit' is missing but not listed"),
+            "{err}"
+        );
+        let err = DeviceProfile::parse(&text(&all_missing.join(", "), "alus_per_unit = 4\n"))
+            .unwrap_err();
+        assert!(err.contains("'alus_per_unit' is given but listed"), "{err}");
+    }
+}
