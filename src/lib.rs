@@ -167,24 +167,16 @@ impl Driver {
             }
         };
         let result = if cli.list_ops {
-            let _ = write!(stdout, "{}", self.registry.ops_table());
-            Ok(())
+            write!(stdout, "{}", self.registry.ops_table()).map_err(stdout_err)
         } else if cli.list_passes {
-            let _ = write!(stdout, "{}", self.passes.table());
-            Ok(())
+            write!(stdout, "{}", self.passes.table()).map_err(stdout_err)
         } else if cli.list_fusion_tables {
-            let _ = write!(
-                stdout,
-                "{}",
-                ircc_passes::graph::fusion::Tables::load().render()
-            );
-            Ok(())
+            let tables = ircc_passes::graph::fusion::Tables::load().render();
+            write!(stdout, "{tables}").map_err(stdout_err)
         } else if cli.list_devices {
             ircc_dialects::kernel::profiles_table()
-                .map(|t| {
-                    let _ = write!(stdout, "{t}");
-                })
-                .map_err(|e| Diagnostic::plain(e).into())
+                .map_err(|e| Failure::from(Diagnostic::plain(e)))
+                .and_then(|t| write!(stdout, "{t}").map_err(stdout_err))
         } else {
             match &cli.command {
                 Some(Command::Run(args)) => self.run_command(args, stdout, stderr),

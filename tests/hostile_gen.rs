@@ -74,6 +74,26 @@ fn nested(kind: Nesting, depth: usize) -> String {
     }
 }
 
+/// The deepest bracket nesting of generated text (no strings hold
+/// brackets there, and `->` is an arrow).
+fn bracket_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let mut prev = ' ';
+    for c in text.chars() {
+        match c {
+            '(' | '[' | '{' | '<' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            '>' if prev == '-' => {}
+            ')' | ']' | '}' | '>' => depth -= 1,
+            _ => {}
+        }
+        prev = c;
+    }
+    deepest
+}
+
 fn nesting() -> impl Strategy<Value = Nesting> {
     prop_oneof![
         Just(Nesting::Regions),
@@ -141,25 +161,45 @@ fn import(bytes: &[u8]) -> Result<ircc_onnx::Imported, String> {
 proptest! {
     #![proptest_config(config(48))]
 
-    /// Nesting within the limit parses (and prints, and verifies where the
-    /// ops are known); deeper nesting is an error naming where.
+    /// Nesting within the limits parses (and prints, and verifies where the
+    /// ops are known); one level deeper is an error naming where.
     #[test]
     fn deep_nesting_is_refused_with_a_location(kind in nesting(), depth in depth()) {
         let text = nested(kind, depth);
+        let too_deep = match kind {
+            Nesting::AffineSum => depth > 256,
+            _ => bracket_depth(&text) > 128,
+        };
         match parse_module(&text, Some("deep.ir")) {
             Ok(m) => {
                 let registry = ircc_dialects::registry().unwrap();
                 let _ = verify(&m, &registry, VerifyOptions { allow_unregistered: true });
                 prop_assert!(!print_module(&m, Form::Generic).is_empty());
-                prop_assert!(depth <= 256, "{kind:?} at depth {depth} parsed");
+                prop_assert!(!too_deep, "{kind:?} at depth {depth} parsed");
             }
             Err(d) => {
                 prop_assert!(d.loc.line > 0, "{kind:?} {depth}: no location in {d}");
                 let said = d.to_string();
                 prop_assert!(said.contains("deeper than"), "{kind:?} {depth}: {said}");
-                prop_assert!(depth > 64, "{kind:?} refused at depth {depth}: {said}");
+                prop_assert!(too_deep, "{kind:?} refused at depth {depth}: {said}");
             }
         }
+    }
+
+    /// A weights path of a single stray closer per level (`loc(x>>>>)`)
+    /// cannot hide the depth of the brackets around it.
+    #[test]
+    fn stray_closers_do_not_hide_depth(depth in 60usize..400, closers in 1usize..8) {
+        let stray = ">".repeat(closers) + &"]".repeat(closers);
+        let text = format!(
+            "{}\"test.leaf\"() : () -> ()\n{}",
+            format!("\"test.nest\"() ({{ \"test.x\"() : () -> () loc(\"a\" {stray})\n").repeat(depth),
+            "}) : () -> ()\n".repeat(depth)
+        );
+        let refused = parse_module(&text, Some("stray.ir"))
+            .err()
+            .is_some_and(|d| d.to_string().contains("deeper than"));
+        prop_assert_eq!(refused, 2 * depth + 1 > 128, "depth {}", depth);
     }
 
     /// A constant of any shape, folded or run: an error naming the limit or
@@ -179,7 +219,10 @@ proptest! {
         let elements = dims.iter().try_fold(1i64, |n, &d| n.checked_mul(d));
         if r.code == 0 {
             prop_assert!(elements.is_some_and(|n| n <= 1 << 28), "{shape} ran");
-            prop_assert!(out.join("result0.npy").is_file(), "{}", r.stdout);
+            let result = ircc_reference::read_npy(&out.join("result0.npy")).unwrap();
+            let want: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
+            prop_assert_eq!(result.shape(), want.as_slice());
+            prop_assert!(result.to_f64().iter().all(|&x| x == 2.0));
         } else {
             prop_assert_eq!(r.code, 1, "{}", r.stderr);
             prop_assert!(
@@ -240,19 +283,22 @@ proptest! {
     }
 
     /// `ircc.weights` made of hostile pieces: read only when it names a
-    /// regular file inside the IR file's folder, symlinks resolved.
+    /// regular file inside the IR file's folder, symlinks resolved, and
+    /// refused with the reason otherwise.
     #[test]
     fn weights_paths_stay_in_the_folder(pieces in proptest::collection::vec(0usize..7, 1..4)) {
-        let parts = ["..", "/", "etc", "w.safetensors", "sub", ".", "link.safetensors"];
+        let parts = ["..", "/", "etc", "in.safetensors", "sub", ".", "link.safetensors"];
         let weights: String = pieces.iter().map(|&p| parts[p]).collect::<Vec<_>>().join("/");
         let dir = scratch_dir("paths");
         let model_dir = dir.join("model");
         std::fs::create_dir_all(model_dir.join("sub")).unwrap();
-        // A valid weights file outside the folder: reading it would succeed,
-        // so only the path rule stands between it and the run.
+        // The same valid weights inside the folder and outside it, so only
+        // the path rule decides which may be read.
         let bytes: Vec<u8> = [1.0f32, 2.0].iter().flat_map(|x| x.to_le_bytes()).collect();
-        let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &bytes).unwrap();
-        safetensors::serialize_to_file([("w", view)], None, &dir.join("w.safetensors")).unwrap();
+        for file in [dir.join("w.safetensors"), model_dir.join("in.safetensors")] {
+            let view = safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2], &bytes).unwrap();
+            safetensors::serialize_to_file([("w", view)], None, &file).unwrap();
+        }
         #[cfg(unix)]
         std::os::unix::fs::symlink(dir.join("w.safetensors"), model_dir.join("link.safetensors")).unwrap();
         let text = format!(
@@ -261,10 +307,21 @@ proptest! {
         let file = model_dir.join("m.ir");
         std::fs::write(&file, text).unwrap();
         let r = ircc(&["run", file.to_str().unwrap(), "--output-dir", dir.join("out").to_str().unwrap()]);
-        // No piece names a weights file inside the folder, so every case
-        // is an error: which one depends on the path.
-        prop_assert_eq!(r.code, 1, "{} was read: {}", weights, r.stdout);
-        prop_assert!(r.stderr.contains(&weights) || r.stderr.contains("weights"), "{}: {}", weights, r.stderr);
+        let names: Vec<&str> = weights.split('/').filter(|c| !c.is_empty() && *c != ".").collect();
+        let escapes = weights.starts_with('/') || names.contains(&"..");
+        // `in.safetensors/.` names a directory, which a file cannot be.
+        let as_dir = weights.ends_with('/') || weights.ends_with("/.");
+        let readable = names.as_slice() == ["in.safetensors"] && !as_dir;
+        match names.as_slice() {
+            _ if escapes => prop_assert!(r.stderr.contains("leaves the folder"), "{}: {}", weights, r.stderr),
+            _ if readable => prop_assert_eq!(r.code, 0, "{}: {}", weights, r.stderr),
+            ["link.safetensors"] if !as_dir => prop_assert!(r.stderr.contains("outside the folder"), "{}: {}", weights, r.stderr),
+            [] | ["sub"] => prop_assert!(r.stderr.contains("is not a regular file"), "{}: {}", weights, r.stderr),
+            _ => prop_assert!(r.stderr.contains("cannot read") || r.stderr.contains("is not a regular file"), "{}: {}", weights, r.stderr),
+        }
+        if !readable || escapes {
+            prop_assert_eq!(r.code, 1, "{} was read", weights);
+        }
     }
 
     /// Kernel symbols and result names made of hostile pieces: `--emit

@@ -444,6 +444,28 @@ fn shape_folding_checks_sizes_before_allocating() {
     let kept = run("expand.onnx", expand(&[32768, 32768]));
     assert_eq!(kept.code, 0, "{}", kept.stderr);
     assert!(kept.stdout.contains("graph.expand"), "{}", kept.stdout);
+    // A product of constants whose result fits the budget but whose work
+    // (2^31 multiply-adds) does not stays a matmul instead of folding.
+    let matrix = |name: &str, dims: [i64; 2]| TensorProto {
+        dims: dims.to_vec(),
+        data_type: data_type::FLOAT,
+        float_data: vec![1.0; (dims[0] * dims[1]) as usize],
+        name: name.into(),
+        ..Default::default()
+    };
+    let product = run(
+        "matmul.onnx",
+        with_initializers(
+            vec![node("mm", "MatMul", &["a", "b"], "y", vec![])],
+            vec![matrix("a", [1024, 2048]), matrix("b", [2048, 1024])],
+        ),
+    );
+    assert_eq!(product.code, 0, "{}", product.stderr);
+    assert!(
+        product.stdout.contains("graph.matmul"),
+        "{}",
+        product.stdout
+    );
     let err = run("expand_huge.onnx", expand(&[1 << 21, 1 << 21])).stderr;
     assert!(
         err.contains(

@@ -3,6 +3,7 @@
 //! becomes one map that the consumer's index computation absorbs.
 
 use ircc_core::interp::Env;
+use ircc_core::limits::MAX_CHECKED_VIEW;
 use ircc_core::registry::{OpHooks, OpView, Registry};
 use ircc_core::{AffineMap, Attribute, Diagnostic, Tensor};
 
@@ -43,10 +44,6 @@ pub fn view_map<'a>(v: &OpView<'a>) -> Result<&'a AffineMap, String> {
     }
     Ok(map)
 }
-
-/// The largest view whose indices the verifier checks one by one, where
-/// interval bounds cannot show that the map stays in range.
-const MAX_CHECKED_VIEW: i64 = 1 << 22;
 
 /// A view reads only inside its source: every backend relies on it (a GPU
 /// would read another tensor's memory, or zeros). Interval bounds settle

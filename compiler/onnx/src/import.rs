@@ -8,7 +8,7 @@ use std::sync::Arc;
 use ircc_core::builtin::FuncOp;
 use ircc_core::interp::NoWeights;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
-use ircc_core::limits::{MAX_ELEMENTS, MAX_FOLDED_ELEMENTS};
+use ircc_core::limits::{MAX_ELEMENTS, MAX_FOLDED_ELEMENTS, MAX_FOLDED_WORK};
 use ircc_core::{
     Attribute, Attributes, DenseAttr, Module, OpId, Registry, Tensor, TensorType, Type,
 };
@@ -485,7 +485,7 @@ impl Importer<'_> {
             Type::Tensor(t) => t.num_elements() > MAX_FOLDED_ELEMENTS,
             _ => false,
         });
-        if too_large {
+        if too_large || folding_work(kind, &args, s, op) > MAX_FOLDED_WORK {
             return Ok(None);
         }
         let view = self
@@ -501,6 +501,31 @@ impl Importer<'_> {
             .map(Some)
             .map_err(ImportError::invalid)
     }
+}
+
+/// About how many multiply-adds evaluating `op` takes: its result size
+/// times the length of the products behind each element (the contraction
+/// of a matmul or gemm, a convolution's window over its input channels).
+fn folding_work(kind: GraphOp, args: &[Tensor], m: &Module, op: OpId) -> i64 {
+    let out: i64 = m
+        .op(op)
+        .results
+        .iter()
+        .map(|&r| match m.value_type(r) {
+            Type::Tensor(t) => t.num_elements(),
+            _ => 1,
+        })
+        .fold(0, i64::saturating_add);
+    let product = match kind {
+        GraphOp::Matmul | GraphOp::Gemm => args
+            .first()
+            .map_or(1, |a| a.shape().iter().copied().max().unwrap_or(1)),
+        GraphOp::Conv | GraphOp::ConvTranspose => args.get(1).map_or(1, |w| {
+            w.len() / w.shape().first().copied().unwrap_or(1).max(1)
+        }),
+        _ => 1,
+    };
+    out.saturating_mul(product as i64)
 }
 
 /// Sets the result types of `op` from its infer hook, checking its verifier

@@ -88,7 +88,7 @@ fn optional_figures(p: &DeviceProfile) -> [(&'static str, bool); 13] {
 
 impl DeviceProfile {
     /// Reads a profile, checking that `unknown` names exactly the optional
-    /// figures it lacks and that every figure is positive.
+    /// figures it lacks and that every figure is positive and finite.
     pub fn parse(text: &str) -> Result<DeviceProfile, String> {
         let p: DeviceProfile =
             toml::from_str(text).map_err(|e| format!("invalid device profile: {e}"))?;
@@ -113,17 +113,30 @@ impl DeviceProfile {
                 p.name
             ));
         }
-        let positive = [p.memory_bandwidth_gbs]
-            .into_iter()
-            .chain(p.texture_bandwidth_gbs)
-            .chain(p.peak_f32_gflops)
-            .chain(p.peak_f16_gflops)
-            .all(|x| x > 0.0)
-            && p.compute_units > 0
-            && p.subgroup_size > 0;
-        if !positive {
+        let counts = [
+            Some(p.compute_units as u64),
+            Some(p.subgroup_size as u64),
+            p.alus_per_unit.map(u64::from),
+            p.max_workgroup_invocations.map(u64::from),
+            p.registers_per_unit.map(u64::from),
+            p.l1_bytes,
+            p.l1_line_bytes.map(u64::from),
+            p.l2_bytes,
+            p.l2_line_bytes.map(u64::from),
+            p.local_memory_bytes,
+            p.max_texture_extent.map(u64::from),
+        ];
+        let rates = [
+            Some(p.memory_bandwidth_gbs),
+            p.texture_bandwidth_gbs,
+            p.peak_f32_gflops,
+            p.peak_f16_gflops,
+        ];
+        if counts.iter().flatten().any(|&c| c == 0)
+            || rates.iter().flatten().any(|&r| !(r.is_finite() && r > 0.0))
+        {
             return Err(format!(
-                "device profile '{}': a figure is not positive",
+                "device profile '{}': every figure must be positive and finite",
                 p.name
             ));
         }

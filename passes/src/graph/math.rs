@@ -18,6 +18,7 @@ use egg::{
     RecExpr, Rewrite, Runner, Subst, Symbol, Var, define_language,
 };
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
+use ircc_core::limits::{MAX_TERM_DEPTH, MAX_TERM_NODES};
 use ircc_core::pass::{FunctionPass, PassContext, PassResult};
 use ircc_core::{
     Attribute, DenseAttr, DenseValues, Diagnostic, ElemType, Module, OpId, TensorType, Type,
@@ -367,12 +368,6 @@ fn scalar_constant(m: &Module, v: ValueId) -> Option<f64> {
     }
 }
 
-/// How far below its root a term reaches: DNNFusion's rules rewrite a few
-/// ops at a time, and the bound keeps the pass linear in the size of the
-/// function (roots whose terms overlap share at most this much) and its
-/// recursion shallow (a chain of 10^6 adds is not walked to its end).
-const MAX_TERM_DEPTH: usize = 64;
-
 /// A term under construction: the expression, the values it stops at, and
 /// the node each value already has (a value read twice is one node, so a
 /// chain of `x = x + x` stays linear, not exponential).
@@ -385,7 +380,9 @@ struct TermBuilder {
 
 impl TermBuilder {
     /// The term of `v`: its algebraic ops down to the values where the
-    /// algebra stops, or `MAX_TERM_DEPTH` below the root.
+    /// algebra stops, `MAX_TERM_DEPTH` below the root, or where the term
+    /// has `MAX_TERM_NODES` nodes (a chain of 10^6 adds is not walked to
+    /// its end, and roots sharing a large subgraph do not each walk it).
     fn term(&mut self, m: &Module, v: ValueId, depth: usize) -> Id {
         if let Some(&id) = self.nodes.get(&v) {
             return id;
@@ -410,10 +407,9 @@ impl TermBuilder {
         if let Some(c) = scalar_constant(m, v) {
             return self.expr.add(Term::Leaf(Symbol::from(format!("c{c:?}"))));
         }
-        let Some(op) = m
-            .defining_op(v)
-            .filter(|&op| depth < MAX_TERM_DEPTH && algebraic(m, op))
-        else {
+        let Some(op) = m.defining_op(v).filter(|&op| {
+            depth < MAX_TERM_DEPTH && self.expr.as_ref().len() < MAX_TERM_NODES && algebraic(m, op)
+        }) else {
             return self.leaf(m, v);
         };
         let operands = m.op(op).operands.clone();

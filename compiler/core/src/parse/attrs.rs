@@ -622,19 +622,18 @@ impl Builder<'_> {
         pair: Pair<Rule>,
         names: &HashMap<String, AffineExpr>,
     ) -> PResult<(AffineExpr, usize)> {
-        let mut negate = false;
+        let mut negate = None;
         let mut result = None;
         for p in pair.into_inner() {
             match p.as_rule() {
-                Rule::neg_sign => negate = true,
+                Rule::neg_sign => negate = Some(p),
                 Rule::affine_atom => {
                     let a = p.into_inner().next().expect("atom");
                     result = Some(match a.as_rule() {
                         // `-9223372036854775808` is a constant, not the
                         // negation of one that does not fit.
                         Rule::affine_int => {
-                            let digits = if negate {
-                                negate = false;
+                            let digits = if negate.take().is_some() {
                                 format!("-{}", a.as_str())
                             } else {
                                 a.as_str().to_string()
@@ -663,11 +662,10 @@ impl Builder<'_> {
             }
         }
         let (e, height) = result.expect("factor has an atom");
-        Ok(if negate {
-            (-e, height + 1)
-        } else {
-            (e, height)
-        })
+        match negate {
+            Some(sign) => Ok((-e, self.taller(&sign, height, 0)?)),
+            None => Ok((e, height)),
+        }
     }
 }
 

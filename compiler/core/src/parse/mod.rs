@@ -34,10 +34,11 @@ pub fn parse_module(source: &str, file: Option<&str>) -> Result<Module, Diagnost
     let mut pairs = IrGrammar::parse(Rule::file, source)
         .map_err(|e| syntax_error(e, file.clone(), source, &line_starts, 0))?;
     let root = pairs.next().expect("the file rule always produces a pair");
-    // About one operation, and one value, per line.
+    // An operation takes some 60 bytes of text; reserving by the bytes,
+    // not the lines, keeps a file of blank lines from reserving gigabytes.
     let mut module = Module::new();
-    module.ops.reserve(line_starts.len());
-    module.values.reserve(line_starts.len());
+    module.ops.reserve(source.len() / 64);
+    module.values.reserve(source.len() / 64);
     let mut p = Builder {
         file,
         source,
@@ -98,10 +99,14 @@ fn blank_len(text: &str) -> usize {
 
 /// Refuses brackets nested deeper than [`MAX_NESTING`] before the
 /// recursive descent sees them, naming the bracket that goes too deep.
-/// Strings and comments are skipped; `->` is an arrow, not a bracket.
+/// Strings and comments are skipped; `->` is an arrow, not a bracket. A
+/// closer ends the innermost bracket of its kind and those opened inside
+/// it; one with no opener of its kind (a `>` in a location's free text)
+/// closes nothing, so stray closers cannot hide depth.
 fn check_nesting(source: &str, file: Option<Arc<str>>) -> PResult<()> {
     let bytes = source.as_bytes();
-    let (mut depth, mut i) = (0usize, 0usize);
+    let mut open: Vec<u8> = Vec::new();
+    let mut i = 0usize;
     while i < bytes.len() {
         match bytes[i] {
             b'"' => {
@@ -116,8 +121,8 @@ fn check_nesting(source: &str, file: Option<Arc<str>>) -> PResult<()> {
                 }
             }
             b'(' | b'[' | b'{' | b'<' => {
-                depth += 1;
-                if depth > MAX_NESTING {
+                open.push(bytes[i]);
+                if open.len() > MAX_NESTING {
                     return Err(Diagnostic::error(
                         location(file, source, &line_starts(source), i),
                         format!("brackets nest deeper than {MAX_NESTING} levels"),
@@ -125,7 +130,17 @@ fn check_nesting(source: &str, file: Option<Arc<str>>) -> PResult<()> {
                 }
             }
             b'>' if i > 0 && bytes[i - 1] == b'-' => {}
-            b')' | b']' | b'}' | b'>' => depth = depth.saturating_sub(1),
+            closer @ (b')' | b']' | b'}' | b'>') => {
+                let opener = match closer {
+                    b')' => b'(',
+                    b']' => b'[',
+                    b'}' => b'{',
+                    _ => b'<',
+                };
+                if let Some(k) = open.iter().rposition(|&o| o == opener) {
+                    open.truncate(k);
+                }
+            }
             _ => {}
         }
         i += 1;
@@ -248,7 +263,9 @@ impl Builder<'_> {
     /// Where `slice` (a slice of the source, as every parsed input is)
     /// starts in the source.
     fn offset_of(&self, slice: &str) -> usize {
-        (slice.as_ptr() as usize).saturating_sub(self.source.as_ptr() as usize)
+        let offset = (slice.as_ptr() as usize).wrapping_sub(self.source.as_ptr() as usize);
+        debug_assert!(offset <= self.source.len(), "a slice of another text");
+        offset
     }
 
     /// Parses the block labels and operations of a region body one at a
