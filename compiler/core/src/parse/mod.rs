@@ -115,7 +115,8 @@ fn check_nesting(source: &str, file: Option<Arc<str>>) -> PResult<()> {
                     i += if bytes[i] == b'\\' { 2 } else { 1 };
                 }
             }
-            b'/' if bytes.get(i + 1) == Some(&b'/') => {
+            // Inside `<...>` (an opaque body: `#x.y<http://a>`) `//` is text.
+            b'/' if bytes.get(i + 1) == Some(&b'/') && open.last() != Some(&b'<') => {
                 while i < bytes.len() && bytes[i] != b'\n' && bytes[i] != b'\r' {
                     i += 1;
                 }
@@ -896,4 +897,30 @@ pub fn parse_attribute(text: &str) -> Result<Attribute, Diagnostic> {
         type_aliases: HashMap::new(),
     };
     b.attr_value(value)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn region_bodies_hold_strings_comments_and_opaque_text() {
+        let text = r#"func.func @main() {
+  // a comment with { and "
+  "test.op"() {a = "}{", b = #x.y<http://a{b>, c = affine_map<(d0) -> (d0)>} : () -> () // }
+  func.return
+}
+"#;
+        let m = parse_module(text, None).unwrap();
+        let printed = crate::print_module(&m, crate::Form::Pretty);
+        assert!(printed.contains("#x.y<http://a{b>"), "{printed}");
+        assert!(printed.contains(r#"a = "}{""#), "{printed}");
+    }
+
+    #[test]
+    fn diagnostics_inside_regions_point_at_the_source() {
+        let text = "func.func @main() {\r  %0 = \"test.op\"() : () -> (i32)\r  %1 = bogus\r}\r";
+        let d = parse_module(text, Some("f.ir")).unwrap_err();
+        assert_eq!((d.loc.line, d.loc.col), (3, 8), "{d}");
+    }
 }
