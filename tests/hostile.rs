@@ -13,9 +13,7 @@
 
 mod common;
 
-use std::path::Path;
-
-use common::{ircc, root, scratch_dir};
+use common::{files_under, ircc, root, scratch_dir};
 
 /// The header lines of a case (lines may end in `\n`, `\r\n` or `\r`).
 fn header(source: &str, key: &str) -> Option<String> {
@@ -23,22 +21,6 @@ fn header(source: &str, key: &str) -> Option<String> {
         .split(['\n', '\r'])
         .filter_map(|l| l.strip_prefix("// "))
         .find_map(|l| l.strip_prefix(key).map(|v| v.trim().to_string()))
-}
-
-fn files_under(dir: &Path, base: &Path, out: &mut Vec<String>) {
-    for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
-        let p = e.path();
-        if p.is_dir() {
-            files_under(&p, base, out);
-        } else {
-            out.push(
-                p.strip_prefix(base)
-                    .unwrap()
-                    .to_string_lossy()
-                    .replace('\\', "/"),
-            );
-        }
-    }
 }
 
 #[test]
@@ -95,9 +77,7 @@ fn hostile_corpus() {
                 .map(|p| p.replace("OUT", "a/out"))
                 .collect();
             want.sort();
-            let mut got = Vec::new();
-            files_under(&scratch, &scratch, &mut got);
-            got.sort();
+            let got = files_under(&scratch);
             if r.code != 0 || got != want {
                 problems.push(format!(
                     "wanted exit 0 and files {want:?}, got exit {} and {got:?}: {}",
@@ -106,8 +86,7 @@ fn hostile_corpus() {
             }
         }
         if header(&source, "EXPECT-FILES:").is_none() {
-            let mut written = Vec::new();
-            files_under(&scratch, &scratch, &mut written);
+            let written = files_under(&scratch);
             if !written.is_empty() {
                 problems.push(format!("wrote {written:?}, though it names no output"));
             }
@@ -160,7 +139,6 @@ fn import_refuses_to_write_the_ir_over_its_weights() {
         assert_eq!(r.code, 1, "{target}: {}", r.stdout);
         assert!(r.stderr.contains("must name the IR file"), "{}", r.stderr);
     }
-    let mut left = Vec::new();
-    files_under(&dir, &dir, &mut left);
+    let left = files_under(&dir);
     assert!(left.is_empty(), "files left behind: {left:?}");
 }

@@ -7,6 +7,7 @@ mod common;
 
 use common::onnx::{float_scalar, int64s, model, node, value_info, with_initializers};
 use common::{ircc, root, scratch_dir};
+use ircc_dialects::graph::GraphOp;
 use ircc_onnx::proto::*;
 use proptest::prelude::*;
 use prost::Message;
@@ -443,7 +444,11 @@ fn shape_folding_checks_sizes_before_allocating() {
     };
     let kept = run("expand.onnx", expand(&[32768, 32768]));
     assert_eq!(kept.code, 0, "{}", kept.stderr);
-    assert!(kept.stdout.contains("graph.expand"), "{}", kept.stdout);
+    assert!(
+        kept.stdout.contains(GraphOp::Expand.name()),
+        "{}",
+        kept.stdout
+    );
     // A product of constants whose result fits the budget but whose work
     // (2^31 multiply-adds) does not stays a matmul instead of folding.
     let matrix = |name: &str, dims: [i64; 2]| TensorProto {
@@ -462,7 +467,7 @@ fn shape_folding_checks_sizes_before_allocating() {
     );
     assert_eq!(product.code, 0, "{}", product.stderr);
     assert!(
-        product.stdout.contains("graph.matmul"),
+        product.stdout.contains(GraphOp::Matmul.name()),
         "{}",
         product.stdout
     );

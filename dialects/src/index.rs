@@ -7,7 +7,7 @@ use ircc_core::limits::MAX_CHECKED_VIEW;
 use ircc_core::registry::{OpHooks, OpView, Registry};
 use ircc_core::{AffineMap, Attribute, Diagnostic, Tensor};
 
-use crate::graph::{gather_by, strides_of};
+use crate::graph::{for_each_index, gather_by, strides_of};
 
 /// Typed views of the index ops, generated from the spec by `ircc-ods`
 /// (in `ircc-core`, whose textual format knows `index.view`).
@@ -72,27 +72,40 @@ fn verify(v: &OpView) -> Result<(), String> {
             dst.num_elements()
         ));
     }
-    let mut point = vec![0i64; dst.rank()];
-    loop {
-        for (k, e) in map.results.iter().enumerate() {
-            let i = e.eval(&point, &[]).map_err(|e| e.to_string())?;
-            if !(0..src.shape[k]).contains(&i) {
-                return Err(format!(
-                    "the map sends {point:?} to {i} on source axis {k} of extent {}",
-                    src.shape[k]
-                ));
-            }
+    let src_shape: Vec<usize> = src.shape.iter().map(|&d| d as usize).collect();
+    let shape: Vec<usize> = dst.shape.iter().map(|&d| d as usize).collect();
+    let strides = strides_of(&src_shape);
+    let mut point = vec![0i64; shape.len()];
+    let mut error = None;
+    for_each_index(&shape, |o| {
+        if error.is_none() {
+            point.iter_mut().zip(o).for_each(|(p, &i)| *p = i as i64);
+            error = source_offset(map, &point, &src.shape, &strides).err();
         }
-        // The next index in row-major order, or done.
-        let Some(axis) = (0..point.len())
-            .rev()
-            .find(|&a| point[a] + 1 < dst.shape[a])
-        else {
-            return Ok(());
-        };
-        point[axis] += 1;
-        point[axis + 1..].fill(0);
+    });
+    error.map_or(Ok(()), Err)
+}
+
+/// The offset in the source (row-major, `strides`) of the element the map
+/// sends result index `point` to, or why there is none.
+fn source_offset(
+    map: &AffineMap,
+    point: &[i64],
+    src: &[i64],
+    strides: &[usize],
+) -> Result<usize, String> {
+    let mut offset = 0;
+    for (k, e) in map.results.iter().enumerate() {
+        let i = e.eval(point, &[]).map_err(|e| e.to_string())?;
+        if !(0..src[k]).contains(&i) {
+            return Err(format!(
+                "the map sends {point:?} to {i} on source axis {k} of extent {}",
+                src[k]
+            ));
+        }
+        offset += i as usize * strides[k];
     }
+    Ok(offset)
 }
 
 fn interpret(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Result<Vec<Tensor>, String> {
@@ -105,32 +118,16 @@ fn interpret(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Result<Vec<Tens
         .iter()
         .map(|&d| d as usize)
         .collect();
+    let src_shape: Vec<i64> = src.iter().map(|&d| d as i64).collect();
     let mut error = None;
     let mut point = vec![0i64; shape.len()];
     let out = gather_by(&args[0], &shape, 0.0, |o| {
-        for (p, &i) in point.iter_mut().zip(o) {
-            *p = i as i64;
-        }
-        let mut off = 0;
-        for (k, e) in map.results.iter().enumerate() {
-            match e.eval(&point, &[]) {
-                Ok(i) if i >= 0 && (i as usize) < src[k] => off += i as usize * strides[k],
-                Ok(i) => {
-                    error.get_or_insert_with(|| {
-                        format!(
-                            "the map sends {o:?} to {i} on source axis {k} of extent {}",
-                            src[k]
-                        )
-                    });
-                    return None;
-                }
-                Err(e) => {
-                    error.get_or_insert_with(|| e.to_string());
-                    return None;
-                }
-            }
-        }
-        Some(off)
+        point.iter_mut().zip(o).for_each(|(p, &i)| *p = i as i64);
+        source_offset(map, &point, &src_shape, &strides)
+            .map_err(|e| {
+                error.get_or_insert(e);
+            })
+            .ok()
     })?;
     match error {
         Some(e) => Err(e),

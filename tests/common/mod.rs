@@ -79,6 +79,25 @@ pub fn relative(path: &Path) -> String {
         .replace('\\', "/")
 }
 
+/// Every file under `dir`, as sorted paths relative to it with `/`
+/// between components: what a command wrote.
+pub fn files_under(dir: &Path) -> Vec<String> {
+    fn walk(dir: &Path, base: &Path, out: &mut Vec<String>) {
+        for e in std::fs::read_dir(dir).into_iter().flatten().flatten() {
+            let p = e.path();
+            if p.is_dir() {
+                walk(&p, base, out);
+            } else if let Ok(relative) = p.strip_prefix(base) {
+                out.push(relative.to_string_lossy().replace('\\', "/"));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(dir, dir, &mut out);
+    out.sort();
+    out
+}
+
 /// A fresh, empty directory for one test, removed when dropped.
 pub struct Scratch(tempfile::TempDir);
 

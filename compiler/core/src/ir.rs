@@ -324,16 +324,11 @@ impl Module {
     /// Detaches `op` from its block and drops its operand uses (and those of
     /// everything nested in it). Its results must have no uses left.
     pub fn erase_op(&mut self, op: OpId) {
-        debug_assert!(
-            self.ops[op]
-                .results
-                .iter()
-                .all(|&r| self.values[r].uses.is_empty())
-        );
-        if let Some(block) = self.ops[op].parent.take() {
+        let block = self.ops[op].parent;
+        self.erase_op_later(op);
+        if let Some(block) = block {
             self.blocks[block].ops.retain(|&o| o != op);
         }
-        self.drop_uses(op);
     }
 
     /// Erases `op` as [`Module::erase_op`] does, but leaves it listed in its
