@@ -5,6 +5,7 @@
 pub mod graph;
 pub mod index;
 pub mod kernel;
+pub mod texture;
 
 use ircc_core::{Diagnostic, Registry};
 
@@ -15,6 +16,7 @@ pub fn registry() -> Result<Registry, Diagnostic> {
     graph::register(&mut r)?;
     index::register(&mut r)?;
     kernel::register(&mut r)?;
+    texture::register(&mut r)?;
     Ok(r)
 }
 
