@@ -23,9 +23,7 @@ fn main() {
         return;
     };
     let registry = ircc_dialects::registry().unwrap();
-    let ctx = PassContext {
-        registry: &registry,
-    };
+    let ctx = PassContext::new(&registry);
     let t = Instant::now();
     let imported = ircc_onnx::import_file(&path, &registry, &Default::default()).unwrap();
     let import_ms = t.elapsed().as_secs_f64() * 1e3;

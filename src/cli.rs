@@ -70,10 +70,6 @@ pub struct KernelArgs {
     /// the pipeline's kernel.lower says otherwise.
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
-    /// Hold every float intermediate that an element-wise kernel writes in
-    /// a texture (the texture path, before layout selection chooses).
-    #[arg(long)]
-    pub textures: bool,
 }
 
 /// Compile a model for the GPU and time it (wall clock per run, and per
@@ -184,9 +180,17 @@ pub struct PipelineArgs {
     /// Passes to run, comma-separated, with options: 'canonicalize,foo{key=value}'.
     #[arg(long, value_name = "PASSES")]
     pub passes: Option<String>,
+    /// The device whose profile layout.select and texture.map read
+    /// (ircc --list-devices); the pipeline's choice, else adreno740.
+    #[arg(long, value_name = "NAME")]
+    pub device: Option<String>,
     /// Print the IR after every pass (to stderr).
     #[arg(long)]
     pub print_ir_after_all: bool,
+    /// Print what passes decided and why, such as a tensor left in a
+    /// buffer by texture.map (to stderr).
+    #[arg(long)]
+    pub remarks: bool,
     /// Print the IR after the named pass (to stderr); may be repeated.
     #[arg(long, value_name = "PASS")]
     pub print_ir_after: Vec<String>,

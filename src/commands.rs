@@ -177,6 +177,7 @@ impl Driver {
                 .collect()
         };
         let mut rows = Vec::new();
+        let mut layouts = Vec::new();
         for (name, pipeline) in runs {
             let start = Instant::now();
             let mut run = crate::Loaded {
@@ -189,9 +190,11 @@ impl Driver {
             self.transform(&mut run, &pipeline, None, Form::Pretty, stderr)?;
             let compile_ms = loaded.import_ms + start.elapsed().as_secs_f64() * 1e3;
             rows.push((name, figures::traffic(&run.module), compile_ms));
+            layouts.push(figures::layouts(&run.module));
         }
         if args.json {
             let (_, t, compile_ms) = &rows[0];
+            let l = &layouts[0];
             let stats = serde_json::json!({
                 "graph_ops": graph_ops,
                 "kernels": t.kernels,
@@ -199,6 +202,14 @@ impl Driver {
                 "intermediate_bytes": t.intermediate_bytes,
                 "import_ms": loaded.import_ms,
                 "compile_ms": compile_ms,
+                "layout_cost": l.layout_cost,
+                "layout_cost_pbqp": l.layout_cost_pbqp,
+                "copies": l.copies,
+                "texture_tensors": l.texture_tensors,
+                "peak_bytes": l.peak_bytes,
+                "pooled_bytes": l.pooled_bytes,
+                "memory_intermediate_bytes": l.intermediate_bytes,
+                "copy_bytes": l.copy_bytes,
             });
             let _ = writeln!(stdout, "{stats}");
             return Ok(());
@@ -230,6 +241,19 @@ impl Driver {
             format!("{:.2}", t.intermediate_bytes as f64 / 1e6)
         });
         line(stdout, "compile (ms)", &|_, ms| format!("{ms:.1}"));
+        let _ = write!(stdout, "{:<22}", "textures");
+        for l in &layouts {
+            let _ = write!(stdout, "{:>16}", l.texture_tensors);
+        }
+        let _ = writeln!(stdout);
+        let _ = write!(stdout, "{:<22}", "peak memory (MB)");
+        for l in &layouts {
+            let peak = l
+                .peak_bytes
+                .map_or("-".to_string(), |b| format!("{:.2}", b as f64 / 1e6));
+            let _ = write!(stdout, "{peak:>16}");
+        }
+        let _ = writeln!(stdout);
         Ok(())
     }
 }

@@ -8,6 +8,7 @@ use ircc_core::{Module, OpId, Type};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::index::is_view;
 use ircc_dialects::is_data;
+use ircc_dialects::texture::TextureOp;
 
 /// Operations that compute: graph ops other than constants and weights,
 /// nested ones included.
@@ -44,9 +45,15 @@ fn bytes(module: &Module, v: ValueId) -> i64 {
     }
 }
 
+/// Whether `op` only passes a tensor on (a view, or the texture level's
+/// place and read, which the writing and reading kernels absorb).
+fn passes_on(module: &Module, op: OpId) -> bool {
+    is_view(module, op) || TextureOp::of(module, op).is_some()
+}
+
 /// What a kernel reads for an operand: a view's source, not the view.
 fn stored(module: &Module, mut v: ValueId) -> ValueId {
-    while let Some(op) = module.defining_op(v).filter(|&op| is_view(module, op)) {
+    while let Some(op) = module.defining_op(v).filter(|&op| passes_on(module, op)) {
         v = module.op(op).operands[0];
     }
     v
@@ -91,7 +98,7 @@ pub fn traffic(module: &Module) -> Traffic {
 fn readers(module: &Module, v: ValueId) -> Vec<OpId> {
     let mut out = Vec::new();
     for u in &module.value(v).uses {
-        if is_view(module, u.op) {
+        if passes_on(module, u.op) {
             for &r in &module.op(u.op).results {
                 out.extend(readers(module, r));
             }
@@ -100,4 +107,53 @@ fn readers(module: &Module, v: ValueId) -> Vec<OpId> {
         }
     }
     out
+}
+
+/// What the texture level decided, from the attributes layout.select and
+/// memory.plan leave on the first function, and the textures texture.map
+/// placed. Absent figures are `None` (the pipeline has no such pass, or
+/// the exact solver did not finish).
+#[derive(Default)]
+pub struct Layouts {
+    pub layout_cost: Option<f64>,
+    pub layout_cost_pbqp: Option<f64>,
+    pub copies: Option<i64>,
+    pub texture_tensors: usize,
+    pub peak_bytes: Option<i64>,
+    pub pooled_bytes: Option<i64>,
+    pub intermediate_bytes: Option<i64>,
+    pub copy_bytes: Option<i64>,
+}
+
+pub fn layouts(module: &Module) -> Layouts {
+    use ircc_core::Attribute;
+    use ircc_passes::layout::{self, memory_plan};
+    let Some(&f) = module.functions().first() else {
+        return Layouts::default();
+    };
+    let attr = |name: &str| module.op(f).attr(name);
+    let float = |name: &str| match attr(name) {
+        Some(Attribute::Float(x, _)) => Some(*x),
+        _ => None,
+    };
+    let int = |name: &str| match attr(name) {
+        Some(Attribute::Int(x, _)) => Some(*x),
+        _ => None,
+    };
+    let mut texture_tensors = 0;
+    module.walk(|op| {
+        if TextureOp::of(module, op) == Some(TextureOp::Place) {
+            texture_tensors += 1;
+        }
+    });
+    Layouts {
+        layout_cost: float(layout::LAYOUT_COST),
+        layout_cost_pbqp: float(layout::LAYOUT_COST_PBQP),
+        copies: int(layout::COPIES),
+        texture_tensors,
+        peak_bytes: int(memory_plan::PEAK_BYTES),
+        pooled_bytes: int(memory_plan::POOLED_BYTES),
+        intermediate_bytes: int(memory_plan::INTERMEDIATE_BYTES),
+        copy_bytes: int(memory_plan::COPY_BYTES),
+    }
 }

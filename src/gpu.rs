@@ -62,8 +62,7 @@ pub(crate) fn lower_for_gpu(
             }
         }
     };
-    set("precision", kernel.precision.map(|p| p.name().to_string()))?;
-    set("textures", kernel.textures.then(|| "true".to_string()))
+    set("precision", kernel.precision.map(|p| p.name().to_string()))
 }
 
 /// Whether the module's functions launch kernels (it is kernel IR).
@@ -344,7 +343,7 @@ impl Driver {
             "file": args.model.file.display().to_string(),
             "pipeline": pipeline,
             "precision": args.kernel.precision.unwrap_or_default().name(),
-            "textures": args.kernel.textures,
+            "device": args.model.pipeline.device,
             "adapter": session.adapter,
             "backend": session.backend,
             "kernels": kernels.len(),

@@ -172,7 +172,8 @@ impl Driver {
             write!(stdout, "{}", self.passes.table()).map_err(stdout_err)
         } else if cli.list_fusion_tables {
             let tables = ircc_passes::graph::fusion::Tables::load().render();
-            write!(stdout, "{tables}").map_err(stdout_err)
+            let layout = ircc_passes::layout::cost::LayoutSpec::load().render();
+            write!(stdout, "{tables}\n{layout}").map_err(stdout_err)
         } else if cli.list_devices {
             ircc_dialects::kernel::profiles_table()
                 .map_err(|e| Failure::from(Diagnostic::plain(e)))
@@ -277,6 +278,14 @@ impl Driver {
 
     /// The passes a `--pipeline`/`--passes` choice stands for.
     pub fn pipeline_specs(&self, args: &PipelineArgs) -> Result<Vec<PassOptions>, Diagnostic> {
+        let mut specs = self.named_pipeline(args)?;
+        if let Some(device) = &args.device {
+            set_device(&mut specs, device)?;
+        }
+        Ok(specs)
+    }
+
+    fn named_pipeline(&self, args: &PipelineArgs) -> Result<Vec<PassOptions>, Diagnostic> {
         if let Some(text) = &args.passes {
             return parse_pipeline(text).map_err(Diagnostic::plain);
         }
@@ -327,6 +336,7 @@ impl Driver {
             print_after: args.print_ir_after.clone(),
             dump_dir: args.dump_dir.clone(),
             form,
+            remarks: args.remarks,
         };
         let timings = pm
             .run(&mut loaded.module, &self.registry, &options, stderr)
@@ -383,4 +393,38 @@ fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
         options.input_shapes.insert(name.to_string(), dims);
     }
     Ok(options)
+}
+
+/// `--device NAME`: the device of every pass that reads a device profile.
+fn set_device(specs: &mut [PassOptions], device: &str) -> Result<(), Diagnostic> {
+    use ircc_passes::decl::{LayoutSelectOptions, TextureMapOptions};
+    ircc_dialects::kernel::DeviceProfile::named(device)
+        .map_err(|e| Diagnostic::plain(format!("--device: {e}")))?;
+    let mut used = false;
+    for spec in specs
+        .iter_mut()
+        .filter(|s| [LayoutSelectOptions::NAME, TextureMapOptions::NAME].contains(&s.pass.as_str()))
+    {
+        match spec.values.get("device") {
+            Some(d) if d != device => {
+                return Err(Diagnostic::plain(format!(
+                    "--device {device} contradicts the pipeline's {}{{device={d}}}",
+                    spec.pass
+                )));
+            }
+            _ => {
+                spec.values.insert("device".into(), device.into());
+            }
+        }
+        used = true;
+    }
+    if used {
+        Ok(())
+    } else {
+        Err(Diagnostic::plain(format!(
+            "--device {device} does nothing: the pipeline has neither {} nor {}",
+            LayoutSelectOptions::NAME,
+            TextureMapOptions::NAME
+        )))
+    }
 }

@@ -168,12 +168,7 @@ fn exercise(text: &str) {
     let mut canon = ircc_passes::graph::canonicalize::Canonicalize {
         max_elements: 1 << 12,
     };
-    let _ = canon.run(
-        &mut module,
-        &PassContext {
-            registry: &registry,
-        },
-    );
+    let _ = canon.run(&mut module, &PassContext::new(&registry));
     // Valid but huge computations (a mutated resize to 99999x99999) are
     // slow, not wrong; the interpreter is exercised on small modules only.
     let mut largest = 0;

@@ -4,6 +4,7 @@
 pub mod conversion;
 pub mod graph;
 pub mod index;
+pub mod layout;
 
 /// The declarations and option structs of the passes, generated from
 /// `spec/passes.toml` by `ircc-ods`.
@@ -55,5 +56,19 @@ pub fn register_all(passes: &mut PassRegistry) {
     passes.register_decl(&IndexAnnotateDependenciesOptions::DECL, |o| {
         IndexAnnotateDependenciesOptions::parse(o)?;
         Ok(Box::new(index::AnnotateDependencies))
+    });
+    passes.register_decl(&LayoutSelectOptions::DECL, |o| {
+        Ok(Box::new(layout::LayoutSelect::new(
+            LayoutSelectOptions::parse(o)?,
+        )))
+    });
+    passes.register_decl(&TextureMapOptions::DECL, |o| {
+        Ok(Box::new(layout::texture_map::TextureMap::new(
+            TextureMapOptions::parse(o)?,
+        )))
+    });
+    passes.register_decl(&MemoryPlanOptions::DECL, |o| {
+        MemoryPlanOptions::parse(o)?;
+        Ok(Box::new(layout::memory_plan::MemoryPlan))
     });
 }

@@ -42,6 +42,9 @@ impl fmt::Display for Location {
 pub enum Severity {
     Error,
     Note,
+    /// What a pass decided and why (a fallback, a choice), shown with
+    /// `--remarks` as LLVM's optimization remarks are.
+    Remark,
 }
 
 /// One message about the input, with an optional location and notes.
@@ -60,6 +63,13 @@ impl Diagnostic {
             loc,
             message: message.into(),
             notes: Vec::new(),
+        }
+    }
+
+    pub fn remark(loc: Location, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Remark,
+            ..Diagnostic::error(loc, message)
         }
     }
 
@@ -91,6 +101,7 @@ impl Diagnostic {
         let kind = match self.severity {
             Severity::Error => "error",
             Severity::Note => "note",
+            Severity::Remark => "remark",
         };
         if self.loc.is_known() || self.loc.file.is_some() {
             let _ = writeln!(out, "{}: {kind}: {}", self.loc, self.message);

@@ -20,6 +20,28 @@ use crate::verify::{VerifyOptions, verify};
 /// What a pass may use besides the module.
 pub struct PassContext<'a> {
     pub registry: &'a Registry,
+    remarks: std::cell::RefCell<Vec<Diagnostic>>,
+}
+
+impl<'a> PassContext<'a> {
+    pub fn new(registry: &'a Registry) -> Self {
+        PassContext {
+            registry,
+            remarks: Default::default(),
+        }
+    }
+
+    /// Records a remark: what the pass decided at `loc`, and why.
+    pub fn remark(&self, loc: crate::Location, message: impl Into<String>) {
+        self.remarks
+            .borrow_mut()
+            .push(Diagnostic::remark(loc, message));
+    }
+
+    /// The remarks recorded since the last call.
+    pub fn take_remarks(&self) -> Vec<Diagnostic> {
+        std::mem::take(&mut self.remarks.borrow_mut())
+    }
 }
 
 /// What running a pass gives: nothing, or the diagnostics it stopped with.
@@ -297,6 +319,8 @@ pub struct RunOptions {
     pub print_after: Vec<String>,
     pub dump_dir: Option<std::path::PathBuf>,
     pub form: Form,
+    /// Print the passes' remarks (to the output IR dumps go to).
+    pub remarks: bool,
 }
 
 impl Default for RunOptions {
@@ -308,6 +332,7 @@ impl Default for RunOptions {
             print_after: Vec::new(),
             dump_dir: None,
             form: Form::Pretty,
+            remarks: false,
         }
     }
 }
@@ -389,7 +414,7 @@ impl PassManager {
         options: &RunOptions,
         out: &mut dyn std::io::Write,
     ) -> Result<Vec<PassTiming>, Diagnostics> {
-        let ctx = PassContext { registry };
+        let ctx = PassContext::new(registry);
         let mut timings = Vec::new();
         if let Some(dir) = &options.dump_dir {
             std::fs::create_dir_all(dir).map_err(|e| {
@@ -410,6 +435,12 @@ impl PassManager {
                 d
             })?;
             let run = start.elapsed();
+            let remarks = ctx.take_remarks();
+            if options.remarks {
+                for r in remarks {
+                    let _ = write!(out, "{}", r.render(None));
+                }
+            }
             let start = Instant::now();
             if options.verify_each {
                 verify(module, registry, options.verify).map_err(|d| {

@@ -381,6 +381,12 @@ impl<'m> FuncBuilder<'m> {
                 .flat_map(|t| [t.arg as i64, t.width as i64, t.height as i64])
                 .collect();
             attrs.insert("textures".into(), Attribute::DenseI64Array(triples));
+            let maps = launch
+                .textures
+                .iter()
+                .map(|t| Attribute::AffineMap(t.layout.clone()))
+                .collect();
+            attrs.insert("texture_layouts".into(), Attribute::Array(maps));
         }
     }
 }

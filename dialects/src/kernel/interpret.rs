@@ -10,8 +10,8 @@
 //! rounded to f32 or f16 after every op, integers wrap to i32 (indices are
 //! i32 on the GPU), as the printers' targets compute. Reads past the end
 //! of a buffer give 0, as robust buffer access allows; writes past it are
-//! errors. Arguments held in textures are not interpreted: the texture path
-//! is checked on the GPU (`tests/gpu.rs`).
+//! errors. A texture argument is its `height x width x 4` lanes, filled
+//! from the host tensor through its layout map and read back through it.
 
 use std::collections::HashMap;
 
@@ -26,6 +26,7 @@ use ndarray::{ArrayD, IxDyn};
 use super::KernelOp;
 use super::ops::{self, BinaryFn, CmpPred, IdKind, UnaryFn};
 use crate::graph::erf;
+use crate::texture::{LANES, place_lanes, read_lanes};
 use ircc_core::limits::MAX_INVOCATIONS;
 
 type R<T> = Result<T, String>;
@@ -131,13 +132,8 @@ pub(super) fn interpret_launch(v: &OpView, args: &[Tensor], _: &mut dyn Env) -> 
         .lookup_symbol(launch.kernel())
         .and_then(|f| ops::Func::new(m, f))
         .ok_or_else(|| format!("no kernel.func @{}", launch.kernel()))?;
-    if let Some(t) = super::texture_args(m, func.id())?.first() {
-        return Err(format!(
-            "@{} holds argument #{} in a texture, which the kernel interpreter does not run (the GPU tests check textures)",
-            func.sym_name(),
-            t.arg
-        ));
-    }
+    let textures = super::texture_args(m, func.id())?;
+    let texture = |arg: usize| textures.iter().find(|t| t.arg == arg);
     let entry = m.entry_block(func.id()).ok_or("the kernel has no body")?;
     let params = &m.blocks[entry].args;
     let results = &m.op(v.op).results;
@@ -145,11 +141,33 @@ pub(super) fn interpret_launch(v: &OpView, args: &[Tensor], _: &mut dyn Env) -> 
         return Err("the launch does not bind every kernel argument".into());
     }
     let mut memory = Vec::with_capacity(params.len());
-    for (&p, t) in params.iter().zip(args) {
-        memory.push(to_memory(t, elem_of(m.value_type(p)))?);
+    let mut widths = HashMap::new();
+    for (i, (&p, t)) in params.iter().zip(args).enumerate() {
+        let elem = elem_of(m.value_type(p));
+        memory.push(match texture(i) {
+            Some(tex) => {
+                widths.insert(p, tex.width as i64);
+                let values: Vec<f64> = t.to_f64().iter().map(|&x| round(x, elem)).collect();
+                let shape: Vec<i64> = t.shape().iter().map(|&d| d as i64).collect();
+                Col::Float(place_lanes(
+                    &tex.layout,
+                    &shape,
+                    &values,
+                    tex.width as i64,
+                    tex.height as i64,
+                )?)
+            }
+            None => to_memory(t, elem)?,
+        });
     }
-    for (&p, &r) in params[args.len()..].iter().zip(results) {
-        let n = m.value_type(r).as_tensor().map_or(0, |t| t.num_elements());
+    for (k, (&p, &r)) in params[args.len()..].iter().zip(results).enumerate() {
+        let n = match texture(args.len() + k) {
+            Some(tex) => {
+                widths.insert(p, tex.width as i64);
+                tex.width as i64 * tex.height as i64 * LANES
+            }
+            None => m.value_type(r).as_tensor().map_or(0, |t| t.num_elements()),
+        };
         memory.push(Col::zeros_like(elem_of(m.value_type(p)), n as usize));
     }
     let wg = func.workgroup_size();
@@ -170,6 +188,7 @@ pub(super) fn interpret_launch(v: &OpView, args: &[Tensor], _: &mut dyn Env) -> 
         lanes: lanes as usize,
         values: HashMap::new(),
         allocs: Vec::new(),
+        widths,
     };
     for z in 0..grid[2] {
         for y in 0..grid[1] {
@@ -189,7 +208,17 @@ pub(super) fn interpret_launch(v: &OpView, args: &[Tensor], _: &mut dyn Env) -> 
             .value_type(r)
             .as_tensor()
             .ok_or("launch results are tensors")?;
-        out.push(from_memory(&run.memory[args.len() + i], ty)?);
+        let held = &run.memory[args.len() + i];
+        let col = match texture(args.len() + i) {
+            Some(tex) => Col::Float(read_lanes(
+                &tex.layout,
+                &ty.shape,
+                held.floats()?,
+                tex.width as i64,
+            )?),
+            None => held.clone(),
+        };
+        out.push(from_memory(&col, ty)?);
     }
     Ok(out)
 }
@@ -245,6 +274,8 @@ struct Run<'a> {
     values: HashMap<ValueId, Col>,
     /// Workgroup memory of the current workgroup.
     allocs: Vec<(ValueId, Col)>,
+    /// The width in texels of each texture argument.
+    widths: HashMap<ValueId, i64>,
 }
 
 impl Run<'_> {
@@ -332,6 +363,14 @@ impl Run<'_> {
         })
     }
 
+    /// The width of texture argument `v`.
+    fn width(&self, v: ValueId) -> R<i64> {
+        self.widths
+            .get(&v)
+            .copied()
+            .ok_or_else(|| "a texture access to an argument that is not a texture".to_string())
+    }
+
     /// The address of a load or store: its map's one result per lane.
     fn address(&self, op: OpId, first_index: usize, result: usize) -> R<Vec<i64>> {
         let o = self.m.op(op);
@@ -375,8 +414,29 @@ impl Run<'_> {
                 }
             }
             KernelOp::Apply => Col::Int(self.address(op, 0, 0)?.into_iter().map(wrap).collect()),
-            KernelOp::TextureLoad | KernelOp::TextureStore => {
-                return Err("textures are not interpreted".into());
+            KernelOp::TextureLoad => {
+                let width = self.width(o.operands[0])?;
+                let [x, y, lane] = [0, 1, 2].map(|k| self.address(op, 1, k));
+                let addr: Vec<i64> = (x?.iter().zip(y?.iter()).zip(lane?.iter()))
+                    .map(|((x, y), l)| texel_lane(*x, *y, *l, width))
+                    .collect();
+                gather(self.memory(o.operands[0])?, &addr).into_loaded(result_elem)
+            }
+            KernelOp::TextureStore => {
+                let texture = o.operands[4];
+                let width = self.width(texture)?;
+                let (x, y) = (self.address(op, 5, 0)?, self.address(op, 5, 1)?);
+                let values: Vec<Col> = (0..4).map(|k| arg(k).cloned()).collect::<R<_>>()?;
+                let memory = self.memory_mut(texture)?;
+                for lane in (0..mask.len()).filter(|&l| mask[l]) {
+                    for (k, v) in values.iter().enumerate() {
+                        let a = texel_lane(x[lane], y[lane], k as i64, width);
+                        let i = usize::try_from(a)
+                            .map_err(|_| format!("a texel store at ({}, {})", x[lane], y[lane]))?;
+                        memory.set(i, v.get(lane).ok_or("a short value column")?)?;
+                    }
+                }
+                return Ok(());
             }
             KernelOp::Load => {
                 let addr = self.address(op, 1, 0)?;
@@ -492,6 +552,16 @@ impl Run<'_> {
             self.values.insert(r, c);
         }
         Ok(())
+    }
+}
+
+/// Where lane `lane` of texel `(x, y)` is in a texture's lanes; outside
+/// the texture is outside the memory (a read gives 0, a write fails).
+fn texel_lane(x: i64, y: i64, lane: i64, width: i64) -> i64 {
+    if (0..width).contains(&x) && (0..LANES).contains(&lane) {
+        (y * width + x) * LANES + lane
+    } else {
+        -1
     }
 }
 

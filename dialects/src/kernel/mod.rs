@@ -32,31 +32,53 @@ pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
     registry.add_dialect(SPEC, &hooks)
 }
 
-/// A `kernel.func` argument held in a 2.5D texture instead of a buffer.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// A `kernel.func` argument held in a 2.5D texture instead of a buffer,
+/// with the layout of the tensor in it.
+#[derive(Clone, Debug, PartialEq, Eq)]
 pub struct TextureArg {
     pub arg: usize,
     pub width: u32,
     pub height: u32,
+    /// The tensor's index -> `(x, y, lane)`.
+    pub layout: ircc_core::AffineMap,
 }
 
 /// The texture arguments of kernel.func `func`, from its `textures`
-/// attribute of `(argument, width, height)` triples.
+/// attribute of `(argument, width, height)` triples and the layout maps of
+/// `texture_layouts`.
 pub fn texture_args(
     m: &ircc_core::Module,
     func: ircc_core::OpId,
 ) -> Result<Vec<TextureArg>, String> {
-    let Some(x) = ops::Func::new(m, func).and_then(|f| f.textures()) else {
+    let Some(f) = ops::Func::new(m, func) else {
+        return Ok(Vec::new());
+    };
+    let Some(x) = f.textures() else {
         return Ok(Vec::new());
     };
     if x.len() % 3 != 0 || x.iter().any(|&v| v < 0 || v > u32::MAX as i64) {
         return Err("'textures' must be (argument, width, height) triples".to_string());
     }
+    let maps: Vec<&ircc_core::AffineMap> = match f.texture_layouts() {
+        Some(ircc_core::Attribute::Array(a)) => a
+            .iter()
+            .filter_map(|m| match m {
+                ircc_core::Attribute::AffineMap(m) => Some(m),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    };
+    if maps.len() != x.len() / 3 || maps.iter().any(|m| m.num_results() != 3) {
+        return Err("'texture_layouts' must hold one map to (x, y, lane) per texture".to_string());
+    }
     Ok(x.chunks(3)
-        .map(|c| TextureArg {
+        .zip(maps)
+        .map(|(c, layout)| TextureArg {
             arg: c[0] as usize,
             width: c[1] as u32,
             height: c[2] as u32,
+            layout: layout.clone(),
         })
         .collect())
 }

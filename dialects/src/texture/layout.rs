@@ -121,8 +121,14 @@ impl TextureLayout {
             return None;
         }
         let rows = Self::rows(&grid, contiguous);
-        Self::with_rows_per_line(shape, lanes, contiguous, grid, (max_extent / along).min(rows))
-            .filter(|l| l.height <= max_extent)
+        Self::with_rows_per_line(
+            shape,
+            lanes,
+            contiguous,
+            grid,
+            (max_extent / along).min(rows),
+        )
+        .filter(|l| l.height <= max_extent)
     }
 
     /// The layout of the old default: the last axis in the lanes and along x.
@@ -290,15 +296,17 @@ mod tests {
         assert_eq!(at(&l, &[0, 0, 0, 4]), [4, 0, 0]);
         assert_eq!(at(&l, &[0, 5, 0, 0]), [15, 0, 1]);
         assert_eq!(at(&l, &[0, 5, 2, 1]), [(3 + 2) * 5 + 1, 0, 1]);
-        // a narrow extent stacks rows along y
+        // a narrow extent stacks rows along y: two rows of five texels a
+        // line, so row 5 (texel 1 of channels 4..8, pixel row 2) is the
+        // second of line 2
         let narrow = TextureLayout::new(&[1, 8, 3, 5], 1, 3, 10).unwrap();
         assert_eq!((narrow.width, narrow.height), (10, 3));
-        assert_eq!(at(&narrow, &[0, 5, 2, 1]), [(5 % 2) * 5 + 1, 5 / 2, 1]);
+        assert_eq!(at(&narrow, &[0, 5, 2, 1]), [5 + 1, 5 / 2, 1]);
     }
 
     #[test]
     fn every_element_has_its_own_lane() {
-        for (lanes, contiguous, extent) in [(0, 1, 8192), (1, 1, 7), (2, 0, 9), (0, 0, 3)] {
+        for (lanes, contiguous, extent) in [(0, 1, 8192), (1, 1, 7), (2, 0, 9), (0, 0, 20)] {
             let shape = [5, 3, 6];
             let l = TextureLayout::new(&shape, lanes, contiguous, extent).unwrap();
             let mut seen = std::collections::HashSet::new();
@@ -312,7 +320,10 @@ mod tests {
                 }
             }
             let ty = l.texture_type(TexelFormat::Rgba32f);
-            assert_eq!(TextureLayout::recognize(&shape, &l.map(), ty), Some(l.clone()));
+            assert_eq!(
+                TextureLayout::recognize(&shape, &l.map(), ty),
+                Some(l.clone())
+            );
             assert_eq!(TextureType::of(&ty.to_type()), Ok(ty));
         }
     }

@@ -48,11 +48,7 @@ fn parts<'a>(v: &OpView<'a>) -> Result<(&'a TensorType, TextureType, &'a AffineM
         ));
     }
     let dims: Vec<(i64, i64)> = tensor.shape.iter().map(|&d| (0, d - 1)).collect();
-    let limits = [
-        ("x", texture.width),
-        ("y", texture.height),
-        ("lane", LANES),
-    ];
+    let limits = [("x", texture.width), ("y", texture.height), ("lane", LANES)];
     for ((what, extent), e) in limits.iter().zip(&map.results) {
         match e.range(&dims) {
             Some((lo, hi)) if lo >= 0 && hi < *extent => {}
@@ -78,7 +74,10 @@ fn lane_offset(map: &AffineMap, index: &[i64], width: i64) -> Result<usize, Stri
 }
 
 /// Calls `f` with every index of `shape`, in row-major order, until it fails.
-fn each_index(shape: &[i64], mut f: impl FnMut(&[i64]) -> Result<(), String>) -> Result<(), String> {
+fn each_index(
+    shape: &[i64],
+    mut f: impl FnMut(&[i64]) -> Result<(), String>,
+) -> Result<(), String> {
     let dims: Vec<usize> = shape.iter().map(|&d| d as usize).collect();
     let mut point = vec![0i64; dims.len()];
     let mut result = Ok(());
@@ -91,41 +90,73 @@ fn each_index(shape: &[i64], mut f: impl FnMut(&[i64]) -> Result<(), String>) ->
     result
 }
 
-fn interpret(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Result<Vec<Tensor>, String> {
-    let (tensor, texture, map) = parts(v)?;
-    let lanes = texture.width * texture.height * LANES;
-    if lanes > MAX_INTERPRETED_ELEMENTS {
+/// The `height x width x 4` lanes of a texture holding `values` (a tensor
+/// of `shape`, row-major) through `layout`; unused lanes hold zero.
+pub fn place_lanes(
+    layout: &AffineMap,
+    shape: &[i64],
+    values: &[f64],
+    width: i64,
+    height: i64,
+) -> Result<Vec<f64>, String> {
+    let n = width * height * LANES;
+    if n > MAX_INTERPRETED_ELEMENTS {
         return Err(format!(
-            "a texture of {lanes} lanes is larger than the interpreter's limit of {MAX_INTERPRETED_ELEMENTS}"
+            "a texture of {n} lanes is larger than the interpreter's limit of {MAX_INTERPRETED_ELEMENTS}"
         ));
     }
+    let mut lanes = vec![0.0; n as usize];
+    let mut values = values.iter();
+    each_index(shape, |i| {
+        let x = values
+            .next()
+            .ok_or("the tensor has fewer elements than its type")?;
+        let o = lane_offset(layout, i, width)?;
+        *lanes.get_mut(o).ok_or("the layout leaves the texture")? = *x;
+        Ok(())
+    })?;
+    Ok(lanes)
+}
+
+/// The tensor of `shape` (row-major) that `lanes` hold through `layout`.
+pub fn read_lanes(
+    layout: &AffineMap,
+    shape: &[i64],
+    lanes: &[f64],
+    width: i64,
+) -> Result<Vec<f64>, String> {
+    let n: i64 = shape.iter().product();
+    let mut values = Vec::with_capacity(n.max(0) as usize);
+    each_index(shape, |i| {
+        let o = lane_offset(layout, i, width)?;
+        values.push(*lanes.get(o).ok_or("the layout leaves the texture")?);
+        Ok(())
+    })?;
+    Ok(values)
+}
+
+fn interpret(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Result<Vec<Tensor>, String> {
+    let (tensor, texture, map) = parts(v)?;
     let store = |x: f64| match texture.format {
         TexelFormat::Rgba32f => x as f32 as f64,
         TexelFormat::Rgba16f => half::f16::from_f64(x).to_f64(),
     };
-    let grid = IxDyn(&[texture.height as usize, texture.width as usize, LANES as usize]);
-    let at = |i: &[i64]| lane_offset(map, i, texture.width);
+    let grid = IxDyn(&[
+        texture.height as usize,
+        texture.width as usize,
+        LANES as usize,
+    ]);
     match TextureOp::of(v.module, v.op) {
         Some(TextureOp::Place) => {
-            let src = args[0].to_f64();
-            let mut values = src.iter();
-            let mut lanes = vec![0.0; lanes as usize];
-            each_index(&tensor.shape, |i| {
-                let x = values.next().ok_or("the tensor has fewer elements than its type")?;
-                lanes[at(i)?] = store(*x);
-                Ok(())
-            })?;
+            let src: Vec<f64> = args[0].to_f64().iter().map(|&x| store(x)).collect();
+            let lanes = place_lanes(map, &tensor.shape, &src, texture.width, texture.height)?;
             let data = ArrayD::from_shape_vec(grid, lanes).map_err(|e| e.to_string())?;
             Ok(vec![Tensor::float(ElemType::F32, data)])
         }
         _ => {
             let lanes = args[0].to_f64();
             let flat = lanes.as_slice().ok_or("texture lanes are contiguous")?;
-            let mut values = Vec::with_capacity(tensor.num_elements() as usize);
-            each_index(&tensor.shape, |i| {
-                values.push(flat[at(i)?]);
-                Ok(())
-            })?;
+            let values = read_lanes(map, &tensor.shape, flat, texture.width)?;
             let shape: Vec<usize> = tensor.shape.iter().map(|&d| d as usize).collect();
             let data = ArrayD::from_shape_vec(IxDyn(&shape), values).map_err(|e| e.to_string())?;
             Ok(vec![Tensor::float(tensor.elem, data)])
@@ -139,6 +170,9 @@ pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
         verify: Some(verify),
         interpret: Some(interpret),
     };
-    let all: Vec<_> = TextureOp::ALL.iter().map(|&op| (op.name(), hooks)).collect();
+    let all: Vec<_> = TextureOp::ALL
+        .iter()
+        .map(|&op| (op.name(), hooks))
+        .collect();
     registry.add_dialect(SPEC, &all)
 }

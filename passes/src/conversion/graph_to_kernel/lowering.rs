@@ -22,8 +22,8 @@ use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
 
 pub use super::address::{Ix, delinearize, linearize};
 use super::address::{agrees, collect_dims, fits_i32, nonnegative_divisions};
-use super::texture::TextureLayout;
 use crate::index::simplify::{Idx, Limits, Ranges, simplify_map};
+use ircc_dialects::texture::TextureLayout;
 
 /// A loop body: the loop index, the carried values in, the next ones out.
 pub type LoopBody<'b, 'a> =
@@ -400,6 +400,7 @@ impl<'a> KernelBuilder<'a> {
                     arg: i,
                     width: l.width as u32,
                     height: l.height as u32,
+                    layout: l.map(),
                 })
             })
             .collect();

@@ -13,17 +13,16 @@
 //! not share the anchor's iteration space get an element-wise kernel each.
 //!
 //! Option `precision=f16` stores float tensors as f16 and computes in f16,
-//! accumulating matmuls, convolutions and reductions in f32. Option
-//! `textures=true` places every float intermediate that an element-wise
-//! kernel writes in a 2.5D texture of the default layout (`texture.rs`),
-//! exercising the texture path until layout selection picks layouts.
+//! accumulating matmuls, convolutions and reductions in f32. A tensor
+//! that texture.map placed (`texture.place`, read back by `texture.read`)
+//! is written by its element-wise kernel into the texture through the
+//! layout, texel by texel, and read by every kernel through the same map.
 
 mod address;
 mod group;
 mod lowering;
 mod product;
 mod templates;
-mod texture;
 mod upsample;
 mod values;
 
@@ -31,18 +30,21 @@ use crate::decl::{KernelLowerOptions, KernelLowerPrecision};
 use ircc_core::diag::{Diagnostic, Diagnostics};
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::{Pass, PassContext};
-use ircc_core::{ElemType, Module, OpId};
+use std::collections::HashMap;
+
+use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::is_data;
+use ircc_dialects::texture::{self, TextureLayout, TextureOp, TextureType};
 
 use group::group_of;
 pub use lowering::{ArgRole, kernel_elem, storage_elem};
+pub use templates::writes_texels;
 
 use crate::index::simplify::rules;
 
 pub struct KernelLower {
     float: ElemType,
-    textures: bool,
 }
 
 impl KernelLower {
@@ -51,10 +53,7 @@ impl KernelLower {
             KernelLowerPrecision::F32 => ElemType::F32,
             KernelLowerPrecision::F16 => ElemType::F16,
         };
-        KernelLower {
-            float,
-            textures: options.textures,
-        }
+        KernelLower { float }
     }
 }
 
@@ -65,6 +64,7 @@ fn lower_function(
     func: OpId,
 ) -> Result<(), Diagnostic> {
     let block = m.entry_block(func).expect("a function has a body");
+    lowering.textures = take_textures(m, block)?;
     materialize_returns(m, block);
     let ops = m.blocks[block].ops.clone();
     for op in ops {
@@ -96,6 +96,67 @@ fn lower_function(
     }
     remove_dead_data(m, block);
     Ok(())
+}
+
+/// The tensors texture.map placed, by layout: each `texture.read` of a
+/// `texture.place` gives way to the placed tensor, which its kernel then
+/// writes into the texture and its readers read through the layout.
+fn take_textures(
+    m: &mut Module,
+    block: ircc_core::BlockId,
+) -> Result<HashMap<ValueId, TextureLayout>, Diagnostic> {
+    let mut layouts = HashMap::new();
+    let ops = m.blocks[block].ops.clone();
+    let error = |m: &Module, op: OpId, what: &str| {
+        Diagnostic::error(
+            m.op(op).loc.clone(),
+            format!("{}: {what}", KernelLowerOptions::NAME),
+        )
+    };
+    for &op in &ops {
+        let Some(read) = texture::ops::Read::new(m, op) else {
+            continue;
+        };
+        let place = m
+            .defining_op(read.texture())
+            .and_then(|p| texture::ops::Place::new(m, p))
+            .ok_or_else(|| error(m, op, "a texture.read of a texture no texture.place wrote"))?;
+        if place.layout() != read.layout() {
+            return Err(error(
+                m,
+                op,
+                "a texture read through another layout than it was placed with",
+            ));
+        }
+        let tensor = place.tensor();
+        let shape = m
+            .value_type(tensor)
+            .as_tensor()
+            .map(|t| t.shape.clone())
+            .unwrap_or_default();
+        let ty = TextureType::of(m.value_type(read.texture())).map_err(|e| error(m, op, &e))?;
+        let layout = TextureLayout::recognize(&shape, place.layout(), ty).ok_or_else(|| {
+            error(
+                m,
+                op,
+                "the layout is not one kernels address (an axis in the lanes, an axis along x)",
+            )
+        })?;
+        let result = read.tensor();
+        layouts.insert(tensor, layout);
+        m.replace_all_uses(result, tensor);
+        m.erase_op_later(op);
+    }
+    for &op in &ops {
+        if TextureOp::of(m, op) == Some(TextureOp::Place) {
+            if !m.value(m.op(op).results[0]).uses.is_empty() {
+                return Err(error(m, op, "a texture is used other than by texture.read"));
+            }
+            m.erase_op_later(op);
+        }
+    }
+    m.sweep_block(block, &HashMap::new());
+    Ok(layouts)
 }
 
 /// Outputs that are a view, a constant, a weight or an argument get a copy
@@ -145,7 +206,7 @@ impl Pass for KernelLower {
             cache: &cache,
             float: self.float,
             counter: 0,
-            textures: self.textures.then(Default::default),
+            textures: HashMap::new(),
         };
         for f in module.functions() {
             lower_function(module, &mut lowering, f).map_err(|d| Diagnostics(vec![d]))?;

@@ -5,18 +5,17 @@
 use std::collections::HashMap;
 
 use egg::Rewrite;
-use ircc_core::builtin::FuncOp;
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
 use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::{self, GraphOp, shape};
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 use ircc_dialects::kernel::{KernelOp, Target};
+use ircc_dialects::texture::{LANES, TextureLayout};
 
 use super::group::{Group, resolve_input};
 use super::lowering::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
 use super::product::Product;
-use super::texture::TextureLayout;
 use super::values::{Reduction, is_pointwise, tensor_shape};
 use crate::index::simplify::{Idx, Ranges};
 
@@ -92,28 +91,16 @@ pub(crate) struct Lowering<'a> {
     pub cache: &'a SimplifyCache,
     pub float: ElemType,
     pub counter: usize,
-    /// Host tensors placed in textures, when textures are asked for.
-    pub textures: Option<HashMap<ValueId, TextureLayout>>,
+    /// Host tensors placed in textures (by texture.map), by layout.
+    pub textures: HashMap<ValueId, TextureLayout>,
 }
 
-impl Lowering<'_> {
-    /// Whether the element-wise kernel writing `host` writes it to a
-    /// texture: textures are asked for, it is a float intermediate (not a
-    /// function result, which the host reads back from a buffer) and it
-    /// fits one.
-    fn texture_for(&self, m: &Module, host: ValueId) -> Option<TextureLayout> {
-        self.textures.as_ref()?;
-        let t = m.value_type(host).as_tensor()?;
-        let returned = m
-            .value(host)
-            .uses
-            .iter()
-            .any(|u| FuncOp::of(m, u.op) == Some(FuncOp::Return));
-        if returned || !t.elem.is_float() {
-            return None;
-        }
-        TextureLayout::of(&t.shape)
-    }
+/// Whether the kernel of top-level op `op` (a group or a lone op) is the
+/// element-wise template, one invocation per element or texel: the only
+/// template that writes textures (texture.map copies the others' results).
+pub fn writes_texels(m: &Module, op: OpId) -> bool {
+    let group = super::group::group_of(m, op);
+    matches!(template_of(m, group.anchor).0, Template::Elementwise)
 }
 
 pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group) -> R<()> {
@@ -175,19 +162,49 @@ fn build(
     template: Template,
     outputs: &[(ValueId, ValueId)],
 ) -> R<Vec<(ValueId, ValueId)>> {
-    let name = format!("k{}_{}", lowering.counter, short(m, group.anchor));
-    lowering.counter += 1;
-    let mut textures = lowering.textures.clone().unwrap_or_default();
-    if matches!(template, Template::Elementwise) {
-        for &(_, host) in outputs {
-            if let Some(layout) = lowering.texture_for(m, host) {
-                textures.insert(host, layout);
-            }
+    let in_texture = |&(_, host): &(ValueId, ValueId)| lowering.textures.contains_key(&host);
+    if !matches!(template, Template::Elementwise) && outputs.iter().any(in_texture) {
+        return Err(
+            "only element-wise kernels write textures, and this result is placed in one (texture.map copies such results first)"
+                .to_string(),
+        );
+    }
+    // The four lanes of a texel come from one invocation, so outputs with
+    // different lane axes get kernels of their own.
+    let lanes_of =
+        |&(_, host): &(ValueId, ValueId)| lowering.textures.get(&host).map(|l| l.lanes());
+    if let Some(first) = outputs.iter().find_map(lanes_of) {
+        let (same, other): (Vec<_>, Vec<_>) = outputs
+            .iter()
+            .copied()
+            .partition(|o| lanes_of(o).is_none_or(|l| l == first));
+        if !other.is_empty() {
+            let mut built = build(m, lowering, bindings, group, Template::Elementwise, &same)?;
+            built.extend(build(
+                m,
+                lowering,
+                bindings,
+                group,
+                Template::Elementwise,
+                &other,
+            )?);
+            return Ok(built);
         }
     }
+    let name = format!("k{}_{}", lowering.counter, short(m, group.anchor));
+    lowering.counter += 1;
     let inputs: Vec<(ValueId, Input)> = bindings
         .iter()
         .map(|&(inner, host)| (inner, resolve_input(m, host)))
+        .collect();
+    // The layouts of the textures this kernel reads and writes.
+    let stored = inputs.iter().filter_map(|(_, input)| match input {
+        Input::Memory { stored, .. } => Some(*stored),
+        Input::Splat(_) => None,
+    });
+    let textures: HashMap<ValueId, TextureLayout> = stored
+        .chain(outputs.iter().map(|&(_, host)| host))
+        .filter_map(|v| Some((v, lowering.textures.get(&v)?.clone())))
         .collect();
     let args = {
         let mut kb = KernelBuilder::new(
@@ -237,8 +254,8 @@ fn build(
         let r = m.op(launch).results[i];
         m.replace_all_uses(h, r);
         replaced.push((h, r));
-        if let (Some(placed), Some(layout)) = (lowering.textures.as_mut(), textures.get(&h)) {
-            placed.insert(r, layout.clone());
+        if let Some(layout) = textures.get(&h) {
+            lowering.textures.insert(r, layout.clone());
         }
     }
     Ok(replaced)
@@ -352,20 +369,37 @@ fn elementwise_texels(
     outputs: &[(ValueId, ValueId)],
     space: &[i64],
 ) -> R<()> {
-    let layout = TextureLayout::of(space).ok_or("the outputs do not fit a texture")?;
-    let (&last, rows_shape) = space.split_last().ok_or("a texture of a scalar")?;
-    let mut texel_grid = rows_shape.to_vec();
-    texel_grid.push(layout.texels_per_row());
-    let (i, cond, grid) = flat_invocation(kb, texel_grid.iter().product());
-    let at = delinearize(&i, &texel_grid);
-    let (t, rows) = at.split_last().ok_or("a texture of a scalar")?;
+    let layout = outputs
+        .iter()
+        .find_map(|(_, host)| kb.textures.get(host))
+        .cloned()
+        .ok_or("no output lives in a texture")?;
+    if layout.shape() != space {
+        return Err("a texture output's shape is not the kernel's".to_string());
+    }
+    // Invocations walk the texel grid with the x axis innermost, so
+    // neighbouring invocations write neighbouring texels.
+    let (lanes, along) = (layout.lanes(), layout.contiguous());
+    let grid = layout.texel_grid().to_vec();
+    let order: Vec<usize> = (0..grid.len())
+        .filter(|&a| a != along)
+        .chain([along])
+        .collect();
+    let ordered: Vec<i64> = order.iter().map(|&a| grid[a]).collect();
+    let (i, cond, workgroups) = flat_invocation(kb, ordered.iter().product());
+    let at = delinearize(&i, &ordered);
+    let mut texel = vec![Ix::constant(0); grid.len()];
+    for (k, &a) in order.iter().enumerate() {
+        texel[a] = at[k].clone();
+    }
+    let extent = space[lanes];
     guarded(kb, cond, &mut |kb| {
         let mut texels: Vec<(ValueId, Vec<ValueId>)> = Vec::new();
-        for lane in 0..4 {
-            let c = t.clone() * Ix::constant(4) + Ix::constant(lane);
-            let inside = below(kb, &c, last, last % 4 == 0);
-            let mut idx = rows.to_vec();
-            idx.push(c);
+        for lane in 0..LANES {
+            let c = texel[lanes].clone() * Ix::constant(LANES) + Ix::constant(lane);
+            let inside = below(kb, &c, extent, extent % LANES == 0);
+            let mut idx = texel.clone();
+            idx[lanes] = c;
             for &(inner, host) in outputs {
                 if !kb.textures.contains_key(&host) {
                     guarded(kb, inside, &mut |kb| {
@@ -391,13 +425,14 @@ fn elementwise_texels(
         for (host, lanes) in texels {
             let memory = kb.arg(ArgRole::Output(host));
             let lanes: [ValueId; 4] = lanes.try_into().map_err(|_| "a texel has four lanes")?;
-            kb.texture_store(lanes, memory, &layout.texel(rows, t.clone()));
+            let at = kb.textures[&host].texel(&texel);
+            kb.texture_store(lanes, memory, &at);
         }
         Ok(())
     })?;
     kb.finish(
         [target().elementwise_workgroup, 1, 1],
-        grid,
+        workgroups,
         FuncTemplate::ElementwiseTexels,
         None,
     );
