@@ -2,7 +2,7 @@
 //! accepts, and runs on wgpu (lavapipe in CI, a software Vulkan GPU) for
 //! every pipeline and both precisions (`smartmem` holds intermediates in
 //! the textures its layout selection chooses, for Adreno 740 and again for
-//! lavapipe's profile), matching the stored reference output
+//! Adreno 640's profile), matching the stored reference output
 //! (which the interpreter matches within 1e-6, see `tests/models.rs`):
 //! f32 within 1e-4 and f16 within 1e-2 of the output's scale.
 //!
@@ -114,7 +114,7 @@ fn models_run_on_wgpu_and_match() {
         let variants = PIPELINES
             .iter()
             .map(|&p| (p, None))
-            .chain([("smartmem", Some("lavapipe"))]);
+            .chain([("smartmem", Some("adreno640"))]);
         for (pipeline, device) in variants {
             for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
                 let scratch = scratch_dir("run");

@@ -12,7 +12,11 @@
 //!   texture bandwidth. A read along a texture's x axis uses one lane of
 //!   each texel it fetches (4x). Any other read uses one element of each
 //!   cache line it fetches (line / element bytes for a buffer, 4 x line /
-//!   texel bytes for a texture).
+//!   texel bytes for a texture), except a buffer read on a device whose L1
+//!   serves buffers: neighbouring invocations read the rest of each line
+//!   from L1, so it costs what a contiguous read does. Textures win where
+//!   SmartMem says they do (Table 2): where only they have a cache of their
+//!   own, or more bandwidth.
 //! - An extra copy in the wanted layout (policy `extra_copies`) costs
 //!   launching its kernel, reading the tensor in its own layout, writing
 //!   the copy and reading it.
@@ -93,6 +97,9 @@ pub struct CostModel {
     pub max_extent: i64,
     pub copies: ExtraCopies,
     launch: f64,
+    /// Whether L1 serves buffers: neighbouring invocations then share the
+    /// lines a strided read fetches.
+    l1_buffers: bool,
 }
 
 impl CostModel {
@@ -124,6 +131,7 @@ impl CostModel {
                 .min(Target::webgpu().max_texture_extent),
             copies: spec.policy.extra_copies,
             launch: spec.cost.kernel_launch_ns,
+            l1_buffers: profile.l1_serves_buffers,
         }
     }
 
@@ -177,7 +185,7 @@ impl CostModel {
         match choice {
             Choice::Buffer => {
                 let base = self.bytes(node, choice) / self.buffer_bandwidth;
-                if want.is_none() || want == Self::fastest(node, choice) {
+                if want.is_none() || want == Self::fastest(node, choice) || self.l1_buffers {
                     base
                 } else {
                     base * (self.buffer_line / node.elem_bytes as f64).max(1.0)

@@ -81,8 +81,9 @@ fn local_cost(q: &Pbqp, chosen: &[Option<usize>], i: usize, a: usize) -> f64 {
 /// order), so every read that follows an output knows its layout. Each
 /// tensor ranks the axes its reads want by the bytes they read: the first
 /// goes in the lanes, the second (policy `contiguous_dims = 2`) along x.
-/// That texture layout is kept where the cost model says it is no dearer
-/// than a row-major buffer.
+/// Of those layouts (and the same with the second axis in the lanes) and a
+/// row-major buffer, the one the cost model finds cheapest with the
+/// layouts chosen so far is kept.
 pub fn heuristic(p: &Problem, model: &CostModel, policy: &Policy, q: &Pbqp) -> Vec<usize> {
     let n = p.nodes.len();
     let mut reads_of: Vec<Vec<usize>> = vec![Vec::new(); n];
@@ -122,26 +123,33 @@ pub fn heuristic(p: &Problem, model: &CostModel, policy: &Policy, q: &Pbqp) -> V
             .filter(|&a| node.shape[a] > 1 && weight[a] > 0.0)
             .collect();
         ranked.sort_by(|&a, &b| weight[b].total_cmp(&weight[a]).then(b.cmp(&a)));
+        // With no wants, the last axis that is not 1 (a buffer's order).
         let last = (0..node.shape.len()).rev().find(|&a| node.shape[a] > 1);
-        let Some(lanes) = ranked.first().copied().or(last) else {
-            chosen[i] = Some(0);
-            continue;
-        };
-        let contiguous = match policy.contiguous_dims {
-            2 => ranked.get(1).copied().unwrap_or(lanes),
-            _ => lanes,
-        };
-        let wanted = [
-            Choice::Texture { lanes, contiguous },
-            Choice::Texture {
-                lanes,
-                contiguous: lanes,
-            },
-        ];
+        // The layouts that keep the most wanted axes contiguous: the first
+        // (or, where it costs less, the second) in the lanes, the next
+        // along x; the cheapest of them and a buffer is kept.
+        let lanes_options: Vec<usize> = ranked.iter().copied().chain(last).take(2).collect();
+        let mut wanted = Vec::new();
+        for &l in &lanes_options {
+            let x = match policy.contiguous_dims {
+                2 => ranked.iter().copied().find(|&a| a != l).unwrap_or(l),
+                _ => l,
+            };
+            wanted.push(Choice::Texture {
+                lanes: l,
+                contiguous: x,
+            });
+            wanted.push(Choice::Texture {
+                lanes: l,
+                contiguous: l,
+            });
+        }
+        let cost = |a: usize| local_cost(q, &chosen, i, a);
         let pick = wanted
             .iter()
-            .find_map(|c| node.choices.iter().position(|x| x == c))
-            .filter(|&a| local_cost(q, &chosen, i, a) <= local_cost(q, &chosen, i, 0))
+            .filter_map(|c| node.choices.iter().position(|x| x == c))
+            .chain([0])
+            .min_by(|&a, &b| cost(a).total_cmp(&cost(b)).then(a.cmp(&b)))
             .unwrap_or(0);
         chosen[i] = Some(pick);
     }
