@@ -153,3 +153,30 @@ pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
 pub fn is_view(m: &ircc_core::Module, op: ircc_core::OpId) -> bool {
     IndexOp::of(m, op) == Some(IndexOp::View)
 }
+
+/// The tensor `v` reads through the views above it, with the composed map
+/// from `v`'s index to that tensor's (none when `v` is not a view).
+pub fn through_views(
+    m: &ircc_core::Module,
+    v: ircc_core::ValueId,
+) -> (ircc_core::ValueId, Option<AffineMap>) {
+    let mut stored = v;
+    let mut map: Option<AffineMap> = None;
+    while let Some(view) = m.defining_op(stored).and_then(|op| ops::View::new(m, op)) {
+        let inner = view.map();
+        map = Some(match map {
+            None => inner.clone(),
+            Some(outer) => AffineMap::new(
+                outer.num_dims,
+                0,
+                inner
+                    .results
+                    .iter()
+                    .map(|e| e.substitute(&outer.results, &[]))
+                    .collect(),
+            ),
+        });
+        stored = view.source();
+    }
+    (stored, map)
+}

@@ -126,7 +126,7 @@ impl Problem {
         }
         for &op in &kernels {
             for (i, &host) in m.op(op).operands.iter().enumerate() {
-                let (stored, map) = through_views(m, host);
+                let (stored, map) = index::through_views(m, host);
                 let Some(&node) = p.index.get(&stored) else {
                     continue;
                 };
@@ -172,32 +172,6 @@ impl Problem {
             choices,
         });
     }
-}
-
-/// The tensor `host` reads through its views, with the composed map from
-/// `host`'s index to the tensor's (none when `host` is the tensor).
-pub fn through_views(m: &Module, host: ValueId) -> (ValueId, Option<AffineMap>) {
-    let mut stored = host;
-    let mut map: Option<AffineMap> = None;
-    while let Some(view) = m
-        .defining_op(stored)
-        .and_then(|op| index::ops::View::new(m, op))
-    {
-        let v = view.map();
-        map = Some(match map {
-            None => v.clone(),
-            Some(outer) => AffineMap::new(
-                outer.num_dims,
-                0,
-                v.results
-                    .iter()
-                    .map(|e| e.substitute(&outer.results, &[]))
-                    .collect(),
-            ),
-        });
-        stored = view.source();
-    }
-    (stored, map)
 }
 
 /// Whether `e` moves by a step when dimension `d` does: `d` appears in it

@@ -86,29 +86,9 @@ pub(crate) fn group_of(m: &Module, op: OpId) -> Group {
 /// How a kernel reads host value `host`: through the views above it, or
 /// as a splat folded into the code.
 pub(crate) fn resolve_input(m: &Module, host: ValueId) -> Input {
-    let mut stored = host;
-    let mut map: Option<AffineMap> = None;
-    while let Some(op) = m.defining_op(stored) {
-        if let Some(view) = index::ops::View::new(m, op) {
-            let v = view.map();
-            map = Some(match map {
-                None => v.clone(),
-                Some(outer) => AffineMap::new(
-                    outer.num_dims,
-                    0,
-                    v.results
-                        .iter()
-                        .map(|e| e.substitute(&outer.results, &[]))
-                        .collect(),
-                ),
-            });
-            stored = view.source();
-            continue;
-        }
-        if let Some(x) = ircc_dialects::constant_of(m, stored).and_then(splat_value) {
-            return Input::Splat(x);
-        }
-        break;
+    let (stored, map) = index::through_views(m, host);
+    if let Some(x) = ircc_dialects::constant_of(m, stored).and_then(splat_value) {
+        return Input::Splat(x);
     }
     let shape = m
         .value_type(stored)
