@@ -92,6 +92,16 @@ impl TextureMap {
         let Some(t) = m.value_type(r).as_tensor().cloned() else {
             return Ok(Vec::new());
         };
+        if lanes >= t.rank() || contiguous >= t.rank() {
+            return Err(Diagnostics(vec![Diagnostic::error(
+                loc,
+                format!(
+                    "{}: result #{k} is {t}, which has no axis {}",
+                    self.name(),
+                    lanes.max(contiguous)
+                ),
+            )]));
+        }
         let returned = m
             .value(r)
             .uses

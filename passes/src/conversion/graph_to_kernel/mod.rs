@@ -129,6 +129,16 @@ fn take_textures(
             ));
         }
         let tensor = place.tensor();
+        let computed = m
+            .defining_op(tensor)
+            .is_some_and(|d| GraphOp::of(m, d).is_some() && !is_data(m, d));
+        if !computed {
+            return Err(error(
+                m,
+                op,
+                "only a tensor a kernel computes can be placed in a texture (not an argument, a weight, a constant or a view)",
+            ));
+        }
         let shape = m
             .value_type(tensor)
             .as_tensor()
