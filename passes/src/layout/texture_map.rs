@@ -102,6 +102,17 @@ impl TextureMap {
                 ),
             )]));
         }
+        // Placed already (by an earlier run): directly, or through its copy
+        // into this layout (layout.select's extra copies have others).
+        let copy_attr = Attribute::Array(vec![choice_attr(choice)]);
+        let placed = m.value(r).uses.iter().any(|u| {
+            TextureOp::of(m, u.op) == Some(TextureOp::Place)
+                || (GraphOp::of(m, u.op) == Some(GraphOp::Identity)
+                    && m.op(u.op).attr(LAYOUTS) == Some(&copy_attr))
+        });
+        if placed {
+            return Ok(Vec::new());
+        }
         let returned = m
             .value(r)
             .uses
