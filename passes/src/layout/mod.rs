@@ -167,7 +167,7 @@ impl Pass for LayoutSelect {
                     ctx.remark(
                         m.op(f).loc.clone(),
                         format!(
-                            "{}: the exact solver did not finish within {budget} branches; the heuristic's layouts are kept",
+                            "{}: the exact solver did not finish within a budget of {budget}; the heuristic's layouts are kept",
                             self.name()
                         ),
                     );

@@ -3,9 +3,10 @@
 //! of degree 0, 1 and 2 are reduced away exactly (R0, R1, R2, as in
 //! Scholz and Eckstein's PBQP register allocator); when every node left
 //! has three neighbours or more, it branches on the one with the most and
-//! bounds each branch by the cheapest choice of everything left. The
-//! branches it may open are a budget, so a run is bounded by work, never by
-//! time, and says when the budget ran out instead of guessing.
+//! bounds each branch by the cheapest choice of everything left. Its work
+//! (the nodes of each branch's copy of the problem) is a budget, so a run
+//! is bounded by work, never by time, and says when the budget ran out
+//! instead of guessing.
 
 use std::collections::BTreeMap;
 
@@ -51,8 +52,8 @@ impl Pbqp {
 pub struct Solution {
     pub choice: Vec<usize>,
     pub cost: f64,
-    /// Branches opened.
-    pub branches: usize,
+    /// Work done: nodes copied into branches.
+    pub work: usize,
 }
 
 fn transpose(m: &Matrix) -> Matrix {
@@ -125,11 +126,15 @@ impl State {
     }
 
     /// Applies R0, R1 and R2 while some node has at most two neighbours.
+    /// A worklist holds the nodes that may have; a reduction adds the
+    /// neighbours it changed, so the work is linear in the reductions.
     fn reduce(&mut self, undo: &mut Vec<Undo>) {
-        loop {
-            let Some(i) = self.live().min_by_key(|&i| (self.adj[i].len().min(3), i)) else {
-                return;
-            };
+        let mut work: Vec<usize> = self.live().filter(|&i| self.adj[i].len() <= 2).collect();
+        work.reverse();
+        while let Some(i) = work.pop() {
+            if self.costs[i].is_none() || self.adj[i].len() > 2 {
+                continue;
+            }
             let c = self.costs[i].clone().expect("live");
             let neighbours: Vec<usize> = self.adj[i].keys().copied().collect();
             match neighbours[..] {
@@ -162,14 +167,18 @@ impl State {
                             m[b][e] = x;
                         }
                     }
-                    self.remove(i);
                     self.link(j, k, m);
                     undo.push(Undo::Follow2(i, j, k, best));
-                    continue;
                 }
-                _ => return,
+                _ => unreachable!("only nodes of degree two or less are reduced"),
             }
             self.remove(i);
+            work.extend(
+                neighbours
+                    .into_iter()
+                    .rev()
+                    .filter(|&j| self.adj[j].len() <= 2),
+            );
         }
     }
 
@@ -198,8 +207,8 @@ fn undo_all(undo: &[Undo], choice: &mut [usize]) {
     }
 }
 
-/// Solves `p` exactly, opening at most `budget` branches; `None` when the
-/// budget runs out first.
+/// Solves `p` exactly within `budget` work (each branch costs the
+/// problem's node count); `None` when the budget runs out first.
 pub fn solve(p: &Pbqp, budget: usize) -> Option<Solution> {
     let n = p.costs.len();
     let mut state = State {
@@ -216,7 +225,7 @@ pub fn solve(p: &Pbqp, budget: usize) -> Option<Solution> {
     Some(Solution {
         cost: p.cost(&choice),
         choice,
-        branches: budget - left,
+        work: budget - left,
     })
 }
 
@@ -247,11 +256,13 @@ fn search(mut state: State, left: &mut usize, best: &mut f64) -> Option<Option<V
     let mut order: Vec<usize> = (0..c.len()).collect();
     order.sort_by(|&a, &b| local(a).total_cmp(&local(b)).then(a.cmp(&b)));
     let mut found = None;
+    // A branch copies the state: its work is the problem's size.
+    let work = state.costs.len().max(1);
     for a in order {
-        if *left == 0 {
+        if *left < work {
             return None;
         }
-        *left -= 1;
+        *left -= work;
         let mut next = state.clone();
         next.fixed += c[a];
         for (&j, m) in &state.adj[i] {
