@@ -14,6 +14,7 @@ mod common;
 use std::path::{Path, PathBuf};
 
 use common::{ircc, root, scratch_dir};
+use ircc_dialects::kernel::KernelOp;
 
 const PIPELINES: [&str; 3] = ["none", "dnnfusion", "smartmem"];
 
@@ -165,10 +166,10 @@ fn models_run_on_wgpu_and_match() {
 fn kernel_ir_prints_and_parses_back() {
     let mlp = root().join("examples/mlp.ir");
     for (passes, marker) in [
-        ("kernel.lower", "kernel.launch"),
+        ("kernel.lower", KernelOp::Launch.name()),
         (
             "layout.select,texture.map,kernel.lower",
-            "kernel.texture_store",
+            KernelOp::TextureStore.name(),
         ),
     ] {
         let first = ircc(&[mlp.to_str().unwrap(), "--passes", passes]);
