@@ -4,14 +4,13 @@
 //! `var<workgroup>`s. Index values are `i32`; kernel.lower guarantees that
 //! floordiv and mod see non-negative left sides, so `/` and `%` are exact.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 
-use ircc_core::{AffineExpr, Attribute, ElemType, Module, OpId, Type, ValueId};
-use ircc_dialects::kernel::ops::{self, BinaryFn, CmpPred, IdKind, UnaryFn};
-use ircc_dialects::kernel::{KernelOp, KernelOp as K, Target, texture_args};
-
-type R<T> = Result<T, String>;
+use ircc_codegen::{Language, Memory, R, Space, workgroup_arrays};
+use ircc_core::{ElemType, Module, OpId, Type};
+use ircc_dialects::kernel::ops::{self, BinaryFn, IdKind, UnaryFn};
+use ircc_dialects::kernel::{Target, texture_args};
 
 fn scalar(t: &Type) -> R<&'static str> {
     Ok(match t {
@@ -113,294 +112,161 @@ fn ircc_ipow(x: i32, n: i32) -> i32 {
 }
 ";
 
-struct Printer<'m> {
-    m: &'m Module,
-    names: HashMap<ValueId, String>,
-    next: usize,
-    out: String,
-    helpers: std::collections::BTreeSet<Helper>,
-    /// Workgroup arrays declared as vec4 arrays (read by load4).
-    vec4_allocs: HashSet<ValueId>,
+/// WGSL's spelling of kernel code, and the helpers a kernel used.
+#[derive(Default)]
+struct Wgsl {
+    helpers: BTreeSet<Helper>,
 }
 
-impl Printer<'_> {
-    fn name(&self, v: ValueId) -> R<&str> {
-        self.names
-            .get(&v)
-            .map(String::as_str)
-            .ok_or_else(|| "a value used before it is defined".to_string())
+impl Language for Wgsl {
+    fn type_name(&self, t: &Type) -> R<&'static str> {
+        scalar(t)
     }
 
-    fn fresh(&mut self, prefix: &str, v: ValueId) -> String {
-        let n = format!("{prefix}{}", self.next);
-        self.next += 1;
-        self.names.insert(v, n.clone());
-        n
+    fn int(&self, c: i64) -> String {
+        format!("{c}i")
     }
 
-    fn expr(&self, e: &AffineExpr, operands: &[ValueId]) -> R<String> {
-        use AffineExpr as E;
-        let bin = |a: &E, op: &str, b: &E| -> R<String> {
-            Ok(format!(
-                "({} {op} {})",
-                self.expr(a, operands)?,
-                self.expr(b, operands)?
-            ))
-        };
-        match e {
-            E::Dim(i) => Ok(self.name(operands[*i as usize])?.to_string()),
-            E::Sym(_) => Err("symbols cannot appear in kernel maps".to_string()),
-            E::Const(c) if *c < 0 => Ok(format!("({c}i)")),
-            E::Const(c) => Ok(format!("{c}i")),
-            E::Add(a, b) => bin(a, "+", b),
-            E::Mul(a, b) => bin(a, "*", b),
-            E::FloorDiv(a, b) => bin(a, "/", b),
-            E::Mod(a, b) => bin(a, "%", b),
-            E::CeilDiv(a, b) => {
-                let (x, y) = (self.expr(a, operands)?, self.expr(b, operands)?);
-                Ok(format!("(({x} + {y} - 1i) / {y})"))
-            }
+    fn float(&mut self, x: f64, ty: &str) -> String {
+        if !x.is_finite() {
+            self.helpers.insert(Helper::NonFinite);
         }
+        float_literal(x, ty)
     }
 
-    /// Element `offset` of `memory`: workgroup arrays that `load4` reads
-    /// are arrays of vec4, indexed by vector and lane.
-    fn element(&self, memory: ValueId, offset: &str) -> R<String> {
-        let m = self.name(memory)?;
-        Ok(if self.vec4_allocs.contains(&memory) {
+    fn declare(&self, name: &str, ty: &str, value: &str) -> String {
+        format!("let {name}: {ty} = {value};")
+    }
+
+    fn var(&self, name: &str, ty: &str, value: &str) -> String {
+        format!("var {name}: {ty} = {value};")
+    }
+
+    fn id(&self, kind: IdKind, axis: usize) -> String {
+        let var = match kind {
+            IdKind::Global => "gid",
+            IdKind::Local => "lid",
+            IdKind::Workgroup => "wid",
+        };
+        format!("i32({var}.{})", ["x", "y", "z"][axis])
+    }
+
+    /// Workgroup arrays that `load4` reads are arrays of vec4, indexed by
+    /// vector and lane.
+    fn load(&mut self, memory: &Memory, offset: &str) -> String {
+        let m = &memory.name;
+        if memory.space == (Space::Workgroup { vec4: true }) {
             format!("{m}[({offset}) / 4][({offset}) % 4]")
         } else {
             format!("{m}[{offset}]")
-        })
-    }
-
-    fn map_expr(&self, op: OpId, first: usize) -> R<String> {
-        Ok(self.map_exprs(op, first)?.swap_remove(0))
-    }
-
-    /// Every result of the op's map over its operands from `first`.
-    fn map_exprs(&self, op: OpId, first: usize) -> R<Vec<String>> {
-        let o = self.m.op(op);
-        let map = match o.attr("map") {
-            Some(Attribute::AffineMap(map)) if map.num_results() > 0 => map,
-            _ => return Err(format!("'{}' lacks its map", o.name)),
-        };
-        map.results
-            .iter()
-            .map(|e| self.expr(e, &o.operands[first..]))
-            .collect()
-    }
-
-    fn block(&mut self, block: ircc_core::BlockId, indent: usize) -> R<()> {
-        for &op in &self.m.blocks[block].ops.clone() {
-            self.op(op, indent)?;
         }
-        Ok(())
     }
 
-    fn line(&mut self, indent: usize, text: &str) {
-        let _ = writeln!(self.out, "{:w$}{text}", "", w = indent * 4);
+    fn store(&mut self, memory: &Memory, offset: &str, value: &str) -> String {
+        format!("{} = {value};", self.load(memory, offset))
     }
 
-    fn op(&mut self, op: OpId, indent: usize) -> R<()> {
-        let m = self.m;
-        let o = m.op(op);
-        let result = o.results.first().copied();
-        let ty = match result {
-            Some(r) => scalar(m.value_type(r)).unwrap_or("i32"),
-            None => "",
-        };
-        let arg = |i: usize| self.name(o.operands[i]).map(str::to_string);
-        let malformed = || format!("malformed '{}'", o.name);
-        let kind =
-            KernelOp::of(m, op).ok_or_else(|| format!("'{}' cannot appear in a kernel", o.name))?;
-        let value = match kind {
-            K::Id => {
-                let id = ops::Id::new(m, op).ok_or_else(malformed)?;
-                let var = match id.kind() {
-                    IdKind::Global => "gid",
-                    IdKind::Local => "lid",
-                    IdKind::Workgroup => "wid",
-                };
-                let axis = ["x", "y", "z"]
-                    .get(id.axis() as usize)
-                    .ok_or_else(malformed)?;
-                format!("i32({var}.{axis})")
-            }
-            K::Constant => match o.attr("value") {
-                Some(Attribute::Float(x, _)) => {
-                    if !x.is_finite() {
-                        self.helpers.insert(Helper::NonFinite);
-                    }
-                    float_literal(*x, ty)
-                }
-                Some(Attribute::Int(x, _)) => format!("{x}i"),
-                Some(Attribute::Bool(b)) => b.to_string(),
-                _ => return Err("a kernel.constant lacks its value".to_string()),
-            },
-            K::Apply => self.map_expr(op, 0)?,
-            K::Load => self.element(o.operands[0], &self.map_expr(op, 1)?)?,
-            K::Store => {
-                let target = self.element(o.operands[1], &self.map_expr(op, 2)?)?;
-                let line = format!("{target} = {};", arg(0)?);
-                self.line(indent, &line);
-                return Ok(());
-            }
-            K::Load4 => {
-                let offset = self.map_expr(op, 1)?;
-                let memory = arg(0)?;
-                let name = format!("v{}", self.next);
-                self.next += 1;
-                let line = format!("let {name}: vec4<{ty}> = {memory}[({offset}) / 4];");
-                self.line(indent, &line);
-                for (&r, lane) in o.results.iter().zip(["x", "y", "z", "w"]) {
-                    self.names.insert(r, format!("{name}.{lane}"));
-                }
-                return Ok(());
-            }
-            K::TextureLoad => {
-                let [x, y, lane] = <[String; 3]>::try_from(self.map_exprs(op, 1)?)
-                    .map_err(|_| "a texture load maps to (x, y, lane)")?;
-                let texel = format!("textureLoad({}, vec2<i32>({x}, {y}), 0)[{lane}]", arg(0)?);
-                if ty == "f32" {
-                    texel
-                } else {
-                    format!("{ty}({texel})")
-                }
-            }
-            K::TextureStore => {
-                let [x, y] = <[String; 2]>::try_from(self.map_exprs(op, 5)?)
-                    .map_err(|_| "a texture store maps to (x, y)")?;
-                let lanes = (0..4).map(arg).collect::<R<Vec<_>>>()?.join(", ");
-                let texel = match scalar(self.m.value_type(o.operands[0]))? {
-                    "f32" => format!("vec4<f32>({lanes})"),
-                    lane => format!("vec4<f32>(vec4<{lane}>({lanes}))"),
-                };
-                let line = format!("textureStore({}, vec2<i32>({x}, {y}), {texel});", arg(4)?);
-                self.line(indent, &line);
-                return Ok(());
-            }
-            K::Unary => {
-                let x = arg(0)?;
-                match ops::Unary::new(m, op).ok_or_else(malformed)?.fn_() {
-                    UnaryFn::Neg => format!("-{x}"),
-                    UnaryFn::Not => format!("!{x}"),
-                    UnaryFn::Rsqrt => format!("inverseSqrt({x})"),
-                    UnaryFn::Tanh => {
-                        let c = Target::webgpu().tanh_input_clamp;
-                        format!(
-                            "tanh(clamp({x}, {}, {}))",
-                            float_literal(-c, ty),
-                            float_literal(c, ty)
-                        )
-                    }
-                    UnaryFn::Erf => {
-                        self.helpers.insert(Helper::Erf);
-                        if ty == "f32" {
-                            format!("ircc_erf({x})")
-                        } else {
-                            format!("{ty}(ircc_erf(f32({x})))")
-                        }
-                    }
-                    f @ (UnaryFn::Abs
-                    | UnaryFn::Exp
-                    | UnaryFn::Log
-                    | UnaryFn::Sqrt
-                    | UnaryFn::Floor
-                    | UnaryFn::Ceil
-                    | UnaryFn::Round) => format!("{}({x})", f.name()),
-                }
-            }
-            K::Binary => {
-                let (a, b) = (arg(0)?, arg(1)?);
-                match ops::Binary::new(m, op).ok_or_else(malformed)?.fn_() {
-                    BinaryFn::Add => format!("{a} + {b}"),
-                    BinaryFn::Sub => format!("{a} - {b}"),
-                    BinaryFn::Mul => format!("{a} * {b}"),
-                    BinaryFn::Div => format!("{a} / {b}"),
-                    BinaryFn::And => format!("{a} && {b}"),
-                    BinaryFn::Or => format!("{a} || {b}"),
-                    BinaryFn::Pow if ty == "i32" => {
-                        self.helpers.insert(Helper::IntPow);
-                        format!("ircc_ipow({a}, i32({b}))")
-                    }
-                    f @ (BinaryFn::Max | BinaryFn::Min | BinaryFn::Pow) => {
-                        format!("{}({a}, {b})", f.name())
-                    }
-                }
-            }
-            K::Cmp => {
-                let p = match ops::Cmp::new(m, op).ok_or_else(malformed)?.pred() {
-                    CmpPred::Lt => "<",
-                    CmpPred::Le => "<=",
-                    CmpPred::Gt => ">",
-                    CmpPred::Ge => ">=",
-                    CmpPred::Eq => "==",
-                    CmpPred::Ne => "!=",
-                };
-                format!("{} {p} {}", arg(0)?, arg(1)?)
-            }
-            K::Select => format!("select({}, {}, {})", arg(2)?, arg(1)?, arg(0)?),
-            K::Cast => format!("{ty}({})", arg(0)?),
-            K::For => return self.for_loop(op, indent),
-            K::If => {
-                let cond = arg(0)?;
-                self.line(indent, &format!("if ({cond}) {{"));
-                let body = m.entry_block(op).ok_or("a kernel.if without a body")?;
-                self.block(body, indent + 1)?;
-                self.line(indent, "}");
-                return Ok(());
-            }
-            K::Barrier => {
-                self.line(indent, "workgroupBarrier();");
-                return Ok(());
-            }
-            K::Alloc | K::Return | K::Yield => return Ok(()),
-            K::Func | K::Launch => return Err(format!("'{kind}' cannot appear in a kernel")),
-        };
-        let r = result.ok_or("an expression op without a result")?;
-        let name = self.fresh("v", r);
-        self.line(indent, &format!("let {name}: {ty} = {value};"));
-        Ok(())
+    fn load4(&mut self, memory: &Memory, offset: &str) -> String {
+        format!("{}[({offset}) / 4]", memory.name)
     }
 
-    fn for_loop(&mut self, op: OpId, indent: usize) -> R<()> {
-        let m = self.m;
-        let o = m.op(op);
-        let body = m.entry_block(op).ok_or("a kernel.for without a body")?;
-        let args = m.blocks[body].args.clone();
-        let mut carried = Vec::new();
-        for (i, &init) in o.operands.iter().enumerate() {
-            let var = format!("c{}", self.next);
-            self.next += 1;
-            let ty = scalar(m.value_type(init))?;
-            let line = format!("var {var}: {ty} = {};", self.name(init)?);
-            self.line(indent, &line);
-            self.names.insert(o.results[i], var.clone());
-            carried.push(var);
-        }
-        // Not `i`: the 32nd name would be `i32`, a type.
-        let iv = self.fresh("k", args[0]);
-        let for_op = ops::For::new(m, op).ok_or("malformed kernel.for")?;
-        let (lo, hi, step) = (for_op.lower(), for_op.upper(), for_op.step());
-        self.line(
-            indent,
-            &format!("for (var {iv}: i32 = {lo}i; {iv} < {hi}i; {iv} = {iv} + {step}i) {{"),
+    fn vec4_type(&self, ty: &str) -> String {
+        format!("vec4<{ty}>")
+    }
+
+    fn texture_lane(&mut self, memory: &Memory, x: &str, y: &str, lane: &str, ty: &str) -> String {
+        let texel = format!(
+            "textureLoad({}, vec2<i32>({x}, {y}), 0)[{lane}]",
+            memory.name
         );
-        // Snapshots, so the yields below assign all carried values at once.
-        for (k, &a) in args[1..].iter().enumerate() {
-            let ty = scalar(m.value_type(a))?;
-            let snap = self.fresh("p", a);
-            self.line(indent + 1, &format!("let {snap}: {ty} = {};", carried[k]));
+        if ty == "f32" {
+            texel
+        } else {
+            format!("{ty}({texel})")
         }
-        self.block(body, indent + 1)?;
-        let last = *m.blocks[body].ops.last().ok_or("an empty loop body")?;
-        for (k, &y) in m.op(last).operands.iter().enumerate() {
-            let line = format!("{} = {};", carried[k], self.name(y)?);
-            self.line(indent + 1, &line);
+    }
+
+    fn texture_store(
+        &mut self,
+        memory: &Memory,
+        x: &str,
+        y: &str,
+        lanes: &[String],
+        ty: &str,
+    ) -> String {
+        let lanes = lanes.join(", ");
+        // Texels are four f32 lanes to the shader whatever the format.
+        let texel = match ty {
+            "f32" => format!("vec4<f32>({lanes})"),
+            lane => format!("vec4<f32>(vec4<{lane}>({lanes}))"),
+        };
+        format!(
+            "textureStore({}, vec2<i32>({x}, {y}), {texel});",
+            memory.name
+        )
+    }
+
+    fn unary(&mut self, f: UnaryFn, x: &str, ty: &str) -> String {
+        match f {
+            UnaryFn::Neg => format!("-{x}"),
+            UnaryFn::Not => format!("!{x}"),
+            UnaryFn::Rsqrt => format!("inverseSqrt({x})"),
+            UnaryFn::Tanh => {
+                let c = Target::webgpu().tanh_input_clamp;
+                format!(
+                    "tanh(clamp({x}, {}, {}))",
+                    float_literal(-c, ty),
+                    float_literal(c, ty)
+                )
+            }
+            UnaryFn::Erf => {
+                self.helpers.insert(Helper::Erf);
+                if ty == "f32" {
+                    format!("ircc_erf({x})")
+                } else {
+                    format!("{ty}(ircc_erf(f32({x})))")
+                }
+            }
+            UnaryFn::Abs
+            | UnaryFn::Exp
+            | UnaryFn::Log
+            | UnaryFn::Sqrt
+            | UnaryFn::Floor
+            | UnaryFn::Ceil
+            | UnaryFn::Round => format!("{}({x})", f.name()),
         }
-        self.line(indent, "}");
-        Ok(())
+    }
+
+    fn binary(&mut self, f: BinaryFn, a: &str, b: &str, ty: &str) -> String {
+        match f {
+            BinaryFn::Add => format!("{a} + {b}"),
+            BinaryFn::Sub => format!("{a} - {b}"),
+            BinaryFn::Mul => format!("{a} * {b}"),
+            BinaryFn::Div => format!("{a} / {b}"),
+            BinaryFn::And => format!("{a} && {b}"),
+            BinaryFn::Or => format!("{a} || {b}"),
+            BinaryFn::Pow if ty == "i32" => {
+                self.helpers.insert(Helper::IntPow);
+                format!("ircc_ipow({a}, i32({b}))")
+            }
+            BinaryFn::Max | BinaryFn::Min | BinaryFn::Pow => format!("{}({a}, {b})", f.name()),
+        }
+    }
+
+    fn select(&self, cond: &str, a: &str, b: &str) -> String {
+        format!("select({b}, {a}, {cond})")
+    }
+
+    fn cast(&self, x: &str, _from: &str, to: &str) -> String {
+        format!("{to}({x})")
+    }
+
+    fn for_head(&self, iv: &str, lower: i64, upper: i64, step: i64) -> String {
+        format!("for (var {iv}: i32 = {lower}i; {iv} < {upper}i; {iv} = {iv} + {step}i) {{")
+    }
+
+    fn barrier(&self) -> &'static str {
+        "workgroupBarrier();"
     }
 }
 
@@ -411,7 +277,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
     let block = m.entry_block(func).ok_or("a kernel without a body")?;
     let args = m.blocks[block].args.clone();
     let wg = kernel.workgroup_size();
-    let mut names = HashMap::new();
+    let mut memories = HashMap::new();
     let mut header = String::new();
     let mut uses_f16 = false;
     let textures = texture_args(m, func)?;
@@ -422,7 +288,8 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
             .as_tensor()
             .ok_or("kernel arguments are tensors")?;
         uses_f16 |= t.elem == ElemType::F16;
-        if textures.iter().any(|t| t.arg == i) {
+        let is_texture = textures.iter().any(|t| t.arg == i);
+        if is_texture {
             // Texels are four f32 lanes to the shader whatever the
             // format; rgba16float stores them as f16.
             let decl = if i + outputs >= args.len() {
@@ -436,68 +303,72 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
                 "texture_2d<f32>".to_string()
             };
             let _ = writeln!(header, "@group(0) @binding({i}) var a{i}: {decl};");
-            names.insert(a, format!("a{i}"));
-            continue;
-        }
-        let access = if read_only.get(i).copied().unwrap_or(false) {
-            "read"
         } else {
-            "read_write"
-        };
-        let _ = writeln!(
-            header,
-            "@group(0) @binding({i}) var<storage, {access}> a{i}: array<{}>;",
-            elem_name(t.elem)?
-        );
-        names.insert(a, format!("a{i}"));
-    }
-    let mut vec4_allocs = HashSet::new();
-    m.walk_block(block, &mut |op| {
-        if KernelOp::of(m, op) == Some(K::Load4) {
-            vec4_allocs.insert(m.op(op).operands[0]);
+            let access = if read_only.get(i).copied().unwrap_or(false) {
+                "read"
+            } else {
+                "read_write"
+            };
+            let _ = writeln!(
+                header,
+                "@group(0) @binding({i}) var<storage, {access}> a{i}: array<{}>;",
+                elem_name(t.elem)?
+            );
         }
-    });
-    let mut allocs = 0;
+        let space = if is_texture {
+            Space::Texture
+        } else {
+            Space::Buffer
+        };
+        memories.insert(
+            a,
+            Memory {
+                name: format!("a{i}"),
+                elem: t.elem,
+                space,
+            },
+        );
+    }
+    for (k, (alloc, vec4)) in workgroup_arrays(m, block).into_iter().enumerate() {
+        let Some(t) = m.value_type(alloc).as_tensor() else {
+            continue;
+        };
+        let elem = elem_name(t.elem).unwrap_or("f32");
+        let n = t.num_elements();
+        let _ = if vec4 {
+            writeln!(
+                header,
+                "var<workgroup> w{k}: array<vec4<{elem}>, {}>;",
+                n / 4
+            )
+        } else {
+            writeln!(header, "var<workgroup> w{k}: array<{elem}, {n}>;")
+        };
+        let space = Space::Workgroup { vec4 };
+        memories.insert(
+            alloc,
+            Memory {
+                name: format!("w{k}"),
+                elem: t.elem,
+                space,
+            },
+        );
+    }
     let mut f16_inside = false;
     m.walk_block(block, &mut |op| {
-        let o = m.op(op);
-        for &r in &o.results {
+        for &r in &m.op(op).results {
             f16_inside |= *m.value_type(r) == Type::Scalar(ElemType::F16);
         }
-        if KernelOp::of(m, op) == Some(K::Alloc)
-            && let Some(t) = m.value_type(o.results[0]).as_tensor()
-        {
-            let elem = elem_name(t.elem).unwrap_or("f32");
-            let n = t.num_elements();
-            let _ = if vec4_allocs.contains(&o.results[0]) {
-                writeln!(
-                    header,
-                    "var<workgroup> w{allocs}: array<vec4<{elem}>, {}>;",
-                    n / 4
-                )
-            } else {
-                writeln!(header, "var<workgroup> w{allocs}: array<{elem}, {n}>;")
-            };
-            names.insert(o.results[0], format!("w{allocs}"));
-            allocs += 1;
-        }
     });
-    let mut p = Printer {
-        m,
-        names,
-        next: 0,
-        out: String::new(),
-        helpers: Default::default(),
-        vec4_allocs,
-    };
-    p.block(block, 1)?;
+    let mut wgsl = Wgsl::default();
+    let body = ircc_codegen::body(m, block, memories, &mut wgsl)?;
     let mut s = String::new();
     if uses_f16 || f16_inside {
         s.push_str("enable f16;\n\n");
     }
     let name = kernel.sym_name();
     let _ = writeln!(s, "// kernel {name}\n{header}");
-    for h in &p.helpers {
+    for h in &wgsl.helpers {
         s.push_str(h.text());
         s.push('\n');
     }
@@ -506,7 +377,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
         "@compute @workgroup_size({}, {}, {})\nfn main(@builtin(global_invocation_id) gid: vec3<u32>, @builtin(local_invocation_id) lid: vec3<u32>, @builtin(workgroup_id) wid: vec3<u32>) {{",
         wg[0], wg[1], wg[2]
     );
-    s.push_str(&p.out);
+    s.push_str(&body);
     s.push_str("}\n");
     Ok(s)
 }

@@ -1,0 +1,353 @@
+//! The walk every printer of `kernel.func` shares. A kernel is printed as
+//! straight-line code of named immutable values (`v0`, `v1`, ...), counted
+//! loops with mutable carried values (`c0`, ...), `if` blocks and
+//! barriers; index arithmetic is the affine maps' own, with C's `/` and
+//! `%` (kernel.lower guarantees that every floordiv and mod sees a
+//! non-negative left side, so they are exact). A [`Language`] spells what
+//! differs: types, literals, declarations, memory access, functions.
+
+use std::collections::HashMap;
+use std::fmt::Write;
+
+use ircc_core::{AffineExpr, Attribute, BlockId, ElemType, Module, OpId, Type, ValueId};
+use ircc_dialects::kernel::ops::{self, BinaryFn, CmpPred, IdKind, UnaryFn};
+use ircc_dialects::kernel::{KernelOp, KernelOp as K};
+
+pub type R<T> = Result<T, String>;
+
+/// Where a kernel's memory operand lives.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Space {
+    /// A tensor argument in a buffer.
+    Buffer,
+    /// A tensor argument in a 2.5D texture of four-lane texels.
+    Texture,
+    /// A `kernel.alloc`; `vec4` when `load4` reads it.
+    Workgroup { vec4: bool },
+}
+
+/// A memory operand as the printer names it.
+#[derive(Clone, Debug)]
+pub struct Memory {
+    pub name: String,
+    pub elem: ElemType,
+    pub space: Space,
+}
+
+/// How one language spells kernel code. Expressions are returned as text;
+/// statements without their indentation or line end.
+pub trait Language {
+    /// The name of a scalar or index type.
+    fn type_name(&self, t: &Type) -> R<&'static str>;
+    /// An integer (index or i32) literal.
+    fn int(&self, c: i64) -> String;
+    /// A float literal of type `ty` (a name [`Language::type_name`] gave).
+    fn float(&mut self, x: f64, ty: &str) -> String;
+    /// An immutable value.
+    fn declare(&self, name: &str, ty: &str, value: &str) -> String;
+    /// A mutable variable (a loop's carried value).
+    fn var(&self, name: &str, ty: &str, value: &str) -> String;
+    /// The invocation's id of `kind` along `axis` (0, 1, 2), as an index.
+    fn id(&self, kind: IdKind, axis: usize) -> String;
+    fn load(&mut self, memory: &Memory, offset: &str) -> String;
+    fn store(&mut self, memory: &Memory, offset: &str, value: &str) -> String;
+    /// The four elements of workgroup memory from `offset` on, as a vector.
+    fn load4(&mut self, memory: &Memory, offset: &str) -> String;
+    /// The type of [`Language::load4`]'s vector of `ty`.
+    fn vec4_type(&self, ty: &str) -> String;
+    /// One lane of the texel at `(x, y)`, as a value of type `ty`.
+    fn texture_lane(&mut self, memory: &Memory, x: &str, y: &str, lane: &str, ty: &str) -> String;
+    /// Writes the texel at `(x, y)`; `lanes` are values of type `ty`.
+    fn texture_store(
+        &mut self,
+        memory: &Memory,
+        x: &str,
+        y: &str,
+        lanes: &[String],
+        ty: &str,
+    ) -> String;
+    fn unary(&mut self, f: UnaryFn, x: &str, ty: &str) -> String;
+    fn binary(&mut self, f: BinaryFn, a: &str, b: &str, ty: &str) -> String;
+    /// `cond ? a : b`.
+    fn select(&self, cond: &str, a: &str, b: &str) -> String;
+    /// `x` (of type `from`) converted to `to`.
+    fn cast(&self, x: &str, from: &str, to: &str) -> String;
+    /// The head of `for (iv = lower; iv < upper; iv += step) {`.
+    fn for_head(&self, iv: &str, lower: i64, upper: i64, step: i64) -> String;
+    fn barrier(&self) -> &'static str;
+}
+
+/// The body of a kernel: the statements of its entry block, indented by
+/// one level. `memories` names every tensor argument and workgroup array.
+pub fn body<L: Language>(
+    m: &Module,
+    block: BlockId,
+    memories: HashMap<ValueId, Memory>,
+    lang: &mut L,
+) -> R<String> {
+    let mut p = Printer {
+        m,
+        lang,
+        memories,
+        names: HashMap::new(),
+        next: 0,
+        out: String::new(),
+    };
+    p.block(block, 1)?;
+    Ok(p.out)
+}
+
+/// The workgroup arrays of a kernel (`kernel.alloc`s, in order), each
+/// with whether `load4` reads it.
+pub fn workgroup_arrays(m: &Module, block: BlockId) -> Vec<(ValueId, bool)> {
+    let mut vec4 = Vec::new();
+    let mut allocs = Vec::new();
+    m.walk_block(block, &mut |op| match KernelOp::of(m, op) {
+        Some(K::Load4) => vec4.push(m.op(op).operands[0]),
+        Some(K::Alloc) => allocs.push(m.op(op).results[0]),
+        _ => {}
+    });
+    allocs.into_iter().map(|a| (a, vec4.contains(&a))).collect()
+}
+
+struct Printer<'m, 'l, L> {
+    m: &'m Module,
+    lang: &'l mut L,
+    memories: HashMap<ValueId, Memory>,
+    names: HashMap<ValueId, String>,
+    next: usize,
+    out: String,
+}
+
+impl<L: Language> Printer<'_, '_, L> {
+    fn name(&self, v: ValueId) -> R<&str> {
+        self.names
+            .get(&v)
+            .map(String::as_str)
+            .ok_or_else(|| "a value used before it is defined".to_string())
+    }
+
+    fn memory(&self, v: ValueId) -> R<Memory> {
+        self.memories
+            .get(&v)
+            .cloned()
+            .ok_or_else(|| "a load or store of something that is not memory".to_string())
+    }
+
+    fn fresh(&mut self, prefix: &str, v: ValueId) -> String {
+        let n = format!("{prefix}{}", self.next);
+        self.next += 1;
+        self.names.insert(v, n.clone());
+        n
+    }
+
+    fn expr(&self, e: &AffineExpr, operands: &[ValueId]) -> R<String> {
+        use AffineExpr as E;
+        let bin = |a: &E, op: &str, b: &E| -> R<String> {
+            Ok(format!(
+                "({} {op} {})",
+                self.expr(a, operands)?,
+                self.expr(b, operands)?
+            ))
+        };
+        match e {
+            E::Dim(i) => Ok(self.name(operands[*i as usize])?.to_string()),
+            E::Sym(_) => Err("symbols cannot appear in kernel maps".to_string()),
+            E::Const(c) if *c < 0 => Ok(format!("({})", self.lang.int(*c))),
+            E::Const(c) => Ok(self.lang.int(*c)),
+            E::Add(a, b) => bin(a, "+", b),
+            E::Mul(a, b) => bin(a, "*", b),
+            E::FloorDiv(a, b) => bin(a, "/", b),
+            E::Mod(a, b) => bin(a, "%", b),
+            E::CeilDiv(a, b) => {
+                let (x, y) = (self.expr(a, operands)?, self.expr(b, operands)?);
+                Ok(format!("(({x} + {y} - {}) / {y})", self.lang.int(1)))
+            }
+        }
+    }
+
+    /// Every result of the op's map over its operands from `first`.
+    fn map_exprs(&self, op: OpId, first: usize) -> R<Vec<String>> {
+        let o = self.m.op(op);
+        let map = match o.attr("map") {
+            Some(Attribute::AffineMap(map)) if map.num_results() > 0 => map,
+            _ => return Err(format!("'{}' lacks its map", o.name)),
+        };
+        map.results
+            .iter()
+            .map(|e| self.expr(e, &o.operands[first..]))
+            .collect()
+    }
+
+    fn map_expr(&self, op: OpId, first: usize) -> R<String> {
+        Ok(self.map_exprs(op, first)?.swap_remove(0))
+    }
+
+    fn block(&mut self, block: BlockId, indent: usize) -> R<()> {
+        for &op in &self.m.blocks[block].ops.clone() {
+            self.op(op, indent)?;
+        }
+        Ok(())
+    }
+
+    fn line(&mut self, indent: usize, text: &str) {
+        let _ = writeln!(self.out, "{:w$}{text}", "", w = indent * 4);
+    }
+
+    fn op(&mut self, op: OpId, indent: usize) -> R<()> {
+        let m = self.m;
+        let o = m.op(op);
+        let result = o.results.first().copied();
+        let index = self.lang.type_name(&Type::Index)?;
+        let ty = match result {
+            Some(r) => self.lang.type_name(m.value_type(r)).unwrap_or(index),
+            None => "",
+        };
+        let arg = |i: usize| self.name(o.operands[i]).map(str::to_string);
+        let malformed = || format!("malformed '{}'", o.name);
+        let kind =
+            KernelOp::of(m, op).ok_or_else(|| format!("'{}' cannot appear in a kernel", o.name))?;
+        let value = match kind {
+            K::Id => {
+                let id = ops::Id::new(m, op).ok_or_else(malformed)?;
+                let axis = id.axis() as usize;
+                if axis > 2 {
+                    return Err(malformed());
+                }
+                self.lang.id(id.kind(), axis)
+            }
+            K::Constant => match o.attr("value") {
+                Some(Attribute::Float(x, _)) => self.lang.float(*x, ty),
+                Some(Attribute::Int(x, _)) => self.lang.int(*x),
+                Some(Attribute::Bool(b)) => b.to_string(),
+                _ => return Err("a kernel.constant lacks its value".to_string()),
+            },
+            K::Apply => self.map_expr(op, 0)?,
+            K::Load => {
+                let memory = self.memory(o.operands[0])?;
+                let offset = self.map_expr(op, 1)?;
+                self.lang.load(&memory, &offset)
+            }
+            K::Store => {
+                let memory = self.memory(o.operands[1])?;
+                let offset = self.map_expr(op, 2)?;
+                let line = self.lang.store(&memory, &offset, &arg(0)?);
+                self.line(indent, &line);
+                return Ok(());
+            }
+            K::Load4 => {
+                let memory = self.memory(o.operands[0])?;
+                let offset = self.map_expr(op, 1)?;
+                let name = format!("v{}", self.next);
+                self.next += 1;
+                let vector = self.lang.load4(&memory, &offset);
+                let line = self.lang.declare(&name, &self.lang.vec4_type(ty), &vector);
+                self.line(indent, &line);
+                for (&r, lane) in o.results.iter().zip(["x", "y", "z", "w"]) {
+                    self.names.insert(r, format!("{name}.{lane}"));
+                }
+                return Ok(());
+            }
+            K::TextureLoad => {
+                let memory = self.memory(o.operands[0])?;
+                let [x, y, lane] = <[String; 3]>::try_from(self.map_exprs(op, 1)?)
+                    .map_err(|_| "a texture load maps to (x, y, lane)")?;
+                self.lang.texture_lane(&memory, &x, &y, &lane, ty)
+            }
+            K::TextureStore => {
+                let memory = self.memory(o.operands[4])?;
+                let [x, y] = <[String; 2]>::try_from(self.map_exprs(op, 5)?)
+                    .map_err(|_| "a texture store maps to (x, y)")?;
+                let lanes = (0..4).map(arg).collect::<R<Vec<_>>>()?;
+                let lane_ty = self.lang.type_name(m.value_type(o.operands[0]))?;
+                let line = self.lang.texture_store(&memory, &x, &y, &lanes, lane_ty);
+                self.line(indent, &line);
+                return Ok(());
+            }
+            K::Unary => {
+                let f = ops::Unary::new(m, op).ok_or_else(malformed)?.fn_();
+                self.lang.unary(f, &arg(0)?, ty)
+            }
+            K::Binary => {
+                let f = ops::Binary::new(m, op).ok_or_else(malformed)?.fn_();
+                self.lang.binary(f, &arg(0)?, &arg(1)?, ty)
+            }
+            K::Cmp => {
+                let p = match ops::Cmp::new(m, op).ok_or_else(malformed)?.pred() {
+                    CmpPred::Lt => "<",
+                    CmpPred::Le => "<=",
+                    CmpPred::Gt => ">",
+                    CmpPred::Ge => ">=",
+                    CmpPred::Eq => "==",
+                    CmpPred::Ne => "!=",
+                };
+                format!("{} {p} {}", arg(0)?, arg(1)?)
+            }
+            K::Select => self.lang.select(&arg(0)?, &arg(1)?, &arg(2)?),
+            K::Cast => {
+                let from = self.lang.type_name(m.value_type(o.operands[0]))?;
+                self.lang.cast(&arg(0)?, from, ty)
+            }
+            K::For => return self.for_loop(op, indent),
+            K::If => {
+                let cond = arg(0)?;
+                self.line(indent, &format!("if ({cond}) {{"));
+                let body = m.entry_block(op).ok_or("a kernel.if without a body")?;
+                self.block(body, indent + 1)?;
+                self.line(indent, "}");
+                return Ok(());
+            }
+            K::Barrier => {
+                let line = self.lang.barrier();
+                self.line(indent, line);
+                return Ok(());
+            }
+            K::Alloc | K::Return | K::Yield => return Ok(()),
+            K::Func | K::Launch => return Err(format!("'{kind}' cannot appear in a kernel")),
+        };
+        let r = result.ok_or("an expression op without a result")?;
+        let name = self.fresh("v", r);
+        let line = self.lang.declare(&name, ty, &value);
+        self.line(indent, &line);
+        Ok(())
+    }
+
+    fn for_loop(&mut self, op: OpId, indent: usize) -> R<()> {
+        let m = self.m;
+        let o = m.op(op);
+        let body = m.entry_block(op).ok_or("a kernel.for without a body")?;
+        let args = m.blocks[body].args.clone();
+        let mut carried = Vec::new();
+        for (i, &init) in o.operands.iter().enumerate() {
+            let var = format!("c{}", self.next);
+            self.next += 1;
+            let ty = self.lang.type_name(m.value_type(init))?;
+            let line = self.lang.var(&var, ty, self.name(init)?);
+            self.line(indent, &line);
+            self.names.insert(o.results[i], var.clone());
+            carried.push(var);
+        }
+        // Not `i`: the 32nd name would be `i32`, a type.
+        let iv = self.fresh("k", args[0]);
+        let for_op = ops::For::new(m, op).ok_or("malformed kernel.for")?;
+        let head = self
+            .lang
+            .for_head(&iv, for_op.lower(), for_op.upper(), for_op.step());
+        self.line(indent, &head);
+        // Snapshots, so the yields below assign all carried values at once.
+        for (k, &a) in args[1..].iter().enumerate() {
+            let ty = self.lang.type_name(m.value_type(a))?;
+            let snap = self.fresh("p", a);
+            let line = self.lang.declare(&snap, ty, &carried[k]);
+            self.line(indent + 1, &line);
+        }
+        self.block(body, indent + 1)?;
+        let last = *m.blocks[body].ops.last().ok_or("an empty loop body")?;
+        for (k, &y) in m.op(last).operands.iter().enumerate() {
+            let line = format!("{} = {};", carried[k], self.name(y)?);
+            self.line(indent + 1, &line);
+        }
+        self.line(indent, "}");
+        Ok(())
+    }
+}
