@@ -66,7 +66,7 @@ impl Precision {
 /// How `kernel.lower` builds kernels, when a command lowers for the GPU.
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct KernelArgs {
-    /// Kernel precision (with --emit wgsl or --backend wgpu); f32 unless
+    /// Kernel precision (with --emit wgsl|opencl or --backend wgpu|opencl); f32 unless
     /// the pipeline's kernel.lower says otherwise.
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
@@ -161,6 +161,20 @@ pub enum Emit {
     /// One .wgsl file per kernel and plan.json in the directory given by
     /// -o; without -o, every shader to stdout.
     Wgsl,
+    /// The OpenCL C program of the kernels (kernels.cl) and plan.json in
+    /// the directory given by -o; without -o, the program to stdout.
+    Opencl,
+}
+
+impl Emit {
+    /// The device whose sources this prints, if any.
+    pub fn device(self) -> Option<crate::gpu::Device> {
+        match self {
+            Emit::Wgsl => Some(crate::gpu::Device::Wgpu),
+            Emit::Opencl => Some(crate::gpu::Device::OpenCl),
+            Emit::Ir | Emit::Generic | Emit::Dot => None,
+        }
+    }
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
@@ -169,6 +183,20 @@ pub enum Backend {
     Reference,
     /// The GPU through wgpu (Vulkan preferred; WGPU_BACKEND chooses another).
     Wgpu,
+    /// OpenCL C through the OpenCL ICD loader (a GPU preferred;
+    /// IRCC_OPENCL_DEVICE=NAME chooses a device by a part of its name).
+    Opencl,
+}
+
+impl Backend {
+    /// The device it runs kernels on; none for the interpreter.
+    pub fn device(self) -> Option<crate::gpu::Device> {
+        match self {
+            Backend::Reference => None,
+            Backend::Wgpu => Some(crate::gpu::Device::Wgpu),
+            Backend::Opencl => Some(crate::gpu::Device::OpenCl),
+        }
+    }
 }
 
 /// How to transform a module: shared by compilation and `run`.

@@ -9,7 +9,7 @@ use crate::figures::{self, graph_op_count};
 use crate::inputs::read_inputs;
 
 use crate::{
-    Backend, CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err,
+    CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err,
     is_onnx,
 };
 
@@ -27,10 +27,10 @@ impl Driver {
         let mut loaded =
             self.load_or_fail(file, &args.onnx, args.pipeline.allow_unregistered_dialect)?;
         let form = match args.emit {
-            Emit::Ir | Emit::Dot | Emit::Wgsl => Form::Pretty,
+            Emit::Ir | Emit::Dot | Emit::Wgsl | Emit::Opencl => Form::Pretty,
             Emit::Generic => Form::Generic,
         };
-        if args.emit == Emit::Wgsl {
+        if let Some(device) = args.emit.device() {
             self.transform(
                 &mut loaded,
                 &args.pipeline,
@@ -38,7 +38,7 @@ impl Driver {
                 form,
                 stderr,
             )?;
-            return self.emit_wgsl(&loaded, args.output.as_deref(), stdout);
+            return self.emit_sources(&loaded, device, args.output.as_deref(), stdout);
         }
         self.transform(&mut loaded, &args.pipeline, None, form, stderr)?;
         let text = match args.emit {
@@ -62,7 +62,7 @@ impl Driver {
         stderr: &mut dyn Write,
     ) -> Outcome {
         let mut loaded = self.load_model(&args.model)?;
-        let gpu = (args.backend == Backend::Wgpu).then_some(&args.kernel);
+        let gpu = args.backend.device().map(|_| &args.kernel);
         self.transform(&mut loaded, &args.model.pipeline, gpu, Form::Pretty, stderr)?;
         let module = &loaded.module;
         let func = module.lookup_symbol(&args.entry).ok_or_else(|| {
@@ -74,8 +74,8 @@ impl Driver {
         })?;
         let names = ircc_reference::input_names(module, func);
         let inputs = read_inputs(&args.inputs, &names)?;
-        let outputs = match args.backend {
-            Backend::Reference => {
+        let outputs = match args.backend.device() {
+            None => {
                 let mut env = self.weights_env(&loaded)?;
                 ircc_reference::run_function(
                     module,
@@ -89,7 +89,7 @@ impl Driver {
                     source: loaded.source.clone(),
                 })?
             }
-            Backend::Wgpu => crate::gpu::run_lowered(self, &loaded, &inputs)?,
+            Some(device) => crate::gpu::run_lowered(self, &loaded, device, &inputs)?,
         };
         let module = &loaded.module;
         std::fs::create_dir_all(&args.output_dir)

@@ -1,21 +1,17 @@
-//! The GPU side of the driver: lowering to kernels, `--emit wgsl`,
-//! `ircc run --backend wgpu` and `ircc bench`.
+//! The device side of the driver: lowering to kernels, `--emit wgsl` and
+//! `--emit opencl`, `ircc run --backend wgpu|opencl` and `ircc bench`.
 
-#[cfg(feature = "wgpu")]
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::Path;
 
 use ircc_core::builtin::FuncOp;
-#[cfg(feature = "wgpu")]
 use ircc_core::interp::checked_param;
 use ircc_core::pass::PassOptions;
-use ircc_core::{Diagnostic, Module, OpId, Tensor};
-#[cfg(feature = "wgpu")]
-use ircc_core::{ElemType, Type};
-#[cfg(feature = "wgpu")]
+use ircc_core::{Diagnostic, ElemType, Module, OpId, Tensor, Type};
 use ircc_dialects::graph::ops as graph_ops;
 use ircc_dialects::kernel::KernelOp;
+use ircc_plan::Plan;
 
 use crate::{Driver, Failure, KernelArgs, Loaded, Outcome, io_err};
 
@@ -77,9 +73,115 @@ fn is_lowered(m: &Module) -> bool {
     })
 }
 
+/// A device backend: what `ircc run --backend` and `ircc bench` run on,
+/// and what `--emit` prints for.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Device {
+    /// WGSL through wgpu (Vulkan preferred).
+    Wgpu,
+    /// OpenCL C through the OpenCL ICD loader.
+    OpenCl,
+}
+
+impl Device {
+    fn plan(self, m: &Module, func: OpId) -> Result<Plan, String> {
+        match self {
+            Device::Wgpu => ircc_wgsl::plan(m, func),
+            Device::OpenCl => ircc_opencl::plan(m, func),
+        }
+    }
+
+    fn feature(self) -> &'static str {
+        match self {
+            Device::Wgpu => "wgpu",
+            Device::OpenCl => "opencl",
+        }
+    }
+}
+
+/// A plan built and ready on a device.
+pub(crate) enum Session {
+    #[cfg(feature = "wgpu")]
+    Wgpu(ircc_wgsl::Session),
+    #[cfg(feature = "opencl")]
+    OpenCl(ircc_opencl::Session),
+    /// A build with neither runtime has no sessions.
+    #[cfg(not(any(feature = "wgpu", feature = "opencl")))]
+    None(std::convert::Infallible),
+}
+
+/// Times of repeated runs (ms) and of each kernel (µs; empty where the
+/// device cannot time kernels).
+pub(crate) struct Timing {
+    pub runs_ms: Vec<f64>,
+    pub per_kernel_us: Vec<Vec<f64>>,
+}
+
+#[cfg_attr(
+    not(any(feature = "wgpu", feature = "opencl")),
+    allow(unused_variables, unreachable_code)
+)]
+impl Session {
+    pub(crate) fn run(&mut self, inputs: &[Tensor]) -> Result<Vec<Tensor>, String> {
+        match self {
+            #[cfg(feature = "wgpu")]
+            Session::Wgpu(s) => s.run(inputs),
+            #[cfg(feature = "opencl")]
+            Session::OpenCl(s) => s.run(inputs),
+            #[cfg(not(any(feature = "wgpu", feature = "opencl")))]
+            Session::None(never) => match *never {},
+        }
+    }
+
+    fn time(&mut self, inputs: &[Tensor], warmup: usize, runs: usize) -> Result<Timing, String> {
+        Ok(match self {
+            #[cfg(feature = "wgpu")]
+            Session::Wgpu(s) => {
+                let t = s.time(inputs, warmup, runs)?;
+                Timing {
+                    runs_ms: t.runs_ms,
+                    per_kernel_us: t.per_kernel_us,
+                }
+            }
+            #[cfg(feature = "opencl")]
+            Session::OpenCl(s) => {
+                let t = s.time(inputs, warmup, runs)?;
+                Timing {
+                    runs_ms: t.runs_ms,
+                    per_kernel_us: t.per_kernel_us,
+                }
+            }
+            #[cfg(not(any(feature = "wgpu", feature = "opencl")))]
+            Session::None(never) => match *never {},
+        })
+    }
+
+    fn plan(&self) -> &Plan {
+        match self {
+            #[cfg(feature = "wgpu")]
+            Session::Wgpu(s) => s.plan(),
+            #[cfg(feature = "opencl")]
+            Session::OpenCl(s) => s.plan(),
+            #[cfg(not(any(feature = "wgpu", feature = "opencl")))]
+            Session::None(never) => match *never {},
+        }
+    }
+
+    /// The device's name and the API it is reached through.
+    fn describe(&self) -> (String, String) {
+        match self {
+            #[cfg(feature = "wgpu")]
+            Session::Wgpu(s) => (s.adapter.clone(), s.backend.clone()),
+            #[cfg(feature = "opencl")]
+            Session::OpenCl(s) => (s.device.clone(), format!("opencl ({})", s.platform)),
+            #[cfg(not(any(feature = "wgpu", feature = "opencl")))]
+            Session::None(never) => match *never {},
+        }
+    }
+}
+
 impl Driver {
     /// Every weight the module's `graph.param`s name, read once.
-    #[cfg(feature = "wgpu")]
     pub(crate) fn weights_of(
         &self,
         loaded: &Loaded,
@@ -104,46 +206,60 @@ impl Driver {
         Ok(out)
     }
 
-    /// `--emit wgsl`: the shaders and plan.json into `dir`, or the
-    /// shaders to `stdout` (one after another, each under a comment naming
-    /// its file and grid).
-    pub(crate) fn emit_wgsl(
+    /// `--emit wgsl|opencl`: the sources and plan.json into `dir`, or the
+    /// sources to `stdout` (each under a comment naming its file).
+    pub(crate) fn emit_sources(
         &self,
         loaded: &Loaded,
+        device: Device,
         dir: Option<&Path>,
         stdout: &mut dyn Write,
     ) -> Outcome {
         let func = main_function(&loaded.module)?;
-        let plan = ircc_wgsl::plan(&loaded.module, func).map_err(plain)?;
+        let plan = device.plan(&loaded.module, func).map_err(plain)?;
         let Some(dir) = dir else {
-            for (d, (_, wgsl)) in plan.dispatches.iter().zip(&plan.sources) {
-                writeln!(
-                    stdout,
-                    "// ----- {}: {:?} workgroups of {:?}\n{wgsl}",
-                    d.shader.as_deref().unwrap_or(&d.kernel),
-                    d.workgroups,
-                    d.workgroup_size
-                )
-                .map_err(crate::stdout_err)?;
+            for (file, text) in &plan.sources {
+                let launches: Vec<String> = plan
+                    .dispatches
+                    .iter()
+                    .filter(|d| d.shader.as_deref() == Some(file))
+                    .map(|d| {
+                        format!(
+                            "{}: {:?} workgroups of {:?}",
+                            d.entry.as_deref().unwrap_or(&d.kernel),
+                            d.workgroups,
+                            d.workgroup_size
+                        )
+                    })
+                    .collect();
+                let about = match launches.as_slice() {
+                    [one] => one.split_once(": ").map_or(one.clone(), |(_, g)| g.to_string()),
+                    many => format!("{} dispatches", many.len()),
+                };
+                writeln!(stdout, "// ----- {file}: {about}\n{text}").map_err(crate::stdout_err)?;
             }
             return Ok(());
         };
         std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
-        for (d, (_, wgsl)) in plan.dispatches.iter().zip(&plan.sources) {
-            let file = d
-                .shader
-                .as_deref()
-                .ok_or_else(|| plain("a dispatch without a shader file"))?;
+        for (file, text) in &plan.sources {
             let path = dir.join(file);
-            std::fs::write(&path, wgsl).map_err(|e| io_err("write", &path, e))?;
+            std::fs::write(&path, text).map_err(|e| io_err("write", &path, e))?;
         }
         let path = dir.join("plan.json");
         let json = serde_json::to_string_pretty(&plan).map_err(|e| plain(e.to_string()))?;
         std::fs::write(&path, json + "\n").map_err(|e| io_err("write", &path, e))?;
         let _ = writeln!(
             stdout,
-            "wrote {} kernels and plan.json ({} buffers, {} pooled bytes) to {}",
-            plan.sources.len(),
+            "wrote {} kernels in {} and plan.json ({} buffers, {} pooled bytes) to {}",
+            plan.dispatches.len(),
+            plan.sources
+                .iter()
+                .map(|(f, _)| f.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+                .chars()
+                .take(200)
+                .collect::<String>(),
             plan.buffers.len(),
             plan.pool_bytes,
             dir.display()
@@ -163,7 +279,6 @@ pub(crate) fn main_function(m: &Module) -> Result<OpId, Failure> {
 }
 
 /// The element types of the function's results.
-#[cfg(feature = "wgpu")]
 pub(crate) fn output_elems(m: &Module, func: OpId) -> Vec<ElemType> {
     match m.op(func).attr("function_type") {
         Some(ircc_core::Attribute::Type(Type::Function { results, .. })) => results
@@ -174,68 +289,72 @@ pub(crate) fn output_elems(m: &Module, func: OpId) -> Vec<ElemType> {
     }
 }
 
-/// What a wgpu session is made of: the plan, the output element types and
-/// the weights by name.
-#[cfg(feature = "wgpu")]
-type GpuProgram = (ircc_wgsl::Plan, Vec<ElemType>, HashMap<String, Tensor>);
-
-#[cfg(feature = "wgpu")]
-fn gpu_program(driver: &Driver, loaded: &Loaded) -> Result<GpuProgram, Failure> {
+/// Builds a lowered module's plan on `device`.
+pub(crate) fn session(
+    driver: &Driver,
+    loaded: &Loaded,
+    device: Device,
+) -> Result<Session, Failure> {
     let func = main_function(&loaded.module)?;
     let weights = driver.weights_of(loaded, func)?;
-    let plan = ircc_wgsl::plan(&loaded.module, func).map_err(plain)?;
-    Ok((plan, output_elems(&loaded.module, func), weights))
+    let plan = device.plan(&loaded.module, func).map_err(plain)?;
+    let outputs = output_elems(&loaded.module, func);
+    start(device, plan, outputs, &weights).map_err(plain)
 }
 
-#[cfg(feature = "wgpu")]
-fn start(program: GpuProgram) -> Result<ircc_wgsl::Session, String> {
-    let (plan, outputs, weights) = program;
+#[cfg_attr(
+    not(any(feature = "wgpu", feature = "opencl")),
+    allow(unused_variables)
+)]
+fn start(
+    device: Device,
+    plan: Plan,
+    outputs: Vec<ElemType>,
+    weights: &HashMap<String, Tensor>,
+) -> Result<Session, String> {
     let lookup = |name: &str| {
         weights
             .get(name)
             .cloned()
             .ok_or_else(|| format!("no weight '{name}'"))
     };
-    ircc_wgsl::Session::new(plan, outputs, &lookup)
+    match device {
+        #[cfg(feature = "wgpu")]
+        Device::Wgpu => ircc_wgsl::Session::new(plan, outputs, &lookup).map(Session::Wgpu),
+        #[cfg(feature = "opencl")]
+        Device::OpenCl => ircc_opencl::Session::new(plan, outputs, &lookup).map(Session::OpenCl),
+        #[allow(unreachable_patterns)]
+        other => Err(format!(
+            "this ircc was built without the {0} backend (cargo feature '{0}')",
+            other.feature()
+        )),
+    }
 }
 
-#[cfg(feature = "wgpu")]
-pub(crate) fn session(driver: &Driver, loaded: &Loaded) -> Result<ircc_wgsl::Session, Failure> {
-    start(gpu_program(driver, loaded)?).map_err(plain)
-}
-
-/// Runs a lowered module once on the wgpu adapter.
-#[cfg(feature = "wgpu")]
+/// Runs a lowered module once on `device`.
 pub(crate) fn run_lowered(
     driver: &Driver,
     loaded: &Loaded,
+    device: Device,
     inputs: &[Tensor],
 ) -> Result<Vec<Tensor>, Failure> {
-    session(driver, loaded)?.run(inputs).map_err(plain)
-}
-
-#[cfg(not(feature = "wgpu"))]
-pub(crate) fn run_lowered(_: &Driver, _: &Loaded, _: &[Tensor]) -> Result<Vec<Tensor>, Failure> {
-    Err(no_gpu())
-}
-
-#[cfg(not(feature = "wgpu"))]
-fn no_gpu() -> Failure {
-    plain("this ircc was built without the wgpu backend (cargo feature 'wgpu')")
+    session(driver, loaded, device)?
+        .run(inputs)
+        .map_err(plain)
 }
 
 impl Driver {
     /// Compiles `loaded` with the pipeline `args` names, lowers it to
-    /// kernels as `kernel` asks and runs it once on the wgpu adapter: the
-    /// library form of `ircc run --backend wgpu`. The error says which
-    /// step failed: `lower` (compiling, lowering or planning: the module
-    /// uses something the GPU path does not support) or `run`.
-    #[cfg(feature = "wgpu")]
-    pub fn run_on_gpu(
+    /// kernels as `kernel` asks and runs it once on `device`: the library
+    /// form of `ircc run --backend wgpu|opencl`. The error says which step
+    /// failed: `lower` (compiling, lowering or planning: the module uses
+    /// something the GPU path does not support) or `run`.
+    pub fn run_on_device(
         &self,
         loaded: &mut Loaded,
         args: &crate::PipelineArgs,
         kernel: &KernelArgs,
+        device: Device,
         inputs: &[Tensor],
     ) -> Result<Vec<Tensor>, GpuError> {
         let lower = |f: Failure| GpuError::Lower(f.diagnostics.to_string());
@@ -247,19 +366,33 @@ impl Driver {
             &mut std::io::sink(),
         )
         .map_err(lower)?;
-        let program = gpu_program(self, loaded).map_err(lower)?;
-        start(program)
+        let func = main_function(&loaded.module).map_err(lower)?;
+        let weights = self.weights_of(loaded, func).map_err(lower)?;
+        let plan = device.plan(&loaded.module, func).map_err(GpuError::Lower)?;
+        let outputs = output_elems(&loaded.module, func);
+        start(device, plan, outputs, &weights)
             .and_then(|mut session| session.run(inputs))
             .map_err(GpuError::Run)
     }
+
+    /// [`Driver::run_on_device`] on wgpu.
+    pub fn run_on_gpu(
+        &self,
+        loaded: &mut Loaded,
+        args: &crate::PipelineArgs,
+        kernel: &KernelArgs,
+        inputs: &[Tensor],
+    ) -> Result<Vec<Tensor>, GpuError> {
+        self.run_on_device(loaded, args, kernel, Device::Wgpu, inputs)
+    }
 }
 
-/// Why [`Driver::run_on_gpu`] failed.
+/// Why [`Driver::run_on_device`] failed.
 #[derive(Debug)]
 pub enum GpuError {
-    /// Compiling for the GPU failed: an op, type or size it cannot handle.
+    /// Compiling for the device failed: an op, type or size it cannot handle.
     Lower(String),
-    /// The GPU refused or failed the compiled module.
+    /// The device refused or failed the compiled module.
     Run(String),
 }
 
@@ -272,7 +405,6 @@ impl std::fmt::Display for GpuError {
     }
 }
 
-#[cfg(feature = "wgpu")]
 fn percentile(sorted: &[f64], p: f64) -> f64 {
     if sorted.is_empty() {
         return 0.0;
@@ -281,33 +413,22 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
     sorted[i]
 }
 
-#[cfg(feature = "wgpu")]
 fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v.sort_by(f64::total_cmp);
     v
 }
 
 impl Driver {
-    #[cfg(not(feature = "wgpu"))]
-    pub(crate) fn bench_command(
-        &self,
-        _: &crate::BenchArgs,
-        _: &mut dyn Write,
-        _: &mut dyn Write,
-    ) -> Outcome {
-        Err(no_gpu())
-    }
-
-    #[cfg(feature = "wgpu")]
     pub(crate) fn bench_command(
         &self,
         args: &crate::BenchArgs,
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
-        if args.backend != crate::Backend::Wgpu {
-            return Err(plain("ircc bench times the GPU: use --backend wgpu"));
-        }
+        let device = args
+            .backend
+            .device()
+            .ok_or_else(|| plain("ircc bench times a device: use --backend wgpu or opencl"))?;
         if args.runs == 0 {
             return Err(plain("--runs must be at least 1"));
         }
@@ -326,7 +447,7 @@ impl Driver {
         } else {
             crate::inputs::read_inputs(&args.inputs, &names)?
         };
-        let mut session = session(self, &loaded)?;
+        let mut session = session(self, &loaded, device)?;
         let timing = session
             .time(&inputs, args.warmup, args.runs)
             .map_err(plain)?;
@@ -339,13 +460,14 @@ impl Driver {
             .map(|(d, t)| (d.kernel.clone(), percentile(&sorted(t.clone()), 0.5)))
             .collect();
         let pipeline = args.model.pipeline.label();
+        let (adapter, backend) = session.describe();
         let report = serde_json::json!({
             "file": args.model.file.display().to_string(),
             "pipeline": pipeline,
             "precision": args.kernel.precision.unwrap_or_default().name(),
             "device": args.model.pipeline.device,
-            "adapter": session.adapter,
-            "backend": session.backend,
+            "adapter": adapter,
+            "backend": backend,
             "kernels": kernels.len(),
             "runs": args.runs,
             "median_ms": percentile(&runs, 0.5),
@@ -364,8 +486,8 @@ impl Driver {
                 stdout,
                 "{} on {} ({}), {} {}: {} kernels, median {:.3} ms (p10 {:.3}, p90 {:.3}) over {} runs",
                 args.model.file.display(),
-                session.adapter,
-                session.backend,
+                adapter,
+                backend,
                 pipeline,
                 args.kernel.precision.unwrap_or_default().name(),
                 kernels.len(),

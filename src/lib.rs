@@ -13,7 +13,7 @@ pub mod figures;
 mod gpu;
 mod inputs;
 
-pub use gpu::GpuError;
+pub use gpu::{Device, GpuError};
 
 use std::collections::HashMap;
 use std::io::{Read, Write};

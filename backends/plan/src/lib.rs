@@ -6,6 +6,8 @@
 //! runtime executes and what `--emit wgsl` writes as `plan.json`, so a
 //! host other than ircc can run the shaders.
 
+pub mod host;
+
 use std::collections::HashMap;
 
 use ircc_core::builtin::FuncOp;
@@ -43,10 +45,14 @@ pub struct BufferPlan {
     /// The name of the tensor in the weights file, for weights and constants.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub tensor: Option<String>,
-    /// Width and height in texels, for textures (format rgba32float, or
-    /// rgba16float at f16 precision).
+    /// Width and height in texels, for textures.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub texels: Option<[u32; 2]>,
+    /// The texel format of a texture: `rgba32f` (four f32 lanes; WGSL's
+    /// rgba32float, OpenCL's CL_RGBA / CL_FLOAT) or `rgba16f` at f16
+    /// precision (rgba16float, CL_RGBA / CL_HALF_FLOAT).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub texel_format: Option<&'static str>,
 }
 
 #[derive(Clone, Debug, Serialize)]
@@ -70,6 +76,10 @@ pub struct Dispatch {
     /// The file the backend wrote the kernel's source to.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub shader: Option<String>,
+    /// The kernel's function in that file (`main` in WGSL, where each
+    /// file holds one kernel; the kernel's name in an OpenCL program).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub entry: Option<String>,
     pub template: String,
     pub workgroup_size: Vec<i64>,
     pub workgroups: Vec<i64>,
@@ -84,8 +94,9 @@ pub struct Plan {
     pub inputs: Vec<usize>,
     pub outputs: Vec<usize>,
     pub dispatches: Vec<Dispatch>,
-    /// Each dispatch's kernel source, as the backend printed it (written
-    /// as separate files, not in plan.json).
+    /// The source files the backend printed, `(file, text)`, written
+    /// beside plan.json: a WGSL module per dispatch, in order, or one
+    /// OpenCL C program.
     #[serde(skip)]
     pub sources: Vec<(String, String)>,
     /// Data of each constant buffer, in graph element order (f64).
@@ -98,6 +109,10 @@ fn dtype(e: ElemType, float: ElemType) -> ElemType {
         e if e.is_float() => float,
         _ => ElemType::I32,
     }
+}
+
+fn elem_is_f16(b: &BufferPlan) -> bool {
+    b.dtype == ElemType::F16.name()
 }
 
 fn value_name(m: &Module, v: ValueId, fallback: String) -> String {
@@ -174,6 +189,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
             pool_offset: None,
             tensor,
             texels: None,
+            texel_format: None,
         });
         ids.insert(v, id);
         Ok(id)
@@ -290,6 +306,11 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                         Some(t) => {
                             buffers[buffer].kind = BufferKind::Texture;
                             buffers[buffer].texels = Some(t);
+                            buffers[buffer].texel_format = Some(if elem_is_f16(&buffers[buffer]) {
+                                "rgba16f"
+                            } else {
+                                "rgba32f"
+                            });
                             "storage_texture"
                         }
                         None => "read_write",
@@ -302,6 +323,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                 }
                 dispatches.push(Dispatch {
                     shader: None,
+                    entry: None,
                     kernel,
                     template: kf.template().name().to_string(),
                     workgroup_size: kf.workgroup_size(),

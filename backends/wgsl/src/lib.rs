@@ -27,8 +27,10 @@ pub fn plan(m: &Module, func: OpId) -> Result<Plan, String> {
         let read_only: Vec<bool> = d.bindings.iter().map(|b| b.read_only()).collect();
         let wgsl = kernel_to_wgsl(m, kernel, &read_only)
             .map_err(|e| format!("kernel @{}: {e}", d.kernel))?;
-        d.shader = Some(format!("{stem}.wgsl"));
-        plan.sources.push((d.kernel.clone(), wgsl));
+        let file = format!("{stem}.wgsl");
+        d.shader = Some(file.clone());
+        d.entry = Some("main".to_string());
+        plan.sources.push((file, wgsl));
     }
     Ok(plan)
 }

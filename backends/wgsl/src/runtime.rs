@@ -9,8 +9,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use ircc_core::{ElemType, Tensor};
-use ndarray::{ArrayD, IxDyn};
 
+use ircc_plan::host::{from_bytes, to_bytes};
 use ircc_plan::{BufferKind, Plan};
 
 type R<T> = Result<T, String>;
@@ -63,63 +63,6 @@ struct Timestamps {
 pub struct Timing {
     pub runs_ms: Vec<f64>,
     pub per_kernel_us: Vec<Vec<f64>>,
-}
-
-fn to_bytes(t: &Tensor, dtype: &str, bytes: u64) -> R<Vec<u8>> {
-    let mut out = Vec::with_capacity(bytes as usize);
-    match dtype {
-        "f32" => t
-            .to_f64()
-            .iter()
-            .for_each(|&x| out.extend((x as f32).to_le_bytes())),
-        "f16" => t
-            .to_f64()
-            .iter()
-            .for_each(|&x| out.extend(half::f16::from_f64(x).to_le_bytes())),
-        "i32" => t
-            .to_i64()
-            .iter()
-            .for_each(|&x| out.extend((x as i32).to_le_bytes())),
-        other => return Err(format!("no upload for element type {other}")),
-    }
-    if out.len() as u64 > bytes {
-        return Err(format!(
-            "{} bytes of data for a {bytes}-byte buffer",
-            out.len()
-        ));
-    }
-    out.resize(bytes.div_ceil(4) as usize * 4, 0);
-    Ok(out)
-}
-
-fn from_bytes(data: &[u8], dtype: &str, shape: &[usize], elem: ElemType) -> R<Tensor> {
-    let n: usize = shape.iter().product();
-    let vals: Vec<f64> = match dtype {
-        "f32" => data
-            .chunks_exact(4)
-            .take(n)
-            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect(),
-        "f16" => data
-            .chunks_exact(2)
-            .take(n)
-            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
-            .collect(),
-        "i32" => data
-            .chunks_exact(4)
-            .take(n)
-            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
-            .collect(),
-        other => return Err(format!("no download for element type {other}")),
-    };
-    let a = ArrayD::from_shape_vec(IxDyn(shape), vals).map_err(|e| e.to_string())?;
-    Ok(if elem.is_float() {
-        Tensor::float(elem, a)
-    } else if elem == ElemType::I1 {
-        Tensor::bool(a.mapv(|x| x != 0.0))
-    } else {
-        Tensor::int(elem, a.mapv(|x| x as i64))
-    })
 }
 
 fn take_errors(errors: &Mutex<Vec<String>>) -> Option<String> {

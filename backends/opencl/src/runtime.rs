@@ -1,0 +1,377 @@
+//! The OpenCL runtime: a [`Session`] builds a plan's program once, creates
+//! its buffers (intermediates as sub-buffers of one pooled allocation) and
+//! images, uploads the weights, binds every kernel's arguments, and then
+//! runs the plan many times: one in-order queue, one enqueue per dispatch.
+//! A compiler error names the kernel and the line of the program it is on.
+
+use std::ptr;
+use std::time::Instant;
+
+use ircc_core::{ElemType, Tensor};
+use ircc_plan::host::{from_bytes, to_bytes};
+use ircc_plan::{BufferKind, Plan};
+use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
+use opencl3::context::Context;
+use opencl3::device::{CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_GPU, Device, get_all_devices};
+use opencl3::kernel::Kernel;
+use opencl3::memory::{
+    Buffer, CL_FLOAT, CL_HALF_FLOAT, CL_MEM_OBJECT_IMAGE2D, CL_MEM_READ_WRITE, CL_RGBA, ClMem,
+    Image,
+};
+use opencl3::program::Program;
+use opencl3::types::{CL_BLOCKING, cl_image_desc, cl_image_format, cl_mem};
+
+type R<T> = Result<T, String>;
+
+/// Where the runtime finds a weight by name.
+pub type Weights<'a> = dyn Fn(&str) -> R<Tensor> + 'a;
+
+/// A plan's tensor on the device.
+enum Memory {
+    Buffer(Buffer<u8>),
+    Image(Image),
+}
+
+impl Memory {
+    fn cl_mem(&self) -> cl_mem {
+        match self {
+            Memory::Buffer(b) => b.get(),
+            Memory::Image(i) => i.get(),
+        }
+    }
+
+    fn buffer(&mut self) -> R<&mut Buffer<u8>> {
+        match self {
+            Memory::Buffer(b) => Ok(b),
+            Memory::Image(_) => Err("a host-visible tensor is held in an image".to_string()),
+        }
+    }
+}
+
+pub struct Session {
+    queue: CommandQueue,
+    plan: Plan,
+    memories: Vec<Memory>,
+    kernels: Vec<Kernel>,
+    /// Kept alive for the kernels and sub-buffers made from them.
+    _pool: Option<Buffer<u8>>,
+    _program: Program,
+    _context: Context,
+    output_elems: Vec<ElemType>,
+    pub device: String,
+    pub platform: String,
+}
+
+/// Times of repeated runs in milliseconds, and per kernel in microseconds
+/// from the queue's profiling events.
+pub struct Timing {
+    pub runs_ms: Vec<f64>,
+    pub per_kernel_us: Vec<Vec<f64>>,
+}
+
+fn cl_err(what: &str) -> impl Fn(opencl3::error_codes::ClError) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+/// The device `IRCC_OPENCL_DEVICE` names (a part of its name), else the
+/// first GPU, else the first device of any kind.
+fn pick_device() -> R<Device> {
+    let all = get_all_devices(CL_DEVICE_TYPE_ALL).map_err(|e| {
+        format!(
+            "no OpenCL device: {e} (is an ICD installed, e.g. Debian's pocl-opencl-icd, and libOpenCL.so.1?)"
+        )
+    })?;
+    let devices: Vec<Device> = all.into_iter().map(Device::new).collect();
+    if let Ok(want) = std::env::var("IRCC_OPENCL_DEVICE") {
+        return devices
+            .into_iter()
+            .find(|d| d.name().is_ok_and(|n| n.contains(&want)))
+            .ok_or_else(|| format!("no OpenCL device named like '{want}' (IRCC_OPENCL_DEVICE)"));
+    }
+    let gpu = devices
+        .iter()
+        .position(|d| d.dev_type().is_ok_and(|t| t & CL_DEVICE_TYPE_GPU != 0))
+        .unwrap_or(0);
+    devices
+        .into_iter()
+        .nth(gpu)
+        .ok_or_else(|| "no OpenCL device".to_string())
+}
+
+/// The compiler's log with each `<source>:LINE:COL` prefixed by the
+/// kernel that line is in and followed by the line itself.
+fn explain_build_log(log: &str, program: &str) -> String {
+    let lines: Vec<&str> = program.lines().collect();
+    let kernel_at = |line: usize| {
+        lines[..line.min(lines.len())]
+            .iter()
+            .rev()
+            .find_map(|l| l.strip_prefix("void "))
+            .and_then(|l| l.split('(').next())
+            .unwrap_or("the prelude")
+    };
+    let mut out = String::new();
+    for l in log.lines() {
+        let located = l.split(':').nth(1).and_then(|n| n.parse::<usize>().ok());
+        match located {
+            Some(n) if n >= 1 && l.contains(": error") => {
+                out.push_str(&format!(
+                    "kernel {}, line {n}: {}\n    {}\n",
+                    kernel_at(n),
+                    l.split_once(": error").map_or(l, |(_, e)| e.trim_start_matches(':').trim()),
+                    lines.get(n - 1).map_or("", |s| s.trim())
+                ));
+            }
+            _ => {}
+        }
+    }
+    if out.is_empty() {
+        log.to_string()
+    } else {
+        out
+    }
+}
+
+impl Session {
+    /// Builds `plan` (whose [`Plan::sources`] is the OpenCL C program) on
+    /// the device [`pick_device`] finds.
+    pub fn new(plan: Plan, output_elems: Vec<ElemType>, weights: &Weights) -> R<Session> {
+        let device = pick_device()?;
+        let name = device.name().map_err(cl_err("device name"))?;
+        let platform = opencl3::platform::Platform::new(
+            device.platform().map_err(cl_err("device platform"))?,
+        )
+        .name()
+        .unwrap_or_default();
+        let context = Context::from_device(&device).map_err(cl_err("OpenCL context"))?;
+        #[allow(deprecated)] // clCreateCommandQueue: what OpenCL 1.2 devices have.
+        let queue = CommandQueue::create_default(&context, CL_QUEUE_PROFILING_ENABLE)
+            .map_err(cl_err("OpenCL queue"))?;
+        let source = plan
+            .sources
+            .first()
+            .map(|(_, s)| s.as_str())
+            .ok_or("the plan has no OpenCL program")?;
+        let program = Program::create_and_build_from_source(&context, source, "")
+            .map_err(|e| format!("the OpenCL compiler refused the program:\n{}", explain_build_log(&e, source)))?;
+        let has_images = plan.buffers.iter().any(|b| b.texels.is_some());
+        if has_images && !device.image_support().unwrap_or(false) {
+            return Err(format!("OpenCL device '{name}' has no image support"));
+        }
+        let largest = plan
+            .buffers
+            .iter()
+            .map(|b| b.bytes)
+            .chain([plan.pool_bytes])
+            .max()
+            .unwrap_or(0);
+        let max_alloc = device.max_mem_alloc_size().map_err(cl_err("device limits"))?;
+        if largest > max_alloc {
+            return Err(format!(
+                "a {largest}-byte tensor exceeds the device's allocation limit of {max_alloc} bytes"
+            ));
+        }
+        let align = u64::from(device.mem_base_addr_align().map_err(cl_err("device limits"))? / 8);
+        // SAFETY (every `unsafe` below): the host pointers passed are null
+        // (no host memory is adopted), sizes come from the plan, and the
+        // blocking writes read slices that live across the call.
+        let create = |bytes: u64| unsafe {
+            Buffer::<u8>::create(&context, CL_MEM_READ_WRITE, bytes.max(4) as usize, ptr::null_mut())
+                .map_err(cl_err("allocating a buffer"))
+        };
+        let pool = (plan.pool_bytes > 0).then(|| create(plan.pool_bytes)).transpose()?;
+        let (max_w, max_h) = (
+            device.image2d_max_width().unwrap_or(0) as u64,
+            device.image2d_max_height().unwrap_or(0) as u64,
+        );
+        let mut memories = Vec::new();
+        for b in &plan.buffers {
+            if let Some([width, height]) = b.texels {
+                if u64::from(width) > max_w || u64::from(height) > max_h {
+                    return Err(format!(
+                        "image '{}' of {width}x{height} texels exceeds the device's limit of {max_w}x{max_h}",
+                        b.name
+                    ));
+                }
+                let format = cl_image_format {
+                    image_channel_order: CL_RGBA,
+                    image_channel_data_type: if b.dtype == "f16" { CL_HALF_FLOAT } else { CL_FLOAT },
+                };
+                // SAFETY: cl_image_desc is plain data; zero is every
+                // field's default.
+                let mut desc: cl_image_desc = unsafe { std::mem::zeroed() };
+                desc.image_type = CL_MEM_OBJECT_IMAGE2D;
+                desc.image_width = width as usize;
+                desc.image_height = height as usize;
+                let image = unsafe {
+                    Image::create(&context, CL_MEM_READ_WRITE, &format, &desc, ptr::null_mut())
+                }
+                .map_err(cl_err("allocating an image"))?;
+                memories.push(Memory::Image(image));
+                continue;
+            }
+            let size = b.bytes.div_ceil(4) * 4;
+            let mut memory = match (b.kind.clone(), b.pool_offset, &pool) {
+                (BufferKind::Intermediate | BufferKind::Output, Some(offset), Some(pool))
+                    if offset % align.max(1) == 0 =>
+                unsafe { pool.create_sub_buffer(CL_MEM_READ_WRITE, offset as usize, size as usize) }
+                    .map_err(cl_err("a pool sub-buffer"))?,
+                _ => create(size)?,
+            };
+            let data = match b.kind {
+                BufferKind::Weight => Some(weights(b.tensor.as_deref().unwrap_or(&b.name))?),
+                BufferKind::Constant => plan.constants.get(&b.id).cloned(),
+                _ => None,
+            };
+            if let Some(t) = data {
+                let bytes = to_bytes(&t, &b.dtype, size)?;
+                unsafe { queue.enqueue_write_buffer(&mut memory, CL_BLOCKING, 0, &bytes, &[]) }
+                    .map_err(cl_err("uploading a weight"))?;
+            }
+            memories.push(Memory::Buffer(memory));
+        }
+        let mut kernels = Vec::new();
+        for d in &plan.dispatches {
+            let entry = d.entry.as_deref().ok_or("a dispatch without an entry point")?;
+            let kernel =
+                Kernel::create(&program, entry).map_err(cl_err(&format!("kernel {entry}")))?;
+            for b in &d.bindings {
+                let mem = memories[b.buffer].cl_mem();
+                unsafe { kernel.set_arg(b.binding as u32, &mem) }
+                    .map_err(cl_err(&format!("kernel {entry}, argument {}", b.binding)))?;
+            }
+            kernels.push(kernel);
+        }
+        Ok(Session {
+            queue,
+            plan,
+            memories,
+            kernels,
+            _pool: pool,
+            _program: program,
+            _context: context,
+            output_elems,
+            device: name,
+            platform,
+        })
+    }
+
+    pub fn plan(&self) -> &Plan {
+        &self.plan
+    }
+
+    fn upload_inputs(&mut self, inputs: &[Tensor]) -> R<()> {
+        if inputs.len() != self.plan.inputs.len() {
+            return Err(format!(
+                "{} inputs given, {} expected",
+                inputs.len(),
+                self.plan.inputs.len()
+            ));
+        }
+        for (t, &id) in inputs.iter().zip(&self.plan.inputs) {
+            let b = &self.plan.buffers[id];
+            let expected: Vec<usize> = b.shape.iter().map(|&d| d as usize).collect();
+            if t.shape() != expected.as_slice() {
+                return Err(format!(
+                    "input '{}' has shape {:?}, expected {:?}",
+                    b.name,
+                    t.shape(),
+                    b.shape
+                ));
+            }
+            let bytes = to_bytes(t, &b.dtype, b.bytes.div_ceil(4) * 4)?;
+            let buffer = self.memories[id].buffer()?;
+            // SAFETY: a blocking write of a live slice.
+            unsafe { self.queue.enqueue_write_buffer(buffer, CL_BLOCKING, 0, &bytes, &[]) }
+                .map_err(cl_err("uploading an input"))?;
+        }
+        Ok(())
+    }
+
+    /// Enqueues every dispatch and waits for them; with `profile`, the
+    /// time of each in microseconds.
+    fn submit(&self, profile: bool) -> R<Vec<f64>> {
+        let mut events = Vec::new();
+        for (d, kernel) in self.plan.dispatches.iter().zip(&self.kernels) {
+            let local: Vec<usize> = d.workgroup_size.iter().map(|&w| w as usize).collect();
+            let global: Vec<usize> = d
+                .workgroups
+                .iter()
+                .zip(&local)
+                .map(|(&g, &l)| g as usize * l)
+                .collect();
+            // SAFETY: the sizes are arrays of three, as work_dim says, and
+            // every argument was bound when the session was built.
+            let event = unsafe {
+                self.queue.enqueue_nd_range_kernel(
+                    kernel.get(),
+                    3,
+                    ptr::null(),
+                    global.as_ptr(),
+                    local.as_ptr(),
+                    &[],
+                )
+            }
+            .map_err(|e| format!("kernel {}: {e}", d.kernel))?;
+            if profile {
+                events.push(event);
+            }
+        }
+        self.queue.finish().map_err(cl_err("while running"))?;
+        events
+            .iter()
+            .map(|e| {
+                let start = e.profiling_command_start().map_err(cl_err("profiling"))?;
+                let end = e.profiling_command_end().map_err(cl_err("profiling"))?;
+                Ok(end.saturating_sub(start) as f64 / 1e3)
+            })
+            .collect()
+    }
+
+    /// Runs the model once on `inputs` and returns its outputs.
+    pub fn run(&mut self, inputs: &[Tensor]) -> R<Vec<Tensor>> {
+        self.upload_inputs(inputs)?;
+        self.submit(false)?;
+        let mut outs = Vec::new();
+        for (k, &id) in self.plan.outputs.iter().enumerate() {
+            let b = &self.plan.buffers[id];
+            let shape: Vec<usize> = b.shape.iter().map(|&d| d as usize).collect();
+            let mut data = vec![0u8; (b.bytes.div_ceil(4) * 4) as usize];
+            let buffer = self.memories[id].buffer()?;
+            // SAFETY: a blocking read into a live slice of the buffer's size.
+            unsafe {
+                self.queue
+                    .enqueue_read_buffer(buffer, CL_BLOCKING, 0, &mut data, &[])
+            }
+            .map_err(cl_err("reading an output"))?;
+            outs.push(from_bytes(&data, &b.dtype, &shape, self.output_elems[k])?);
+        }
+        Ok(outs)
+    }
+
+    /// Times `runs` runs after `warmup` untimed ones; per-kernel times come
+    /// from profiling events of up to ten more runs.
+    pub fn time(&mut self, inputs: &[Tensor], warmup: usize, runs: usize) -> R<Timing> {
+        self.upload_inputs(inputs)?;
+        for _ in 0..warmup {
+            self.submit(false)?;
+        }
+        let mut runs_ms = Vec::new();
+        for _ in 0..runs {
+            let start = Instant::now();
+            self.submit(false)?;
+            runs_ms.push(start.elapsed().as_secs_f64() * 1e3);
+        }
+        let mut per_kernel_us = vec![Vec::new(); self.kernels.len()];
+        for _ in 0..runs.min(10) {
+            for (k, us) in self.submit(true)?.into_iter().enumerate() {
+                per_kernel_us[k].push(us);
+            }
+        }
+        Ok(Timing {
+            runs_ms,
+            per_kernel_us,
+        })
+    }
+}
+

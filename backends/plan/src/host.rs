@@ -1,0 +1,70 @@
+//! Tensors to and from the bytes of device memory, as a plan's `dtype`
+//! lays them out: little-endian f32, f16 or i32, densely in row-major
+//! order.
+
+use ircc_core::{ElemType, Tensor};
+use ndarray::{ArrayD, IxDyn};
+
+type R<T> = Result<T, String>;
+
+/// The bytes of `t` stored as `dtype`, zero-padded to a multiple of four
+/// bytes; an error if they exceed `bytes`.
+pub fn to_bytes(t: &Tensor, dtype: &str, bytes: u64) -> R<Vec<u8>> {
+    let mut out = Vec::with_capacity(bytes as usize);
+    match dtype {
+        "f32" => t
+            .to_f64()
+            .iter()
+            .for_each(|&x| out.extend((x as f32).to_le_bytes())),
+        "f16" => t
+            .to_f64()
+            .iter()
+            .for_each(|&x| out.extend(half::f16::from_f64(x).to_le_bytes())),
+        "i32" => t
+            .to_i64()
+            .iter()
+            .for_each(|&x| out.extend((x as i32).to_le_bytes())),
+        other => return Err(format!("no upload for element type {other}")),
+    }
+    if out.len() as u64 > bytes {
+        return Err(format!(
+            "{} bytes of data for a {bytes}-byte buffer",
+            out.len()
+        ));
+    }
+    out.resize(bytes.div_ceil(4) as usize * 4, 0);
+    Ok(out)
+}
+
+/// The tensor of element type `elem` and `shape` that `data`, stored as
+/// `dtype`, holds.
+pub fn from_bytes(data: &[u8], dtype: &str, shape: &[usize], elem: ElemType) -> R<Tensor> {
+    let n: usize = shape.iter().product();
+    let vals: Vec<f64> = match dtype {
+        "f32" => data
+            .chunks_exact(4)
+            .take(n)
+            .map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        "f16" => data
+            .chunks_exact(2)
+            .take(n)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f64())
+            .collect(),
+        "i32" => data
+            .chunks_exact(4)
+            .take(n)
+            .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
+            .collect(),
+        other => return Err(format!("no download for element type {other}")),
+    };
+    let a = ArrayD::from_shape_vec(IxDyn(shape), vals).map_err(|e| e.to_string())?;
+    Ok(if elem.is_float() {
+        Tensor::float(elem, a)
+    } else if elem == ElemType::I1 {
+        Tensor::bool(a.mapv(|x| x != 0.0))
+    } else {
+        Tensor::int(elem, a.mapv(|x| x as i64))
+    })
+}
+
