@@ -95,6 +95,15 @@ pub struct BenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Options for the OpenCL compiler (clBuildProgram) with --backend
+    /// opencl, such as '-cl-fast-relaxed-math' or '-cl-opt-disable'.
+    #[arg(
+        long,
+        value_name = "OPTIONS",
+        default_value = "",
+        allow_hyphen_values = true
+    )]
+    pub cl_options: String,
 }
 
 #[derive(Args, Debug)]
@@ -282,6 +291,15 @@ pub struct RunArgs {
     /// The function to run.
     #[arg(long, default_value = "main")]
     pub entry: String,
+    /// Options for the OpenCL compiler (clBuildProgram) with --backend
+    /// opencl, such as '-cl-fast-relaxed-math' or '-cl-opt-disable'.
+    #[arg(
+        long,
+        value_name = "OPTIONS",
+        default_value = "",
+        allow_hyphen_values = true
+    )]
+    pub cl_options: String,
     #[command(flatten)]
     pub kernel: KernelArgs,
 }

@@ -9,8 +9,7 @@ use crate::figures::{self, graph_op_count};
 use crate::inputs::read_inputs;
 
 use crate::{
-    CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err,
-    is_onnx,
+    CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err, is_onnx,
 };
 
 impl Driver {
@@ -89,7 +88,9 @@ impl Driver {
                     source: loaded.source.clone(),
                 })?
             }
-            Some(device) => crate::gpu::run_lowered(self, &loaded, device, &inputs)?,
+            Some(device) => {
+                crate::gpu::run_lowered(self, &loaded, device, &args.cl_options, &inputs)?
+            }
         };
         let module = &loaded.module;
         std::fs::create_dir_all(&args.output_dir)

@@ -21,9 +21,10 @@ fn plain(e: impl Into<String>) -> Failure {
 
 /// The pass that lowers to kernels, as pipelines name it.
 const KERNEL_LOWER: &str = ircc_passes::decl::KernelLowerOptions::NAME;
+const KERNEL_ACE: &str = ircc_passes::decl::KernelAceOptions::NAME;
 
-/// Ends `specs` with `kernel.lower` as `kernel` asks, unless `module` is
-/// already kernel IR. A pipeline that lowers itself keeps its options; the
+/// Ends `specs` with `kernel.lower` (and `kernel.ace`) as `kernel` asks,
+/// unless `module` is already kernel IR. A pipeline that lowers itself keeps its options; the
 /// command line fills in those it leaves out and may not contradict them.
 pub(crate) fn lower_for_gpu(
     specs: &mut Vec<PassOptions>,
@@ -36,11 +37,15 @@ pub(crate) fn lower_for_gpu(
     let position = match specs.iter().position(|s| s.pass == KERNEL_LOWER) {
         Some(p) => p,
         None => {
-            specs.push(PassOptions {
-                pass: KERNEL_LOWER.into(),
-                ..Default::default()
-            });
-            specs.len() - 1
+            // Lowering as smartmem-gpu does: kernels, then their addresses
+            // computed once.
+            for pass in [KERNEL_LOWER, KERNEL_ACE] {
+                specs.push(PassOptions {
+                    pass: pass.into(),
+                    ..Default::default()
+                });
+            }
+            specs.len() - 2
         }
     };
     let lower = &mut specs[position];
@@ -107,6 +112,7 @@ pub(crate) enum Session {
     OpenCl(ircc_opencl::Session),
     /// A build with neither runtime has no sessions.
     #[cfg(not(any(feature = "wgpu", feature = "opencl")))]
+    #[allow(dead_code)]
     None(std::convert::Infallible),
 }
 
@@ -233,7 +239,9 @@ impl Driver {
                     })
                     .collect();
                 let about = match launches.as_slice() {
-                    [one] => one.split_once(": ").map_or(one.clone(), |(_, g)| g.to_string()),
+                    [one] => one
+                        .split_once(": ")
+                        .map_or(one.clone(), |(_, g)| g.to_string()),
                     many => format!("{} dispatches", many.len()),
                 };
                 writeln!(stdout, "// ----- {file}: {about}\n{text}").map_err(crate::stdout_err)?;
@@ -289,17 +297,19 @@ pub(crate) fn output_elems(m: &Module, func: OpId) -> Vec<ElemType> {
     }
 }
 
-/// Builds a lowered module's plan on `device`.
+/// Builds a lowered module's plan on `device`; `cl_options` go to the
+/// OpenCL compiler.
 pub(crate) fn session(
     driver: &Driver,
     loaded: &Loaded,
     device: Device,
+    cl_options: &str,
 ) -> Result<Session, Failure> {
     let func = main_function(&loaded.module)?;
     let weights = driver.weights_of(loaded, func)?;
     let plan = device.plan(&loaded.module, func).map_err(plain)?;
     let outputs = output_elems(&loaded.module, func);
-    start(device, plan, outputs, &weights).map_err(plain)
+    start(device, plan, outputs, &weights, cl_options).map_err(plain)
 }
 
 #[cfg_attr(
@@ -311,6 +321,7 @@ fn start(
     plan: Plan,
     outputs: Vec<ElemType>,
     weights: &HashMap<String, Tensor>,
+    cl_options: &str,
 ) -> Result<Session, String> {
     let lookup = |name: &str| {
         weights
@@ -322,7 +333,9 @@ fn start(
         #[cfg(feature = "wgpu")]
         Device::Wgpu => ircc_wgsl::Session::new(plan, outputs, &lookup).map(Session::Wgpu),
         #[cfg(feature = "opencl")]
-        Device::OpenCl => ircc_opencl::Session::new(plan, outputs, &lookup).map(Session::OpenCl),
+        Device::OpenCl => {
+            ircc_opencl::Session::new(plan, outputs, &lookup, cl_options).map(Session::OpenCl)
+        }
         #[allow(unreachable_patterns)]
         other => Err(format!(
             "this ircc was built without the {0} backend (cargo feature '{0}')",
@@ -336,9 +349,10 @@ pub(crate) fn run_lowered(
     driver: &Driver,
     loaded: &Loaded,
     device: Device,
+    cl_options: &str,
     inputs: &[Tensor],
 ) -> Result<Vec<Tensor>, Failure> {
-    session(driver, loaded, device)?
+    session(driver, loaded, device, cl_options)?
         .run(inputs)
         .map_err(plain)
 }
@@ -370,7 +384,7 @@ impl Driver {
         let weights = self.weights_of(loaded, func).map_err(lower)?;
         let plan = device.plan(&loaded.module, func).map_err(GpuError::Lower)?;
         let outputs = output_elems(&loaded.module, func);
-        start(device, plan, outputs, &weights)
+        start(device, plan, outputs, &weights, "")
             .and_then(|mut session| session.run(inputs))
             .map_err(GpuError::Run)
     }
@@ -447,7 +461,7 @@ impl Driver {
         } else {
             crate::inputs::read_inputs(&args.inputs, &names)?
         };
-        let mut session = session(self, &loaded, device)?;
+        let mut session = session(self, &loaded, device, &args.cl_options)?;
         let timing = session
             .time(&inputs, args.warmup, args.runs)
             .map_err(plain)?;

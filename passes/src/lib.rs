@@ -4,6 +4,7 @@
 pub mod conversion;
 pub mod graph;
 pub mod index;
+pub mod kernel;
 pub mod layout;
 
 /// The declarations and option structs of the passes, generated from
@@ -43,6 +44,10 @@ pub fn register_all(passes: &mut PassRegistry) {
         Ok(Box::new(conversion::graph_to_kernel::KernelLower::new(
             KernelLowerOptions::parse(o)?,
         )))
+    });
+    passes.register_decl(&KernelAceOptions::DECL, |o| {
+        KernelAceOptions::parse(o)?;
+        Ok(Box::new(kernel::ace::Ace))
     });
     passes.register_decl(&IndexLowerLayoutOpsOptions::DECL, |o| {
         IndexLowerLayoutOpsOptions::parse(o)?;

@@ -1,5 +1,6 @@
 //! The walk every printer of `kernel.func` shares. A kernel is printed as
-//! straight-line code of named immutable values (`v0`, `v1`, ...), counted
+//! straight-line code of named immutable values (`gid_x` for the global
+//! id along x, `idx3` for an address, `v4` for other values), counted
 //! loops with mutable carried values (`c0`, ...), `if` blocks and
 //! barriers; index arithmetic is the affine maps' own, with C's `/` and
 //! `%` (kernel.lower guarantees that every floordiv and mod sees a
@@ -306,7 +307,28 @@ impl<L: Language> Printer<'_, '_, L> {
             K::Func | K::Launch => return Err(format!("'{kind}' cannot appear in a kernel")),
         };
         let r = result.ok_or("an expression op without a result")?;
-        let name = self.fresh("v", r);
+        let name = match kind {
+            // Named for what they are: `gid_x`, `lid_y`, `wid_x` (the first
+            // of each), and `idx` for addresses.
+            K::Id => {
+                let id = ops::Id::new(m, op).ok_or_else(malformed)?;
+                let prefix = match id.kind() {
+                    IdKind::Global => "gid",
+                    IdKind::Local => "lid",
+                    IdKind::Workgroup => "wid",
+                };
+                let axis = ["x", "y", "z"][id.axis() as usize];
+                let n = format!("{prefix}_{axis}");
+                if self.names.values().any(|v| *v == n) {
+                    self.fresh("v", r)
+                } else {
+                    self.names.insert(r, n.clone());
+                    n
+                }
+            }
+            K::Apply => self.fresh("idx", r),
+            _ => self.fresh("v", r),
+        };
         let line = self.lang.declare(&name, ty, &value);
         self.line(indent, &line);
         Ok(())

@@ -330,7 +330,11 @@ fn kernel(m: &Module, func: OpId, entry: &str) -> R<Printed> {
         let written = i + outputs >= args.len();
         let name = format!("a{i}");
         let space = if textures.iter().any(|t| t.arg == i) {
-            let access = if written { "__write_only" } else { "__read_only" };
+            let access = if written {
+                "__write_only"
+            } else {
+                "__read_only"
+            };
             params.push(format!("{access} image2d_t {name}"));
             Space::Texture
         } else {

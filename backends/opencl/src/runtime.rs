@@ -118,31 +118,32 @@ fn explain_build_log(log: &str, program: &str) -> String {
                 out.push_str(&format!(
                     "kernel {}, line {n}: {}\n    {}\n",
                     kernel_at(n),
-                    l.split_once(": error").map_or(l, |(_, e)| e.trim_start_matches(':').trim()),
+                    l.split_once(": error")
+                        .map_or(l, |(_, e)| e.trim_start_matches(':').trim()),
                     lines.get(n - 1).map_or("", |s| s.trim())
                 ));
             }
             _ => {}
         }
     }
-    if out.is_empty() {
-        log.to_string()
-    } else {
-        out
-    }
+    if out.is_empty() { log.to_string() } else { out }
 }
 
 impl Session {
     /// Builds `plan` (whose [`Plan::sources`] is the OpenCL C program) on
-    /// the device [`pick_device`] finds.
-    pub fn new(plan: Plan, output_elems: Vec<ElemType>, weights: &Weights) -> R<Session> {
+    /// the device [`pick_device`] finds, passing `options` to the compiler.
+    pub fn new(
+        plan: Plan,
+        output_elems: Vec<ElemType>,
+        weights: &Weights,
+        options: &str,
+    ) -> R<Session> {
         let device = pick_device()?;
         let name = device.name().map_err(cl_err("device name"))?;
-        let platform = opencl3::platform::Platform::new(
-            device.platform().map_err(cl_err("device platform"))?,
-        )
-        .name()
-        .unwrap_or_default();
+        let platform =
+            opencl3::platform::Platform::new(device.platform().map_err(cl_err("device platform"))?)
+                .name()
+                .unwrap_or_default();
         let context = Context::from_device(&device).map_err(cl_err("OpenCL context"))?;
         #[allow(deprecated)] // clCreateCommandQueue: what OpenCL 1.2 devices have.
         let queue = CommandQueue::create_default(&context, CL_QUEUE_PROFILING_ENABLE)
@@ -152,8 +153,13 @@ impl Session {
             .first()
             .map(|(_, s)| s.as_str())
             .ok_or("the plan has no OpenCL program")?;
-        let program = Program::create_and_build_from_source(&context, source, "")
-            .map_err(|e| format!("the OpenCL compiler refused the program:\n{}", explain_build_log(&e, source)))?;
+        let program =
+            Program::create_and_build_from_source(&context, source, options).map_err(|e| {
+                format!(
+                    "the OpenCL compiler refused the program:\n{}",
+                    explain_build_log(&e, source)
+                )
+            })?;
         let has_images = plan.buffers.iter().any(|b| b.texels.is_some());
         if has_images && !device.image_support().unwrap_or(false) {
             return Err(format!("OpenCL device '{name}' has no image support"));
@@ -165,21 +171,35 @@ impl Session {
             .chain([plan.pool_bytes])
             .max()
             .unwrap_or(0);
-        let max_alloc = device.max_mem_alloc_size().map_err(cl_err("device limits"))?;
+        let max_alloc = device
+            .max_mem_alloc_size()
+            .map_err(cl_err("device limits"))?;
         if largest > max_alloc {
             return Err(format!(
                 "a {largest}-byte tensor exceeds the device's allocation limit of {max_alloc} bytes"
             ));
         }
-        let align = u64::from(device.mem_base_addr_align().map_err(cl_err("device limits"))? / 8);
+        let align = u64::from(
+            device
+                .mem_base_addr_align()
+                .map_err(cl_err("device limits"))?
+                / 8,
+        );
         // SAFETY (every `unsafe` below): the host pointers passed are null
         // (no host memory is adopted), sizes come from the plan, and the
         // blocking writes read slices that live across the call.
         let create = |bytes: u64| unsafe {
-            Buffer::<u8>::create(&context, CL_MEM_READ_WRITE, bytes.max(4) as usize, ptr::null_mut())
-                .map_err(cl_err("allocating a buffer"))
+            Buffer::<u8>::create(
+                &context,
+                CL_MEM_READ_WRITE,
+                bytes.max(4) as usize,
+                ptr::null_mut(),
+            )
+            .map_err(cl_err("allocating a buffer"))
         };
-        let pool = (plan.pool_bytes > 0).then(|| create(plan.pool_bytes)).transpose()?;
+        let pool = (plan.pool_bytes > 0)
+            .then(|| create(plan.pool_bytes))
+            .transpose()?;
         let (max_w, max_h) = (
             device.image2d_max_width().unwrap_or(0) as u64,
             device.image2d_max_height().unwrap_or(0) as u64,
@@ -195,7 +215,11 @@ impl Session {
                 }
                 let format = cl_image_format {
                     image_channel_order: CL_RGBA,
-                    image_channel_data_type: if b.dtype == "f16" { CL_HALF_FLOAT } else { CL_FLOAT },
+                    image_channel_data_type: if b.dtype == "f16" {
+                        CL_HALF_FLOAT
+                    } else {
+                        CL_FLOAT
+                    },
                 };
                 // SAFETY: cl_image_desc is plain data; zero is every
                 // field's default.
@@ -214,8 +238,12 @@ impl Session {
             let mut memory = match (b.kind.clone(), b.pool_offset, &pool) {
                 (BufferKind::Intermediate | BufferKind::Output, Some(offset), Some(pool))
                     if offset % align.max(1) == 0 =>
-                unsafe { pool.create_sub_buffer(CL_MEM_READ_WRITE, offset as usize, size as usize) }
-                    .map_err(cl_err("a pool sub-buffer"))?,
+                {
+                    unsafe {
+                        pool.create_sub_buffer(CL_MEM_READ_WRITE, offset as usize, size as usize)
+                    }
+                    .map_err(cl_err("a pool sub-buffer"))?
+                }
                 _ => create(size)?,
             };
             let data = match b.kind {
@@ -232,7 +260,10 @@ impl Session {
         }
         let mut kernels = Vec::new();
         for d in &plan.dispatches {
-            let entry = d.entry.as_deref().ok_or("a dispatch without an entry point")?;
+            let entry = d
+                .entry
+                .as_deref()
+                .ok_or("a dispatch without an entry point")?;
             let kernel =
                 Kernel::create(&program, entry).map_err(cl_err(&format!("kernel {entry}")))?;
             for b in &d.bindings {
@@ -282,8 +313,11 @@ impl Session {
             let bytes = to_bytes(t, &b.dtype, b.bytes.div_ceil(4) * 4)?;
             let buffer = self.memories[id].buffer()?;
             // SAFETY: a blocking write of a live slice.
-            unsafe { self.queue.enqueue_write_buffer(buffer, CL_BLOCKING, 0, &bytes, &[]) }
-                .map_err(cl_err("uploading an input"))?;
+            unsafe {
+                self.queue
+                    .enqueue_write_buffer(buffer, CL_BLOCKING, 0, &bytes, &[])
+            }
+            .map_err(cl_err("uploading an input"))?;
         }
         Ok(())
     }
@@ -374,4 +408,3 @@ impl Session {
         })
     }
 }
-

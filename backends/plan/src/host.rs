@@ -67,4 +67,3 @@ pub fn from_bytes(data: &[u8], dtype: &str, shape: &[usize], elem: ElemType) -> 
         Tensor::int(elem, a.mapv(|x| x as i64))
     })
 }
-

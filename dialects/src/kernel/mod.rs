@@ -4,6 +4,7 @@
 //! backend, or in the kernel interpreter (`interpret.rs`), so kernel IR is
 //! checked against the graph level like every other level.
 
+pub mod address;
 pub mod builder;
 mod device;
 mod interpret;

@@ -1,0 +1,3 @@
+//! Passes over the kernel dialect.
+
+pub mod ace;
