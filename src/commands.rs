@@ -179,6 +179,7 @@ impl Driver {
         };
         let mut rows = Vec::new();
         let mut layouts = Vec::new();
+        let mut addresses = Vec::new();
         for (name, pipeline) in runs {
             let start = Instant::now();
             let mut run = crate::Loaded {
@@ -192,11 +193,12 @@ impl Driver {
             let compile_ms = loaded.import_ms + start.elapsed().as_secs_f64() * 1e3;
             rows.push((name, figures::traffic(&run.module), compile_ms));
             layouts.push(figures::layouts(&run.module));
+            addresses.push(figures::addresses(&run.module));
         }
         if args.json {
             let (_, t, compile_ms) = &rows[0];
             let l = &layouts[0];
-            let stats = serde_json::json!({
+            let mut stats = serde_json::json!({
                 "graph_ops": graph_ops,
                 "kernels": t.kernels,
                 "bytes_moved": t.bytes_moved,
@@ -212,6 +214,9 @@ impl Driver {
                 "memory_intermediate_bytes": l.intermediate_bytes,
                 "copy_bytes": l.copy_bytes,
             });
+            if let Some(a) = addresses[0].take() {
+                stats["addresses"] = a;
+            }
             let _ = writeln!(stdout, "{stats}");
             return Ok(());
         }

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 
 use ircc_core::ir::ValueId;
-use ircc_core::{Module, OpId, Type};
+use ircc_core::{Attribute, Module, OpId, Type};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::index::is_view;
 use ircc_dialects::is_data;
@@ -156,4 +156,51 @@ pub fn layouts(module: &Module) -> Layouts {
         intermediate_bytes: int(memory_plan::INTERMEDIATE_BYTES),
         copy_bytes: int(memory_plan::COPY_BYTES),
     }
+}
+
+/// The address arithmetic of a lowered module's kernels (`kernel.ace`'s
+/// figures): per kernel and in total, before the pass (its `ace.before`
+/// attribute, or now where it did not run) and now.
+pub fn addresses(module: &Module) -> Option<serde_json::Value> {
+    use ircc_dialects::kernel::address::{AddressCounts, address_counts};
+    use ircc_dialects::kernel::ops::Func;
+    let json = |c: &AddressCounts| {
+        serde_json::json!({
+            "divmod": c.divmod,
+            "addr_ops": c.addr_ops,
+            "divmod_executed": c.divmod_executed,
+            "addr_ops_executed": c.addr_ops_executed,
+        })
+    };
+    let (mut before, mut after) = (AddressCounts::default(), AddressCounts::default());
+    let mut per_kernel = Vec::new();
+    for &op in &module.blocks[module.body].ops {
+        let Some(kernel) = Func::new(module, op) else {
+            continue;
+        };
+        let now = address_counts(module, op);
+        let then = match module.op(op).attr(ircc_passes::kernel::ace::BEFORE) {
+            Some(Attribute::DenseI64Array(v)) if v.len() == 4 => AddressCounts {
+                divmod: v[0] as u64,
+                addr_ops: v[1] as u64,
+                divmod_executed: v[2] as u64,
+                addr_ops_executed: v[3] as u64,
+            },
+            _ => now,
+        };
+        before += then;
+        after += now;
+        per_kernel.push(serde_json::json!({
+            "name": kernel.sym_name(),
+            "before": json(&then),
+            "after": json(&now),
+        }));
+    }
+    (!per_kernel.is_empty()).then(|| {
+        serde_json::json!({
+            "before": json(&before),
+            "after": json(&after),
+            "per_kernel": per_kernel,
+        })
+    })
 }

@@ -359,16 +359,18 @@ pub(crate) fn run_lowered(
 
 impl Driver {
     /// Compiles `loaded` with the pipeline `args` names, lowers it to
-    /// kernels as `kernel` asks and runs it once on `device`: the library
-    /// form of `ircc run --backend wgpu|opencl`. The error says which step
-    /// failed: `lower` (compiling, lowering or planning: the module uses
-    /// something the GPU path does not support) or `run`.
+    /// kernels as `kernel` asks and runs it once on `device` (`cl_options`
+    /// go to the OpenCL compiler): the library form of `ircc run --backend
+    /// wgpu|opencl`. The error says which step failed: `lower` (compiling,
+    /// lowering or planning: the module uses something the GPU path does
+    /// not support) or `run`.
     pub fn run_on_device(
         &self,
         loaded: &mut Loaded,
         args: &crate::PipelineArgs,
         kernel: &KernelArgs,
         device: Device,
+        cl_options: &str,
         inputs: &[Tensor],
     ) -> Result<Vec<Tensor>, GpuError> {
         let lower = |f: Failure| GpuError::Lower(f.diagnostics.to_string());
@@ -384,7 +386,7 @@ impl Driver {
         let weights = self.weights_of(loaded, func).map_err(lower)?;
         let plan = device.plan(&loaded.module, func).map_err(GpuError::Lower)?;
         let outputs = output_elems(&loaded.module, func);
-        start(device, plan, outputs, &weights, "")
+        start(device, plan, outputs, &weights, cl_options)
             .and_then(|mut session| session.run(inputs))
             .map_err(GpuError::Run)
     }
@@ -397,7 +399,7 @@ impl Driver {
         kernel: &KernelArgs,
         inputs: &[Tensor],
     ) -> Result<Vec<Tensor>, GpuError> {
-        self.run_on_device(loaded, args, kernel, Device::Wgpu, inputs)
+        self.run_on_device(loaded, args, kernel, Device::Wgpu, "", inputs)
     }
 }
 

@@ -11,28 +11,10 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
-
 use common::{ircc, root, scratch_dir};
 use ircc_dialects::kernel::KernelOp;
 
 const PIPELINES: [&str; 3] = ["none", "dnnfusion", "smartmem"];
-
-fn models() -> Vec<(String, PathBuf)> {
-    common::SHARED_MODELS
-        .iter()
-        .filter_map(|&n| match common::find_model(n) {
-            Some(p) => Some((n.to_string(), p)),
-            None => {
-                assert!(
-                    std::env::var_os("IRCC_REQUIRE_ONNX_TESTS").is_none(),
-                    "{n}.onnx not found"
-                );
-                None
-            }
-        })
-        .collect()
-}
 
 fn validate(wgsl: &str) -> Result<(), String> {
     let module = naga::front::wgsl::parse_str(wgsl).map_err(|e| e.emit_to_string(wgsl))?;
@@ -48,7 +30,7 @@ fn validate(wgsl: &str) -> Result<(), String> {
 #[test]
 fn every_emitted_shader_passes_naga() {
     let (mut shaders, mut plans) = (0, 0);
-    for (name, path) in models() {
+    for (name, path) in common::shared_models() {
         for pipeline in PIPELINES {
             for precision in ["f32", "f16"] {
                 let dir = scratch_dir("wgsl");
@@ -88,17 +70,6 @@ fn every_emitted_shader_passes_naga() {
     eprintln!("{shaders} shaders of {plans} plans validated by naga");
 }
 
-fn max_relative(got: &Path, want: &Path) -> f64 {
-    let g = ircc_reference::read_npy(got).unwrap().to_f64();
-    let w = ircc_reference::read_npy(want).unwrap().to_f64();
-    assert_eq!(g.shape(), w.shape());
-    let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
-    g.iter()
-        .zip(w.iter())
-        .map(|(a, b)| (a - b).abs() / scale)
-        .fold(0.0, f64::max)
-}
-
 #[test]
 fn models_run_on_wgpu_and_match() {
     if !common::gpu_available() {
@@ -106,7 +77,7 @@ fn models_run_on_wgpu_and_match() {
         return;
     }
     let (mut passed, mut failed) = (0, Vec::new());
-    for (name, path) in models() {
+    for (name, path) in common::shared_models() {
         let dir = path.parent().unwrap();
         let input = dir.join(format!("{name}.input.npy"));
         let want = dir.join(format!("{name}.output.npy"));
@@ -149,7 +120,7 @@ fn models_run_on_wgpu_and_match() {
                     .unwrap()
                     .unwrap()
                     .path();
-                let diff = max_relative(&got, &want);
+                let diff = common::max_relative(&got, &want);
                 if diff <= tolerance {
                     passed += 1;
                 } else {

@@ -129,6 +129,37 @@ pub const SHARED_MODELS: [&str; 8] = [
     "swin_t_w24_dynamo",
 ];
 
+/// The shared models that are here, by name; a missing one fails the test
+/// when `IRCC_REQUIRE_ONNX_TESTS` is set (CI sets it).
+pub fn shared_models() -> Vec<(String, PathBuf)> {
+    SHARED_MODELS
+        .iter()
+        .filter_map(|&n| match find_model(n) {
+            Some(p) => Some((n.to_string(), p)),
+            None => {
+                assert!(
+                    std::env::var_os("IRCC_REQUIRE_ONNX_TESTS").is_none(),
+                    "{n}.onnx not found"
+                );
+                None
+            }
+        })
+        .collect()
+}
+
+/// The largest difference between two `.npy` files relative to the
+/// largest magnitude of `want` (at least 1).
+pub fn max_relative(got: &Path, want: &Path) -> f64 {
+    let g = ircc_reference::read_npy(got).unwrap().to_f64();
+    let w = ircc_reference::read_npy(want).unwrap().to_f64();
+    assert_eq!(g.shape(), w.shape());
+    let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+    g.iter()
+        .zip(w.iter())
+        .map(|(a, b)| (a - b).abs() / scale)
+        .fold(0.0, f64::max)
+}
+
 /// `NAME.onnx` from `tests/models/` (the smaller models, kept in the
 /// repository) or `../shared/models/`.
 pub fn find_model(name: &str) -> Option<PathBuf> {
@@ -160,6 +191,35 @@ pub fn gpu_available() -> bool {
         assert!(
             std::env::var_os("IRCC_REQUIRE_GPU").is_none(),
             "no GPU adapter: {}",
+            r.stderr
+        );
+        return false;
+    }
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    true
+}
+
+/// Whether an OpenCL device runs the tiny MLP here. Without one this
+/// fails when `IRCC_REQUIRE_OPENCL` is set (CI sets it).
+pub fn opencl_available() -> bool {
+    let dir = scratch_dir("probe");
+    let out = dir.join("o");
+    let mlp = root().join("examples/mlp.ir");
+    let x = root().join("tests/data/mlp_x.npy");
+    let r = ircc(&[
+        "run",
+        mlp.to_str().unwrap(),
+        "--backend",
+        "opencl",
+        "--input",
+        &format!("x={}", x.display()),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    if r.code != 0 && r.stderr.contains("no OpenCL device") {
+        assert!(
+            std::env::var_os("IRCC_REQUIRE_OPENCL").is_none(),
+            "no OpenCL device: {}",
             r.stderr
         );
         return false;

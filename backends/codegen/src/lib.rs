@@ -156,7 +156,15 @@ impl<L: Language> Printer<'_, '_, L> {
             E::Sym(_) => Err("symbols cannot appear in kernel maps".to_string()),
             E::Const(c) if *c < 0 => Ok(format!("({})", self.lang.int(*c))),
             E::Const(c) => Ok(self.lang.int(*c)),
-            E::Add(a, b) => bin(a, "+", b),
+            // `x - 3`, not `x + (-3)`.
+            E::Add(a, b) => match **b {
+                E::Const(c) if c < 0 && c != i64::MIN => Ok(format!(
+                    "({} - {})",
+                    self.expr(a, operands)?,
+                    self.lang.int(-c)
+                )),
+                _ => bin(a, "+", b),
+            },
             E::Mul(a, b) => bin(a, "*", b),
             E::FloorDiv(a, b) => bin(a, "/", b),
             E::Mod(a, b) => bin(a, "%", b),

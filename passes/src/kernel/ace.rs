@@ -11,7 +11,9 @@
 //! WGSL and OpenCL C both get named addresses and no repeated ones.
 //!
 //! Sums are compared as multisets of terms with their coefficients, so
-//! `a + b + 16` and `b + (a + 32)` share `a + b`. The address counts
+//! `a + b + 16` and `b + (a + 32)` share `a + b`. Then every index
+//! computation and constant leaves the loops it does not depend on, and
+//! one that repeats an earlier one is replaced by it. The address counts
 //! before the pass go on each kernel as `ace.before` (divmod, addr_ops,
 //! and both as executed per invocation), for `ircc stats`.
 
@@ -408,10 +410,85 @@ fn eliminate(m: &mut Module, kernel: OpId) {
         }
         named.push(best);
     }
-    if named.is_empty() {
-        return;
+    if !named.is_empty() {
+        materialize(m, &mut sites, &named);
     }
-    materialize(m, &mut sites, &named);
+    hoist_invariants(m, body);
+    merge_duplicates(m, body, &mut Vec::new());
+}
+
+/// Whether an op computes an index or constant from its operands alone.
+fn is_pure_index(m: &Module, op: OpId) -> bool {
+    matches!(
+        KernelOp::of(m, op),
+        Some(KernelOp::Apply | KernelOp::Constant)
+    )
+}
+
+/// Moves every `kernel.apply` and `kernel.constant` out of each loop whose
+/// body none of its operands are defined in (loop-invariant code motion).
+fn hoist_invariants(m: &mut Module, body: BlockId) {
+    let mut ops = Vec::new();
+    m.walk_block(body, &mut |op| {
+        if is_pure_index(m, op) {
+            ops.push(op)
+        }
+    });
+    for op in ops {
+        while let Some(block) = m.op(op).parent
+            && let Some(h) = holder(m, block)
+            && KernelOp::of(m, h) == Some(KernelOp::For)
+            && !m
+                .op(op)
+                .operands
+                .iter()
+                .any(|&v| defining_block(m, v).is_some_and(|d| encloses(m, h, d)))
+        {
+            m.blocks[block].ops.retain(|&o| o != op);
+            m.insert_before(h, op);
+        }
+    }
+}
+
+/// Replaces each `kernel.apply` and `kernel.constant` that repeats one
+/// before it, in its block or a block around it, by that one, and each
+/// apply of the identity map by its operand.
+fn merge_duplicates(m: &mut Module, block: BlockId, scopes: &mut Vec<HashMap<String, ValueId>>) {
+    scopes.push(HashMap::new());
+    for op in m.blocks[block].ops.clone() {
+        if is_pure_index(m, op) {
+            let o = m.op(op);
+            // `apply (d0) -> (d0)` is its operand.
+            if let Some(Attribute::AffineMap(map)) = o.attr("map")
+                && let ([AffineExpr::Dim(0)], [x]) = (map.results.as_slice(), o.operands.as_slice())
+            {
+                let (r, x) = (o.results[0], *x);
+                m.replace_all_uses(r, x);
+                m.erase_op(op);
+                continue;
+            }
+            let key = format!("{} {:?} {:?}", o.name, o.attrs, o.operands);
+            let r = o.results[0];
+            match scopes.iter().rev().find_map(|s| s.get(&key)) {
+                Some(&earlier) => {
+                    m.replace_all_uses(r, earlier);
+                    m.erase_op(op);
+                }
+                None => {
+                    if let Some(s) = scopes.last_mut() {
+                        s.insert(key, r);
+                    }
+                }
+            }
+            continue;
+        }
+        for r in m.op(op).regions.clone() {
+            for b in m.regions[r].blocks.clone() {
+                merge_duplicates(m, b, scopes);
+            }
+        }
+    }
+    scopes.pop();
 }
 
 /// The largest subexpression that occurs twice, or that a loop

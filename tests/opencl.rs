@@ -1,0 +1,165 @@
+//! The OpenCL path: every shared model through `none`, `dnnfusion` and
+//! `smartmem`, in f32 and with f16 storage, compiled to one OpenCL C
+//! program and run through the OpenCL ICD loader (PoCL in CI, a CPU
+//! device with images), matching the stored reference outputs as the
+//! wgpu runs must (f32 within 1e-4, f16 within 1e-2 of the output's
+//! scale). PoCL's own optimizer is off here (`--cl-options
+//! -cl-opt-disable`): it compiles each kernel the first time it runs, and
+//! optimizing costs more than running these small models.
+//!
+//! Without an OpenCL device the run test fails when `IRCC_REQUIRE_OPENCL`
+//! is set (CI sets it) and is reported as skipped otherwise.
+
+mod common;
+
+use std::path::PathBuf;
+
+use common::{ircc, max_relative, scratch_dir};
+
+const PIPELINES: [&str; 3] = ["none", "dnnfusion", "smartmem"];
+
+/// One model through one pipeline at one precision: the relative
+/// difference from the reference, and how many kernels read images.
+fn run_model(
+    name: &str,
+    path: &PathBuf,
+    pipeline: &str,
+    precision: &str,
+) -> Result<(f64, usize), String> {
+    let dir = path.parent().unwrap();
+    let input = dir.join(format!("{name}.input.npy"));
+    let want = dir.join(format!("{name}.output.npy"));
+    let scratch = scratch_dir("opencl");
+    let out = scratch.join("o");
+    let r = ircc(&[
+        "run",
+        path.to_str().unwrap(),
+        "--pipeline",
+        pipeline,
+        "--precision",
+        precision,
+        "--backend",
+        "opencl",
+        "--cl-options",
+        "-cl-opt-disable",
+        "--input",
+        input.to_str().unwrap(),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    if r.code != 0 {
+        return Err(r.stderr);
+    }
+    let got = std::fs::read_dir(&out)
+        .unwrap()
+        .next()
+        .unwrap()
+        .unwrap()
+        .path();
+    let emitted = scratch.join("cl");
+    let e = ircc(&[
+        path.to_str().unwrap(),
+        "--pipeline",
+        pipeline,
+        "--precision",
+        precision,
+        "--emit",
+        "opencl",
+        "-o",
+        emitted.to_str().unwrap(),
+    ]);
+    assert_eq!(e.code, 0, "{}", e.stderr);
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(emitted.join("plan.json")).unwrap()).unwrap();
+    let image_readers = plan["dispatches"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|d| {
+            d["bindings"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|b| b["access"] == "texture")
+        })
+        .count();
+    Ok((max_relative(&got, &want), image_readers))
+}
+
+#[test]
+fn models_run_on_opencl_and_match() {
+    if !common::opencl_available() {
+        eprintln!("0 passed, 0 failed, 48 skipped (no OpenCL device)");
+        return;
+    }
+    let mut jobs = Vec::new();
+    for (name, path) in common::shared_models() {
+        for pipeline in PIPELINES {
+            for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
+                jobs.push((name.clone(), path.clone(), pipeline, precision, tolerance));
+            }
+        }
+    }
+    // Two at a time: PoCL compiles each kernel on one core.
+    let queue = std::sync::Mutex::new(jobs.into_iter());
+    let results = std::sync::Mutex::new(Vec::new());
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                loop {
+                    let Some((name, path, pipeline, precision, tolerance)) =
+                        queue.lock().unwrap().next()
+                    else {
+                        break;
+                    };
+                    let outcome = run_model(&name, &path, pipeline, precision);
+                    results
+                        .lock()
+                        .unwrap()
+                        .push((name, pipeline, precision, tolerance, outcome));
+                }
+            });
+        }
+    });
+    let mut results = results.into_inner().unwrap();
+    results.sort_by(|a, b| (&a.0, a.1, a.2).cmp(&(&b.0, b.1, b.2)));
+    let (mut passed, mut failed) = (0, Vec::new());
+    for (name, pipeline, precision, tolerance, outcome) in results {
+        match outcome {
+            Ok((diff, images)) if diff <= tolerance => {
+                passed += 1;
+                eprintln!(
+                    "{name} {pipeline} {precision}: {diff:.1e}, {images} kernels read images"
+                );
+            }
+            Ok((diff, _)) => failed.push(format!("{name} {pipeline} {precision}: {diff:e}")),
+            Err(e) => failed.push(format!("{name} {pipeline} {precision}: {e}")),
+        }
+    }
+    eprintln!("{passed} passed, {} failed, 0 skipped", failed.len());
+    assert!(failed.is_empty(), "{failed:#?}");
+}
+
+#[test]
+fn smartmem_kernels_read_images() {
+    // The texture level's choice reaches OpenCL as image2d_t arguments.
+    let swin = common::find_model("swin_t_w24").expect("swin_t_w24.onnx");
+    let dir = scratch_dir("opencl-emit");
+    let out = dir.join("cl");
+    let r = ircc(&[
+        swin.to_str().unwrap(),
+        "--pipeline",
+        "smartmem",
+        "--emit",
+        "opencl",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let cl = std::fs::read_to_string(out.join("kernels.cl")).unwrap();
+    assert!(cl.contains("__read_only image2d_t") && cl.contains("read_imagef("));
+    assert!(cl.contains("__write_only image2d_t") && cl.contains("write_imagef("));
+    let plan = std::fs::read_to_string(out.join("plan.json")).unwrap();
+    assert!(plan.contains("\"texel_format\": \"rgba32f\""));
+    assert!(plan.contains("\"entry\""));
+}
