@@ -12,7 +12,7 @@
 
 mod common;
 
-use std::path::PathBuf;
+use std::path::Path;
 
 use common::{ircc, max_relative, scratch_dir};
 
@@ -22,7 +22,7 @@ const PIPELINES: [&str; 3] = ["none", "dnnfusion", "smartmem"];
 /// difference from the reference, and how many kernels read images.
 fn run_model(
     name: &str,
-    path: &PathBuf,
+    path: &Path,
     pipeline: &str,
     precision: &str,
 ) -> Result<(f64, usize), String> {
@@ -162,4 +162,74 @@ fn smartmem_kernels_read_images() {
     let plan = std::fs::read_to_string(out.join("plan.json")).unwrap();
     assert!(plan.contains("\"texel_format\": \"rgba32f\""));
     assert!(plan.contains("\"entry\""));
+}
+
+/// The OpenCL C of each kernel and texture filetest that emits it.
+fn filetest_programs() -> Vec<(String, String)> {
+    let mut programs = Vec::new();
+    for dir in ["tests/ir/kernel", "tests/ir/texture"] {
+        for file in common::ir_files(dir) {
+            let source = std::fs::read_to_string(&file).unwrap();
+            for args in common::run_lines(&source) {
+                if !args.iter().any(|a| a == "opencl") {
+                    continue;
+                }
+                let scratch = scratch_dir("filetest-cl");
+                let out = scratch.join("cl");
+                let mut argv = vec![file.to_str().unwrap()];
+                argv.extend(args.iter().map(String::as_str));
+                argv.extend(["-o", out.to_str().unwrap()]);
+                let r = ircc(&argv);
+                assert_eq!(r.code, 0, "{}: {}", file.display(), r.stderr);
+                let cl = std::fs::read_to_string(out.join("kernels.cl")).unwrap();
+                programs.push((common::relative(&file), cl));
+            }
+        }
+    }
+    programs
+}
+
+#[test]
+fn filetest_programs_build_on_the_device() {
+    if !common::opencl_available() {
+        return;
+    }
+    let programs = filetest_programs();
+    assert!(programs.len() >= 13, "{} programs", programs.len());
+    for (file, cl) in &programs {
+        ircc_opencl::check_program(cl, "").unwrap_or_else(|e| panic!("{file}: {e}\n{cl}"));
+    }
+    eprintln!("{} filetest programs built", programs.len());
+}
+
+#[test]
+fn compiler_errors_name_the_kernel_and_the_line() {
+    if !common::opencl_available() {
+        return;
+    }
+    let (_, cl) = filetest_programs()
+        .into_iter()
+        .find(|(f, _)| f.ends_with("layer_norm.ir"))
+        .unwrap();
+    // Break one statement of the first kernel.
+    let line = cl.lines().position(|l| l.contains("const float")).unwrap();
+    let broken: String = cl
+        .lines()
+        .enumerate()
+        .map(|(i, l)| {
+            if i == line {
+                format!("{}\n", l.replace("const float", "const flot"))
+            } else {
+                format!("{l}\n")
+            }
+        })
+        .collect();
+    let kernel = cl.lines().find_map(|l| l.strip_prefix("void ")).unwrap();
+    let kernel = kernel.split('(').next().unwrap();
+    let e = ircc_opencl::check_program(&broken, "").unwrap_err();
+    assert!(
+        e.contains(&format!("kernel {kernel}, line {}", line + 1)),
+        "{e}"
+    );
+    assert!(e.contains("const flot"), "{e}");
 }

@@ -10,7 +10,7 @@ pub mod runtime;
 
 pub use ircc_plan::{BufferKind, Plan};
 #[cfg(feature = "runtime")]
-pub use runtime::Session;
+pub use runtime::{Session, check_program};
 
 use std::collections::{HashMap, HashSet};
 

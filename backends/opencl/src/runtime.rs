@@ -98,8 +98,9 @@ fn pick_device() -> R<Device> {
         .ok_or_else(|| "no OpenCL device".to_string())
 }
 
-/// The compiler's log with each `<source>:LINE:COL` prefixed by the
-/// kernel that line is in and followed by the line itself.
+/// The compiler's log with each error at `FILE:LINE:COL` (PoCL writes
+/// `error: FILE:LINE:COL: message`, clang `FILE:LINE:COL: error: message`)
+/// given as the kernel that line is in, the message and the line itself.
 fn explain_build_log(log: &str, program: &str) -> String {
     let lines: Vec<&str> = program.lines().collect();
     let kernel_at = |line: usize| {
@@ -111,22 +112,45 @@ fn explain_build_log(log: &str, program: &str) -> String {
             .unwrap_or("the prelude")
     };
     let mut out = String::new();
-    for l in log.lines() {
-        let located = l.split(':').nth(1).and_then(|n| n.parse::<usize>().ok());
-        match located {
-            Some(n) if n >= 1 && l.contains(": error") => {
-                out.push_str(&format!(
-                    "kernel {}, line {n}: {}\n    {}\n",
-                    kernel_at(n),
-                    l.split_once(": error")
-                        .map_or(l, |(_, e)| e.trim_start_matches(':').trim()),
-                    lines.get(n - 1).map_or("", |s| s.trim())
-                ));
-            }
-            _ => {}
+    for l in log.lines().filter(|l| l.contains("error")) {
+        let fields: Vec<&str> = l.split(':').collect();
+        let number = |i: usize| fields.get(i).and_then(|f| f.trim().parse::<usize>().ok());
+        let Some(at) = (0..fields.len()).find(|&i| number(i).is_some() && number(i + 1).is_some())
+        else {
+            continue;
+        };
+        let n = number(at).unwrap_or(0);
+        let message = fields[at + 2..].join(":");
+        let message = message.trim();
+        let message = message.strip_prefix("error:").unwrap_or(message).trim();
+        if n == 0 {
+            continue;
         }
+        out.push_str(&format!(
+            "kernel {}, line {n}: {message}\n    {}\n",
+            kernel_at(n),
+            lines.get(n - 1).map_or("", |s| s.trim())
+        ));
     }
     if out.is_empty() { log.to_string() } else { out }
+}
+
+fn build(context: &Context, source: &str, options: &str) -> R<Program> {
+    Program::create_and_build_from_source(context, source, options).map_err(|e| {
+        format!(
+            "the OpenCL compiler refused the program:\n{}",
+            explain_build_log(&e, source)
+        )
+    })
+}
+
+/// Builds `source` on the device [`pick_device`] finds without running
+/// it, as a validator of emitted programs; returns the device's name.
+pub fn check_program(source: &str, options: &str) -> R<String> {
+    let device = pick_device()?;
+    let context = Context::from_device(&device).map_err(cl_err("OpenCL context"))?;
+    build(&context, source, options)?;
+    device.name().map_err(cl_err("device name"))
 }
 
 impl Session {
@@ -153,13 +177,7 @@ impl Session {
             .first()
             .map(|(_, s)| s.as_str())
             .ok_or("the plan has no OpenCL program")?;
-        let program =
-            Program::create_and_build_from_source(&context, source, options).map_err(|e| {
-                format!(
-                    "the OpenCL compiler refused the program:\n{}",
-                    explain_build_log(&e, source)
-                )
-            })?;
+        let program = build(&context, source, options)?;
         let has_images = plan.buffers.iter().any(|b| b.texels.is_some());
         if has_images && !device.image_support().unwrap_or(false) {
             return Err(format!("OpenCL device '{name}' has no image support"));
@@ -406,5 +424,33 @@ impl Session {
             runs_ms,
             per_kernel_us,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::explain_build_log;
+
+    #[test]
+    fn build_errors_name_the_kernel_and_the_line() {
+        let program = "// prelude\n\n__kernel void k0_exp(__global float* a0)\n{\n    a0[0] = nope;\n}\n\n__kernel\nvoid k1_add(__global float* a0)\n{\n    a0[1] = 2.0f +;\n}\n";
+        // The kernel's name is on the `void` line, as the printer writes it.
+        let program = program.replace("__kernel void k0_exp", "__kernel\nvoid k0_exp");
+        let log = "error: /tmp/k.cl:6:13: use of undeclared identifier 'nope'\n<source>:12:19: error: expected expression\n2 errors generated.";
+        let explained = explain_build_log(log, &program);
+        assert!(
+            explained.contains("kernel k0_exp, line 6: use of undeclared identifier 'nope'"),
+            "{explained}"
+        );
+        assert!(explained.contains("a0[0] = nope;"), "{explained}");
+        assert!(
+            explained.contains("kernel k1_add, line 12: expected expression"),
+            "{explained}"
+        );
+        // A log without locations comes back whole.
+        assert_eq!(
+            explain_build_log("CL_OUT_OF_HOST_MEMORY", &program),
+            "CL_OUT_OF_HOST_MEMORY"
+        );
     }
 }
