@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 use std::fmt::Write;
 
+use ircc_core::ir::ValueDef;
 use ircc_core::{AffineExpr, Attribute, BlockId, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::kernel::ops::{self, BinaryFn, CmpPred, IdKind, UnaryFn};
 use ircc_dialects::kernel::{KernelOp, KernelOp as K};
@@ -33,6 +34,8 @@ pub struct Memory {
     pub name: String,
     pub elem: ElemType,
     pub space: Space,
+    /// Elements in it.
+    pub len: i64,
 }
 
 /// How one language spells kernel code. Expressions are returned as text;
@@ -50,7 +53,12 @@ pub trait Language {
     fn var(&self, name: &str, ty: &str, value: &str) -> String;
     /// The invocation's id of `kind` along `axis` (0, 1, 2), as an index.
     fn id(&self, kind: IdKind, axis: usize) -> String;
-    fn load(&mut self, memory: &Memory, offset: &str) -> String;
+    /// Element `offset` of `memory`; `in_bounds` when the offset is
+    /// proved inside it. Kernels read past a tensor where they discard
+    /// what they read (a padded convolution's border, a matmul's last
+    /// tile), which Vulkan's robust buffer access makes safe and OpenCL
+    /// does not.
+    fn load(&mut self, memory: &Memory, offset: &str, in_bounds: bool) -> String;
     fn store(&mut self, memory: &Memory, offset: &str, value: &str) -> String;
     /// The four elements of workgroup memory from `offset` on, as a vector.
     fn load4(&mut self, memory: &Memory, offset: &str) -> String;
@@ -78,19 +86,25 @@ pub trait Language {
     fn barrier(&self) -> &'static str;
 }
 
-/// The body of a kernel: the statements of its entry block, indented by
-/// one level. `memories` names every tensor argument and workgroup array.
+/// The body of kernel.func `func`: the statements of its entry block,
+/// indented by one level. `memories` names every tensor argument and
+/// workgroup array.
 pub fn body<L: Language>(
     m: &Module,
-    block: BlockId,
+    func: OpId,
     memories: HashMap<ValueId, Memory>,
     lang: &mut L,
 ) -> R<String> {
+    let kernel = ops::Func::new(m, func).ok_or("not a kernel.func")?;
+    let block = m.entry_block(func).ok_or("a kernel without a body")?;
     let mut p = Printer {
         m,
         lang,
         memories,
         names: HashMap::new(),
+        ranges: HashMap::new(),
+        workgroup: kernel.workgroup_size(),
+        grid: kernel.grid(),
         next: 0,
         out: String::new(),
     };
@@ -116,11 +130,92 @@ struct Printer<'m, 'l, L> {
     lang: &'l mut L,
     memories: HashMap<ValueId, Memory>,
     names: HashMap<ValueId, String>,
+    /// What each index value may be, inclusive, where known.
+    ranges: HashMap<ValueId, (i64, i64)>,
+    /// The kernel's workgroup size and grid, for the ids' ranges.
+    workgroup: Vec<i64>,
+    grid: Vec<i64>,
     next: usize,
     out: String,
 }
 
 impl<L: Language> Printer<'_, '_, L> {
+    /// The range of the op's map result `i` over its index operands from
+    /// `first`, where every operand's range is known.
+    fn map_range(&self, op: OpId, first: usize, i: usize) -> Option<(i64, i64)> {
+        let o = self.m.op(op);
+        let Some(Attribute::AffineMap(map)) = o.attr("map") else {
+            return None;
+        };
+        let dims: Option<Vec<(i64, i64)>> = o.operands[first..]
+            .iter()
+            .map(|v| self.ranges.get(v).copied())
+            .collect();
+        map.results.get(i)?.range(&dims?)
+    }
+
+    /// Records what an index op's result may be.
+    fn track_range(&mut self, op: OpId, kind: KernelOp) {
+        let m = self.m;
+        let o = m.op(op);
+        let Some(&r) = o.results.first() else {
+            return;
+        };
+        let range = match kind {
+            K::Id => ops::Id::new(m, op).and_then(|id| {
+                let axis = id.axis() as usize;
+                let (wg, grid) = (*self.workgroup.get(axis)?, *self.grid.get(axis)?);
+                let n = match id.kind() {
+                    IdKind::Global => wg * grid,
+                    IdKind::Local => wg,
+                    IdKind::Workgroup => grid,
+                };
+                Some((0, n - 1))
+            }),
+            K::Constant => match o.attr("value") {
+                Some(Attribute::Int(x, _)) => Some((*x, *x)),
+                _ => None,
+            },
+            K::Apply => self.map_range(op, 0, 0),
+            K::Binary => {
+                let (a, b) = (
+                    self.ranges.get(&o.operands[0]).copied(),
+                    self.ranges.get(&o.operands[1]).copied(),
+                );
+                match (ops::Binary::new(m, op).map(|b| b.fn_()), a, b) {
+                    (Some(BinaryFn::Min), Some(a), Some(b)) => Some((a.0.min(b.0), a.1.min(b.1))),
+                    (Some(BinaryFn::Max), Some(a), Some(b)) => Some((a.0.max(b.0), a.1.max(b.1))),
+                    _ => None,
+                }
+            }
+            _ => None,
+        };
+        if let Some(range) = range {
+            self.ranges.insert(r, range);
+        }
+    }
+
+    /// Within a `kernel.if` on `v < c` or `v <= c` (a constant), `v` is
+    /// below `c`; returns the range to restore after the body.
+    fn narrow(&mut self, cond: ValueId) -> Option<(ValueId, (i64, i64))> {
+        let m = self.m;
+        let ValueDef::OpResult { op, .. } = m.value(cond).def else {
+            return None;
+        };
+        let cmp = ops::Cmp::new(m, op)?;
+        let o = m.op(op);
+        let (v, bound) = (o.operands[0], o.operands[1]);
+        let c = self.ranges.get(&bound).filter(|(lo, hi)| lo == hi)?.0;
+        let upper = match cmp.pred() {
+            CmpPred::Lt => c - 1,
+            CmpPred::Le => c,
+            _ => return None,
+        };
+        let old = *self.ranges.get(&v)?;
+        self.ranges.insert(v, (old.0, old.1.min(upper)));
+        Some((v, old))
+    }
+
     fn name(&self, v: ValueId) -> R<&str> {
         self.names
             .get(&v)
@@ -235,7 +330,10 @@ impl<L: Language> Printer<'_, '_, L> {
             K::Load => {
                 let memory = self.memory(o.operands[0])?;
                 let offset = self.map_expr(op, 1)?;
-                self.lang.load(&memory, &offset)
+                let in_bounds = self
+                    .map_range(op, 1, 0)
+                    .is_some_and(|(lo, hi)| lo >= 0 && hi < memory.len);
+                self.lang.load(&memory, &offset, in_bounds)
             }
             K::Store => {
                 let memory = self.memory(o.operands[1])?;
@@ -302,7 +400,11 @@ impl<L: Language> Printer<'_, '_, L> {
                 let cond = arg(0)?;
                 self.line(indent, &format!("if ({cond}) {{"));
                 let body = m.entry_block(op).ok_or("a kernel.if without a body")?;
+                let narrowed = self.narrow(o.operands[0]);
                 self.block(body, indent + 1)?;
+                if let Some((v, range)) = narrowed {
+                    self.ranges.insert(v, range);
+                }
                 self.line(indent, "}");
                 return Ok(());
             }
@@ -314,6 +416,7 @@ impl<L: Language> Printer<'_, '_, L> {
             K::Alloc | K::Return | K::Yield => return Ok(()),
             K::Func | K::Launch => return Err(format!("'{kind}' cannot appear in a kernel")),
         };
+        self.track_range(op, kind);
         let r = result.ok_or("an expression op without a result")?;
         let name = match kind {
             // Named for what they are: `gid_x`, `lid_y`, `wid_x` (the first
@@ -360,6 +463,10 @@ impl<L: Language> Printer<'_, '_, L> {
         // Not `i`: the 32nd name would be `i32`, a type.
         let iv = self.fresh("k", args[0]);
         let for_op = ops::For::new(m, op).ok_or("malformed kernel.for")?;
+        if for_op.upper() > for_op.lower() {
+            self.ranges
+                .insert(args[0], (for_op.lower(), for_op.upper() - 1));
+        }
         let head = self
             .lang
             .for_head(&iv, for_op.lower(), for_op.upper(), for_op.step());

@@ -153,8 +153,18 @@ impl Language for OpenCl {
         format!("(int){f}({axis})")
     }
 
-    fn load(&mut self, memory: &Memory, offset: &str) -> String {
+    /// A read that may fall outside its buffer is clamped into it: what
+    /// it reads there is discarded, and OpenCL, unlike Vulkan, has no
+    /// robust buffer access to make the read itself safe.
+    fn load(&mut self, memory: &Memory, offset: &str, in_bounds: bool) -> String {
         let m = &memory.name;
+        let clamped;
+        let offset = if in_bounds || memory.space != Space::Buffer {
+            offset
+        } else {
+            clamped = format!("clamp({offset}, 0, {})", memory.len - 1);
+            &clamped
+        };
         if memory.space == Space::Buffer && memory.elem == ElemType::F16 {
             self.helpers.insert(Helper::Half);
             format!("(half_t)vload_half({offset}, {m})")
@@ -355,6 +365,7 @@ fn kernel(m: &Module, func: OpId, entry: &str) -> R<Printed> {
                 name,
                 elem: t.elem,
                 space,
+                len: t.num_elements(),
             },
         );
     }
@@ -373,6 +384,7 @@ fn kernel(m: &Module, func: OpId, entry: &str) -> R<Printed> {
                 name,
                 elem: t.elem,
                 space,
+                len: t.num_elements(),
             },
         );
     }
@@ -385,7 +397,7 @@ fn kernel(m: &Module, func: OpId, entry: &str) -> R<Printed> {
     if f16_inside {
         lang.helpers.insert(Helper::Half);
     }
-    let body = ircc_codegen::body(m, block, memories, &mut lang)?;
+    let body = ircc_codegen::body(m, func, memories, &mut lang)?;
     let wg = kernel.workgroup_size();
     let mut text = String::new();
     let _ = writeln!(

@@ -5,6 +5,7 @@
 //! A compiler error names the kernel and the line of the program it is on.
 
 use std::ptr;
+use std::sync::OnceLock;
 use std::time::Instant;
 
 use ircc_core::{ElemType, Tensor};
@@ -56,7 +57,6 @@ pub struct Session {
     /// Kept alive for the kernels and sub-buffers made from them.
     _pool: Option<Buffer<u8>>,
     _program: Program,
-    _context: Context,
     output_elems: Vec<ElemType>,
     pub device: String,
     pub platform: String,
@@ -144,13 +144,45 @@ fn build(context: &Context, source: &str, options: &str) -> R<Program> {
     })
 }
 
+/// The device and its context, made once per process: a context is
+/// costly (PoCL loads and links its kernel library into each), and every
+/// session and check can share one.
+struct Shared {
+    device: Device,
+    context: Context,
+    name: String,
+    platform: String,
+}
+
+fn shared() -> R<&'static Shared> {
+    static SHARED: OnceLock<R<Shared>> = OnceLock::new();
+    SHARED
+        .get_or_init(|| {
+            let device = pick_device()?;
+            let name = device.name().map_err(cl_err("device name"))?;
+            let platform = opencl3::platform::Platform::new(
+                device.platform().map_err(cl_err("device platform"))?,
+            )
+            .name()
+            .unwrap_or_default();
+            let context = Context::from_device(&device).map_err(cl_err("OpenCL context"))?;
+            Ok(Shared {
+                device,
+                context,
+                name,
+                platform,
+            })
+        })
+        .as_ref()
+        .map_err(Clone::clone)
+}
+
 /// Builds `source` on the device [`pick_device`] finds without running
 /// it, as a validator of emitted programs; returns the device's name.
 pub fn check_program(source: &str, options: &str) -> R<String> {
-    let device = pick_device()?;
-    let context = Context::from_device(&device).map_err(cl_err("OpenCL context"))?;
-    build(&context, source, options)?;
-    device.name().map_err(cl_err("device name"))
+    let shared = shared()?;
+    build(&shared.context, source, options)?;
+    Ok(shared.name.clone())
 }
 
 impl Session {
@@ -162,22 +194,21 @@ impl Session {
         weights: &Weights,
         options: &str,
     ) -> R<Session> {
-        let device = pick_device()?;
-        let name = device.name().map_err(cl_err("device name"))?;
-        let platform =
-            opencl3::platform::Platform::new(device.platform().map_err(cl_err("device platform"))?)
-                .name()
-                .unwrap_or_default();
-        let context = Context::from_device(&device).map_err(cl_err("OpenCL context"))?;
+        let Shared {
+            device,
+            context,
+            name,
+            platform,
+        } = shared()?;
         #[allow(deprecated)] // clCreateCommandQueue: what OpenCL 1.2 devices have.
-        let queue = CommandQueue::create_default(&context, CL_QUEUE_PROFILING_ENABLE)
+        let queue = CommandQueue::create_default(context, CL_QUEUE_PROFILING_ENABLE)
             .map_err(cl_err("OpenCL queue"))?;
         let source = plan
             .sources
             .first()
             .map(|(_, s)| s.as_str())
             .ok_or("the plan has no OpenCL program")?;
-        let program = build(&context, source, options)?;
+        let program = build(context, source, options)?;
         let has_images = plan.buffers.iter().any(|b| b.texels.is_some());
         if has_images && !device.image_support().unwrap_or(false) {
             return Err(format!("OpenCL device '{name}' has no image support"));
@@ -298,10 +329,9 @@ impl Session {
             kernels,
             _pool: pool,
             _program: program,
-            _context: context,
             output_elems,
-            device: name,
-            platform,
+            device: name.clone(),
+            platform: platform.clone(),
         })
     }
 

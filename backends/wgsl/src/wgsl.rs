@@ -152,8 +152,9 @@ impl Language for Wgsl {
     }
 
     /// Workgroup arrays that `load4` reads are arrays of vec4, indexed by
-    /// vector and lane.
-    fn load(&mut self, memory: &Memory, offset: &str) -> String {
+    /// vector and lane. Reads outside a buffer are left to Vulkan's
+    /// robust buffer access, which wgpu turns on.
+    fn load(&mut self, memory: &Memory, offset: &str, _in_bounds: bool) -> String {
         let m = &memory.name;
         if memory.space == (Space::Workgroup { vec4: true }) {
             format!("{m}[({offset}) / 4][({offset}) % 4]")
@@ -163,7 +164,7 @@ impl Language for Wgsl {
     }
 
     fn store(&mut self, memory: &Memory, offset: &str, value: &str) -> String {
-        format!("{} = {value};", self.load(memory, offset))
+        format!("{} = {value};", self.load(memory, offset, true))
     }
 
     fn load4(&mut self, memory: &Memory, offset: &str) -> String {
@@ -326,6 +327,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
                 name: format!("a{i}"),
                 elem: t.elem,
                 space,
+                len: t.num_elements(),
             },
         );
     }
@@ -351,6 +353,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
                 name: format!("w{k}"),
                 elem: t.elem,
                 space,
+                len: t.num_elements(),
             },
         );
     }
@@ -361,7 +364,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
         }
     });
     let mut wgsl = Wgsl::default();
-    let body = ircc_codegen::body(m, block, memories, &mut wgsl)?;
+    let body = ircc_codegen::body(m, func, memories, &mut wgsl)?;
     let mut s = String::new();
     if uses_f16 || f16_inside {
         s.push_str("enable f16;\n\n");

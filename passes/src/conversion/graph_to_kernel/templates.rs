@@ -399,7 +399,18 @@ fn elementwise_texels(
             let c = texel[lanes].clone() * Ix::constant(LANES) + Ix::constant(lane);
             let inside = below(kb, &c, extent, extent % LANES == 0);
             let mut idx = texel.clone();
-            idx[lanes] = c;
+            // A padding lane computes at the last real index (and is then
+            // replaced by zero): its loads stay inside their tensors, which
+            // only Vulkan's robust buffer access would forgive.
+            idx[lanes] = match inside {
+                Some(_) => {
+                    let at = kb.apply(&c);
+                    let last = kb.ir.index_const(extent - 1);
+                    let clamped = kb.ir.binary(BinaryFn::Min, at, last);
+                    kb.var(clamped, extent)
+                }
+                None => c,
+            };
             for &(inner, host) in outputs {
                 if !kb.textures.contains_key(&host) {
                     guarded(kb, inside, &mut |kb| {
