@@ -37,7 +37,8 @@ impl Driver {
                 form,
                 stderr,
             )?;
-            return self.emit_sources(&loaded, device, args.output.as_deref(), stdout);
+            let profile = args.pipeline.device.as_deref();
+            return self.emit_sources(&loaded, device, profile, args.output.as_deref(), stdout);
         }
         self.transform(&mut loaded, &args.pipeline, None, form, stderr)?;
         let text = match args.emit {
@@ -89,7 +90,8 @@ impl Driver {
                 })?
             }
             Some(device) => {
-                crate::gpu::run_lowered(self, &loaded, device, &args.cl_options, &inputs)?
+                let profile = args.model.pipeline.device.as_deref();
+                crate::gpu::run_lowered(self, &loaded, device, profile, &args.cl_options, &inputs)?
             }
         };
         let module = &loaded.module;

@@ -89,10 +89,13 @@ pub enum Device {
 }
 
 impl Device {
-    fn plan(self, m: &Module, func: OpId) -> Result<Plan, String> {
+    /// The plan and sources of `func`, printed for the device profile
+    /// `profile` names (`--device`; the layout passes' default without).
+    fn plan(self, m: &Module, func: OpId, profile: Option<&str>) -> Result<Plan, String> {
+        let options = codegen_options(profile)?;
         match self {
-            Device::Wgpu => ircc_wgsl::plan(m, func),
-            Device::OpenCl => ircc_opencl::plan(m, func),
+            Device::Wgpu => ircc_wgsl::plan(m, func, options),
+            Device::OpenCl => ircc_opencl::plan(m, func, options),
         }
     }
 
@@ -102,6 +105,15 @@ impl Device {
             Device::OpenCl => "opencl",
         }
     }
+}
+
+/// What the printers take from the device profile `profile` names.
+fn codegen_options(profile: Option<&str>) -> Result<ircc_wgsl::Options, String> {
+    let default = ircc_passes::decl::LayoutSelectOptions::parse(&PassOptions::default())?.device;
+    let profile = ircc_dialects::kernel::DeviceProfile::named(profile.unwrap_or(&default))?;
+    Ok(ircc_wgsl::Options {
+        autobroadcast: profile.autobroadcast,
+    })
 }
 
 /// A plan built and ready on a device.
@@ -218,11 +230,12 @@ impl Driver {
         &self,
         loaded: &Loaded,
         device: Device,
+        profile: Option<&str>,
         dir: Option<&Path>,
         stdout: &mut dyn Write,
     ) -> Outcome {
         let func = main_function(&loaded.module)?;
-        let plan = device.plan(&loaded.module, func).map_err(plain)?;
+        let plan = device.plan(&loaded.module, func, profile).map_err(plain)?;
         let Some(dir) = dir else {
             for (file, text) in &plan.sources {
                 let launches: Vec<String> = plan
@@ -297,17 +310,18 @@ pub(crate) fn output_elems(m: &Module, func: OpId) -> Vec<ElemType> {
     }
 }
 
-/// Builds a lowered module's plan on `device`; `cl_options` go to the
-/// OpenCL compiler.
+/// Builds a lowered module's plan on `device`, printed for the device
+/// profile `profile` names; `cl_options` go to the OpenCL compiler.
 pub(crate) fn session(
     driver: &Driver,
     loaded: &Loaded,
     device: Device,
+    profile: Option<&str>,
     cl_options: &str,
 ) -> Result<Session, Failure> {
     let func = main_function(&loaded.module)?;
     let weights = driver.weights_of(loaded, func)?;
-    let plan = device.plan(&loaded.module, func).map_err(plain)?;
+    let plan = device.plan(&loaded.module, func, profile).map_err(plain)?;
     let outputs = output_elems(&loaded.module, func);
     start(device, plan, outputs, &weights, cl_options).map_err(plain)
 }
@@ -349,10 +363,11 @@ pub(crate) fn run_lowered(
     driver: &Driver,
     loaded: &Loaded,
     device: Device,
+    profile: Option<&str>,
     cl_options: &str,
     inputs: &[Tensor],
 ) -> Result<Vec<Tensor>, Failure> {
-    session(driver, loaded, device, cl_options)?
+    session(driver, loaded, device, profile, cl_options)?
         .run(inputs)
         .map_err(plain)
 }
@@ -384,7 +399,9 @@ impl Driver {
         .map_err(lower)?;
         let func = main_function(&loaded.module).map_err(lower)?;
         let weights = self.weights_of(loaded, func).map_err(lower)?;
-        let plan = device.plan(&loaded.module, func).map_err(GpuError::Lower)?;
+        let plan = device
+            .plan(&loaded.module, func, args.device.as_deref())
+            .map_err(GpuError::Lower)?;
         let outputs = output_elems(&loaded.module, func);
         start(device, plan, outputs, &weights, cl_options)
             .and_then(|mut session| session.run(inputs))
@@ -463,7 +480,8 @@ impl Driver {
         } else {
             crate::inputs::read_inputs(&args.inputs, &names)?
         };
-        let mut session = session(self, &loaded, device, &args.cl_options)?;
+        let profile = args.model.pipeline.device.as_deref();
+        let mut session = session(self, &loaded, device, profile, &args.cl_options)?;
         let timing = session
             .time(&inputs, args.warmup, args.runs)
             .map_err(plain)?;

@@ -278,9 +278,19 @@ impl Driver {
 
     /// The passes a `--pipeline`/`--passes` choice stands for.
     pub fn pipeline_specs(&self, args: &PipelineArgs) -> Result<Vec<PassOptions>, Diagnostic> {
+        self.device_pipeline_specs(args, false)
+    }
+
+    /// [`Driver::pipeline_specs`]; `for_device` when the result is printed
+    /// or run on a device, whose printers read `--device` too.
+    fn device_pipeline_specs(
+        &self,
+        args: &PipelineArgs,
+        for_device: bool,
+    ) -> Result<Vec<PassOptions>, Diagnostic> {
         let mut specs = self.named_pipeline(args)?;
         if let Some(device) = &args.device {
-            set_device(&mut specs, device)?;
+            set_device(&mut specs, device, for_device)?;
         }
         Ok(specs)
     }
@@ -322,7 +332,7 @@ impl Driver {
         form: Form,
         stderr: &mut dyn Write,
     ) -> Outcome {
-        let mut specs = self.pipeline_specs(args)?;
+        let mut specs = self.device_pipeline_specs(args, gpu.is_some())?;
         if let Some(kernel) = gpu {
             gpu::lower_for_gpu(&mut specs, kernel, &loaded.module)?;
         }
@@ -395,8 +405,9 @@ fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
     Ok(options)
 }
 
-/// `--device NAME`: the device of every pass that reads a device profile.
-fn set_device(specs: &mut [PassOptions], device: &str) -> Result<(), Diagnostic> {
+/// `--device NAME`: the device of every pass that reads a device profile
+/// (and of the printers, `for_device`).
+fn set_device(specs: &mut [PassOptions], device: &str, for_device: bool) -> Result<(), Diagnostic> {
     use ircc_passes::decl::{LayoutSelectOptions, TextureMapOptions};
     ircc_dialects::kernel::DeviceProfile::named(device)
         .map_err(|e| Diagnostic::plain(format!("--device: {e}")))?;
@@ -418,7 +429,7 @@ fn set_device(specs: &mut [PassOptions], device: &str) -> Result<(), Diagnostic>
         }
         used = true;
     }
-    if used {
+    if used || for_device {
         Ok(())
     } else {
         Err(Diagnostic::plain(format!(

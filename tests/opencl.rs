@@ -233,3 +233,52 @@ fn compiler_errors_name_the_kernel_and_the_line() {
     );
     assert!(e.contains("const flot"), "{e}");
 }
+
+#[test]
+fn scalar_operands_are_splat_only_where_the_device_cannot_broadcast() {
+    // A tiled matmul's register tile multiplies one scalar of A by four
+    // lanes of B: one vector product, the scalar broadcast or splat.
+    let file = common::root().join("tests/ir/kernel/swin_window.ir");
+    let r = ircc(&[file.to_str().unwrap(), "--pipeline", "smartmem-gpu"]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let m = ircc_core::parse_module(&r.stdout, None).unwrap();
+    let main = m.lookup_symbol("main").unwrap();
+    let print = |autobroadcast| {
+        let options = ircc_opencl::Options { autobroadcast };
+        let cl = ircc_opencl::plan(&m, main, options).unwrap().sources[0]
+            .1
+            .clone();
+        let wgsl = ircc_wgsl::plan(&m, main, options).unwrap().sources;
+        let wgsl: String = wgsl.into_iter().map(|(_, s)| s).collect();
+        (cl, wgsl)
+    };
+    let (cl, wgsl) = print(true);
+    // `vN = S * vM;` with S a lane (`v3.x`), as it is or splat by `splat`.
+    let product = |l: &str, splat: &str| {
+        let Some(rhs) = l.split(" = ").nth(1) else {
+            return false;
+        };
+        let Some((a, b)) = rhs.trim_end_matches(';').split_once(" * ") else {
+            return false;
+        };
+        let lane = a.strip_prefix(splat).map(|x| {
+            if splat.is_empty() {
+                x
+            } else {
+                x.trim_end_matches(')')
+            }
+        });
+        lane.is_some_and(|x| x.starts_with('v') && x.contains('.') && !x.contains('('))
+            && b.starts_with('v')
+            && !b.contains('.')
+    };
+    assert!(cl.lines().any(|l| product(l, "")), "{cl}");
+    assert!(wgsl.lines().any(|l| product(l, "")), "{wgsl}");
+    let (cl, wgsl) = print(false);
+    assert!(cl.lines().any(|l| product(l, "(float4)(")), "{cl}");
+    assert!(wgsl.lines().any(|l| product(l, "vec4<f32>(")), "{wgsl}");
+    assert!(!cl.lines().any(|l| product(l, "")));
+    if common::opencl_available() {
+        ircc_opencl::check_program(&cl, "").unwrap();
+    }
+}

@@ -38,6 +38,24 @@ pub struct Memory {
     pub len: i64,
 }
 
+/// Choices the device makes for every language.
+#[derive(Clone, Copy, Debug)]
+pub struct Options {
+    /// Whether the device multiplies a vector by a scalar directly
+    /// (Romou's `autobroadcast`: scalar-based GPUs such as Mali Bifrost
+    /// and Adreno); otherwise the scalar is splat into a vector first, as
+    /// vector-based GPUs need.
+    pub autobroadcast: bool,
+}
+
+impl Default for Options {
+    fn default() -> Self {
+        Options {
+            autobroadcast: true,
+        }
+    }
+}
+
 /// How one language spells kernel code. Expressions are returned as text;
 /// statements without their indentation or line end.
 pub trait Language {
@@ -64,6 +82,8 @@ pub trait Language {
     fn load4(&mut self, memory: &Memory, offset: &str) -> String;
     /// The type of [`Language::load4`]'s vector of `ty`.
     fn vec4_type(&self, ty: &str) -> String;
+    /// The vector of four `x` of type `ty`.
+    fn splat(&self, x: &str, ty: &str) -> String;
     /// One lane of the texel at `(x, y)`, as a value of type `ty`.
     fn texture_lane(&mut self, memory: &Memory, x: &str, y: &str, lane: &str, ty: &str) -> String;
     /// Writes the texel at `(x, y)`; `lanes` are values of type `ty`.
@@ -93,6 +113,7 @@ pub fn body<L: Language>(
     m: &Module,
     func: OpId,
     memories: HashMap<ValueId, Memory>,
+    options: Options,
     lang: &mut L,
 ) -> R<String> {
     let kernel = ops::Func::new(m, func).ok_or("not a kernel.func")?;
@@ -105,6 +126,8 @@ pub fn body<L: Language>(
         ranges: HashMap::new(),
         workgroup: kernel.workgroup_size(),
         grid: kernel.grid(),
+        options,
+        products: HashMap::new(),
         next: 0,
         out: String::new(),
     };
@@ -125,6 +148,14 @@ pub fn workgroup_arrays(m: &Module, block: BlockId) -> Vec<(ValueId, bool)> {
     allocs.into_iter().map(|a| (a, vec4.contains(&a))).collect()
 }
 
+#[derive(Clone, Copy)]
+struct Product {
+    first: OpId,
+    lane: usize,
+    scalar: ValueId,
+    load4: OpId,
+}
+
 struct Printer<'m, 'l, L> {
     m: &'m Module,
     lang: &'l mut L,
@@ -135,6 +166,11 @@ struct Printer<'m, 'l, L> {
     /// The kernel's workgroup size and grid, for the ids' ranges.
     workgroup: Vec<i64>,
     grid: Vec<i64>,
+    options: Options,
+    /// Products printed as one scalar-vector product: each of the four
+    /// `kernel.binary mul` ops with the first of them, its lane, the
+    /// scalar and the `load4`.
+    products: HashMap<OpId, Product>,
     next: usize,
     out: String,
 }
@@ -288,10 +324,71 @@ impl<L: Language> Printer<'_, '_, L> {
     }
 
     fn block(&mut self, block: BlockId, indent: usize) -> R<()> {
+        self.find_products(block);
         for &op in &self.m.blocks[block].ops.clone() {
             self.op(op, indent)?;
         }
         Ok(())
+    }
+
+    /// Groups of four products of one scalar with the four lanes of one
+    /// `load4` in `block` (a tiled matmul's register tile), each product
+    /// in one group, the first group of a product winning.
+    fn find_products(&mut self, block: BlockId) {
+        let m = self.m;
+        let lane_of = |v: ValueId| match m.value(v).def {
+            ValueDef::OpResult { op, index } if KernelOp::of(m, op) == Some(K::Load4) => {
+                Some((op, index as usize))
+            }
+            _ => None,
+        };
+        // (scalar, load4) -> the products by lane, in block order.
+        type Lanes = [Option<OpId>; 4];
+        let mut groups: Vec<((ValueId, OpId), Lanes)> = Vec::new();
+        for &op in &m.blocks[block].ops {
+            let is_mul = ops::Binary::new(m, op).is_some_and(|b| b.fn_() == BinaryFn::Mul);
+            if !is_mul {
+                continue;
+            }
+            let o = m.op(op);
+            let (a, b) = (o.operands[0], o.operands[1]);
+            for (scalar, lane) in [(a, b), (b, a)] {
+                let Some((load4, k)) = lane_of(lane) else {
+                    continue;
+                };
+                let key = (scalar, load4);
+                match groups.iter_mut().find(|(g, _)| *g == key) {
+                    Some((_, lanes)) if lanes[k].is_none() => lanes[k] = Some(op),
+                    Some(_) => {}
+                    None => {
+                        let mut lanes = [None; 4];
+                        lanes[k] = Some(op);
+                        groups.push((key, lanes));
+                    }
+                }
+            }
+        }
+        for ((scalar, load4), lanes) in groups {
+            let Some(lanes) = lanes.into_iter().collect::<Option<Vec<OpId>>>() else {
+                continue;
+            };
+            if lanes.iter().any(|l| self.products.contains_key(l)) {
+                continue;
+            }
+            let position = |op: &OpId| m.blocks[block].ops.iter().position(|o| o == op);
+            let Some(&first) = lanes.iter().min_by_key(|op| position(op)) else {
+                continue;
+            };
+            for (lane, &l) in lanes.iter().enumerate() {
+                let p = Product {
+                    first,
+                    lane,
+                    scalar,
+                    load4,
+                };
+                self.products.insert(l, p);
+            }
+        }
     }
 
     fn line(&mut self, indent: usize, text: &str) {
@@ -375,6 +472,9 @@ impl<L: Language> Printer<'_, '_, L> {
                 let f = ops::Unary::new(m, op).ok_or_else(malformed)?.fn_();
                 self.lang.unary(f, &arg(0)?, ty)
             }
+            K::Binary if self.products.contains_key(&op) => {
+                return self.scalar_vector_product(op, indent);
+            }
             K::Binary => {
                 let f = ops::Binary::new(m, op).ok_or_else(malformed)?.fn_();
                 self.lang.binary(f, &arg(0)?, &arg(1)?, ty)
@@ -442,6 +542,39 @@ impl<L: Language> Printer<'_, '_, L> {
         };
         let line = self.lang.declare(&name, ty, &value);
         self.line(indent, &line);
+        Ok(())
+    }
+
+    /// One of four products of a scalar with a `load4`'s lanes: the first
+    /// prints the vector product (the scalar splat unless the device
+    /// broadcasts it), each names its lane of it.
+    fn scalar_vector_product(&mut self, op: OpId, indent: usize) -> R<()> {
+        let m = self.m;
+        let p = self.products[&op];
+        let lanes = ["x", "y", "z", "w"];
+        let r = m.op(op).results[0];
+        let base = |name: &str| name.rsplit_once('.').map_or(name, |(b, _)| b).to_string();
+        if op != p.first {
+            let vector = self.name(m.op(p.first).results[0])?;
+            let name = format!("{}.{}", base(vector), lanes[p.lane]);
+            self.names.insert(r, name);
+            return Ok(());
+        }
+        let ty = self.lang.type_name(m.value_type(r))?;
+        let vector = base(self.name(m.op(p.load4).results[0])?);
+        let s = self.name(p.scalar)?.to_string();
+        let s = if self.options.autobroadcast {
+            s
+        } else {
+            self.lang.splat(&s, ty)
+        };
+        let name = format!("v{}", self.next);
+        self.next += 1;
+        let line = self
+            .lang
+            .declare(&name, &self.lang.vec4_type(ty), &format!("{s} * {vector}"));
+        self.line(indent, &line);
+        self.names.insert(r, format!("{name}.{}", lanes[p.lane]));
         Ok(())
     }
 

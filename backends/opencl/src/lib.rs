@@ -14,6 +14,7 @@ pub use runtime::{Session, check_program};
 
 use std::collections::{HashMap, HashSet};
 
+pub use ircc_codegen::Options;
 use ircc_core::{Module, OpId};
 
 /// The file the program is written to, beside plan.json.
@@ -22,7 +23,7 @@ pub const PROGRAM_FILE: &str = "kernels.cl";
 /// The host plan of function `func` of a lowered module, with the OpenCL C
 /// program of its kernels in [`Plan::sources`] and each dispatch's
 /// function name in it.
-pub fn plan(m: &Module, func: OpId) -> Result<Plan, String> {
+pub fn plan(m: &Module, func: OpId, options: Options) -> Result<Plan, String> {
     let mut plan = ircc_plan::plan(m, func)?;
     let mut taken = HashSet::new();
     let mut entries: HashMap<String, String> = HashMap::new();
@@ -43,7 +44,7 @@ pub fn plan(m: &Module, func: OpId) -> Result<Plan, String> {
         d.shader = Some(PROGRAM_FILE.to_string());
         d.entry = Some(entry);
     }
-    let program = opencl::program(m, &kernels)?;
+    let program = opencl::program(m, &kernels, options)?;
     plan.sources.push((PROGRAM_FILE.to_string(), program));
     Ok(plan)
 }

@@ -13,7 +13,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write;
 
-use ircc_codegen::{Language, Memory, R, Space, workgroup_arrays};
+use ircc_codegen::{Language, Memory, Options, R, Space, workgroup_arrays};
 use ircc_core::{ElemType, Module, OpId, Type};
 use ircc_dialects::kernel::ops::{self, BinaryFn, IdKind, UnaryFn};
 use ircc_dialects::kernel::texture_args;
@@ -193,6 +193,10 @@ impl Language for OpenCl {
         }
     }
 
+    fn splat(&self, x: &str, ty: &str) -> String {
+        format!("({})({x})", self.vec4_type(ty))
+    }
+
     fn texture_lane(&mut self, memory: &Memory, x: &str, y: &str, lane: &str, ty: &str) -> String {
         let texel = format!("read_imagef({}, (int2)({x}, {y}))", memory.name);
         let value = match lane.parse::<usize>() {
@@ -323,7 +327,7 @@ struct Printed {
     helpers: BTreeSet<Helper>,
 }
 
-fn kernel(m: &Module, func: OpId, entry: &str) -> R<Printed> {
+fn kernel(m: &Module, func: OpId, entry: &str, options: Options) -> R<Printed> {
     let kernel = ops::Func::new(m, func).ok_or("not a kernel.func")?;
     let block = m.entry_block(func).ok_or("a kernel without a body")?;
     let args = m.blocks[block].args.clone();
@@ -397,7 +401,7 @@ fn kernel(m: &Module, func: OpId, entry: &str) -> R<Printed> {
     if f16_inside {
         lang.helpers.insert(Helper::Half);
     }
-    let body = ircc_codegen::body(m, func, memories, &mut lang)?;
+    let body = ircc_codegen::body(m, func, memories, options, &mut lang)?;
     let wg = kernel.workgroup_size();
     let mut text = String::new();
     let _ = writeln!(
@@ -414,15 +418,17 @@ fn kernel(m: &Module, func: OpId, entry: &str) -> R<Printed> {
     })
 }
 
-/// The OpenCL C program of `kernels`, each `(kernel.func, entry name)`.
-pub fn program(m: &Module, kernels: &[(OpId, String)]) -> R<String> {
+/// The OpenCL C program of `kernels`, each `(kernel.func, entry name)`,
+/// with the device's `options`.
+pub fn program(m: &Module, kernels: &[(OpId, String)], options: Options) -> R<String> {
     let mut helpers = BTreeSet::new();
     let mut texts = Vec::new();
     for (func, entry) in kernels {
         let sym = ops::Func::new(m, *func)
             .map(|k| k.sym_name().to_string())
             .unwrap_or_default();
-        let printed = kernel(m, *func, entry).map_err(|e| format!("kernel @{sym}: {e}"))?;
+        let printed =
+            kernel(m, *func, entry, options).map_err(|e| format!("kernel @{sym}: {e}"))?;
         helpers.extend(printed.helpers);
         texts.push(printed.text);
     }

@@ -239,7 +239,7 @@ impl Session {
         // blocking writes read slices that live across the call.
         let create = |bytes: u64| unsafe {
             Buffer::<u8>::create(
-                &context,
+                context,
                 CL_MEM_READ_WRITE,
                 bytes.max(4) as usize,
                 ptr::null_mut(),
@@ -277,7 +277,7 @@ impl Session {
                 desc.image_width = width as usize;
                 desc.image_height = height as usize;
                 let image = unsafe {
-                    Image::create(&context, CL_MEM_READ_WRITE, &format, &desc, ptr::null_mut())
+                    Image::create(context, CL_MEM_READ_WRITE, &format, &desc, ptr::null_mut())
                 }
                 .map_err(cl_err("allocating an image"))?;
                 memories.push(Memory::Image(image));

@@ -12,11 +12,12 @@ pub use ircc_plan::{BufferKind, Plan};
 pub use runtime::{Session, Timing};
 pub use wgsl::kernel_to_wgsl;
 
+pub use ircc_codegen::Options;
 use ircc_core::{Module, OpId};
 
 /// The host plan of function `func` of a lowered module, with the WGSL of
 /// every dispatch (`kernel.wgsl`) in [`Plan::sources`].
-pub fn plan(m: &Module, func: OpId) -> Result<Plan, String> {
+pub fn plan(m: &Module, func: OpId, options: Options) -> Result<Plan, String> {
     let mut plan = ircc_plan::plan(m, func)?;
     // Kernel symbols become file names: never outside the output directory.
     let stems = ircc_core::files::unique_stems(plan.dispatches.iter().map(|d| d.kernel.as_str()));
@@ -25,7 +26,7 @@ pub fn plan(m: &Module, func: OpId) -> Result<Plan, String> {
             .lookup_symbol(&d.kernel)
             .ok_or_else(|| format!("no kernel.func @{}", d.kernel))?;
         let read_only: Vec<bool> = d.bindings.iter().map(|b| b.read_only()).collect();
-        let wgsl = kernel_to_wgsl(m, kernel, &read_only)
+        let wgsl = kernel_to_wgsl(m, kernel, &read_only, options)
             .map_err(|e| format!("kernel @{}: {e}", d.kernel))?;
         let file = format!("{stem}.wgsl");
         d.shader = Some(file.clone());

@@ -7,7 +7,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 
-use ircc_codegen::{Language, Memory, R, Space, workgroup_arrays};
+use ircc_codegen::{Language, Memory, Options, R, Space, workgroup_arrays};
 use ircc_core::{ElemType, Module, OpId, Type};
 use ircc_dialects::kernel::ops::{self, BinaryFn, IdKind, UnaryFn};
 use ircc_dialects::kernel::{Target, texture_args};
@@ -175,6 +175,10 @@ impl Language for Wgsl {
         format!("vec4<{ty}>")
     }
 
+    fn splat(&self, x: &str, ty: &str) -> String {
+        format!("vec4<{ty}>({x})")
+    }
+
     fn texture_lane(&mut self, memory: &Memory, x: &str, y: &str, lane: &str, ty: &str) -> String {
         let texel = format!(
             "textureLoad({}, vec2<i32>({x}, {y}), 0)[{lane}]",
@@ -272,8 +276,8 @@ impl Language for Wgsl {
 }
 
 /// The WGSL of kernel.func `func`; `read_only[i]` declares argument `i`
-/// read-only (missing entries are read_write).
-pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
+/// read-only (missing entries are read_write); `options` are the device's.
+pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool], options: Options) -> R<String> {
     let kernel = ops::Func::new(m, func).ok_or("not a kernel.func")?;
     let block = m.entry_block(func).ok_or("a kernel without a body")?;
     let args = m.blocks[block].args.clone();
@@ -364,7 +368,7 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool]) -> R<String> {
         }
     });
     let mut wgsl = Wgsl::default();
-    let body = ircc_codegen::body(m, func, memories, &mut wgsl)?;
+    let body = ircc_codegen::body(m, func, memories, options, &mut wgsl)?;
     let mut s = String::new();
     if uses_f16 || f16_inside {
         s.push_str("enable f16;\n\n");

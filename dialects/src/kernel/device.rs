@@ -50,6 +50,9 @@ pub struct DeviceProfile {
     /// Whether buffer reads go through L1; on Adreno only textures do
     /// (Romou's Table 1 prunes buffers where "L1 cache is for texture only").
     pub l1_serves_buffers: bool,
+    /// Whether the ALUs take a scalar operand of vector arithmetic as it
+    /// is (Romou's `autobroadcast`, §4.1); otherwise kernels splat it.
+    pub autobroadcast: bool,
     pub l2_bytes: Option<u64>,
     pub l2_line_bytes: Option<u32>,
     pub local_memory_bytes: Option<u64>,
@@ -223,7 +226,7 @@ mod tests {
         let base = DeviceProfile::named("adreno640").unwrap();
         let text = |unknown: &str, extra: &str| {
             format!(
-                "name = \"x\"\nvendor = \"v\"\ncompute_units = 1\nsubgroup_size = 8\nl1_serves_buffers = true\nmemory_bandwidth_gbs = 1.0\ntexture_formats = [\"rgba32f\"]\n{extra}unknown = [{unknown}]\n"
+                "name = \"x\"\nvendor = \"v\"\ncompute_units = 1\nsubgroup_size = 8\nl1_serves_buffers = true\nautobroadcast = true\nmemory_bandwidth_gbs = 1.0\ntexture_formats = [\"rgba32f\"]\n{extra}unknown = [{unknown}]\n"
             )
         };
         let all_missing: Vec<String> = optional_figures(&base)
