@@ -63,6 +63,20 @@ impl Precision {
     }
 }
 
+/// How the OpenCL runtime builds a program (`--backend opencl`).
+#[derive(Args, Clone, Debug, Default)]
+pub struct OpenClArgs {
+    /// Options for the OpenCL compiler (clBuildProgram) with --backend
+    /// opencl, such as '-cl-fast-relaxed-math' or '-cl-opt-disable'.
+    #[arg(
+        long,
+        value_name = "OPTIONS",
+        default_value = "",
+        allow_hyphen_values = true
+    )]
+    pub cl_options: String,
+}
+
 /// How `kernel.lower` builds kernels, when a command lowers for the GPU.
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct KernelArgs {
@@ -95,15 +109,8 @@ pub struct BenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
-    /// Options for the OpenCL compiler (clBuildProgram) with --backend
-    /// opencl, such as '-cl-fast-relaxed-math' or '-cl-opt-disable'.
-    #[arg(
-        long,
-        value_name = "OPTIONS",
-        default_value = "",
-        allow_hyphen_values = true
-    )]
-    pub cl_options: String,
+    #[command(flatten)]
+    pub opencl: OpenClArgs,
 }
 
 #[derive(Args, Debug)]
@@ -291,15 +298,8 @@ pub struct RunArgs {
     /// The function to run.
     #[arg(long, default_value = "main")]
     pub entry: String,
-    /// Options for the OpenCL compiler (clBuildProgram) with --backend
-    /// opencl, such as '-cl-fast-relaxed-math' or '-cl-opt-disable'.
-    #[arg(
-        long,
-        value_name = "OPTIONS",
-        default_value = "",
-        allow_hyphen_values = true
-    )]
-    pub cl_options: String,
+    #[command(flatten)]
+    pub opencl: OpenClArgs,
     #[command(flatten)]
     pub kernel: KernelArgs,
 }

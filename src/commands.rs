@@ -91,7 +91,14 @@ impl Driver {
             }
             Some(device) => {
                 let profile = args.model.pipeline.device.as_deref();
-                crate::gpu::run_lowered(self, &loaded, device, profile, &args.cl_options, &inputs)?
+                crate::gpu::run_lowered(
+                    self,
+                    &loaded,
+                    device,
+                    profile,
+                    &args.opencl.cl_options,
+                    &inputs,
+                )?
             }
         };
         let module = &loaded.module;

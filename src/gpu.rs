@@ -481,7 +481,7 @@ impl Driver {
             crate::inputs::read_inputs(&args.inputs, &names)?
         };
         let profile = args.model.pipeline.device.as_deref();
-        let mut session = session(self, &loaded, device, profile, &args.cl_options)?;
+        let mut session = session(self, &loaded, device, profile, &args.opencl.cl_options)?;
         let timing = session
             .time(&inputs, args.warmup, args.runs)
             .map_err(plain)?;

@@ -31,7 +31,7 @@ use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tens
 
 pub use cli::{
     Backend, BenchArgs, CheckArgs, Cli, Command, CompileArgs, Emit, ImportArgs, KernelArgs,
-    ModelArgs, OnnxArgs, PipelineArgs, Precision, RunArgs, StatsArgs,
+    ModelArgs, OnnxArgs, OpenClArgs, PipelineArgs, Precision, RunArgs, StatsArgs,
 };
 
 /// The pipelines that ship inside the binary, by name.

@@ -173,35 +173,18 @@ pub fn find_model(name: &str) -> Option<PathBuf> {
 /// one this fails when `IRCC_REQUIRE_GPU` is set (CI sets it), so a GPU
 /// test cannot pass by skipping there.
 pub fn gpu_available() -> bool {
-    let dir = scratch_dir("probe");
-    let out = dir.join("o");
-    let mlp = root().join("examples/mlp.ir");
-    let x = root().join("tests/data/mlp_x.npy");
-    let r = ircc(&[
-        "run",
-        mlp.to_str().unwrap(),
-        "--backend",
-        "wgpu",
-        "--input",
-        &format!("x={}", x.display()),
-        "--output-dir",
-        out.to_str().unwrap(),
-    ]);
-    if r.code != 0 && r.stderr.contains("no GPU adapter") {
-        assert!(
-            std::env::var_os("IRCC_REQUIRE_GPU").is_none(),
-            "no GPU adapter: {}",
-            r.stderr
-        );
-        return false;
-    }
-    assert_eq!(r.code, 0, "{}", r.stderr);
-    true
+    device_available("wgpu", "no GPU adapter", "IRCC_REQUIRE_GPU")
 }
 
 /// Whether an OpenCL device runs the tiny MLP here. Without one this
 /// fails when `IRCC_REQUIRE_OPENCL` is set (CI sets it).
 pub fn opencl_available() -> bool {
+    device_available("opencl", "no OpenCL device", "IRCC_REQUIRE_OPENCL")
+}
+
+/// Whether `--backend backend` runs the tiny MLP: false when it fails
+/// saying `missing`, which fails the test instead where `require` is set.
+fn device_available(backend: &str, missing: &str, require: &str) -> bool {
     let dir = scratch_dir("probe");
     let out = dir.join("o");
     let mlp = root().join("examples/mlp.ir");
@@ -210,16 +193,16 @@ pub fn opencl_available() -> bool {
         "run",
         mlp.to_str().unwrap(),
         "--backend",
-        "opencl",
+        backend,
         "--input",
         &format!("x={}", x.display()),
         "--output-dir",
         out.to_str().unwrap(),
     ]);
-    if r.code != 0 && r.stderr.contains("no OpenCL device") {
+    if r.code != 0 && r.stderr.contains(missing) {
         assert!(
-            std::env::var_os("IRCC_REQUIRE_OPENCL").is_none(),
-            "no OpenCL device: {}",
+            std::env::var_os(require).is_none(),
+            "{missing}: {}",
             r.stderr
         );
         return false;

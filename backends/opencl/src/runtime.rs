@@ -9,7 +9,7 @@ use std::sync::OnceLock;
 use std::time::Instant;
 
 use ircc_core::{ElemType, Tensor};
-use ircc_plan::host::{from_bytes, to_bytes};
+use ircc_plan::host::{from_bytes, input_bytes, to_bytes};
 use ircc_plan::{BufferKind, Plan};
 use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
 use opencl3::context::Context;
@@ -340,25 +340,7 @@ impl Session {
     }
 
     fn upload_inputs(&mut self, inputs: &[Tensor]) -> R<()> {
-        if inputs.len() != self.plan.inputs.len() {
-            return Err(format!(
-                "{} inputs given, {} expected",
-                inputs.len(),
-                self.plan.inputs.len()
-            ));
-        }
-        for (t, &id) in inputs.iter().zip(&self.plan.inputs) {
-            let b = &self.plan.buffers[id];
-            let expected: Vec<usize> = b.shape.iter().map(|&d| d as usize).collect();
-            if t.shape() != expected.as_slice() {
-                return Err(format!(
-                    "input '{}' has shape {:?}, expected {:?}",
-                    b.name,
-                    t.shape(),
-                    b.shape
-                ));
-            }
-            let bytes = to_bytes(t, &b.dtype, b.bytes.div_ceil(4) * 4)?;
+        for (id, bytes) in input_bytes(&self.plan, inputs)? {
             let buffer = self.memories[id].buffer()?;
             // SAFETY: a blocking write of a live slice.
             unsafe {

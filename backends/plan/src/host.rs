@@ -67,3 +67,32 @@ pub fn from_bytes(data: &[u8], dtype: &str, shape: &[usize], elem: ElemType) -> 
         Tensor::int(elem, a.mapv(|x| x as i64))
     })
 }
+
+/// The bytes of each of `plan`'s inputs, `(buffer, bytes)`, after checking
+/// that `inputs` are as many as the plan's and of their shapes.
+pub fn input_bytes(plan: &crate::Plan, inputs: &[Tensor]) -> R<Vec<(usize, Vec<u8>)>> {
+    if inputs.len() != plan.inputs.len() {
+        return Err(format!(
+            "{} inputs given, {} expected",
+            inputs.len(),
+            plan.inputs.len()
+        ));
+    }
+    inputs
+        .iter()
+        .zip(&plan.inputs)
+        .map(|(t, &id)| {
+            let b = &plan.buffers[id];
+            let expected: Vec<usize> = b.shape.iter().map(|&d| d as usize).collect();
+            if t.shape() != expected.as_slice() {
+                return Err(format!(
+                    "input '{}' has shape {:?}, expected {:?}",
+                    b.name,
+                    t.shape(),
+                    b.shape
+                ));
+            }
+            Ok((id, to_bytes(t, &b.dtype, b.bytes.div_ceil(4) * 4)?))
+        })
+        .collect()
+}

@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use ircc_core::{ElemType, Tensor};
 
-use ircc_plan::host::{from_bytes, to_bytes};
+use ircc_plan::host::{from_bytes, input_bytes, to_bytes};
 use ircc_plan::{BufferKind, Plan};
 
 type R<T> = Result<T, String>;
@@ -329,29 +329,9 @@ impl Session {
     }
 
     fn upload_inputs(&self, inputs: &[Tensor]) -> R<()> {
-        if inputs.len() != self.plan.inputs.len() {
-            return Err(format!(
-                "{} inputs given, {} expected",
-                inputs.len(),
-                self.plan.inputs.len()
-            ));
-        }
-        for (t, &id) in inputs.iter().zip(&self.plan.inputs) {
-            let b = &self.plan.buffers[id];
-            let expected: Vec<usize> = b.shape.iter().map(|&d| d as usize).collect();
-            if t.shape() != expected.as_slice() {
-                return Err(format!(
-                    "input '{}' has shape {:?}, expected {:?}",
-                    b.name,
-                    t.shape(),
-                    b.shape
-                ));
-            }
-            self.queue.write_buffer(
-                self.buffers[id].buffer()?,
-                0,
-                &to_bytes(t, &b.dtype, b.bytes.div_ceil(4) * 4)?,
-            );
+        for (id, bytes) in input_bytes(&self.plan, inputs)? {
+            self.queue
+                .write_buffer(self.buffers[id].buffer()?, 0, &bytes);
         }
         Ok(())
     }
