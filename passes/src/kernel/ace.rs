@@ -33,9 +33,14 @@ use crate::decl::KernelAceOptions;
 /// pass: `[divmod, addr_ops, divmod_executed, addr_ops_executed]`.
 pub const BEFORE: &str = "ace.before";
 
-/// How many subexpressions one kernel may name: a bound on the work per
-/// kernel (each round scans every address).
+/// How many subexpressions one kernel may name.
 const MAX_NAMED: usize = 256;
+
+/// The candidate subexpressions one kernel's rounds may look at in all:
+/// each round looks at every address again, so a kernel of very many
+/// addresses gets fewer rounds (the largest common subexpressions still
+/// go first), and the pass stays linear in the kernel's size.
+const MAX_WORK: usize = 1_000_000;
 
 pub struct Ace;
 
@@ -99,25 +104,27 @@ impl Sum {
         }
     }
 
-    fn add(mut self, o: Sum) -> Sum {
+    /// The sum of two sums; `None` where a coefficient overflows.
+    fn add(mut self, o: Sum) -> Option<Sum> {
         for (a, c) in o.terms {
             let e = self.terms.entry(a).or_insert(0);
-            *e += c;
-            if *e == 0 {
-                self.terms.retain(|_, c| *c != 0);
-            }
+            *e = e.checked_add(c)?;
         }
-        self.constant += o.constant;
-        self
+        self.terms.retain(|_, c| *c != 0);
+        self.constant = self.constant.checked_add(o.constant)?;
+        Some(self)
     }
 
-    fn scale(mut self, k: i64) -> Sum {
+    /// `k` times the sum; `None` where a coefficient overflows.
+    fn scale(mut self, k: i64) -> Option<Sum> {
         if k == 0 {
-            return Sum::default();
+            return Some(Sum::default());
         }
-        self.terms.values_mut().for_each(|c| *c *= k);
-        self.constant *= k;
-        self
+        for c in self.terms.values_mut() {
+            *c = c.checked_mul(k)?;
+        }
+        self.constant = self.constant.checked_mul(k)?;
+        Some(self)
     }
 
     fn as_const(&self) -> Option<i64> {
@@ -134,12 +141,12 @@ impl Sum {
                 terms: BTreeMap::new(),
                 constant: *c,
             },
-            E::Add(a, b) => sub(a)?.add(sub(b)?),
+            E::Add(a, b) => sub(a)?.add(sub(b)?)?,
             E::Mul(a, b) => {
                 let (a, b) = (sub(a)?, sub(b)?);
                 match (a.as_const(), b.as_const()) {
-                    (_, Some(k)) => a.scale(k),
-                    (Some(k), _) => b.scale(k),
+                    (_, Some(k)) => a.scale(k)?,
+                    (Some(k), _) => b.scale(k)?,
                     _ => Sum::atom(Atom::Mul(Box::new(a), Box::new(b))),
                 }
             }
@@ -186,15 +193,19 @@ impl Sum {
     fn replace(&mut self, part: &Sum, k: usize) -> usize {
         let mut n = 0;
         if !part.terms.is_empty() && self.contains(part) {
-            n += 1;
-            if let Some((a, _)) = single(part) {
-                let c = self.terms.remove(a).unwrap_or(1);
-                *self.terms.entry(Atom::Named(k)).or_insert(0) += c;
-            } else {
+            // The coefficient `Named(k)` takes: the atom's own, or one.
+            let c = single(part).map_or(1, |(a, _)| self.terms[a]);
+            let merged = self
+                .terms
+                .get(&Atom::Named(k))
+                .map_or(Some(c), |&old| old.checked_add(c));
+            // An overflowing coefficient leaves this occurrence as it is.
+            if let Some(merged) = merged {
+                n += 1;
                 for a in part.terms.keys() {
                     self.terms.remove(a);
                 }
-                *self.terms.entry(Atom::Named(k)).or_insert(0) += 1;
+                self.terms.insert(Atom::Named(k), merged);
             }
         }
         let atoms: Vec<Atom> = self.terms.keys().cloned().collect();
@@ -206,7 +217,21 @@ impl Sum {
             };
             if inner > 0 {
                 let c = self.terms.remove(&a).unwrap_or(0);
-                *self.terms.entry(b).or_insert(0) += c;
+                match self
+                    .terms
+                    .get(&b)
+                    .map_or(Some(c), |&old| old.checked_add(c))
+                {
+                    Some(merged) => {
+                        self.terms.insert(b, merged);
+                    }
+                    // Two atoms became one whose coefficients overflow:
+                    // keep the original.
+                    None => {
+                        self.terms.insert(a, c);
+                        continue;
+                    }
+                }
                 n += inner;
             }
         }
@@ -393,8 +418,11 @@ fn eliminate(m: &mut Module, kernel: OpId) {
     }
     // The named subexpressions, largest first.
     let mut named: Vec<Sum> = Vec::new();
-    while named.len() < MAX_NAMED {
-        let Some(best) = best_candidate(m, &sites, &named) else {
+    let mut work = 0;
+    while named.len() < MAX_NAMED && work < MAX_WORK {
+        let (best, looked_at) = best_candidate(m, &sites, &named);
+        work += looked_at + sites.len();
+        let Some(best) = best else {
             break;
         };
         let k = named.len();
@@ -492,9 +520,11 @@ fn merge_duplicates(m: &mut Module, block: BlockId, scopes: &mut Vec<HashMap<Str
 }
 
 /// The largest subexpression that occurs twice, or that a loop
-/// recomputes with values defined outside it.
-fn best_candidate(m: &Module, sites: &[Site], named: &[Sum]) -> Option<Sum> {
+/// recomputes with values defined outside it, and how many candidates it
+/// looked at.
+fn best_candidate(m: &Module, sites: &[Site], named: &[Sum]) -> (Option<Sum>, usize) {
     let mut counts: HashMap<Sum, (usize, bool)> = HashMap::new();
+    let mut looked_at = 0;
     let mut seen = Vec::new();
     for s in sites {
         for sum in &s.sums {
@@ -515,6 +545,7 @@ fn best_candidate(m: &Module, sites: &[Site], named: &[Sum]) -> Option<Sum> {
                     seen.push(invariant);
                 }
             }
+            looked_at += seen.len();
             for c in seen.drain(..) {
                 let hoists = s
                     .in_loop
@@ -532,11 +563,12 @@ fn best_candidate(m: &Module, sites: &[Site], named: &[Sum]) -> Option<Sum> {
             counts.entry(c).or_insert((0, false)).0 += 1;
         }
     }
-    counts
+    let best = counts
         .into_iter()
         .filter(|(c, (n, hoists))| c.size() > 0 && (*n >= 2 || *hoists))
         .max_by(|(a, _), (b, _)| a.size().cmp(&b.size()).then_with(|| b.cmp(a)))
-        .map(|(c, _)| c)
+        .map(|(c, _)| c);
+    (best, looked_at)
 }
 
 /// Whether no leaf of `a` is defined inside loop `l`.
