@@ -158,28 +158,9 @@ fn kernel_ir_prints_and_parses_back() {
 #[test]
 fn kernel_filetest_shaders_pass_naga() {
     let mut shaders = 0;
-    for file in common::ir_files("tests/ir/kernel") {
-        let source = std::fs::read_to_string(&file).unwrap();
-        for args in common::run_lines(&source) {
-            if !args.iter().any(|a| a == "wgsl") {
-                continue;
-            }
-            let dir = scratch_dir("filetest-wgsl");
-            let out = dir.join("out");
-            let mut argv = vec![file.to_str().unwrap()];
-            argv.extend(args.iter().map(String::as_str));
-            argv.extend(["-o", out.to_str().unwrap()]);
-            let r = ircc(&argv);
-            assert_eq!(r.code, 0, "{}: {}", file.display(), r.stderr);
-            for entry in std::fs::read_dir(&out).unwrap() {
-                let path = entry.unwrap().path();
-                if path.extension().is_some_and(|e| e == "wgsl") {
-                    let wgsl = std::fs::read_to_string(&path).unwrap();
-                    validate(&wgsl).unwrap_or_else(|e| panic!("{}: {e}\n{wgsl}", path.display()));
-                    shaders += 1;
-                }
-            }
-        }
+    for (file, name, wgsl) in common::filetest_sources(&["tests/ir/kernel"], "wgsl") {
+        validate(&wgsl).unwrap_or_else(|e| panic!("{file}, {name}: {e}\n{wgsl}"));
+        shaders += 1;
     }
     assert!(shaders >= 12, "only {shaders} filetest shaders");
     eprintln!("{shaders} filetest shaders validated by naga");

@@ -166,27 +166,10 @@ fn smartmem_kernels_read_images() {
 
 /// The OpenCL C of each kernel and texture filetest that emits it.
 fn filetest_programs() -> Vec<(String, String)> {
-    let mut programs = Vec::new();
-    for dir in ["tests/ir/kernel", "tests/ir/texture"] {
-        for file in common::ir_files(dir) {
-            let source = std::fs::read_to_string(&file).unwrap();
-            for args in common::run_lines(&source) {
-                if !args.iter().any(|a| a == "opencl") {
-                    continue;
-                }
-                let scratch = scratch_dir("filetest-cl");
-                let out = scratch.join("cl");
-                let mut argv = vec![file.to_str().unwrap()];
-                argv.extend(args.iter().map(String::as_str));
-                argv.extend(["-o", out.to_str().unwrap()]);
-                let r = ircc(&argv);
-                assert_eq!(r.code, 0, "{}: {}", file.display(), r.stderr);
-                let cl = std::fs::read_to_string(out.join("kernels.cl")).unwrap();
-                programs.push((common::relative(&file), cl));
-            }
-        }
-    }
-    programs
+    common::filetest_sources(&["tests/ir/kernel", "tests/ir/texture"], "opencl")
+        .into_iter()
+        .map(|(file, _, cl)| (file, cl))
+        .collect()
 }
 
 #[test]

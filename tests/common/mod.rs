@@ -129,6 +129,37 @@ pub const SHARED_MODELS: [&str; 8] = [
     "swin_t_w24_dynamo",
 ];
 
+/// Every source file that the filetests under `dirs` emit with
+/// `--emit LANGUAGE -o DIR` (`language` is `wgsl` or `opencl`), as
+/// `(filetest, file name, text)`.
+pub fn filetest_sources(dirs: &[&str], language: &str) -> Vec<(String, String, String)> {
+    let mut sources = Vec::new();
+    for dir in dirs {
+        for file in ir_files(dir) {
+            let source = std::fs::read_to_string(&file).unwrap();
+            for args in run_lines(&source) {
+                if !args.iter().any(|a| a == language) {
+                    continue;
+                }
+                let scratch = scratch_dir("filetest-sources");
+                let out = scratch.join("out");
+                let mut argv = vec![file.to_str().unwrap()];
+                argv.extend(args.iter().map(String::as_str));
+                argv.extend(["-o", out.to_str().unwrap()]);
+                let r = ircc(&argv);
+                assert_eq!(r.code, 0, "{}: {}", file.display(), r.stderr);
+                for name in files_under(&out) {
+                    if name != "plan.json" {
+                        let text = std::fs::read_to_string(out.join(&name)).unwrap();
+                        sources.push((relative(&file), name, text));
+                    }
+                }
+            }
+        }
+    }
+    sources
+}
+
 /// The shared models that are here, by name; a missing one fails the test
 /// when `IRCC_REQUIRE_ONNX_TESTS` is set (CI sets it).
 pub fn shared_models() -> Vec<(String, PathBuf)> {

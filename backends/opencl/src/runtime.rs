@@ -213,13 +213,7 @@ impl Session {
         if has_images && !device.image_support().unwrap_or(false) {
             return Err(format!("OpenCL device '{name}' has no image support"));
         }
-        let largest = plan
-            .buffers
-            .iter()
-            .map(|b| b.bytes)
-            .chain([plan.pool_bytes])
-            .max()
-            .unwrap_or(0);
+        let largest = plan.largest_bytes();
         let max_alloc = device
             .max_mem_alloc_size()
             .map_err(cl_err("device limits"))?;

@@ -104,6 +104,18 @@ pub struct Plan {
     pub constants: HashMap<usize, ircc_core::Tensor>,
 }
 
+impl Plan {
+    /// The bytes of the largest allocation: a buffer or the pool.
+    pub fn largest_bytes(&self) -> u64 {
+        self.buffers
+            .iter()
+            .map(|b| b.bytes)
+            .chain([self.pool_bytes])
+            .max()
+            .unwrap_or(0)
+    }
+}
+
 fn dtype(e: ElemType, float: ElemType) -> ElemType {
     match e {
         e if e.is_float() => float,

@@ -112,13 +112,7 @@ impl Session {
             }
         }));
         let limits = device.limits();
-        let largest = plan
-            .buffers
-            .iter()
-            .map(|b| b.bytes)
-            .chain([plan.pool_bytes])
-            .max()
-            .unwrap_or(0);
+        let largest = plan.largest_bytes();
         if largest > limits.max_storage_buffer_binding_size {
             return Err(format!(
                 "a {largest}-byte tensor exceeds the adapter's storage binding limit of {} bytes",
