@@ -224,6 +224,10 @@ pub struct PipelineArgs {
     /// Passes to run, comma-separated, with options: 'canonicalize,foo{key=value}'.
     #[arg(long, value_name = "PASSES")]
     pub passes: Option<String>,
+    /// A folder whose fusion.toml (the DNNFusion and SmartMem tables) and
+    /// pipelines/NAME.pipeline replace the built-in ones, read at run time.
+    #[arg(long, value_name = "DIR")]
+    pub spec_dir: Option<PathBuf>,
     /// The device whose profile layout.select and texture.map read
     /// (ircc --list-devices); the pipeline's choice, else adreno740.
     #[arg(long, value_name = "NAME")]

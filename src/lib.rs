@@ -171,9 +171,24 @@ impl Driver {
         } else if cli.list_passes {
             write!(stdout, "{}", self.passes.table()).map_err(stdout_err)
         } else if cli.list_fusion_tables {
-            let tables = ircc_passes::graph::fusion::Tables::load().render();
+            // The tables a --spec-dir names, else the built-in ones.
+            let file = cli
+                .compile
+                .pipeline
+                .spec_dir
+                .as_deref()
+                .and_then(|dir| spec_file(dir, "fusion.toml"));
+            let path = file
+                .as_ref()
+                .map_or(String::new(), |f| f.to_string_lossy().into_owned());
+            let from = match &file {
+                Some(f) => format!("# fusion tables from {}\n", f.display()),
+                None => "# fusion tables built in (spec/fusion.toml)\n".to_string(),
+            };
             let layout = ircc_passes::layout::cost::LayoutSpec::load().render();
-            write!(stdout, "{tables}\n{layout}").map_err(stdout_err)
+            ircc_passes::graph::fusion::Tables::from_option(&path)
+                .map_err(|e| Failure::from(Diagnostic::plain(e)))
+                .and_then(|t| write!(stdout, "{from}{}\n{layout}", t.render()).map_err(stdout_err))
         } else if cli.list_devices {
             ircc_dialects::kernel::profiles_table()
                 .map_err(|e| Failure::from(Diagnostic::plain(e)))
@@ -292,6 +307,9 @@ impl Driver {
         if let Some(device) = &args.device {
             set_device(&mut specs, device, for_device)?;
         }
+        if let Some(dir) = &args.spec_dir {
+            set_tables(&mut specs, dir)?;
+        }
         Ok(specs)
     }
 
@@ -302,6 +320,16 @@ impl Driver {
         let Some(name) = &args.pipeline else {
             return Ok(Vec::new());
         };
+        if let Some(path) = args
+            .spec_dir
+            .as_deref()
+            .and_then(|dir| spec_file(dir, &format!("pipelines/{name}.pipeline")))
+        {
+            let text = std::fs::read_to_string(&path)
+                .map_err(|e| Diagnostic::plain(format!("cannot read {}: {e}", path.display())))?;
+            return parse_pipeline_file(&text)
+                .map_err(|e| Diagnostic::plain(format!("{}: {e}", path.display())));
+        }
         if let Some((_, text)) = PIPELINES.iter().find(|(n, _)| n == name) {
             return parse_pipeline_file(text)
                 .map_err(|e| Diagnostic::plain(format!("pipeline '{name}': {e}")));
@@ -403,6 +431,43 @@ fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
         options.input_shapes.insert(name.to_string(), dims);
     }
     Ok(options)
+}
+
+/// `FILE` in the spec folder `dir`, where it is a regular file inside it.
+fn spec_file(dir: &Path, file: &str) -> Option<PathBuf> {
+    ircc_core::files::file_inside(dir, file).ok()
+}
+
+/// `--spec-dir DIR`: its fusion.toml for every pass that reads the fusion
+/// tables, unless the pipeline names other tables.
+fn set_tables(specs: &mut [PassOptions], dir: &Path) -> Result<(), Diagnostic> {
+    use ircc_passes::decl::{
+        GraphClassifyOptions, GraphEliminateLayoutOpsOptions, GraphFuseOptions,
+    };
+    if !dir.is_dir() {
+        return Err(Diagnostic::plain(format!(
+            "--spec-dir {}: not a directory",
+            dir.display()
+        )));
+    }
+    let Some(tables) = spec_file(dir, "fusion.toml") else {
+        return Ok(());
+    };
+    let tables = tables.to_string_lossy().into_owned();
+    let readers = [
+        GraphClassifyOptions::NAME,
+        GraphEliminateLayoutOpsOptions::NAME,
+        GraphFuseOptions::NAME,
+    ];
+    for spec in specs
+        .iter_mut()
+        .filter(|s| readers.contains(&s.pass.as_str()))
+    {
+        spec.values
+            .entry("tables".into())
+            .or_insert_with(|| tables.clone());
+    }
+    Ok(())
 }
 
 /// `--device NAME`: the device of every pass that reads a device profile

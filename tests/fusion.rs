@@ -73,3 +73,72 @@ fn pipelines_keep_results_and_cut_kernels() {
     }
     assert_eq!(checked, 4);
 }
+
+#[test]
+fn spec_dir_tables_and_pipelines_are_read_at_run_time() {
+    // A fusion table that forbids fusing one one-to-one op into another,
+    // and a pipeline of one's own, given without rebuilding ircc.
+    let dir = common::scratch_dir("spec-dir");
+    std::fs::create_dir_all(dir.join("pipelines")).unwrap();
+    let table = std::fs::read_to_string(common::root().join("spec/fusion.toml")).unwrap();
+    let red = table.replace(
+        "one-to-one   = [\"one-to-one green\"",
+        "one-to-one   = [\"one-to-one red\"",
+    );
+    assert_ne!(red, table);
+    std::fs::write(dir.join("fusion.toml"), red).unwrap();
+    std::fs::write(
+        dir.join("pipelines/tiny.pipeline"),
+        "canonicalize\ngraph.fuse{max-ops=2}\n",
+    )
+    .unwrap();
+    let bert = common::find_model("bert_l2_w64").expect("bert_l2_w64.onnx");
+    let spec = dir.to_str().unwrap();
+    let kernels = |extra: &[&str]| {
+        let mut args = vec!["stats", bert.to_str().unwrap(), "--json"];
+        args.extend_from_slice(extra);
+        let r = common::ircc(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        let stats: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
+        stats["kernels"].as_u64().unwrap()
+    };
+    let built_in = kernels(&["--pipeline", "dnnfusion"]);
+    let from_dir = kernels(&["--pipeline", "dnnfusion", "--spec-dir", spec]);
+    assert!(
+        from_dir > built_in,
+        "{from_dir} kernels, built in {built_in}"
+    );
+    let tiny = kernels(&["--pipeline", "tiny", "--spec-dir", spec]);
+    assert!(tiny > from_dir, "graph.fuse{{max-ops=2}} gave {tiny}");
+    // The listing says where the tables came from.
+    let r = common::ircc(&["--list-fusion-tables", "--spec-dir", spec]);
+    assert!(
+        r.stdout.starts_with("# fusion tables from "),
+        "{}",
+        r.stdout
+    );
+    assert!(r.stdout.contains("one-to-one red"), "{}", r.stdout);
+    // A broken table or a missing folder is an error naming it.
+    std::fs::write(dir.join("fusion.toml"), "garbage").unwrap();
+    let r = common::ircc(&[
+        bert.to_str().unwrap(),
+        "--pipeline",
+        "dnnfusion",
+        "--spec-dir",
+        spec,
+    ]);
+    assert_eq!(r.code, 1);
+    assert!(
+        r.stderr.contains("fusion.toml") && r.stderr.contains("line 1"),
+        "{}",
+        r.stderr
+    );
+    let r = common::ircc(&[
+        "stats",
+        bert.to_str().unwrap(),
+        "--spec-dir",
+        "/nonexistent-ircc-spec",
+    ]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("not a directory"), "{}", r.stderr);
+}

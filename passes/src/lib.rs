@@ -28,17 +28,19 @@ pub fn register_all(passes: &mut PassRegistry) {
         Ok(Box::new(graph::math::MathRewrite::new()))
     });
     passes.register_decl(&GraphClassifyOptions::DECL, |o| {
-        GraphClassifyOptions::parse(o)?;
-        Ok(Box::new(graph::fusion::Classify::new()))
+        let options = GraphClassifyOptions::parse(o)?;
+        let tables = graph::fusion::Tables::from_option(&options.tables)?;
+        Ok(Box::new(graph::fusion::Classify::new(tables)))
     });
     passes.register_decl(&GraphEliminateLayoutOpsOptions::DECL, |o| {
-        GraphEliminateLayoutOpsOptions::parse(o)?;
-        Ok(Box::new(graph::fusion::EliminateLayoutOps::new()))
+        let options = GraphEliminateLayoutOpsOptions::parse(o)?;
+        let tables = graph::fusion::Tables::from_option(&options.tables)?;
+        Ok(Box::new(graph::fusion::EliminateLayoutOps::new(tables)))
     });
     passes.register_decl(&GraphFuseOptions::DECL, |o| {
-        Ok(Box::new(graph::fusion::Fuse::new(GraphFuseOptions::parse(
-            o,
-        )?)))
+        let options = GraphFuseOptions::parse(o)?;
+        let tables = graph::fusion::Tables::from_option(&options.tables)?;
+        Ok(Box::new(graph::fusion::Fuse::new(options, tables)))
     });
     passes.register_decl(&KernelLowerOptions::DECL, |o| {
         Ok(Box::new(conversion::graph_to_kernel::KernelLower::new(

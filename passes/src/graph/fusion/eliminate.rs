@@ -18,10 +18,8 @@ pub struct EliminateLayoutOps {
 }
 
 impl EliminateLayoutOps {
-    pub fn new() -> Self {
-        EliminateLayoutOps {
-            tables: Tables::load(),
-        }
+    pub fn new(tables: Tables) -> Self {
+        EliminateLayoutOps { tables }
     }
 
     fn class(&self, module: &Module, ctx: &PassContext, op: OpId) -> Option<LayoutClass> {
@@ -63,7 +61,7 @@ impl EliminateLayoutOps {
 
 impl Default for EliminateLayoutOps {
     fn default() -> Self {
-        Self::new()
+        Self::new(Tables::load())
     }
 }
 

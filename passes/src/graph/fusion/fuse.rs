@@ -30,9 +30,9 @@ pub struct Fuse {
 }
 
 impl Fuse {
-    pub fn new(options: GraphFuseOptions) -> Self {
+    pub fn new(options: GraphFuseOptions, tables: Tables) -> Self {
         Fuse {
-            tables: Tables::load(),
+            tables,
             max_ops: options.max_ops.max(1) as usize,
         }
     }

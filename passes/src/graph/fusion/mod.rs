@@ -49,16 +49,14 @@ pub struct Classify {
 }
 
 impl Classify {
-    pub fn new() -> Self {
-        Classify {
-            tables: Tables::load(),
-        }
+    pub fn new(tables: Tables) -> Self {
+        Classify { tables }
     }
 }
 
 impl Default for Classify {
     fn default() -> Self {
-        Self::new()
+        Self::new(Tables::load())
     }
 }
 

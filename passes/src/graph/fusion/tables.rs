@@ -8,6 +8,10 @@ use serde::Deserialize;
 
 pub const SPEC: &str = include_str!("../../../../spec/fusion.toml");
 
+/// The largest fusion table file read at run time (the built-in one is
+/// under 5 KB).
+const MAX_TABLE_BYTES: u64 = 1 << 20;
+
 /// DNNFusion's verdict on fusing a pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Color {
@@ -164,6 +168,24 @@ impl Tables {
 
     pub fn load() -> Tables {
         Tables::parse(SPEC).expect("spec/fusion.toml is valid (a test checks it)")
+    }
+
+    /// The tables a pass's `tables` option names: the built-in
+    /// spec/fusion.toml when empty, else the file at that path, read at
+    /// run time.
+    pub fn from_option(path: &str) -> Result<Tables, String> {
+        if path.is_empty() {
+            return Ok(Tables::load());
+        }
+        let meta = std::fs::metadata(path).map_err(|e| format!("tables={path}: {e}"))?;
+        // Not a FIFO or a device, which could block or never end.
+        if !meta.is_file() || meta.len() > MAX_TABLE_BYTES {
+            return Err(format!(
+                "tables={path}: not a regular file of at most {MAX_TABLE_BYTES} bytes"
+            ));
+        }
+        let text = std::fs::read_to_string(path).map_err(|e| format!("tables={path}: {e}"))?;
+        Tables::parse(&text).map_err(|e| format!("tables={path}: {e}"))
     }
 
     fn type_index(&self, t: MappingType) -> usize {
