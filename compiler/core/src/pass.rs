@@ -17,13 +17,17 @@ use crate::print::{Form, print_module};
 use crate::registry::Registry;
 use crate::verify::{VerifyOptions, verify};
 
-/// What a pass may use besides the module.
+/// What a pass may use besides the module: the registry of ops (their
+/// specs and hooks: shape inference, interpretation, verification) and a
+/// place for remarks, which `--remarks` prints.
 pub struct PassContext<'a> {
+    /// Every registered dialect's ops.
     pub registry: &'a Registry,
     remarks: std::cell::RefCell<Vec<Diagnostic>>,
 }
 
 impl<'a> PassContext<'a> {
+    /// A context over `registry`, with no remarks yet.
     pub fn new(registry: &'a Registry) -> Self {
         PassContext {
             registry,
@@ -47,14 +51,28 @@ impl<'a> PassContext<'a> {
 /// What running a pass gives: nothing, or the diagnostics it stopped with.
 pub type PassResult = Result<(), Diagnostics>;
 
+/// A transformation of a whole module, run by the [`PassManager`] under
+/// the name it is registered with ([`PassRegistry::register_decl`], whose
+/// constructor receives the pass's options as written in the pipeline).
+///
+/// `run` rewrites `module` in place through its API (`Module::create_op`,
+/// `replace_all_uses`, `erase_op`, ...). A problem in the input is an
+/// `Err` of diagnostics with locations, never a panic; the manager
+/// verifies the module after every pass (unless `--no-verify-each`), so a
+/// rewrite that breaks an invariant is reported under the pass's name.
+/// A pass that works on one function body at a time implements
+/// [`FunctionPass`] instead.
 pub trait Pass {
+    /// The name pipelines use: the declaration's `name`.
     fn name(&self) -> &str;
+    /// Transforms `module`; `ctx` has the op registry and takes remarks.
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> PassResult;
 }
 
 /// A pass that rewrites one function body at a time, as MLIR's passes
 /// anchored on `func.func`: it runs on the body of every function.
 pub trait FunctionPass {
+    /// The name pipelines use: the declaration's `name`.
     fn name(&self) -> &str;
     /// Runs on `body`, the entry block of one function.
     fn run_on_body(&mut self, module: &mut Module, body: BlockId, ctx: &PassContext) -> PassResult;
