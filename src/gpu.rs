@@ -11,7 +11,7 @@ use ircc_core::pass::PassOptions;
 use ircc_core::{Diagnostic, ElemType, Module, OpId, Tensor, Type};
 use ircc_dialects::graph::ops as graph_ops;
 use ircc_dialects::kernel::KernelOp;
-use ircc_plan::Plan;
+use ircc_plan::{Plan, Timing};
 
 use crate::{Driver, Failure, KernelArgs, Loaded, Outcome, io_err};
 
@@ -128,13 +128,6 @@ pub(crate) enum Session {
     None(std::convert::Infallible),
 }
 
-/// Times of repeated runs (ms) and of each kernel (µs; empty where the
-/// device cannot time kernels).
-pub(crate) struct Timing {
-    pub runs_ms: Vec<f64>,
-    pub per_kernel_us: Vec<Vec<f64>>,
-}
-
 #[cfg_attr(
     not(any(feature = "wgpu", feature = "opencl")),
     allow(unused_variables, unreachable_code)
@@ -152,26 +145,14 @@ impl Session {
     }
 
     fn time(&mut self, inputs: &[Tensor], warmup: usize, runs: usize) -> Result<Timing, String> {
-        Ok(match self {
+        match self {
             #[cfg(feature = "wgpu")]
-            Session::Wgpu(s) => {
-                let t = s.time(inputs, warmup, runs)?;
-                Timing {
-                    runs_ms: t.runs_ms,
-                    per_kernel_us: t.per_kernel_us,
-                }
-            }
+            Session::Wgpu(s) => s.time(inputs, warmup, runs),
             #[cfg(feature = "opencl")]
-            Session::OpenCl(s) => {
-                let t = s.time(inputs, warmup, runs)?;
-                Timing {
-                    runs_ms: t.runs_ms,
-                    per_kernel_us: t.per_kernel_us,
-                }
-            }
+            Session::OpenCl(s) => s.time(inputs, warmup, runs),
             #[cfg(not(any(feature = "wgpu", feature = "opencl")))]
             Session::None(never) => match *never {},
-        })
+        }
     }
 
     fn plan(&self) -> &Plan {

@@ -13,6 +13,7 @@ mod common;
 
 use common::{ircc, root, scratch_dir};
 use ircc_dialects::kernel::KernelOp;
+use ircc_passes::decl::KernelLowerOptions;
 
 const PIPELINES: [&str; 3] = ["none", "dnnfusion", "smartmem"];
 
@@ -137,7 +138,7 @@ fn models_run_on_wgpu_and_match() {
 fn kernel_ir_prints_and_parses_back() {
     let mlp = root().join("examples/mlp.ir");
     for (passes, marker) in [
-        ("kernel.lower", KernelOp::Launch.name()),
+        (KernelLowerOptions::NAME, KernelOp::Launch.name()),
         (
             "layout.select,texture.map,kernel.lower",
             KernelOp::TextureStore.name(),

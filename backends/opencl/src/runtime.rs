@@ -10,7 +10,7 @@ use std::time::Instant;
 
 use ircc_core::{ElemType, Tensor};
 use ircc_plan::host::{from_bytes, input_bytes, to_bytes};
-use ircc_plan::{BufferKind, Plan};
+use ircc_plan::{BufferKind, Plan, Timing};
 use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
 use opencl3::context::Context;
 use opencl3::device::{CL_DEVICE_TYPE_ALL, CL_DEVICE_TYPE_GPU, Device, get_all_devices};
@@ -60,13 +60,6 @@ pub struct Session {
     output_elems: Vec<ElemType>,
     pub device: String,
     pub platform: String,
-}
-
-/// Times of repeated runs in milliseconds, and per kernel in microseconds
-/// from the queue's profiling events.
-pub struct Timing {
-    pub runs_ms: Vec<f64>,
-    pub per_kernel_us: Vec<Vec<f64>>,
 }
 
 fn cl_err(what: &str) -> impl Fn(opencl3::error_codes::ClError) -> String + '_ {

@@ -104,6 +104,14 @@ pub struct Plan {
     pub constants: HashMap<usize, ircc_core::Tensor>,
 }
 
+/// What a runtime measured over repeated runs of a plan: each run in
+/// milliseconds, and each dispatch's runs in microseconds (empty where the
+/// device cannot time kernels).
+pub struct Timing {
+    pub runs_ms: Vec<f64>,
+    pub per_kernel_us: Vec<Vec<f64>>,
+}
+
 impl Plan {
     /// The bytes of the largest allocation: a buffer or the pool.
     pub fn largest_bytes(&self) -> u64 {

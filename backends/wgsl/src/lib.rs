@@ -7,9 +7,9 @@
 pub mod runtime;
 pub mod wgsl;
 
-pub use ircc_plan::{BufferKind, Plan};
+pub use ircc_plan::{BufferKind, Plan, Timing};
 #[cfg(feature = "runtime")]
-pub use runtime::{Session, Timing};
+pub use runtime::Session;
 pub use wgsl::kernel_to_wgsl;
 
 pub use ircc_codegen::Options;

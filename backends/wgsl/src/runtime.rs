@@ -11,7 +11,7 @@ use std::time::Instant;
 use ircc_core::{ElemType, Tensor};
 
 use ircc_plan::host::{from_bytes, input_bytes, to_bytes};
-use ircc_plan::{BufferKind, Plan};
+use ircc_plan::{BufferKind, Plan, Timing};
 
 type R<T> = Result<T, String>;
 
@@ -56,13 +56,6 @@ struct Timestamps {
     resolve: wgpu::Buffer,
     read: wgpu::Buffer,
     period_ns: f64,
-}
-
-/// Times of repeated runs, in milliseconds, and per kernel in microseconds
-/// (empty when the adapter has no timestamp queries).
-pub struct Timing {
-    pub runs_ms: Vec<f64>,
-    pub per_kernel_us: Vec<Vec<f64>>,
 }
 
 fn take_errors(errors: &Mutex<Vec<String>>) -> Option<String> {
