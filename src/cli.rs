@@ -224,10 +224,21 @@ pub struct PipelineArgs {
     /// Passes to run, comma-separated, with options: 'canonicalize,foo{key=value}'.
     #[arg(long, value_name = "PASSES")]
     pub passes: Option<String>,
-    /// A folder whose fusion.toml (the DNNFusion and SmartMem tables) and
-    /// pipelines/NAME.pipeline replace the built-in ones, read at run time.
+    /// A folder whose fusion.toml (the DNNFusion and SmartMem tables),
+    /// pipelines/NAME.pipeline, rules/algebra.rules (graph.math-rewrite's)
+    /// and rules/dnnfusion.rules (the rules pass's) replace the built-in
+    /// ones, read at run time.
     #[arg(long, value_name = "DIR")]
     pub spec_dir: Option<PathBuf>,
+    /// A plugin library whose passes pipelines may then name (built with
+    /// ircc_core::declare_plugin! against this ircc); may be repeated.
+    #[arg(long, value_name = "LIB")]
+    pub load_pass_plugin: Vec<PathBuf>,
+    /// A rule file (spec/rules.md) to run as the pass rules{file=FILE},
+    /// before the pipeline's graph.math-rewrite, or first where it has
+    /// none; may be repeated.
+    #[arg(long, value_name = "FILE")]
+    pub load_rules: Vec<PathBuf>,
     /// The device whose profile layout.select and texture.map read
     /// (ircc --list-devices); the pipeline's choice, else adreno740.
     #[arg(long, value_name = "NAME")]
@@ -254,6 +265,19 @@ pub struct PipelineArgs {
     /// Accept operations that no registered dialect declares.
     #[arg(long)]
     pub allow_unregistered_dialect: bool,
+}
+
+impl Cli {
+    /// The pipeline arguments of the command line's command.
+    pub fn pipeline(&self) -> &PipelineArgs {
+        match &self.command {
+            Some(Command::Run(a)) => &a.model.pipeline,
+            Some(Command::Stats(a)) => &a.model.pipeline,
+            Some(Command::Check(a)) => &a.model.pipeline,
+            Some(Command::Bench(a)) => &a.model.pipeline,
+            Some(Command::Import(_)) | None => &self.compile.pipeline,
+        }
+    }
 }
 
 impl PipelineArgs {

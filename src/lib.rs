@@ -12,6 +12,7 @@ pub mod dot;
 pub mod figures;
 mod gpu;
 mod inputs;
+mod plugin;
 
 pub use gpu::{Device, GpuError};
 
@@ -118,7 +119,9 @@ impl Driver {
     pub fn new() -> Result<Driver, Diagnostic> {
         let registry = ircc_dialects::registry()?;
         let mut passes = PassRegistry::new();
+        passes.set_origin("built in");
         ircc_passes::register_all(&mut passes);
+        passes.set_origin(String::new());
         Ok(Driver { registry, passes })
     }
 
@@ -136,6 +139,11 @@ impl Driver {
 
     pub fn passes_mut(&mut self) -> &mut PassRegistry {
         &mut self.passes
+    }
+
+    /// Both registries at once, as a plugin's register function takes them.
+    pub fn registries_mut(&mut self) -> (&mut Registry, &mut PassRegistry) {
+        (&mut self.registry, &mut self.passes)
     }
 
     /// Runs the command line of this process and returns its exit code.
@@ -166,6 +174,25 @@ impl Driver {
                 return 0;
             }
         };
+        let plugins = &cli.pipeline().load_pass_plugin;
+        if plugins.is_empty() {
+            return self.dispatch(&cli, stdout, stderr);
+        }
+        let mut with_plugins = Driver {
+            registry: self.registry.clone(),
+            passes: self.passes.clone(),
+        };
+        for path in plugins {
+            if let Err(d) = with_plugins.load_pass_plugin(path) {
+                let _ = write!(stderr, "{}", d.render(None));
+                return 1;
+            }
+        }
+        with_plugins.dispatch(&cli, stdout, stderr)
+    }
+
+    /// Runs a parsed command line.
+    fn dispatch(&self, cli: &Cli, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32 {
         let result = if cli.list_ops {
             write!(stdout, "{}", self.registry.ops_table()).map_err(stdout_err)
         } else if cli.list_passes {
@@ -308,8 +335,9 @@ impl Driver {
             set_device(&mut specs, device, for_device)?;
         }
         if let Some(dir) = &args.spec_dir {
-            set_tables(&mut specs, dir)?;
+            set_spec_files(&mut specs, dir)?;
         }
+        insert_rules(&mut specs, &args.load_rules);
         Ok(specs)
     }
 
@@ -438,11 +466,14 @@ fn spec_file(dir: &Path, file: &str) -> Option<PathBuf> {
     ircc_core::files::file_inside(dir, file).ok()
 }
 
-/// `--spec-dir DIR`: its fusion.toml for every pass that reads the fusion
-/// tables, unless the pipeline names other tables.
-fn set_tables(specs: &mut [PassOptions], dir: &Path) -> Result<(), Diagnostic> {
+/// `--spec-dir DIR`: its files for the passes that read them, unless the
+/// pipeline names other files — fusion.toml as the fusion passes' tables,
+/// rules/algebra.rules as graph.math-rewrite's rules, rules/dnnfusion.rules
+/// as the rules pass's file.
+fn set_spec_files(specs: &mut [PassOptions], dir: &Path) -> Result<(), Diagnostic> {
     use ircc_passes::decl::{
         GraphClassifyOptions, GraphEliminateLayoutOpsOptions, GraphFuseOptions,
+        GraphMathRewriteOptions, RulesOptions,
     };
     if !dir.is_dir() {
         return Err(Diagnostic::plain(format!(
@@ -450,24 +481,57 @@ fn set_tables(specs: &mut [PassOptions], dir: &Path) -> Result<(), Diagnostic> {
             dir.display()
         )));
     }
-    let Some(tables) = spec_file(dir, "fusion.toml") else {
-        return Ok(());
-    };
-    let tables = tables.to_string_lossy().into_owned();
-    let readers = [
-        GraphClassifyOptions::NAME,
-        GraphEliminateLayoutOpsOptions::NAME,
-        GraphFuseOptions::NAME,
+    let files: [(&str, &str, &[&str]); 3] = [
+        (
+            "fusion.toml",
+            "tables",
+            &[
+                GraphClassifyOptions::NAME,
+                GraphEliminateLayoutOpsOptions::NAME,
+                GraphFuseOptions::NAME,
+            ],
+        ),
+        (
+            "rules/algebra.rules",
+            "rules",
+            &[GraphMathRewriteOptions::NAME],
+        ),
+        ("rules/dnnfusion.rules", "file", &[RulesOptions::NAME]),
     ];
-    for spec in specs
-        .iter_mut()
-        .filter(|s| readers.contains(&s.pass.as_str()))
-    {
-        spec.values
-            .entry("tables".into())
-            .or_insert_with(|| tables.clone());
+    for (file, option, readers) in files {
+        let Some(path) = spec_file(dir, file) else {
+            continue;
+        };
+        let path = path.to_string_lossy().into_owned();
+        for spec in specs
+            .iter_mut()
+            .filter(|s| readers.contains(&s.pass.as_str()))
+        {
+            spec.values
+                .entry(option.into())
+                .or_insert_with(|| path.clone());
+        }
     }
     Ok(())
+}
+
+/// `--load-rules FILE`: `rules{file=FILE}` before the pipeline's
+/// graph.math-rewrite (where DNNFusion rewrites), or first.
+fn insert_rules(specs: &mut Vec<PassOptions>, files: &[PathBuf]) {
+    use ircc_passes::decl::{GraphMathRewriteOptions, RulesOptions};
+    let at = specs
+        .iter()
+        .position(|s| s.pass == GraphMathRewriteOptions::NAME)
+        .unwrap_or(0);
+    for (i, file) in files.iter().enumerate() {
+        let mut spec = PassOptions {
+            pass: RulesOptions::NAME.to_string(),
+            ..Default::default()
+        };
+        spec.values
+            .insert("file".into(), file.to_string_lossy().into_owned());
+        specs.insert(at + i, spec);
+    }
 }
 
 /// `--device NAME`: the device of every pass that reads a device profile

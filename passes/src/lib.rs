@@ -6,6 +6,7 @@ pub mod graph;
 pub mod index;
 pub mod kernel;
 pub mod layout;
+pub mod rules;
 
 /// The declarations and option structs of the passes, generated from
 /// `spec/passes.toml` by `ircc-ods`.
@@ -24,8 +25,16 @@ pub fn register_all(passes: &mut PassRegistry) {
         )))
     });
     passes.register_decl(&GraphMathRewriteOptions::DECL, |o| {
-        GraphMathRewriteOptions::parse(o)?;
-        Ok(Box::new(graph::math::MathRewrite::new()))
+        let options = GraphMathRewriteOptions::parse(o)?;
+        Ok(Box::new(graph::math::MathRewrite::from_option(
+            &options.rules,
+        )?))
+    });
+    passes.register_decl(&RulesOptions::DECL, |o| {
+        let options = RulesOptions::parse(o)?;
+        Ok(Box::new(rules::apply::ApplyRules::from_option(
+            &options.file,
+        )?))
     });
     passes.register_decl(&GraphClassifyOptions::DECL, |o| {
         let options = GraphClassifyOptions::parse(o)?;

@@ -41,6 +41,9 @@ impl fmt::Display for Location {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Severity {
     Error,
+    /// A problem that does not stop compilation (a rule that can never
+    /// fire); always shown.
+    Warning,
     Note,
     /// What a pass decided and why (a fallback, a choice), shown with
     /// `--remarks` as LLVM's optimization remarks are.
@@ -63,6 +66,13 @@ impl Diagnostic {
             loc,
             message: message.into(),
             notes: Vec::new(),
+        }
+    }
+
+    pub fn warning(loc: Location, message: impl Into<String>) -> Self {
+        Diagnostic {
+            severity: Severity::Warning,
+            ..Diagnostic::error(loc, message)
         }
     }
 
@@ -100,6 +110,7 @@ impl Diagnostic {
         use std::fmt::Write;
         let kind = match self.severity {
             Severity::Error => "error",
+            Severity::Warning => "warning",
             Severity::Note => "note",
             Severity::Remark => "remark",
         };

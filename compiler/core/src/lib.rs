@@ -18,6 +18,7 @@ pub mod ir;
 pub mod limits;
 pub mod parse;
 pub mod pass;
+pub mod plugin;
 pub mod print;
 pub mod registry;
 pub mod tensor;

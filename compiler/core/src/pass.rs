@@ -42,7 +42,16 @@ impl<'a> PassContext<'a> {
             .push(Diagnostic::remark(loc, message));
     }
 
-    /// The remarks recorded since the last call.
+    /// Records a warning: a problem that does not stop the pass (a rule
+    /// that can never fire). The pass manager always prints warnings.
+    pub fn warn(&self, warning: Diagnostic) {
+        self.remarks.borrow_mut().push(Diagnostic {
+            severity: crate::diag::Severity::Warning,
+            ..warning
+        });
+    }
+
+    /// The remarks and warnings recorded since the last call.
     pub fn take_remarks(&self) -> Vec<Diagnostic> {
         std::mem::take(&mut self.remarks.borrow_mut())
     }
@@ -148,7 +157,9 @@ impl PassOptions {
     }
 }
 
-pub type PassConstructor = Box<dyn Fn(&PassOptions) -> Result<Box<dyn Pass>, String>>;
+/// Makes a pass from its options; shared, so a registry can be copied
+/// (a driver that loads plugins extends a copy of its own).
+pub type PassConstructor = std::rc::Rc<dyn Fn(&PassOptions) -> Result<Box<dyn Pass>, String>>;
 
 /// One option of a pass, as its declaration gives it.
 #[derive(Clone, Copy, Debug)]
@@ -169,20 +180,32 @@ pub struct PassDecl {
     pub options: &'static [OptionDecl],
 }
 
+/// A registered pass.
+#[derive(Clone)]
 pub struct PassInfo {
     pub summary: String,
     pub options: Vec<OptionDecl>,
     pub constructor: PassConstructor,
+    /// Where it came from (`built in`, a plugin's path), as
+    /// `--list-passes` shows it.
+    pub origin: String,
 }
 
-#[derive(Default)]
+/// The passes a pipeline can name, by name.
+#[derive(Clone, Default)]
 pub struct PassRegistry {
     pub passes: IndexMap<String, PassInfo>,
+    origin: String,
 }
 
 impl PassRegistry {
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Where the passes registered from now on come from.
+    pub fn set_origin(&mut self, origin: impl Into<String>) {
+        self.origin = origin.into();
     }
 
     pub fn register(
@@ -196,7 +219,8 @@ impl PassRegistry {
             PassInfo {
                 summary: summary.to_string(),
                 options: Vec::new(),
-                constructor: Box::new(constructor),
+                constructor: std::rc::Rc::new(constructor),
+                origin: self.origin.clone(),
             },
         );
     }
@@ -212,7 +236,8 @@ impl PassRegistry {
             PassInfo {
                 summary: decl.summary.to_string(),
                 options: decl.options.to_vec(),
-                constructor: Box::new(constructor),
+                constructor: std::rc::Rc::new(constructor),
+                origin: self.origin.clone(),
             },
         );
     }
@@ -232,7 +257,11 @@ impl PassRegistry {
     pub fn table(&self) -> String {
         let mut out = String::new();
         for (name, info) in &self.passes {
-            let _ = writeln!(out, "{name:<28} {}", info.summary);
+            let _ = write!(out, "{name:<28} {}", info.summary);
+            if !info.origin.is_empty() {
+                let _ = write!(out, " [{}]", info.origin);
+            }
+            let _ = writeln!(out);
             for o in &info.options {
                 let _ = writeln!(
                     out,
@@ -453,9 +482,8 @@ impl PassManager {
                 d
             })?;
             let run = start.elapsed();
-            let remarks = ctx.take_remarks();
-            if options.remarks {
-                for r in remarks {
+            for r in ctx.take_remarks() {
+                if options.remarks || r.severity == crate::diag::Severity::Warning {
                     let _ = write!(out, "{}", r.render(None));
                 }
             }

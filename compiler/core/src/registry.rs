@@ -249,17 +249,19 @@ pub struct OpHooks {
     pub interpret: Option<InterpretFn>,
 }
 
+#[derive(Clone)]
 pub struct OpDef {
     pub spec: OpSpec,
     pub hooks: OpHooks,
 }
 
+#[derive(Clone)]
 pub struct DialectInfo {
     pub name: String,
     pub summary: String,
 }
 
-#[derive(Default)]
+#[derive(Clone, Default)]
 pub struct Registry {
     pub dialects: IndexMap<String, DialectInfo>,
     pub ops: IndexMap<String, OpDef>,

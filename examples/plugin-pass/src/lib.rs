@@ -1,9 +1,11 @@
 //! A pass that lives outside ircc: `example.fold-double-neg` rewrites
-//! `neg(neg(x))` to `x`. [`driver`] builds an `ircc` that knows it.
+//! `neg(neg(x))` to `x`. Built as a library, it is a plugin the stock
+//! `ircc` loads (`--load-pass-plugin`); [`register`] also adds it to a
+//! custom driver (examples/custom-driver).
 
-use ircc_core::Module;
 use ircc_core::diag::Diagnostics;
-use ircc_core::pass::{Pass, PassContext, PassDecl};
+use ircc_core::pass::{Pass, PassContext, PassDecl, PassRegistry};
+use ircc_core::{Module, Registry};
 use ircc_dialects::graph::GraphOp;
 
 /// The pass's declaration: its name in pipelines, its summary and (none)
@@ -43,12 +45,14 @@ impl Pass for FoldDoubleNeg {
     }
 }
 
-/// ircc with this crate's pass added.
-pub fn driver() -> Result<ircc::Driver, ircc_core::Diagnostic> {
-    let mut d = ircc::Driver::new()?;
-    d.passes_mut().register_decl(&DECL, |o| {
+/// Adds this crate's pass (it adds no dialect).
+pub fn register(_registry: &mut Registry, passes: &mut PassRegistry) {
+    passes.register_decl(&DECL, |o| {
         o.expect_only(&[])?;
         Ok(Box::new(FoldDoubleNeg))
     });
-    Ok(d)
 }
+
+// The symbols `ircc --load-pass-plugin` looks up: the stamp it checks,
+// then `register`.
+ircc_core::declare_plugin!(register);

@@ -2,11 +2,13 @@
 //! by equality saturation. Each value computed by algebraic ops (add, sub,
 //! mul, div, neg, reciprocal, matmul, reduce_sum) is a term over the values
 //! where the algebra stops (inputs, weights, any other op), the subgraph
-//! cut DNNFusion describes. egg saturates the term with the rules below and
-//! extracts the cheapest by FLOP count; a term is rewritten only when that
-//! is strictly cheaper. Every rule keeps the term's shape (checked before a
-//! match is accepted), and `tests/math.rs` runs each against the
-//! interpreter on random data.
+//! cut DNNFusion describes. egg saturates the term with the rules of a rule
+//! file (`spec/rules/algebra.rules` unless the `rules` option names
+//! another; the language is `crate::rules`') and extracts the cheapest by
+//! FLOP count; a term is rewritten only when that is strictly cheaper.
+//! Every rewrite keeps the term's shape (checked before a match is
+//! accepted), the analysis folds scalar constants, and `tests/math.rs`
+//! runs each rule against the interpreter on random data.
 //!
 //! Not included: `sqrt(x) * sqrt(x) -> x`, which floating point does not
 //! make exact (and which is wrong for negative x).
@@ -14,8 +16,8 @@
 use std::collections::HashMap;
 
 use egg::{
-    Analysis, Applier, CostFunction, DidMerge, EGraph, Extractor, Id, Language, PatternAst,
-    RecExpr, Rewrite, Runner, Subst, Symbol, Var, define_language,
+    Analysis, Applier, CostFunction, DidMerge, EGraph, ENodeOrVar, Extractor, Id, Language,
+    PatternAst, RecExpr, Rewrite, Runner, Subst, Symbol, Var, define_language,
 };
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
 use ircc_core::limits::{MAX_TERM_DEPTH, MAX_TERM_NODES};
@@ -25,9 +27,11 @@ use ircc_core::{
 };
 use ircc_dialects::graph::{self, GraphOp};
 
+use crate::rules::{AttrPattern, Condition, Pattern, RuleSet};
+
 define_language! {
-    /// `reduce_sum` carries its axes and keepdims in a leaf symbol
-    /// (`axes:1,2;keep:1`); other leaves are values outside the algebra
+    /// `reduce_sum` carries its axes and keepdims in leaf symbols
+    /// (`axes:1,2`, `keep:1`); other leaves are values outside the algebra
     /// (`v3`) and scalar constants (`c1.5`).
     pub enum Term {
         "+" = Add([Id; 2]),
@@ -37,7 +41,7 @@ define_language! {
         "neg" = Neg(Id),
         "recip" = Recip(Id),
         "matmul" = MatMul([Id; 2]),
-        "reduce_sum" = ReduceSum([Id; 2]),
+        "reduce_sum" = ReduceSum([Id; 3]),
         Leaf(Symbol),
     }
 }
@@ -60,8 +64,10 @@ fn broadcast(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
     ircc_dialects::graph::shape::broadcast(a, b).ok()
 }
 
-fn reduce_spec(s: &str) -> Option<(Vec<i64>, bool)> {
-    let (axes, keep) = s.strip_prefix("axes:")?.split_once(";keep:")?;
+/// `reduce_sum`'s axes and keepdims from its leaves.
+fn reduce_spec(axes: &str, keep: &str) -> Option<(Vec<i64>, bool)> {
+    let axes = axes.strip_prefix("axes:")?;
+    let keep = keep.strip_prefix("keep:")?.parse::<i64>().ok()?;
     let axes = if axes.is_empty() {
         Vec::new()
     } else {
@@ -69,7 +75,15 @@ fn reduce_spec(s: &str) -> Option<(Vec<i64>, bool)> {
             .map(|a| a.parse().ok())
             .collect::<Option<_>>()?
     };
-    Some((axes, keep == "1"))
+    Some((axes, keep != 0))
+}
+
+/// The leaf symbol of an e-class (reduce_sum's attributes).
+fn leaf_of(g: &Graph, id: Id) -> Option<&str> {
+    g[id].nodes.iter().find_map(|n| match n {
+        Term::Leaf(s) => Some(s.as_str()),
+        _ => None,
+    })
 }
 
 fn matmul_shape(a: &[i64], b: &[i64]) -> Option<Vec<i64>> {
@@ -108,13 +122,15 @@ impl Analysis<Term> for Shapes {
             Term::MatMul([a, b]) => shape(a)
                 .zip(shape(b))
                 .and_then(|(x, y)| matmul_shape(&x, &y)),
-            Term::ReduceSum([a, spec]) => {
-                let spec = match &egraph[*spec].nodes[0] {
-                    Term::Leaf(s) => reduce_spec(s.as_str()),
-                    _ => None,
-                };
-                shape(a).zip(spec).map(|(x, (axes, keep))| {
+            Term::ReduceSum([a, axes, keep]) => {
+                let spec = leaf_of(egraph, *axes)
+                    .zip(leaf_of(egraph, *keep))
+                    .and_then(|(a, k)| reduce_spec(a, k));
+                shape(a).zip(spec).and_then(|(x, (axes, keep))| {
                     let rank = x.len() as i64;
+                    if axes.iter().any(|&a| a < -rank || a >= rank) {
+                        return None;
+                    }
                     let axes: Vec<usize> = if axes.is_empty() {
                         (0..x.len()).collect()
                     } else {
@@ -128,16 +144,18 @@ impl Analysis<Term> for Shapes {
                             })
                             .collect()
                     };
-                    x.iter()
-                        .enumerate()
-                        .filter_map(|(i, &d)| {
-                            if axes.contains(&i) {
-                                keep.then_some(1)
-                            } else {
-                                Some(d)
-                            }
-                        })
-                        .collect()
+                    Some(
+                        x.iter()
+                            .enumerate()
+                            .filter_map(|(i, &d)| {
+                                if axes.contains(&i) {
+                                    keep.then_some(1)
+                                } else {
+                                    Some(d)
+                                }
+                            })
+                            .collect(),
+                    )
                 })
             }
         };
@@ -159,23 +177,46 @@ impl Analysis<Term> for Shapes {
         }
         DidMerge(*a != before, *a != b)
     }
+
+    /// A class whose value is a known scalar constant gets the constant's
+    /// leaf, which costs nothing: `(x * 0.5) * 3.0` becomes `x * 1.5`.
+    fn modify(egraph: &mut Graph, id: Id) {
+        if let Some(c) = egraph[id].data.constant {
+            let leaf = egraph.add(Term::Leaf(Symbol::from(format!("c{c:?}"))));
+            egraph.union(id, leaf);
+        }
+    }
 }
 
-fn var(s: &str) -> Var {
-    s.parse().expect("a pattern variable")
+/// The built-in rules, DNNFusion's algebraic families.
+pub const ALGEBRA_RULES: &str = include_str!("../../../spec/rules/algebra.rules");
+
+/// A rule's condition over the e-graph's analysis.
+enum EggCondition {
+    Scalar(Var),
+    Constant(Var),
+    SameShape(Var, Var),
+    Rank(Var, usize),
 }
 
-fn is_scalar(g: &Graph, s: &Subst, v: &str) -> bool {
-    g[s[var(v)]]
-        .data
-        .shape
-        .as_ref()
-        .is_some_and(|sh| sh.iter().product::<i64>() == 1 && sh.len() <= 1)
+/// A rule's replacement; a match is rewritten only where its conditions
+/// hold and the new term has the same shape.
+struct Checked {
+    replacement: PatternAst<Term>,
+    conditions: Vec<EggCondition>,
 }
 
-/// A rewrite whose right-hand side is built in code; the match is accepted
-/// only when the new term has the same shape.
-struct Checked(fn(&mut Graph, &Subst) -> Option<Id>);
+impl Checked {
+    fn holds(&self, g: &Graph, s: &Subst) -> bool {
+        let shape = |v: &Var| g[s[*v]].data.shape.as_ref();
+        self.conditions.iter().all(|c| match c {
+            EggCondition::Scalar(v) => shape(v).is_some_and(|sh| sh.iter().product::<i64>() == 1),
+            EggCondition::Constant(v) => g[s[*v]].data.constant.is_some(),
+            EggCondition::SameShape(a, b) => shape(a).is_some() && shape(a) == shape(b),
+            EggCondition::Rank(v, n) => shape(v).is_some_and(|sh| sh.len() == *n),
+        })
+    }
+}
 
 impl Applier<Term, Shapes> for Checked {
     fn apply_one(
@@ -186,92 +227,172 @@ impl Applier<Term, Shapes> for Checked {
         _: Option<&PatternAst<Term>>,
         rule: Symbol,
     ) -> Vec<Id> {
-        match (self.0)(g, subst) {
-            Some(id)
-                if g[id].data.shape.is_some()
-                    && g[id].data.shape == g[eclass].data.shape
-                    && g.union_trusted(eclass, id, rule) =>
-            {
-                vec![eclass]
-            }
-            _ => vec![],
+        if !self.holds(g, subst) {
+            return vec![];
         }
+        let id = g.add_instantiation(&self.replacement, subst);
+        if g[id].data.shape.is_some()
+            && g[id].data.shape == g[eclass].data.shape
+            && g.union_trusted(eclass, id, rule)
+        {
+            vec![eclass]
+        } else {
+            vec![]
+        }
+    }
+
+    fn vars(&self) -> Vec<Var> {
+        self.replacement
+            .as_ref()
+            .iter()
+            .filter_map(|n| match n {
+                ENodeOrVar::Var(v) => Some(*v),
+                ENodeOrVar::ENode(_) => None,
+            })
+            .collect()
     }
 }
 
-fn rule(
-    name: &str,
-    lhs: &str,
-    build: fn(&mut Graph, &Subst) -> Option<Id>,
-) -> Rewrite<Term, Shapes> {
-    Rewrite::new(
-        name,
-        lhs.parse::<egg::Pattern<Term>>().expect("pattern"),
-        Checked(build),
-    )
-    .expect("rule")
+/// The term symbol of an op of the algebra.
+fn symbol(op: GraphOp) -> Option<&'static str> {
+    Some(match op {
+        GraphOp::Add => "+",
+        GraphOp::Sub => "-",
+        GraphOp::Mul => "*",
+        GraphOp::Div => "/",
+        GraphOp::Neg => "neg",
+        GraphOp::Reciprocal => "recip",
+        GraphOp::Matmul => "matmul",
+        GraphOp::ReduceSum => "reduce_sum",
+        _ => return None,
+    })
 }
 
-fn get(s: &Subst, v: &str) -> Id {
-    s[var(v)]
+/// A rule pattern as an egg pattern's text. `reduce_sum`'s attributes are
+/// its second and third children; an attribute a pattern leaves out
+/// matches any value, and one a replacement leaves out is the default.
+fn egg_text(p: &Pattern, pattern: bool, fresh: &mut usize) -> Result<String, Diagnostic> {
+    let o = match p {
+        Pattern::Var(v, _) => return Ok(v.clone()),
+        Pattern::Number(x, _) => return Ok(format!("c{x:?}")),
+        Pattern::Op(o) => o,
+    };
+    let outside = || {
+        let known: Vec<&str> = GraphOp::ALL
+            .iter()
+            .filter(|k| symbol(**k).is_some())
+            .map(|k| k.name())
+            .collect();
+        Diagnostic::error(
+            o.loc.clone(),
+            format!(
+                "'{}' is outside the algebra of {} ({}); the rules pass takes any op",
+                o.name,
+                crate::decl::GraphMathRewriteOptions::NAME,
+                known.join(", ")
+            ),
+        )
+    };
+    let kind = GraphOp::from_name(&o.name).ok_or_else(outside)?;
+    let sym = symbol(kind).ok_or_else(outside)?;
+    let mut children = Vec::new();
+    for q in &o.operands {
+        children.push(egg_text(q, pattern, fresh)?);
+    }
+    let mut attr =
+        |name: &str, literal: &dyn Fn(&Attribute) -> Option<String>, default: &str| match o
+            .attrs
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, a)| a)
+        {
+            Some(AttrPattern::Var(v)) => Ok(v.clone()),
+            Some(AttrPattern::Value(a)) => literal(a).ok_or_else(|| {
+                Diagnostic::error(o.loc.clone(), format!("'{a}' is not a value of {name}"))
+            }),
+            None if pattern => {
+                *fresh += 1;
+                Ok(format!("?_{name}{fresh}"))
+            }
+            None => Ok(default.to_string()),
+        };
+    if kind == GraphOp::ReduceSum {
+        children.push(attr(
+            "axes",
+            &|a| {
+                let axes = a.as_i64_array()?;
+                Some(axes_leaf(&axes))
+            },
+            "axes:",
+        )?);
+        children.push(attr(
+            "keepdims",
+            &|a| Some(format!("keep:{}", a.as_i64()?)),
+            "keep:1",
+        )?);
+    }
+    if let Some((name, _)) = o
+        .attrs
+        .iter()
+        .find(|(k, _)| kind != GraphOp::ReduceSum || (k != "axes" && k != "keepdims"))
+    {
+        return Err(Diagnostic::error(
+            o.loc.clone(),
+            format!("'{}' has no attribute '{name}' in the algebra", o.name),
+        ));
+    }
+    Ok(format!("({sym} {})", children.join(" ")))
 }
 
-/// DNNFusion's families: associativity and commutativity to find matches,
-/// distributivity to factor, and scalar factors moved past matmul and
-/// reduce_sum, where they multiply fewer elements.
-pub fn rules() -> Vec<Rewrite<Term, Shapes>> {
-    vec![
-        rule("add-comm", "(+ ?a ?b)", |g, s| {
-            Some(g.add(Term::Add([get(s, "?b"), get(s, "?a")])))
-        }),
-        rule("mul-comm", "(* ?a ?b)", |g, s| {
-            Some(g.add(Term::Mul([get(s, "?b"), get(s, "?a")])))
-        }),
-        rule("mul-assoc", "(* (* ?a ?b) ?c)", |g, s| {
-            let bc = g.add(Term::Mul([get(s, "?b"), get(s, "?c")]));
-            Some(g.add(Term::Mul([get(s, "?a"), bc])))
-        }),
-        // a*b + a*c -> a*(b + c)
-        rule("factor", "(+ (* ?a ?b) (* ?a ?c))", |g, s| {
-            let sum = g.add(Term::Add([get(s, "?b"), get(s, "?c")]));
-            Some(g.add(Term::Mul([get(s, "?a"), sum])))
-        }),
-        // recip(a) * recip(b) -> recip(a * b)
-        rule("recip-product", "(* (recip ?a) (recip ?b))", |g, s| {
-            let p = g.add(Term::Mul([get(s, "?a"), get(s, "?b")]));
-            Some(g.add(Term::Recip(p)))
-        }),
-        // (a * s) matmul b -> (a matmul b) * s, for scalar s
-        rule("matmul-scalar-left", "(matmul (* ?a ?s) ?b)", |g, s| {
-            if !is_scalar(g, s, "?s") {
-                return None;
-            }
-            let m = g.add(Term::MatMul([get(s, "?a"), get(s, "?b")]));
-            Some(g.add(Term::Mul([m, get(s, "?s")])))
-        }),
-        // a matmul (b * s) -> (a matmul b) * s, for scalar s
-        rule("matmul-scalar-right", "(matmul ?a (* ?b ?s))", |g, s| {
-            if !is_scalar(g, s, "?s") {
-                return None;
-            }
-            let m = g.add(Term::MatMul([get(s, "?a"), get(s, "?b")]));
-            Some(g.add(Term::Mul([m, get(s, "?s")])))
-        }),
-        // reduce_sum(a * s) -> reduce_sum(a) * s, for scalar s
-        rule("reduce-scalar", "(reduce_sum (* ?a ?s) ?spec)", |g, s| {
-            if !is_scalar(g, s, "?s") {
-                return None;
-            }
-            let r = g.add(Term::ReduceSum([get(s, "?a"), get(s, "?spec")]));
-            Some(g.add(Term::Mul([r, get(s, "?s")])))
-        }),
-        // (x * c1) * c2 -> x * (c1 * c2) for scalar constants: chains fold.
-        rule("fold-scalar-chain", "(* (* ?x ?c1) ?c2)", |g, s| {
-            let c = g[get(s, "?c1")].data.constant? * g[get(s, "?c2")].data.constant?;
-            let k = g.add(Term::Leaf(Symbol::from(format!("c{c:?}"))));
-            Some(g.add(Term::Mul([get(s, "?x"), k])))
-        }),
-    ]
+fn axes_leaf(axes: &[i64]) -> String {
+    let axes: Vec<String> = axes.iter().map(i64::to_string).collect();
+    format!("axes:{}", axes.join(","))
+}
+
+/// A rule file's rules as egg rewrites over the algebra; an op outside it
+/// is an error naming the rule.
+pub fn compile(rules: &RuleSet) -> Result<Vec<Rewrite<Term, Shapes>>, Diagnostic> {
+    let mut out = Vec::new();
+    for rule in &rules.rules {
+        let mut fresh = 0;
+        let searcher: egg::Pattern<Term> = egg_text(&rule.pattern, true, &mut fresh)?
+            .parse()
+            .map_err(|e| {
+                Diagnostic::error(rule.loc.clone(), format!("rule '{}': {e}", rule.name))
+            })?;
+        let replacement: egg::Pattern<Term> = egg_text(&rule.replacement, false, &mut fresh)?
+            .parse()
+            .map_err(|e| {
+                Diagnostic::error(rule.loc.clone(), format!("rule '{}': {e}", rule.name))
+            })?;
+        let var = |v: &str| -> Var { v.parse().expect("a rule variable is an egg variable") };
+        let conditions = rule
+            .conditions
+            .iter()
+            .map(|c| match c {
+                Condition::Scalar(v) => Ok(EggCondition::Scalar(var(v))),
+                Condition::Constant(v) => Ok(EggCondition::Constant(var(v))),
+                Condition::SameShape(a, b) => Ok(EggCondition::SameShape(var(a), var(b))),
+                Condition::Rank(v, n) => usize::try_from(*n)
+                    .map(|n| EggCondition::Rank(var(v), n))
+                    .map_err(|_| {
+                        Diagnostic::error(
+                            rule.loc.clone(),
+                            format!("rule '{}': rank {n}", rule.name),
+                        )
+                    }),
+            })
+            .collect::<Result<_, _>>()?;
+        let applier = Checked {
+            replacement: replacement.ast,
+            conditions,
+        };
+        out.push(
+            Rewrite::new(rule.name.as_str(), searcher, applier)
+                .map_err(|e| Diagnostic::error(rule.loc.clone(), e))?,
+        );
+    }
+    Ok(out)
 }
 
 /// Floating-point operations of a term.
@@ -306,7 +427,7 @@ impl CostFunction<Term> for Flops<'_> {
                 }),
                 _ => f64::INFINITY,
             },
-            Term::ReduceSum([a, _]) => size(a),
+            Term::ReduceSum([a, _, _]) => size(a),
         };
         enode.fold(own, |sum, id| sum + costs(id))
     }
@@ -317,14 +438,22 @@ pub struct MathRewrite {
 }
 
 impl MathRewrite {
-    pub fn new() -> Self {
-        MathRewrite { rules: rules() }
+    pub fn new(rules: Vec<Rewrite<Term, Shapes>>) -> Self {
+        MathRewrite { rules }
     }
-}
 
-impl Default for MathRewrite {
-    fn default() -> Self {
-        Self::new()
+    /// The pass over the rules of `file`, or the built-in ones where it is
+    /// empty.
+    pub fn from_option(file: &str) -> Result<Self, String> {
+        let rules = if file.is_empty() {
+            crate::rules::parse_rules(ALGEBRA_RULES, Some("spec/rules/algebra.rules".into()))
+        } else {
+            RuleSet::read(file)
+        };
+        rules
+            .and_then(|r| compile(&r))
+            .map(Self::new)
+            .map_err(|d| d.render(None))
     }
 }
 
@@ -424,10 +553,12 @@ impl TermBuilder {
                 .map(i64::to_string)
                 .collect::<Vec<_>>()
                 .join(",");
-            let keep = reduce.keepdims();
-            let spec = Symbol::from(format!("axes:{axes};keep:{keep}"));
-            let spec = self.expr.add(Term::Leaf(spec));
-            return self.expr.add(Term::ReduceSum([a, spec]));
+            let axes = self
+                .expr
+                .add(Term::Leaf(Symbol::from(format!("axes:{axes}"))));
+            let keep = Symbol::from(format!("keep:{}", reduce.keepdims()));
+            let keep = self.expr.add(Term::Leaf(keep));
+            return self.expr.add(Term::ReduceSum([a, axes, keep]));
         }
         if matches!(kind, G::Neg | G::Reciprocal) {
             let a = self.term(m, operands[0], depth + 1);
@@ -504,11 +635,12 @@ fn build(
                 vec![],
             ),
             Term::Neg(a) | Term::Recip(a) => (graph_name(node), vec![val(&values, *a)?], vec![]),
-            Term::ReduceSum([a, spec]) => {
-                let Term::Leaf(s) = &expr[*spec] else {
+            Term::ReduceSum([a, axes, keep]) => {
+                let (Term::Leaf(axes), Term::Leaf(keep)) = (&expr[*axes], &expr[*keep]) else {
                     return Err("malformed reduce_sum".into());
                 };
-                let (axes, keep) = reduce_spec(s.as_str()).ok_or("malformed reduce_sum")?;
+                let (axes, keep) =
+                    reduce_spec(axes.as_str(), keep.as_str()).ok_or("malformed reduce_sum")?;
                 let mut at = vec![("keepdims", Attribute::i64(keep as i64))];
                 if !axes.is_empty() {
                     at.push(("axes", Attribute::DenseI64Array(axes)));

@@ -9,7 +9,7 @@ const INPUT: &str = "module {
 ";
 
 fn run(args: &[&str]) -> (i32, String, String) {
-    run_with(&ircc_example_plugin::driver().unwrap(), args)
+    run_with(&ircc_example_driver::driver().unwrap(), args)
 }
 
 fn run_with(driver: &ircc::Driver, args: &[&str]) -> (i32, String, String) {
