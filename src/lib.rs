@@ -332,7 +332,13 @@ impl Driver {
     ) -> Result<Vec<PassOptions>, Diagnostic> {
         let mut specs = self.named_pipeline(args)?;
         if let Some(device) = &args.device {
-            set_device(&mut specs, device, for_device)?;
+            // A profile of the spec folder's, else the built-in one.
+            let device = args
+                .spec_dir
+                .as_deref()
+                .and_then(|dir| spec_file(dir, &format!("devices/{device}.toml")))
+                .map_or_else(|| device.clone(), |p| p.to_string_lossy().into_owned());
+            set_device(&mut specs, &device, for_device)?;
         }
         if let Some(dir) = &args.spec_dir {
             set_spec_files(&mut specs, dir)?;

@@ -17,6 +17,11 @@ impl Driver {
     pub fn load_pass_plugin(&mut self, path: &Path) -> Result<(), Diagnostic> {
         let shown = path.display();
         let fail = |m: String| Diagnostic::plain(format!("plugin {shown}: {m}"));
+        // Not a FIFO or a device, which the loader could block on.
+        let meta = std::fs::metadata(path).map_err(|e| fail(format!("cannot load it: {e}")))?;
+        if !meta.is_file() {
+            return Err(fail("cannot load it: not a regular file".into()));
+        }
         // SAFETY: loading a library runs its initialisers; a plugin is
         // code the user chose to run, as LLVM's and MLIR's plugins are.
         let library = unsafe { libloading::Library::new(path) }

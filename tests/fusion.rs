@@ -142,3 +142,39 @@ fn spec_dir_tables_and_pipelines_are_read_at_run_time() {
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("not a directory"), "{}", r.stderr);
 }
+
+#[test]
+fn spec_dir_device_profiles_are_read_at_run_time() {
+    // The paper's GPU with a texture extent of 4: nothing fits a texture.
+    let dir = common::scratch_dir("spec-dir");
+    std::fs::create_dir_all(dir.join("devices")).unwrap();
+    let profile = std::fs::read_to_string(common::root().join("spec/devices/adreno740.toml"))
+        .unwrap()
+        .replace(
+            "name = \"adreno740\"",
+            "name = \"tiny\"\nmax_texture_extent = 4",
+        )
+        .replace(", \"max_texture_extent\"]", "]");
+    std::fs::write(dir.join("devices/tiny.toml"), profile).unwrap();
+    let model = common::root().join("examples/conv_block.ir");
+    let textures = |extra: &[&str]| {
+        let mut args = vec![model.to_str().unwrap(), "--pipeline", "smartmem"];
+        args.extend_from_slice(extra);
+        let r = common::ircc(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        r.stdout.matches("texture.place").count()
+    };
+    assert!(textures(&[]) > 0, "adreno740 gives conv_block a texture");
+    let spec = dir.to_str().unwrap();
+    assert_eq!(textures(&["--device", "tiny", "--spec-dir", spec]), 0);
+    // Without the folder the name is unknown.
+    let r = common::ircc(&[
+        model.to_str().unwrap(),
+        "--pipeline",
+        "smartmem",
+        "--device",
+        "tiny",
+    ]);
+    assert_eq!(r.code, 1);
+    assert!(r.stderr.contains("unknown device 'tiny'"), "{}", r.stderr);
+}

@@ -9,14 +9,6 @@ use std::path::PathBuf;
 use std::process::Command;
 use std::sync::OnceLock;
 
-const INPUT: &str = "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
-  %0 = graph.neg %x : tensor<4xf32> -> tensor<4xf32>
-  %1 = graph.neg %0 : tensor<4xf32> -> tensor<4xf32>
-  %2 = graph.relu %1 : tensor<4xf32> -> tensor<4xf32>
-  func.return %2 : tensor<4xf32>
-}
-";
-
 /// The plugin libraries, built once by cargo as a user builds theirs
 /// (into a target directory of their own: this test's cargo holds the
 /// workspace's).
@@ -66,18 +58,15 @@ fn ircc(args: &[&str]) -> common::Output {
     }
 }
 
-/// The input in a scratch folder (removed when the folder is dropped).
-fn input() -> (common::Scratch, PathBuf) {
-    let dir = common::scratch_dir("plugins");
-    let file = dir.join("double_neg.ir");
-    std::fs::write(&file, INPUT).unwrap();
-    (dir, file)
+/// The README's example input.
+fn input() -> PathBuf {
+    common::root().join("examples/double_neg.ir")
 }
 
 #[test]
 fn a_plugin_library_adds_its_pass_to_the_stock_ircc() {
     let (plugin, _) = plugins();
-    let (_dir, file) = input();
+    let file = input();
     let out = ircc(&[
         file.to_str().unwrap(),
         "--load-pass-plugin",
@@ -130,7 +119,7 @@ fn list_passes_names_where_each_pass_came_from() {
 #[test]
 fn a_plugin_stamped_for_another_ircc_is_refused_naming_both() {
     let (_, stale) = plugins();
-    let (_dir, file) = input();
+    let file = input();
     let out = ircc(&[
         file.to_str().unwrap(),
         "--load-pass-plugin",
@@ -151,7 +140,8 @@ fn a_plugin_stamped_for_another_ircc_is_refused_naming_both() {
 
 #[test]
 fn a_library_that_is_not_a_plugin_is_refused() {
-    let (dir, file) = input();
+    let file = input();
+    let dir = common::scratch_dir("plugins");
     let not_a_library = dir.join("not_a_library.so");
     std::fs::write(&not_a_library, "not ELF").unwrap();
     let out = ircc(&[
@@ -161,4 +151,12 @@ fn a_library_that_is_not_a_plugin_is_refused() {
     ]);
     assert_eq!(out.code, 1);
     assert!(out.stderr.contains("cannot load it"), "{}", out.stderr);
+    // A folder (or a FIFO, which would block the loader) is not opened.
+    let out = ircc(&[
+        file.to_str().unwrap(),
+        "--load-pass-plugin",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 1);
+    assert!(out.stderr.contains("not a regular file"), "{}", out.stderr);
 }

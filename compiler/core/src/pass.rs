@@ -19,7 +19,8 @@ use crate::verify::{VerifyOptions, verify};
 
 /// What a pass may use besides the module: the registry of ops (their
 /// specs and hooks: shape inference, interpretation, verification) and a
-/// place for remarks, which `--remarks` prints.
+/// place for remarks, which `--remarks` prints, and warnings, which are
+/// always printed.
 pub struct PassContext<'a> {
     /// Every registered dialect's ops.
     pub registry: &'a Registry,

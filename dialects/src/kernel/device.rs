@@ -146,8 +146,18 @@ impl DeviceProfile {
         Ok(p)
     }
 
-    /// The embedded profile called `name`.
+    /// The embedded profile called `name`, or, where `name` ends in
+    /// `.toml`, the profile in that file (`--spec-dir`'s
+    /// `devices/NAME.toml`): a regular file of at most 1 MiB.
     pub fn named(name: &str) -> Result<DeviceProfile, String> {
+        if name.ends_with(".toml") {
+            let meta = std::fs::metadata(name).map_err(|e| format!("{name}: {e}"))?;
+            if !meta.is_file() || meta.len() > 1 << 20 {
+                return Err(format!("{name}: not a regular file of at most 1 MiB"));
+            }
+            let text = std::fs::read_to_string(name).map_err(|e| format!("{name}: {e}"))?;
+            return DeviceProfile::parse(&text).map_err(|e| format!("{name}: {e}"));
+        }
         let (_, text) = PROFILES.iter().find(|(n, _)| *n == name).ok_or_else(|| {
             let known: Vec<&str> = PROFILES.iter().map(|(n, _)| *n).collect();
             format!("unknown device '{name}' (known: {})", known.join(", "))

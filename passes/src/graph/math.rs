@@ -453,7 +453,7 @@ impl MathRewrite {
         rules
             .and_then(|r| compile(&r))
             .map(Self::new)
-            .map_err(|d| d.render(None))
+            .map_err(|d| crate::rules::describe(&d))
     }
 }
 

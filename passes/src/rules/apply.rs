@@ -41,7 +41,7 @@ impl ApplyRules {
         } else {
             RuleSet::read(file)
         };
-        rules.map(Self::new).map_err(|d| d.render(None))
+        rules.map(Self::new).map_err(|d| super::describe(&d))
     }
 }
 
@@ -122,7 +122,7 @@ fn sweep(
         let Some(rules) = by_root.get(m.op(root).name.as_str()) else {
             continue;
         };
-        let mut best: Option<Candidate> = None;
+        let mut best: Option<(&Rule, Candidate)> = None;
         for rule in rules {
             let Some(mt) = match_rule(m, body, rule, root) else {
                 continue;
@@ -131,17 +131,24 @@ fn sweep(
                 continue;
             };
             match &best {
-                Some(b) if b.saving >= c.saving => discard(m, &c.new_ops),
+                Some((_, b)) if b.saving >= c.saving => discard(m, &c.new_ops),
                 _ => {
-                    if let Some(b) = best.replace(c) {
+                    if let Some((_, b)) = best.replace((rule, c)) {
                         discard(m, &b.new_ops);
                     }
                 }
             }
         }
-        let Some(best) = best else {
+        let Some((rule, best)) = best else {
             continue;
         };
+        ctx.remark(
+            m.op(root).loc.clone(),
+            format!(
+                "rule '{}' saves {} FLOPs and {} ops",
+                rule.name, best.saving.0, best.saving.1
+            ),
+        );
         let result = m.op(root).results[0];
         if !best.new_ops.is_empty() {
             m.values[best.value].name = m.value(result).name.clone();

@@ -116,6 +116,34 @@ pub fn warnings(rules: &RuleSet, registry: &Registry) -> Vec<Diagnostic> {
             None => live.push(rule),
         }
     }
+    // Only rules of one root op can overlap; a file of very many rules
+    // of one root is not checked pair by pair.
+    let mut by_root: indexmap::IndexMap<&str, Vec<&Rule>> = indexmap::IndexMap::new();
+    for rule in live {
+        if let Pattern::Op(o) = &rule.pattern {
+            by_root.entry(o.name.as_str()).or_default().push(rule);
+        }
+    }
+    for (root, rules) in by_root {
+        if rules.len() > MAX_OVERLAP_CHECKED {
+            out.push(Diagnostic::warning(
+                rules[0].loc.clone(),
+                format!(
+                    "{} rules match '{root}': more than {MAX_OVERLAP_CHECKED}, so they are not checked for overlaps",
+                    rules.len()
+                ),
+            ));
+            continue;
+        }
+        overlaps(&rules, &mut out);
+    }
+    out
+}
+
+/// The most rules of one root op checked pair by pair for overlaps.
+const MAX_OVERLAP_CHECKED: usize = 1000;
+
+fn overlaps(live: &[&Rule], out: &mut Vec<Diagnostic>) {
     for (i, a) in live.iter().enumerate() {
         for b in &live[i + 1..] {
             if overlap(&a.pattern, &b.pattern) {
@@ -132,5 +160,4 @@ pub fn warnings(rules: &RuleSet, registry: &Registry) -> Vec<Diagnostic> {
             }
         }
     }
-    out
 }

@@ -114,6 +114,16 @@ impl Pattern {
     }
 }
 
+/// A rule file's error as a pass's constructor reports it: where, what,
+/// and its notes.
+pub fn describe(d: &Diagnostic) -> String {
+    let mut out = format!("{}: {}", d.loc, d.message);
+    for n in &d.notes {
+        out.push_str(&format!(" ({}: {})", n.loc, n.message));
+    }
+    out
+}
+
 impl RuleSet {
     /// The rules of the file at `path`, a regular file of at most
     /// [`MAX_RULES_BYTES`].

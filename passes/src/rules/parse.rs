@@ -325,7 +325,7 @@ fn describe(r: &Rule) -> &'static str {
     match r {
         Rule::rule => "'(rule NAME PATTERN => REPLACEMENT)'",
         Rule::kw_rule => "'rule'",
-        Rule::kw_if => "'if'",
+        Rule::kw_if => "'=>' before the replacement, or '(if ...)'",
         Rule::rule_name => "a name",
         Rule::arrow => "'=>'",
         Rule::guard => "'(if ...)'",
