@@ -1,36 +1,57 @@
 #!/usr/bin/env python3
-"""`ircc bench` under three pipelines beside PyTorch eager, on one GPU.
+"""ircc beside PyTorch on one GPU, in one command: the issue's table.
 
-    python3 scripts/gpu_bench.py --ircc target/release/ircc --models DIR [--runs 50]
+    python3 scripts/gpu_bench.py --ircc target/release/ircc --models DIR \
+        [--baseline OLD_IRCC] [--nets swin_t,...] [--runs 50] [--jsonl FILE]
 
-DIR holds NAME.onnx for the torchvision networks named by --nets (by default
-swin_t, vit_b_16 and convnext_tiny), as `export_models.py --full --exporter
-dynamo` writes them. For each network it prints one JSON line and, at the
-end, a markdown table of median milliseconds (kernel counts in brackets).
+DIR holds NAME.onnx for each network of --nets (by default the five
+torchvision networks below), as `export_models.py --full --exporter dynamo`
+writes them. For each network it times `ircc bench` under none, dnnfusion
+and smartmem in f32, smartmem in f16, smartmem with --baseline (an older
+ircc, for a before/after taken on the same GPU in the same command), and
+PyTorch eager, torch.compile and torch.compile(mode="reduce-overhead") (CUDA
+graphs). It prints one JSON line per measurement as it goes (and appends it
+to --jsonl, so a run cut short keeps what it measured), then a markdown
+table of median milliseconds with dispatch counts in brackets.
 
-PyTorch runs the same network at batch 1 in float32 with TF32 off, timed
-with CUDA events after ten warm-up runs, as `ircc bench` times its runs
-(wgpu timestamp queries, after warm-up). Weights are random in both: the
-timings do not depend on them.
+PyTorch runs batch 1 in float32 with TF32 off, timed with CUDA events after
+warm-up runs; `ircc bench` times each run from submission to completion
+after its warm-up runs. Weights are random in both: the timings do not
+depend on them.
 """
 import argparse
 import json
 import statistics
 import subprocess
 
-PIPELINES = ["none", "dnnfusion", "smartmem"]
+NETS = ["swin_t", "vit_b_16", "convnext_tiny", "regnet_x_3_2gf", "resnext50_32x4d"]
+# (column, binary, pipeline, precision)
+IRCC = [
+    ("none", "ircc", "none", "f32"),
+    ("dnnfusion", "ircc", "dnnfusion", "f32"),
+    ("smartmem", "ircc", "smartmem", "f32"),
+    ("smartmem f16", "ircc", "smartmem", "f16"),
+    ("smartmem before", "baseline", "smartmem", "f32"),
+]
+TORCH = ["eager", "compile", "compile reduce-overhead"]
 
 
-def ircc_bench(ircc, model, pipeline, runs, extra):
+def ircc_bench(binary, model, pipeline, precision, runs):
     out = subprocess.run(
-        [ircc, "bench", model, "--pipeline", pipeline, "--json", "--runs", str(runs), *extra],
+        [binary, "bench", model, "--pipeline", pipeline, "--precision", precision,
+         "--json", "--runs", str(runs)],
         check=True, capture_output=True, text=True,
     ).stdout
     d = json.loads(out)
-    return {"median_ms": d["median_ms"], "kernels": d["kernels"], "adapter": d["adapter"]}
+    kernels = sorted(d.get("per_kernel", []), key=lambda k: -k["median_us"])
+    return {"median_ms": d["median_ms"], "kernels": d["kernels"], "adapter": d["adapter"],
+            # The kernels' own time (timestamps, where the adapter has them);
+            # the rest of a run is outside kernels.
+            "kernel_sum_ms": sum(k["median_us"] for k in kernels) / 1e3,
+            "top_kernels": kernels[:10]}
 
 
-def torch_eager(name, runs):
+def torch_time(name, mode, runs):
     import torch
     import torchvision
 
@@ -38,10 +59,14 @@ def torch_eager(name, runs):
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
     model = getattr(torchvision.models, name)().eval().cuda()
+    if mode == "compile":
+        model = torch.compile(model)
+    elif mode == "compile reduce-overhead":
+        model = torch.compile(model, mode="reduce-overhead")
     x = torch.randn(1, 3, 224, 224, device="cuda")
     times = []
     with torch.no_grad():
-        for _ in range(10):
+        for _ in range(15):
             model(x)
         torch.cuda.synchronize()
         for _ in range(runs):
@@ -57,27 +82,56 @@ def torch_eager(name, runs):
 def main():
     p = argparse.ArgumentParser()
     p.add_argument("--ircc", required=True)
+    p.add_argument("--baseline", help="an older ircc binary, timed beside --ircc")
     p.add_argument("--models", required=True)
-    p.add_argument("--nets", default="swin_t,vit_b_16,convnext_tiny")
+    p.add_argument("--nets", default=",".join(NETS))
     p.add_argument("--runs", type=int, default=50)
-    p.add_argument("--precision", default="f32")
+    p.add_argument("--columns", default=",".join(c[0] for c in IRCC), help="ircc columns to time")
+    p.add_argument("--torch", default=",".join(TORCH), help="PyTorch modes to time")
+    p.add_argument("--jsonl", help="append each measurement to this file")
     a = p.parse_args()
-    rows = []
-    for name in a.nets.split(","):
-        model = f"{a.models}/{name}.onnx"
-        row = {"network": name, "precision": a.precision}
-        for pipeline in PIPELINES:
-            row[pipeline] = ircc_bench(a.ircc, model, pipeline, a.runs, ["--precision", a.precision])
-        row["pytorch_eager"] = torch_eager(name, a.runs)
-        print(json.dumps(row), flush=True)
-        rows.append(row)
+    binaries = {"ircc": a.ircc, "baseline": a.baseline}
+    wanted = a.columns.split(",")
+    columns = [c for c in IRCC if binaries[c[1]] and c[0] in wanted]
+    modes = [m for m in a.torch.split(",") if m]
+    results = {}
+
+    def record(net, column, value):
+        results[(net, column)] = value
+        line = json.dumps({"network": net, "column": column, **value})
+        print(line, flush=True)
+        if a.jsonl:
+            with open(a.jsonl, "a") as f:
+                f.write(line + "\n")
+
+    nets = a.nets.split(",")
+    for net in nets:
+        model = f"{a.models}/{net}.onnx"
+        for column, binary, pipeline, precision in columns:
+            try:
+                record(net, column, ircc_bench(binaries[binary], model, pipeline, precision, a.runs))
+            except subprocess.CalledProcessError as e:
+                record(net, column, {"error": e.stderr.strip()[-400:]})
+    # PyTorch last: compiling takes longest, and a run cut short keeps ircc's figures.
+    for mode in modes:
+        for net in nets:
+            record(net, mode, torch_time(net, mode, a.runs))
+
+    headers = [c[0] for c in columns] + modes
     print()
-    print("| network | " + " | ".join(PIPELINES) + " | PyTorch eager |")
-    print("|---" * (len(PIPELINES) + 2) + "|")
-    for row in rows:
-        cells = [f"{row[p]['median_ms']:.2f} ({row[p]['kernels']})" for p in PIPELINES]
-        cells.append(f"{row['pytorch_eager']['median_ms']:.2f}")
-        print(f"| {row['network']} | " + " | ".join(cells) + " |")
+    print("| network | " + " | ".join(headers) + " |")
+    print("|---" * (len(headers) + 1) + "|")
+    for net in nets:
+        cells = []
+        for h in headers:
+            v = results.get((net, h), {})
+            if "median_ms" not in v:
+                cells.append("—")
+            elif "kernels" in v:
+                cells.append(f"{v['median_ms']:.2f} ({v['kernels']})")
+            else:
+                cells.append(f"{v['median_ms']:.2f}")
+        print(f"| {net} | " + " | ".join(cells) + " |")
 
 
 if __name__ == "__main__":

@@ -324,25 +324,35 @@ impl Session {
     }
 
     /// Records every dispatch (and, when asked, the output copies) into one
-    /// command buffer and submits it.
+    /// command buffer and submits it. An untimed run is one compute pass:
+    /// WebGPU synchronises the dispatches of a pass (each is its own usage
+    /// scope), and a pass per dispatch cost the CPU more to encode than
+    /// many of the kernels take. A timed run gives each dispatch a pass of
+    /// its own, whose timestamps bracket it.
     fn submit(&self, read_outputs: bool, timed: bool) -> R<()> {
         let mut enc = self.device.create_command_encoder(&Default::default());
-        for (i, (p, g)) in self.pipelines.iter().zip(&self.bind_groups).enumerate() {
-            let writes = self.timestamps.as_ref().filter(|_| timed).map(|t| {
-                wgpu::ComputePassTimestampWrites {
-                    query_set: &t.set,
-                    beginning_of_pass_write_index: Some(2 * i as u32),
-                    end_of_pass_write_index: Some(2 * i as u32 + 1),
+        let timestamps = self.timestamps.as_ref().filter(|_| timed);
+        let dispatches = self.pipelines.iter().zip(&self.bind_groups).enumerate();
+        match timestamps {
+            None => {
+                let mut pass = enc.begin_compute_pass(&Default::default());
+                for (i, (p, g)) in dispatches {
+                    self.dispatch(&mut pass, i, p, g);
                 }
-            });
-            let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
-                label: None,
-                timestamp_writes: writes,
-            });
-            pass.set_pipeline(p);
-            pass.set_bind_group(0, g, &[]);
-            let w = &self.plan.dispatches[i].workgroups;
-            pass.dispatch_workgroups(w[0] as u32, w[1] as u32, w[2] as u32);
+            }
+            Some(t) => {
+                for (i, (p, g)) in dispatches {
+                    let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
+                        label: None,
+                        timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
+                            query_set: &t.set,
+                            beginning_of_pass_write_index: Some(2 * i as u32),
+                            end_of_pass_write_index: Some(2 * i as u32 + 1),
+                        }),
+                    });
+                    self.dispatch(&mut pass, i, p, g);
+                }
+            }
         }
         if timed && let Some(t) = &self.timestamps {
             enc.resolve_query_set(&t.set, 0..2 * self.pipelines.len() as u32, &t.resolve, 0);
@@ -371,6 +381,19 @@ impl Session {
             Some(e) => Err(format!("while running: {e}")),
             None => Ok(()),
         }
+    }
+
+    fn dispatch(
+        &self,
+        pass: &mut wgpu::ComputePass,
+        i: usize,
+        pipeline: &wgpu::ComputePipeline,
+        group: &wgpu::BindGroup,
+    ) {
+        pass.set_pipeline(pipeline);
+        pass.set_bind_group(0, group, &[]);
+        let w = &self.plan.dispatches[i].workgroups;
+        pass.dispatch_workgroups(w[0] as u32, w[1] as u32, w[2] as u32);
     }
 
     fn read(&self, buffer: &wgpu::Buffer) -> R<Vec<u8>> {
