@@ -2,7 +2,7 @@
 """ircc beside PyTorch on one GPU, in one command: the issue's table.
 
     python3 scripts/gpu_bench.py --ircc target/release/ircc --models DIR \
-        [--baseline OLD_IRCC] [--nets swin_t,...] [--runs 50] [--jsonl FILE]
+        [--baseline OLD_IRCC] [--device PROFILE] [--nets swin_t,...] [--runs 50] [--jsonl FILE]
 
 DIR holds NAME.onnx for each network of --nets (by default the five
 torchvision networks below), as `export_models.py --full --exporter dynamo`
@@ -36,10 +36,11 @@ IRCC = [
 TORCH = ["eager", "compile", "compile reduce-overhead"]
 
 
-def ircc_bench(binary, model, pipeline, precision, runs):
+def ircc_bench(binary, model, pipeline, precision, runs, device):
+    extra = ["--device", device] if device and pipeline != "none" else []
     out = subprocess.run(
         [binary, "bench", model, "--pipeline", pipeline, "--precision", precision,
-         "--json", "--runs", str(runs)],
+         "--json", "--runs", str(runs), *extra],
         check=True, capture_output=True, text=True,
     ).stdout
     d = json.loads(out)
@@ -86,6 +87,7 @@ def main():
     p.add_argument("--models", required=True)
     p.add_argument("--nets", default=",".join(NETS))
     p.add_argument("--runs", type=int, default=50)
+    p.add_argument("--device", help="the device profile ircc compiles for (ircc --list-devices), e.g. nvidia_vulkan on an NVIDIA GPU")
     p.add_argument("--columns", default=",".join(c[0] for c in IRCC), help="ircc columns to time")
     p.add_argument("--torch", default=",".join(TORCH), help="PyTorch modes to time")
     p.add_argument("--jsonl", help="append each measurement to this file")
@@ -109,7 +111,7 @@ def main():
         model = f"{a.models}/{net}.onnx"
         for column, binary, pipeline, precision in columns:
             try:
-                record(net, column, ircc_bench(binaries[binary], model, pipeline, precision, a.runs))
+                record(net, column, ircc_bench(binaries[binary], model, pipeline, precision, a.runs, a.device))
             except subprocess.CalledProcessError as e:
                 record(net, column, {"error": e.stderr.strip()[-400:]})
     # PyTorch last: compiling takes longest, and a run cut short keeps ircc's figures.
