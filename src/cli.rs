@@ -281,6 +281,21 @@ impl Cli {
 }
 
 impl PipelineArgs {
+    /// The device profile `--device` names: the spec folder's
+    /// `devices/NAME.toml` where `--spec-dir` has one, else the built-in
+    /// profile's name.
+    pub fn device_profile(&self) -> Option<String> {
+        let device = self.device.as_ref()?;
+        Some(
+            self.spec_dir
+                .as_deref()
+                .and_then(|dir| {
+                    ircc_core::files::file_inside(dir, &format!("devices/{device}.toml")).ok()
+                })
+                .map_or_else(|| device.clone(), |p| p.to_string_lossy().into_owned()),
+        )
+    }
+
     /// How reports name the chosen pipeline: its name, the pass list, or
     /// `none`.
     pub fn label(&self) -> String {

@@ -37,7 +37,8 @@ impl Driver {
                 form,
                 stderr,
             )?;
-            let profile = args.pipeline.device.as_deref();
+            let profile = args.pipeline.device_profile();
+            let profile = profile.as_deref();
             return self.emit_sources(&loaded, device, profile, args.output.as_deref(), stdout);
         }
         self.transform(&mut loaded, &args.pipeline, None, form, stderr)?;
@@ -90,7 +91,8 @@ impl Driver {
                 })?
             }
             Some(device) => {
-                let profile = args.model.pipeline.device.as_deref();
+                let profile = args.model.pipeline.device_profile();
+                let profile = profile.as_deref();
                 crate::gpu::run_lowered(
                     self,
                     &loaded,

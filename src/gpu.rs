@@ -381,7 +381,7 @@ impl Driver {
         let func = main_function(&loaded.module).map_err(lower)?;
         let weights = self.weights_of(loaded, func).map_err(lower)?;
         let plan = device
-            .plan(&loaded.module, func, args.device.as_deref())
+            .plan(&loaded.module, func, args.device_profile().as_deref())
             .map_err(GpuError::Lower)?;
         let outputs = output_elems(&loaded.module, func);
         start(device, plan, outputs, &weights, cl_options)
@@ -461,7 +461,8 @@ impl Driver {
         } else {
             crate::inputs::read_inputs(&args.inputs, &names)?
         };
-        let profile = args.model.pipeline.device.as_deref();
+        let profile = args.model.pipeline.device_profile();
+        let profile = profile.as_deref();
         let mut session = session(self, &loaded, device, profile, &args.opencl.cl_options)?;
         let timing = session
             .time(&inputs, args.warmup, args.runs)

@@ -331,13 +331,7 @@ impl Driver {
         for_device: bool,
     ) -> Result<Vec<PassOptions>, Diagnostic> {
         let mut specs = self.named_pipeline(args)?;
-        if let Some(device) = &args.device {
-            // A profile of the spec folder's, else the built-in one.
-            let device = args
-                .spec_dir
-                .as_deref()
-                .and_then(|dir| spec_file(dir, &format!("devices/{device}.toml")))
-                .map_or_else(|| device.clone(), |p| p.to_string_lossy().into_owned());
+        if let Some(device) = args.device_profile() {
             set_device(&mut specs, &device, for_device)?;
         }
         if let Some(dir) = &args.spec_dir {

@@ -167,6 +167,20 @@ fn spec_dir_device_profiles_are_read_at_run_time() {
     assert!(textures(&[]) > 0, "adreno740 gives conv_block a texture");
     let spec = dir.to_str().unwrap();
     assert_eq!(textures(&["--device", "tiny", "--spec-dir", spec]), 0);
+    // The printers read the same profile.
+    let r = common::ircc(&[
+        model.to_str().unwrap(),
+        "--pipeline",
+        "smartmem",
+        "--device",
+        "tiny",
+        "--spec-dir",
+        spec,
+        "--emit",
+        "wgsl",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("@compute"), "{}", r.stdout);
     // Without the folder the name is unknown.
     let r = common::ircc(&[
         model.to_str().unwrap(),
