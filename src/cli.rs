@@ -289,9 +289,7 @@ impl PipelineArgs {
         Some(
             self.spec_dir
                 .as_deref()
-                .and_then(|dir| {
-                    ircc_core::files::file_inside(dir, &format!("devices/{device}.toml")).ok()
-                })
+                .and_then(|dir| crate::spec_file(dir, &format!("devices/{device}.toml")))
                 .map_or_else(|| device.clone(), |p| p.to_string_lossy().into_owned()),
         )
     }

@@ -7,6 +7,7 @@ mod common;
 
 use ircc_core::pass::{PassManager, PassRegistry, RunOptions, parse_pipeline_file};
 use ircc_core::{Module, Tensor};
+use ircc_dialects::texture::TextureOp;
 
 fn pipeline(m: &mut Module, name: &str) {
     let registry = ircc_dialects::registry().unwrap();
@@ -157,38 +158,26 @@ fn spec_dir_device_profiles_are_read_at_run_time() {
         .replace(", \"max_texture_extent\"]", "]");
     std::fs::write(dir.join("devices/tiny.toml"), profile).unwrap();
     let model = common::root().join("examples/conv_block.ir");
-    let textures = |extra: &[&str]| {
+    let smartmem = |extra: &[&str]| {
         let mut args = vec![model.to_str().unwrap(), "--pipeline", "smartmem"];
         args.extend_from_slice(extra);
-        let r = common::ircc(&args);
+        common::ircc(&args)
+    };
+    let textures = |extra: &[&str]| {
+        let r = smartmem(extra);
         assert_eq!(r.code, 0, "{}", r.stderr);
-        r.stdout.matches("texture.place").count()
+        r.stdout.matches(TextureOp::Place.name()).count()
     };
     assert!(textures(&[]) > 0, "adreno740 gives conv_block a texture");
     let spec = dir.to_str().unwrap();
-    assert_eq!(textures(&["--device", "tiny", "--spec-dir", spec]), 0);
+    let tiny = ["--device", "tiny", "--spec-dir", spec];
+    assert_eq!(textures(&tiny), 0);
     // The printers read the same profile.
-    let r = common::ircc(&[
-        model.to_str().unwrap(),
-        "--pipeline",
-        "smartmem",
-        "--device",
-        "tiny",
-        "--spec-dir",
-        spec,
-        "--emit",
-        "wgsl",
-    ]);
+    let r = smartmem(&[&tiny[..], &["--emit", "wgsl"]].concat());
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("@compute"), "{}", r.stdout);
     // Without the folder the name is unknown.
-    let r = common::ircc(&[
-        model.to_str().unwrap(),
-        "--pipeline",
-        "smartmem",
-        "--device",
-        "tiny",
-    ]);
+    let r = smartmem(&tiny[..2]);
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("unknown device 'tiny'"), "{}", r.stderr);
 }

@@ -71,6 +71,20 @@ impl DenseValues {
 }
 
 impl DenseAttr {
+    /// The value every element has, if they all have one, read from the
+    /// values as stored (a splat is one), never expanded.
+    pub fn splat(&self) -> Option<f64> {
+        fn uniform<T: Copy + PartialEq>(v: &[T]) -> Option<T> {
+            let first = *v.first()?;
+            v.iter().all(|&x| x == first).then_some(first)
+        }
+        match &self.values {
+            DenseValues::Float(v) => uniform(v),
+            DenseValues::Int(v) => uniform(v).map(|x| x as f64),
+            DenseValues::Bool(v) => uniform(v).map(|b| f64::from(u8::from(b))),
+        }
+    }
+
     /// Builds a constant. A single value, or values that are all equal, are
     /// kept once (a splat), so `dense<0.0> : tensor<4096x4096xf32>` costs
     /// one element, whatever its shape.

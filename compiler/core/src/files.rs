@@ -50,6 +50,23 @@ pub fn file_inside(folder: &Path, relative: &str) -> Result<PathBuf, String> {
     Ok(real)
 }
 
+/// The largest data file (a fusion table, a rule file, a device profile)
+/// read at run time, so a stray path cannot fill memory.
+pub const MAX_SPEC_FILE_BYTES: u64 = 1 << 20;
+
+/// The text of a data file the user named: a regular file (not a FIFO or
+/// a device, which could block a read or never end) of at most
+/// [`MAX_SPEC_FILE_BYTES`].
+pub fn read_spec_file(path: &str) -> Result<String, String> {
+    let meta = std::fs::metadata(path).map_err(|e| format!("{path}: {e}"))?;
+    if !meta.is_file() || meta.len() > MAX_SPEC_FILE_BYTES {
+        return Err(format!(
+            "{path}: not a regular file of at most {MAX_SPEC_FILE_BYTES} bytes"
+        ));
+    }
+    std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
+}
+
 /// `name` as a file name: ASCII letters, digits, `-` and `_` kept, every
 /// other character (path separators, dots, spaces) replaced by `_`, so the
 /// result is never empty, absolute, hidden, or a `..`.

@@ -148,14 +148,10 @@ impl DeviceProfile {
 
     /// The embedded profile called `name`, or, where `name` ends in
     /// `.toml`, the profile in that file (`--spec-dir`'s
-    /// `devices/NAME.toml`): a regular file of at most 1 MiB.
+    /// `devices/NAME.toml`), read by `files::read_spec_file`.
     pub fn named(name: &str) -> Result<DeviceProfile, String> {
         if name.ends_with(".toml") {
-            let meta = std::fs::metadata(name).map_err(|e| format!("{name}: {e}"))?;
-            if !meta.is_file() || meta.len() > 1 << 20 {
-                return Err(format!("{name}: not a regular file of at most 1 MiB"));
-            }
-            let text = std::fs::read_to_string(name).map_err(|e| format!("{name}: {e}"))?;
+            let text = ircc_core::files::read_spec_file(name)?;
             return DeviceProfile::parse(&text).map_err(|e| format!("{name}: {e}"));
         }
         let (_, text) = PROFILES.iter().find(|(n, _)| *n == name).ok_or_else(|| {

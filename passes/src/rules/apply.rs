@@ -4,7 +4,7 @@
 //! first written on a tie), and a rewrite that saves nothing is not, so
 //! rewriting ends. Sweeps repeat until none rewrites.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use ircc_core::ir::{BlockId, OpBuilder};
 use ircc_core::pass::{Pass, PassContext, PassResult};
@@ -70,16 +70,12 @@ impl Pass for ApplyRules {
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> PassResult {
-        let mut by_root: HashMap<&str, Vec<&Rule>> = HashMap::new();
-        let mut dead = HashSet::new();
-        for w in check::warnings(&self.rules, ctx.registry) {
+        let (live, warnings) = check::check(&self.rules, ctx.registry);
+        for w in warnings {
             ctx.warn(w);
         }
-        for rule in &self.rules.rules {
-            if check::never_fires(rule, ctx.registry).is_some() {
-                dead.insert(rule.name.as_str());
-                continue;
-            }
+        let mut by_root: HashMap<&str, Vec<&Rule>> = HashMap::new();
+        for rule in live {
             if let Pattern::Op(root) = &rule.pattern {
                 by_root.entry(root.name.as_str()).or_default().push(rule);
             }
@@ -89,7 +85,7 @@ impl Pass for ApplyRules {
                 continue;
             };
             let mut sweeps = 0;
-            while sweep(module, body, &by_root, ctx)? {
+            while sweep(module, body, &by_root, ctx) {
                 sweeps += 1;
                 if sweeps == MAX_SWEEPS {
                     ctx.warn(Diagnostic::warning(
@@ -112,7 +108,7 @@ fn sweep(
     body: BlockId,
     by_root: &HashMap<&str, Vec<&Rule>>,
     ctx: &PassContext,
-) -> Result<bool, Diagnostic> {
+) -> bool {
     let mut placed: HashMap<OpId, Vec<OpId>> = HashMap::new();
     let ops = m.blocks[body].ops.clone();
     for root in ops {
@@ -161,7 +157,7 @@ fn sweep(
     }
     let changed = !placed.is_empty();
     m.sweep_block(body, &placed);
-    Ok(changed)
+    changed
 }
 
 fn match_rule(m: &Module, body: BlockId, rule: &Rule, root: OpId) -> Option<Match> {
@@ -175,7 +171,9 @@ fn match_rule(m: &Module, body: BlockId, rule: &Rule, root: OpId) -> Option<Matc
 fn matches(m: &Module, body: BlockId, p: &Pattern, v: ValueId, mt: &mut Match) -> bool {
     match p {
         Pattern::Var(name, _) => *mt.values.entry(name.clone()).or_insert(v) == v,
-        Pattern::Number(x, _) => splat(m, v) == Some(*x),
+        Pattern::Number(x, _) => {
+            ircc_dialects::constant_of(m, v).and_then(|d| d.splat()) == Some(*x)
+        }
         Pattern::Op(o) => {
             let Some(op) = m.defining_op(v) else {
                 return false;
@@ -207,20 +205,6 @@ fn matches(m: &Module, body: BlockId, p: &Pattern, v: ValueId, mt: &mut Match) -
                 .zip(operands)
                 .all(|(p, v)| matches(m, body, p, v, mt))
         }
-    }
-}
-
-/// The number every element of a constant equals.
-fn splat(m: &Module, v: ValueId) -> Option<f64> {
-    let d = ircc_dialects::constant_of(m, v)?;
-    fn same<T: Copy + PartialEq>(xs: &[T]) -> Option<T> {
-        let first = *xs.first()?;
-        xs.iter().all(|&x| x == first).then_some(first)
-    }
-    match &d.values {
-        DenseValues::Float(x) => same(x),
-        DenseValues::Int(x) => same(x).map(|i| i as f64),
-        DenseValues::Bool(_) => None,
     }
 }
 

@@ -11,7 +11,7 @@ use ircc_core::{Diagnostic, Registry};
 use super::{AttrPattern, Condition, OpPattern, Pattern, Rule, RuleSet};
 
 /// Why `rule` can never fire, if it cannot.
-pub fn never_fires(rule: &Rule, registry: &Registry) -> Option<Diagnostic> {
+fn never_fires(rule: &Rule, registry: &Registry) -> Option<Diagnostic> {
     let why = |o: &OpPattern, what: String| {
         Some(Diagnostic::warning(
             o.loc.clone(),
@@ -105,9 +105,10 @@ pub fn overlap(a: &Pattern, b: &Pattern) -> bool {
     }
 }
 
-/// The warnings of a rule file: each rule that can never fire, and each
-/// pair of rules that can match the same ops.
-pub fn warnings(rules: &RuleSet, registry: &Registry) -> Vec<Diagnostic> {
+/// A rule file checked: the rules that can fire, and the warnings — each
+/// rule that can never fire, and each pair of rules that can match the
+/// same ops.
+pub fn check<'r>(rules: &'r RuleSet, registry: &Registry) -> (Vec<&'r Rule>, Vec<Diagnostic>) {
     let mut out: Vec<Diagnostic> = Vec::new();
     let mut live = Vec::new();
     for rule in &rules.rules {
@@ -119,7 +120,7 @@ pub fn warnings(rules: &RuleSet, registry: &Registry) -> Vec<Diagnostic> {
     // Only rules of one root op can overlap; a file of very many rules
     // of one root is not checked pair by pair.
     let mut by_root: indexmap::IndexMap<&str, Vec<&Rule>> = indexmap::IndexMap::new();
-    for rule in live {
+    for &rule in &live {
         if let Pattern::Op(o) = &rule.pattern {
             by_root.entry(o.name.as_str()).or_default().push(rule);
         }
@@ -137,7 +138,7 @@ pub fn warnings(rules: &RuleSet, registry: &Registry) -> Vec<Diagnostic> {
         }
         overlaps(&rules, &mut out);
     }
-    out
+    (live, out)
 }
 
 /// The most rules of one root op checked pair by pair for overlaps.

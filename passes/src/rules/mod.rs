@@ -25,9 +25,6 @@ use ircc_core::{Attribute, Diagnostic, Location};
 
 pub use parse::parse_rules;
 
-/// The largest rule file read, so a stray path cannot fill memory.
-pub const MAX_RULES_BYTES: u64 = 1 << 20;
-
 /// The rules of one file, in the order written.
 #[derive(Clone, Debug)]
 pub struct RuleSet {
@@ -125,18 +122,9 @@ pub fn describe(d: &Diagnostic) -> String {
 }
 
 impl RuleSet {
-    /// The rules of the file at `path`, a regular file of at most
-    /// [`MAX_RULES_BYTES`].
+    /// The rules of the file at `path` (read by `files::read_spec_file`).
     pub fn read(path: &str) -> Result<RuleSet, Diagnostic> {
-        let plain = |m: String| Diagnostic::plain(format!("{path}: {m}"));
-        let meta = std::fs::metadata(path).map_err(|e| plain(e.to_string()))?;
-        // Not a FIFO or a device, which could block or never end.
-        if !meta.is_file() || meta.len() > MAX_RULES_BYTES {
-            return Err(plain(format!(
-                "not a regular file of at most {MAX_RULES_BYTES} bytes"
-            )));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| plain(e.to_string()))?;
+        let text = ircc_core::files::read_spec_file(path).map_err(Diagnostic::plain)?;
         parse_rules(&text, Some(Arc::from(path)))
     }
 }

@@ -8,7 +8,6 @@ use ircc_dialects::graph::{self, GraphOp};
 use ircc_dialects::index;
 
 use super::lowering::{Input, Ix, delinearize, linearize};
-use super::values::splat_value;
 
 /// The index map of a layout op (result index to source index); reshapes
 /// that no split/merge grouping describes go through the flat offset.
@@ -87,7 +86,7 @@ pub(crate) fn group_of(m: &Module, op: OpId) -> Group {
 /// as a splat folded into the code.
 pub(crate) fn resolve_input(m: &Module, host: ValueId) -> Input {
     let (stored, map) = index::through_views(m, host);
-    if let Some(x) = ircc_dialects::constant_of(m, stored).and_then(splat_value) {
+    if let Some(x) = ircc_dialects::constant_of(m, stored).and_then(|d| d.splat()) {
         return Input::Splat(x);
     }
     let shape = m

@@ -59,7 +59,7 @@ fn graph_elem(kb: &KernelBuilder, v: ValueId) -> ElemType {
 /// The splat value of a `graph.constant`, if it is one.
 pub fn splat(kb: &KernelBuilder, v: ValueId) -> Option<f64> {
     let constant = graph::ops::Constant::new(kb.m(), kb.m().defining_op(v)?)?;
-    splat_value(constant.value())
+    constant.value().splat()
 }
 
 /// A convolution's operands, shapes and window (`conv_parts`).
@@ -76,20 +76,6 @@ pub(super) struct ConvParts {
 /// One term of a convolution sum: where it reads the input and the
 /// weights, and the flag under which it counts.
 pub(super) type ConvTerm = (Vec<Ix>, Vec<Ix>, Option<ValueId>);
-
-/// The value every element of a constant has, if they all have one,
-/// read from the values as stored (a splat is one), never expanded.
-pub(crate) fn splat_value(d: &ircc_core::DenseAttr) -> Option<f64> {
-    fn uniform<T: Copy + PartialEq>(v: &[T]) -> Option<T> {
-        let first = *v.first()?;
-        v.iter().all(|&x| x == first).then_some(first)
-    }
-    match &d.values {
-        ircc_core::DenseValues::Float(v) => uniform(v),
-        ircc_core::DenseValues::Int(v) => uniform(v).map(|x| x as f64),
-        ircc_core::DenseValues::Bool(v) => uniform(v).map(|b| f64::from(u8::from(b))),
-    }
-}
 
 /// A reduction: the value it starts from and how it combines.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -8,10 +8,6 @@ use serde::Deserialize;
 
 pub const SPEC: &str = include_str!("../../../../spec/fusion.toml");
 
-/// The largest fusion table file read at run time (the built-in one is
-/// under 5 KB).
-const MAX_TABLE_BYTES: u64 = 1 << 20;
-
 /// DNNFusion's verdict on fusing a pair.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Color {
@@ -177,14 +173,7 @@ impl Tables {
         if path.is_empty() {
             return Ok(Tables::load());
         }
-        let meta = std::fs::metadata(path).map_err(|e| format!("tables={path}: {e}"))?;
-        // Not a FIFO or a device, which could block or never end.
-        if !meta.is_file() || meta.len() > MAX_TABLE_BYTES {
-            return Err(format!(
-                "tables={path}: not a regular file of at most {MAX_TABLE_BYTES} bytes"
-            ));
-        }
-        let text = std::fs::read_to_string(path).map_err(|e| format!("tables={path}: {e}"))?;
+        let text = ircc_core::files::read_spec_file(path).map_err(|e| format!("tables={e}"))?;
         Tables::parse(&text).map_err(|e| format!("tables={path}: {e}"))
     }
 
