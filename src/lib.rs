@@ -391,6 +391,10 @@ impl Driver {
         let mut specs = self.device_pipeline_specs(args, gpu.is_some())?;
         if let Some(kernel) = gpu {
             gpu::lower_for_gpu(&mut specs, kernel, &loaded.module)?;
+            // The kernel.lower just appended fills the same device.
+            if let Some(device) = args.device_profile() {
+                set_device(&mut specs, &device, true)?;
+            }
         }
         let mut pm = PassManager::from_specs(&self.passes, &specs)?;
         let options = RunOptions {
@@ -537,13 +541,18 @@ fn insert_rules(specs: &mut Vec<PassOptions>, files: &[PathBuf]) {
 /// `--device NAME`: the device of every pass that reads a device profile
 /// (and of the printers, `for_device`).
 fn set_device(specs: &mut [PassOptions], device: &str, for_device: bool) -> Result<(), Diagnostic> {
-    use ircc_passes::decl::{LayoutSelectOptions, TextureMapOptions};
+    use ircc_passes::decl::{KernelLowerOptions, LayoutSelectOptions, TextureMapOptions};
     ircc_dialects::kernel::DeviceProfile::named(device)
         .map_err(|e| Diagnostic::plain(format!("--device: {e}")))?;
     let mut used = false;
+    let reads_profile = [
+        LayoutSelectOptions::NAME,
+        TextureMapOptions::NAME,
+        KernelLowerOptions::NAME,
+    ];
     for spec in specs
         .iter_mut()
-        .filter(|s| [LayoutSelectOptions::NAME, TextureMapOptions::NAME].contains(&s.pass.as_str()))
+        .filter(|s| reads_profile.contains(&s.pass.as_str()))
     {
         match spec.values.get("device") {
             Some(d) if d != device => {
@@ -562,9 +571,8 @@ fn set_device(specs: &mut [PassOptions], device: &str, for_device: bool) -> Resu
         Ok(())
     } else {
         Err(Diagnostic::plain(format!(
-            "--device {device} does nothing: the pipeline has neither {} nor {}",
-            LayoutSelectOptions::NAME,
-            TextureMapOptions::NAME
+            "--device {device} does nothing: the pipeline has none of {}",
+            reads_profile.join(", ")
         )))
     }
 }

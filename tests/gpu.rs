@@ -166,3 +166,22 @@ fn kernel_filetest_shaders_pass_naga() {
     assert!(shaders >= 12, "only {shaders} filetest shaders");
     eprintln!("{shaders} filetest shaders validated by naga");
 }
+
+#[test]
+fn products_split_along_k_match_the_interpreter_on_wgpu() {
+    if !common::gpu_available() {
+        eprintln!("0 passed, 0 failed, 2 skipped (no GPU adapter)");
+        return;
+    }
+    for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
+        let diff = common::split_k_difference(&[
+            "--pipeline",
+            "smartmem",
+            "--backend",
+            "wgpu",
+            "--precision",
+            precision,
+        ]);
+        assert!(diff <= tolerance, "{precision}: {diff:e}");
+    }
+}

@@ -66,3 +66,41 @@ fn kernel_ir_runs_in_the_interpreter() {
     let want: Vec<f64> = x.iter().map(|&v| 2.0 * v as f64).collect();
     assert_eq!(y.to_f64().iter().copied().collect::<Vec<_>>(), want);
 }
+
+/// Products split along K (on the nvidia_vulkan profile): the kernel
+/// interpreter runs the partial products and their sum, and the results
+/// agree with the graph's, in `ircc check` and in `ircc run`.
+#[test]
+fn products_split_along_k_check_in_the_kernel_interpreter() {
+    let file = common::root().join("tests/ir/kernel/matmul_split_k.ir");
+    let file = file.to_string_lossy();
+    let out = ircc(&[
+        "check",
+        &file,
+        "--pipeline",
+        "smartmem-gpu",
+        "--device",
+        "nvidia_vulkan",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let lowered = ircc(&[
+        &file,
+        "--pipeline",
+        "smartmem-gpu",
+        "--device",
+        "nvidia_vulkan",
+    ]);
+    assert_eq!(lowered.code, 0, "{}", lowered.stderr);
+    // Both products split 24 ways: two tiled kernels with six tile
+    // parameters, each followed by the kernel that sums its partials.
+    assert_eq!(
+        lowered
+            .stdout
+            .matches("tile = array<i64: 64, 64, 16, 4, 4, 24>")
+            .count(),
+        2
+    );
+    assert_eq!(lowered.stdout.matches("kernel.launch").count(), 4);
+    let diff = common::split_k_difference(&["--pipeline", "smartmem-gpu"]);
+    assert!(diff <= 1e-5, "{diff:e}");
+}

@@ -265,3 +265,24 @@ fn scalar_operands_are_splat_only_where_the_device_cannot_broadcast() {
         ircc_opencl::check_program(&cl, "").unwrap();
     }
 }
+
+#[test]
+fn products_split_along_k_match_the_interpreter_on_opencl() {
+    if !common::opencl_available() {
+        eprintln!("0 passed, 0 failed, 2 skipped (no OpenCL device)");
+        return;
+    }
+    for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
+        let diff = common::split_k_difference(&[
+            "--pipeline",
+            "smartmem",
+            "--backend",
+            "opencl",
+            "--cl-options",
+            "-cl-opt-disable",
+            "--precision",
+            precision,
+        ]);
+        assert!(diff <= tolerance, "{precision}: {diff:e}");
+    }
+}

@@ -241,3 +241,57 @@ fn device_available(backend: &str, missing: &str, require: &str) -> bool {
     assert_eq!(r.code, 0, "{}", r.stderr);
     true
 }
+
+/// `tests/ir/kernel/matmul_split_k.ir` (products whose K is split on the
+/// nvidia_vulkan profile) run for that device with `extra` (a pipeline, a
+/// backend, a precision), beside the reference interpreter on the same
+/// inputs: the largest relative difference of its two results.
+pub fn split_k_difference(extra: &[&str]) -> f64 {
+    let file = root().join("tests/ir/kernel/matmul_split_k.ir");
+    let dir = scratch_dir("split-k");
+    let shapes: [(&str, &[usize]); 5] = [
+        ("x", &[49, 3072]),
+        ("w", &[3072, 64]),
+        ("b", &[64]),
+        ("p", &[2, 49, 3072]),
+        ("q", &[2, 3072, 64]),
+    ];
+    let mut inputs = Vec::new();
+    for (k, (name, shape)) in shapes.iter().enumerate() {
+        let n: usize = shape.iter().product();
+        // A fixed sequence in [-1, 1): no two inputs alike.
+        let values: Vec<f64> = (0..n)
+            .map(|i| ((i * 7919 + k * 104_729) % 2000) as f64 / 1000.0 - 1.0)
+            .collect();
+        let path = dir.join(format!("{name}.npy"));
+        let tensor = ircc_core::Tensor::float(
+            ircc_core::ElemType::F32,
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), values).unwrap(),
+        );
+        ircc_reference::write_npy(&path, &tensor).unwrap();
+        inputs.push(format!("{name}={}", path.display()));
+    }
+    let run = |out: &Path, extra: &[&str]| {
+        let mut args = vec![
+            "run",
+            file.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ];
+        for input in &inputs {
+            args.extend(["--input", input.as_str()]);
+        }
+        args.extend_from_slice(extra);
+        let r = ircc(&args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+    };
+    let (want, got) = (dir.join("want"), dir.join("got"));
+    run(&want, &[]);
+    let mut args = vec!["--device", "nvidia_vulkan"];
+    args.extend_from_slice(extra);
+    run(&got, &args);
+    ["result0.npy", "result1.npy"]
+        .iter()
+        .map(|r| max_relative(&got.join(r), &want.join(r)))
+        .fold(0.0, f64::max)
+}

@@ -24,6 +24,8 @@ pub struct Target {
     pub matmul_tile_words: i64,
     pub matmul_max_register_tile: i64,
     pub matmul_min_workgroups: i64,
+    pub matmul_workgroups_per_unit: i64,
+    pub matmul_split_min_steps: i64,
     pub tanh_input_clamp: f64,
 }
 

@@ -55,6 +55,10 @@ pub enum Input {
     },
     /// A splat constant, folded into the code.
     Splat(f64),
+    /// The partial products of a product split along K (`stored`, of
+    /// `shape`: the splits, then the product's shape): the product is
+    /// their sum over the first axis, then the product's epilogue.
+    Partials { stored: ValueId, shape: Vec<i64> },
 }
 
 /// A kernel argument: which host value it is bound to.
@@ -62,6 +66,9 @@ pub enum Input {
 pub enum ArgRole {
     Input(ValueId),
     Output(ValueId),
+    /// The partial products this kernel writes (`KernelBuilder::partials`),
+    /// a host tensor its launch creates.
+    Partials,
 }
 
 pub struct KernelBuilder<'a> {
@@ -80,6 +87,9 @@ pub struct KernelBuilder<'a> {
     /// Host tensors held in textures (inputs this kernel reads, outputs it
     /// writes), by their layout.
     pub textures: HashMap<ValueId, TextureLayout>,
+    /// The type of the partial products this kernel writes, if it computes
+    /// a product split along K.
+    pub partials: Option<Type>,
 }
 
 /// The element type kernels use for a graph element type.
@@ -121,6 +131,7 @@ impl<'a> KernelBuilder<'a> {
             inputs: HashMap::new(),
             args: Vec::new(),
             textures: HashMap::new(),
+            partials: None,
         }
     }
 
@@ -346,13 +357,13 @@ impl<'a> KernelBuilder<'a> {
         if let Some(&(a, _)) = self.args.iter().find(|(_, r)| *r == role) {
             return a;
         }
-        let (ArgRole::Input(host) | ArgRole::Output(host)) = role;
-        let t = self
-            .m()
-            .value_type(host)
-            .as_tensor()
-            .expect("a tensor")
-            .clone();
+        let t = match role {
+            ArgRole::Input(host) | ArgRole::Output(host) => self.m().value_type(host),
+            ArgRole::Partials => self.partials.as_ref().expect("the partials' type is set"),
+        }
+        .as_tensor()
+        .expect("a tensor")
+        .clone();
         let a = self
             .ir
             .add_arg(Type::tensor(t.shape, storage_elem(t.elem, self.float)));
@@ -375,6 +386,22 @@ impl<'a> KernelBuilder<'a> {
         self.store(value, memory, &linearize(idx, &t.shape));
     }
 
+    /// Stores partial product `value` (f32) at `idx` (the split, then the
+    /// product's index).
+    pub fn store_partial(&mut self, idx: &[Ix], value: ValueId) {
+        let memory = self.arg(ArgRole::Partials);
+        let t = self
+            .partials
+            .as_ref()
+            .and_then(Type::as_tensor)
+            .expect("a tensor")
+            .clone();
+        let value = self
+            .ir
+            .cast(value, Type::Scalar(storage_elem(t.elem, self.float)));
+        self.store(value, memory, &linearize(idx, &t.shape));
+    }
+
     /// Finishes the function, inputs first, then outputs, with its launch
     /// geometry, template and tile parameters.
     pub fn finish(
@@ -385,16 +412,16 @@ impl<'a> KernelBuilder<'a> {
         tile: Option<Vec<i64>>,
     ) {
         let mut args = self.args.clone();
-        args.sort_by_key(|(_, r)| matches!(r, ArgRole::Output(_)));
-        let outputs = args
-            .iter()
-            .filter(|(_, r)| matches!(r, ArgRole::Output(_)))
-            .count();
+        let is_output = |r: &ArgRole| matches!(r, ArgRole::Output(_) | ArgRole::Partials);
+        args.sort_by_key(|(_, r)| is_output(r));
+        let outputs = args.iter().filter(|(_, r)| is_output(r)).count();
         let textures = args
             .iter()
             .enumerate()
             .filter_map(|(i, (_, role))| {
-                let (ArgRole::Input(host) | ArgRole::Output(host)) = role;
+                let (ArgRole::Input(host) | ArgRole::Output(host)) = role else {
+                    return None;
+                };
                 let l = self.textures.get(host)?;
                 Some(TextureArg {
                     arg: i,

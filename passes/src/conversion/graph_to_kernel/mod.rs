@@ -30,7 +30,7 @@ use crate::decl::{KernelLowerOptions, KernelLowerPrecision};
 use ircc_core::diag::{Diagnostic, Diagnostics};
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::{Pass, PassContext};
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::GraphOp;
@@ -45,6 +45,7 @@ use crate::index::simplify::rules;
 
 pub struct KernelLower {
     float: ElemType,
+    device: String,
 }
 
 impl KernelLower {
@@ -53,7 +54,10 @@ impl KernelLower {
             KernelLowerPrecision::F32 => ElemType::F32,
             KernelLowerPrecision::F16 => ElemType::F16,
         };
-        KernelLower { float }
+        KernelLower {
+            float,
+            device: options.device,
+        }
     }
 }
 
@@ -208,6 +212,7 @@ impl Pass for KernelLower {
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
+        let device = crate::layout::profile(KernelLowerOptions::NAME, &self.device)?;
         let rules = rules();
         let cache = lowering::SimplifyCache::default();
         let mut lowering = templates::Lowering {
@@ -217,6 +222,8 @@ impl Pass for KernelLower {
             float: self.float,
             counter: 0,
             textures: HashMap::new(),
+            partials: HashSet::new(),
+            compute_units: i64::from(device.compute_units),
         };
         for f in module.functions() {
             lower_function(module, &mut lowering, f).map_err(|d| Diagnostics(vec![d]))?;

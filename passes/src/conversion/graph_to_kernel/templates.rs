@@ -2,7 +2,7 @@
 //! kernel built for a group is run by a `kernel.launch` that replaces the
 //! group's results.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 
 use egg::Rewrite;
 use ircc_core::ir::OpBuilder;
@@ -93,6 +93,11 @@ pub(crate) struct Lowering<'a> {
     pub counter: usize,
     /// Host tensors placed in textures (by texture.map), by layout.
     pub textures: HashMap<ValueId, TextureLayout>,
+    /// Host tensors of partial products (a product split along K), which
+    /// kernels read as the sum over their first axis.
+    pub partials: HashSet<ValueId>,
+    /// The device's compute units (its profile's), which split-K fills.
+    pub compute_units: i64,
 }
 
 /// Whether the kernel of top-level op `op` (a group or a lone op) is the
@@ -127,8 +132,21 @@ pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group
         primary.push((anchor_result, anchor_result));
     }
     if !primary.is_empty() {
-        let built = build(m, lowering, &group_inputs, group, template, &primary)?;
-        for (host, r) in built {
+        let mut built = build(m, lowering, &group_inputs, group, template, &primary)?;
+        if let Some(partials) = built.partials {
+            // The product was split along K: an element-wise kernel sums
+            // the partial products and computes the outputs from them.
+            group_inputs.push((anchor_result, partials));
+            built = build(
+                m,
+                lowering,
+                &group_inputs,
+                group,
+                Template::Elementwise,
+                &primary,
+            )?;
+        }
+        for (host, r) in built.replaced {
             let inner = primary.iter().find(|&&(_, h)| h == host).map(|&(i, _)| i);
             if inner == Some(anchor_result) {
                 group_inputs.push((anchor_result, r));
@@ -154,6 +172,15 @@ pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group
     Ok(())
 }
 
+/// What building a group's kernel gave: the launch results that replaced
+/// the host values written, and the partial products where the kernel
+/// computed only those (a product split along K).
+#[derive(Default)]
+struct Built {
+    replaced: Vec<(ValueId, ValueId)>,
+    partials: Option<ValueId>,
+}
+
 fn build(
     m: &mut Module,
     lowering: &mut Lowering,
@@ -161,7 +188,7 @@ fn build(
     group: &Group,
     template: Template,
     outputs: &[(ValueId, ValueId)],
-) -> R<Vec<(ValueId, ValueId)>> {
+) -> R<Built> {
     let in_texture = |&(_, host): &(ValueId, ValueId)| lowering.textures.contains_key(&host);
     if !matches!(template, Template::Elementwise) && outputs.iter().any(in_texture) {
         return Err(
@@ -180,14 +207,8 @@ fn build(
             .partition(|o| lanes_of(o).is_none_or(|l| l == first));
         if !other.is_empty() {
             let mut built = build(m, lowering, bindings, group, Template::Elementwise, &same)?;
-            built.extend(build(
-                m,
-                lowering,
-                bindings,
-                group,
-                Template::Elementwise,
-                &other,
-            )?);
+            let other = build(m, lowering, bindings, group, Template::Elementwise, &other)?;
+            built.replaced.extend(other.replaced);
             return Ok(built);
         }
     }
@@ -195,18 +216,28 @@ fn build(
     lowering.counter += 1;
     let inputs: Vec<(ValueId, Input)> = bindings
         .iter()
-        .map(|&(inner, host)| (inner, resolve_input(m, host)))
+        .map(|&(inner, host)| {
+            let input = if lowering.partials.contains(&host) {
+                Input::Partials {
+                    stored: host,
+                    shape: shape_of(m, host),
+                }
+            } else {
+                resolve_input(m, host)
+            };
+            (inner, input)
+        })
         .collect();
     // The layouts of the textures this kernel reads and writes.
     let stored = inputs.iter().filter_map(|(_, input)| match input {
         Input::Memory { stored, .. } => Some(*stored),
-        Input::Splat(_) => None,
+        Input::Partials { .. } | Input::Splat(_) => None,
     });
     let textures: HashMap<ValueId, TextureLayout> = stored
         .chain(outputs.iter().map(|&(_, host)| host))
         .filter_map(|v| Some((v, lowering.textures.get(&v)?.clone())))
         .collect();
-    let args = {
+    let (args, partials_type) = {
         let mut kb = KernelBuilder::new(
             m,
             lowering.ctx,
@@ -219,10 +250,10 @@ fn build(
         kb.textures = textures.clone();
         match template {
             Template::Elementwise => elementwise(&mut kb, outputs)?,
-            Template::Matmul => matmul(&mut kb, group.anchor, outputs)?,
+            Template::Matmul => matmul(&mut kb, group.anchor, outputs, lowering.compute_units)?,
             Template::Row => row(&mut kb, group.anchor, outputs)?,
         }
-        kb.args.clone()
+        (kb.args.clone(), kb.partials.clone())
     };
     let func = m.lookup_symbol(&name).ok_or("the kernel vanished")?;
     let entry = m.entry_block(func).ok_or("the kernel has no body")?;
@@ -233,14 +264,20 @@ fn build(
     for a in order {
         match role(a) {
             Some(ArgRole::Input(h)) => launch_inputs.push(h),
-            Some(ArgRole::Output(h)) => launch_outputs.push(h),
+            Some(ArgRole::Output(h)) => launch_outputs.push(Some(h)),
+            Some(ArgRole::Partials) => launch_outputs.push(None),
             None => return Err("a kernel argument without a role".to_string()),
         }
     }
-    let types: Vec<Type> = launch_outputs
+    let types = launch_outputs
         .iter()
-        .map(|&h| m.value_type(h).clone())
-        .collect();
+        .map(|h| match h {
+            Some(h) => Ok(m.value_type(*h).clone()),
+            None => partials_type
+                .clone()
+                .ok_or("partial products without a type"),
+        })
+        .collect::<Result<Vec<Type>, _>>()?;
     let launch = m.create_op(
         OpBuilder::new(KernelOp::Launch.name())
             .operands(launch_inputs)
@@ -249,16 +286,21 @@ fn build(
             .loc(m.op(group.op).loc.clone()),
     );
     m.insert_before(group.op, launch);
-    let mut replaced = Vec::new();
+    let mut built = Built::default();
     for (i, h) in launch_outputs.into_iter().enumerate() {
         let r = m.op(launch).results[i];
+        let Some(h) = h else {
+            lowering.partials.insert(r);
+            built.partials = Some(r);
+            continue;
+        };
         m.replace_all_uses(h, r);
-        replaced.push((h, r));
+        built.replaced.push((h, r));
         if let Some(layout) = textures.get(&h) {
             lowering.textures.insert(r, layout.clone());
         }
     }
-    Ok(replaced)
+    Ok(built)
 }
 
 /// Whether `v` is computed from `target` within its group.
@@ -450,8 +492,69 @@ fn elementwise_texels(
     Ok(())
 }
 
-/// A tiled matrix product (matmul or gemm) with its epilogue.
-fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> R<()> {
+/// How the matmul template tiles a product: each invocation computes a
+/// `register_tile` squared block of results, and `splits` workgroups share
+/// each output tile, each summing its own range of K (split-K).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) struct Tiling {
+    pub register_tile: i64,
+    pub splits: i64,
+}
+
+impl Tiling {
+    /// The tiling of an `m` x `n` product over `k`, `batches` times, on a
+    /// device of `compute_units`. The register tile halves while the grid
+    /// has too few workgroups (the target's `matmul_min_workgroups`). Where
+    /// even so the grid cannot fill the device and each workgroup would
+    /// walk a long K (Swin's and ViT's products of 49 or 197 rows), the
+    /// full register tile is kept and K is split over enough workgroups to
+    /// fill it, each taking at least `matmul_split_min_steps` steps.
+    pub fn choose(m: i64, n: i64, k: i64, batches: i64, compute_units: i64) -> Tiling {
+        let t = target();
+        let workgroups = |reg: i64| {
+            let tile = t.matmul_workgroup * reg;
+            ((n + tile - 1) / tile) * ((m + tile - 1) / tile) * batches
+        };
+        let steps = |reg: i64| {
+            let bk = t.matmul_tile_words / (t.matmul_workgroup * reg);
+            (k + bk - 1) / bk
+        };
+        let mut reg = t.matmul_max_register_tile;
+        while reg > 1 && workgroups(reg) < t.matmul_min_workgroups {
+            reg /= 2;
+        }
+        let unsplit = Tiling {
+            register_tile: reg,
+            splits: 1,
+        };
+        let wanted = compute_units * t.matmul_workgroups_per_unit;
+        if workgroups(reg) >= wanted || steps(reg) <= 2 * t.matmul_split_min_steps {
+            return unsplit;
+        }
+        let full = t.matmul_max_register_tile;
+        let most = ((wanted + workgroups(full) - 1) / workgroups(full))
+            .min(steps(full) / t.matmul_split_min_steps)
+            .min(t.max_workgroups_per_dimension / batches);
+        // Splits that divide the steps evenly, so no workgroup reads past K.
+        match (2..=most).rev().find(|s| steps(full) % s == 0) {
+            Some(splits) => Tiling {
+                register_tile: full,
+                splits,
+            },
+            None => unsplit,
+        }
+    }
+}
+
+/// A tiled matrix product (matmul or gemm) with its epilogue; where the
+/// tiling splits K, its partial products only (an element-wise kernel
+/// sums them and computes the outputs).
+fn matmul(
+    kb: &mut KernelBuilder,
+    anchor: OpId,
+    outputs: &[(ValueId, ValueId)],
+    compute_units: i64,
+) -> R<()> {
     let product = Product::of(kb, anchor)?;
     let c = kb.m().op(anchor).results[0];
     let (mm, nn, kk, batch_shape) = product.dims(kb)?;
@@ -459,16 +562,10 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     if batches > target().max_workgroups_per_dimension {
         return Err(format!("{batches} matrix products exceed the grid"));
     }
-    let grid = |tile: i64| ((nn + tile - 1) / tile, (mm + tile - 1) / tile);
-    let mut reg = target().matmul_max_register_tile;
-    while reg > 1 && {
-        let (gx, gy) = grid(target().matmul_workgroup * reg);
-        gx * gy * batches < target().matmul_min_workgroups
-    } {
-        reg /= 2;
-    }
+    let tiling = Tiling::choose(mm, nn, kk, batches, compute_units);
+    let (reg, splits) = (tiling.register_tile, tiling.splits);
     let tile = target().matmul_workgroup * reg;
-    let (gx, gy) = grid(tile);
+    let (gx, gy) = ((nn + tile - 1) / tile, (mm + tile - 1) / tile);
     if gx > target().max_workgroups_per_dimension || gy > target().max_workgroups_per_dimension {
         return Err("the matrix is too large for one grid".to_string());
     }
@@ -476,12 +573,23 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     let ly = kb.id(IdKind::Local, 1, target().matmul_workgroup);
     let wx = kb.id(IdKind::Workgroup, 0, gx);
     let wy = kb.id(IdKind::Workgroup, 1, gy);
-    let wz = if batches > 1 {
-        kb.id(IdKind::Workgroup, 2, batches)
+    let wz = if batches * splits > 1 {
+        kb.id(IdKind::Workgroup, 2, batches * splits)
     } else {
         Ix::constant(0)
     };
-    let batch = delinearize(&wz, &batch_shape);
+    // Along z, the batch and then the split of K.
+    let (batch, split) = if splits > 1 {
+        let mut shape = vec![splits];
+        shape.extend(tensor_shape(kb, c));
+        kb.partials = Some(Type::tensor(shape, ElemType::F32));
+        (
+            delinearize(&wz.clone().floor_div(Ix::constant(splits)), &batch_shape),
+            wz.modulo(Ix::constant(splits)),
+        )
+    } else {
+        (delinearize(&wz, &batch_shape), Ix::constant(0))
+    };
     let at = |kb: &mut KernelBuilder, which: usize, row: Ix, col: Ix| -> R<ValueId> {
         product.operand(kb, which, &batch, row, col)
     };
@@ -521,7 +629,10 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     };
     let tid = ly.clone() * Ix::constant(target().matmul_workgroup) + lx.clone();
     let zero = kb.ir.constant(0.0, ElemType::F32);
-    let k_tiles = (kk + bk - 1) / bk;
+    // This workgroup's K steps: the `split`th of `splits` equal ranges.
+    let k_tiles = (kk + bk - 1) / bk / splits;
+    let first_tile = split.clone() * Ix::constant(k_tiles);
+    let first_tile = (splits > 1).then_some(first_tile);
     let loads_per_thread =
         target().matmul_tile_words / (target().matmul_workgroup * target().matmul_workgroup);
     let slot = |l: i64| {
@@ -530,6 +641,10 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
     // This invocation's share of the operand tiles at K step `kt`, A and B
     // interleaved.
     let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<ValueId>> {
+        let kt = match &first_tile {
+            Some(first) => kt + first.clone(),
+            None => kt,
+        };
         let mut words = Vec::new();
         for l in 0..loads_per_thread {
             let e = slot(l);
@@ -609,6 +724,12 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             let idx = product.result_index(&batch, row, col);
             let acc = accs[(i * reg + j) as usize];
             guarded(kb, cond, &mut |kb| {
+                if splits > 1 {
+                    let mut at = vec![split.clone()];
+                    at.extend(idx.iter().cloned());
+                    kb.store_partial(&at, acc);
+                    return Ok(());
+                }
                 let y = kb.ir.cast(acc, Type::Scalar(kb.float));
                 let y = product.epilogue(kb, y, &idx)?;
                 kb.memo_put(c, &idx, y);
@@ -616,11 +737,15 @@ fn matmul(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) 
             })?;
         }
     }
+    let mut tile_parameters = vec![tile, tile, bk, reg, reg];
+    if splits > 1 {
+        tile_parameters.push(splits);
+    }
     kb.finish(
         [target().matmul_workgroup, target().matmul_workgroup, 1],
-        [gx, gy, batches],
+        [gx, gy, batches * splits],
         FuncTemplate::MatmulTiled,
-        Some(vec![tile, tile, bk, reg, reg]),
+        Some(tile_parameters),
     );
     Ok(())
 }
@@ -856,4 +981,51 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
         None,
     );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Tiling;
+
+    const H100_UNITS: i64 = 132;
+
+    fn tiling(m: i64, n: i64, k: i64, batches: i64, units: i64) -> (i64, i64) {
+        let t = Tiling::choose(m, n, k, batches, units);
+        (t.register_tile, t.splits)
+    }
+
+    #[test]
+    fn long_products_of_few_rows_split_k_to_fill_the_device() {
+        // Swin-T stage 4 (49 rows): 12 tiles of 64 x 64 for 132 units.
+        assert_eq!(tiling(49, 768, 3072, 1, H100_UNITS), (4, 24));
+        assert_eq!(tiling(49, 3072, 768, 1, H100_UNITS), (4, 6));
+        // ViT-B/16 (197 rows): qkv and the second MLP product.
+        assert_eq!(tiling(197, 2304, 768, 1, H100_UNITS), (4, 4));
+        assert_eq!(tiling(197, 768, 3072, 1, H100_UNITS), (4, 8));
+    }
+
+    #[test]
+    fn products_that_fill_the_device_or_have_short_k_are_not_split() {
+        // Enough tiles for every unit.
+        assert_eq!(tiling(3136, 768, 3072, 1, H100_UNITS), (4, 1));
+        // Few tiles but a short K: the register tile shrinks instead.
+        assert_eq!(tiling(196, 1152, 384, 1, H100_UNITS), (2, 1));
+        // A device of two compute units is filled by shrinking alone.
+        assert_eq!(tiling(49, 768, 3072, 1, 2), (1, 1));
+    }
+
+    #[test]
+    fn splits_divide_the_k_steps_and_respect_the_grid() {
+        for (m, n, k, batches) in [(49, 64, 3072, 1), (7, 10, 1000, 3), (1, 1, 65_536, 60_000)] {
+            let t = Tiling::choose(m, n, k, batches, H100_UNITS);
+            let target = super::target();
+            let bk = target.matmul_tile_words / (target.matmul_workgroup * t.register_tile);
+            let steps = (k + bk - 1) / bk;
+            assert_eq!(steps % t.splits, 0, "{m}x{n}x{k}: {t:?}");
+            assert!(batches * t.splits <= target.max_workgroups_per_dimension);
+            if t.splits > 1 {
+                assert!(steps / t.splits >= target.matmul_split_min_steps);
+            }
+        }
+    }
 }

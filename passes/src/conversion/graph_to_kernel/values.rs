@@ -167,6 +167,24 @@ impl KernelBuilder<'_> {
                 };
                 Ok(self.ir.cast(x, Type::Scalar(elem)))
             }
+            Input::Partials { stored, shape } => {
+                let memory = self.arg(super::lowering::ArgRole::Input(stored));
+                let at = linearize(idx, &shape[1..]);
+                let stride: i64 = shape[1..].iter().product();
+                let mut sum = None;
+                for split in 0..shape[0] {
+                    let x = self.load(memory, &(at.clone() + Ix::constant(split * stride)));
+                    let x = self.widen(x);
+                    sum = Some(match sum {
+                        Some(s) => self.ir.binary(BinaryFn::Add, s, x),
+                        None => x,
+                    });
+                }
+                let sum = sum.ok_or("partial products without a split")?;
+                let y = self.ir.cast(sum, Type::Scalar(elem));
+                let anchor = self.m().defining_op(v).ok_or("partials of no product")?;
+                super::product::Product::of(self, anchor)?.epilogue(self, y, idx)
+            }
         }
     }
 
