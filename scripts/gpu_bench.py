@@ -2,7 +2,7 @@
 """ircc beside PyTorch on one GPU, in one command: the issue's table.
 
     python3 scripts/gpu_bench.py --ircc target/release/ircc --models DIR \
-        [--baseline OLD_IRCC] [--device PROFILE] [--nets swin_t,...] [--runs 50] [--jsonl FILE]
+        [--baseline OLD_IRCC] [--device PROFILE] [--nets swin_t,...] [--runs 50] [--jsonl FILE] [--check]
 
 DIR holds NAME.onnx for each network of --nets (by default the five
 torchvision networks below), as `export_models.py --full --exporter dynamo`
@@ -13,6 +13,10 @@ PyTorch eager, torch.compile and torch.compile(mode="reduce-overhead") (CUDA
 graphs). It prints one JSON line per measurement as it goes (and appends it
 to --jsonl, so a run cut short keeps what it measured), then a markdown
 table of median milliseconds with dispatch counts in brackets.
+
+With --check it first runs each network through smartmem on the GPU (f32
+and f16) and compares the outputs with onnxruntime's on the CPU, printing
+the largest difference relative to the output's scale.
 
 PyTorch runs batch 1 in float32 with TF32 off, timed with CUDA events after
 warm-up runs; `ircc bench` times each run from submission to completion
@@ -50,6 +54,34 @@ def ircc_bench(binary, model, pipeline, precision, runs, device):
             # the rest of a run is outside kernels.
             "kernel_sum_ms": sum(k["median_us"] for k in kernels) / 1e3,
             "top_kernels": kernels[:10]}
+
+
+def check(binary, model, device, workdir):
+    """The largest difference of ircc's smartmem outputs on the GPU (f32,
+    f16) from onnxruntime's, relative to the output's largest magnitude."""
+    import os
+    import numpy as np
+    import onnxruntime as ort
+
+    session = ort.InferenceSession(model, providers=["CPUExecutionProvider"])
+    feed = session.get_inputs()[0]
+    x = np.random.default_rng(0).standard_normal(feed.shape).astype(np.float32)
+    want = session.run(None, {feed.name: x})[0]
+    np.save(os.path.join(workdir, "x.npy"), x)
+    # torchvision zero-initialises ViT's head: an all-zero output checks nothing.
+    result = {"reference_is_zero": bool(not want.any())}
+    for precision in ["f32", "f16"]:
+        out = os.path.join(workdir, precision)
+        extra = ["--device", device] if device else []
+        subprocess.run(
+            [binary, "run", model, "--pipeline", "smartmem", "--backend", "wgpu", "--precision",
+             precision, "--input", os.path.join(workdir, "x.npy"), "--output-dir", out, *extra],
+            check=True, capture_output=True, text=True,
+        )
+        got = np.load(os.path.join(out, sorted(os.listdir(out))[0]))
+        scale = max(1.0, float(np.abs(want).max()))
+        result[f"{precision}_relative_difference"] = float(np.abs(got - want).max()) / scale
+    return result
 
 
 def torch_time(name, mode, runs):
@@ -91,6 +123,7 @@ def main():
     p.add_argument("--columns", default=",".join(c[0] for c in IRCC), help="ircc columns to time")
     p.add_argument("--torch", default=",".join(TORCH), help="PyTorch modes to time")
     p.add_argument("--jsonl", help="append each measurement to this file")
+    p.add_argument("--check", action="store_true", help="compare smartmem's GPU outputs with onnxruntime first")
     a = p.parse_args()
     binaries = {"ircc": a.ircc, "baseline": a.baseline}
     wanted = a.columns.split(",")
@@ -107,6 +140,20 @@ def main():
                 f.write(line + "\n")
 
     nets = a.nets.split(",")
+    if a.check:
+        import tempfile
+
+        for net in nets:
+            with tempfile.TemporaryDirectory() as workdir:
+                try:
+                    value = check(a.ircc, f"{a.models}/{net}.onnx", a.device, workdir)
+                except subprocess.CalledProcessError as e:
+                    value = {"error": e.stderr.strip()[-400:]}
+            line = json.dumps({"network": net, "column": "check", **value})
+            print(line, flush=True)
+            if a.jsonl:
+                with open(a.jsonl, "a") as f:
+                    f.write(line + "\n")
     for net in nets:
         model = f"{a.models}/{net}.onnx"
         for column, binary, pipeline, precision in columns:
