@@ -191,6 +191,7 @@ impl Driver {
         let mut rows = Vec::new();
         let mut layouts = Vec::new();
         let mut addresses = Vec::new();
+        let mut dispatches = Vec::new();
         for (name, pipeline) in runs {
             let start = Instant::now();
             let mut run = crate::Loaded {
@@ -202,6 +203,7 @@ impl Driver {
             };
             self.transform(&mut run, &pipeline, None, Form::Pretty, stderr)?;
             let compile_ms = loaded.import_ms + start.elapsed().as_secs_f64() * 1e3;
+            dispatches.push(self.dispatches(&run.module, &pipeline));
             rows.push((name, figures::traffic(&run.module), compile_ms));
             layouts.push(figures::layouts(&run.module));
             addresses.push(figures::addresses(&run.module));
@@ -212,6 +214,7 @@ impl Driver {
             let mut stats = serde_json::json!({
                 "graph_ops": graph_ops,
                 "kernels": t.kernels,
+                "dispatches": dispatches[0],
                 "bytes_moved": t.bytes_moved,
                 "intermediate_bytes": t.intermediate_bytes,
                 "import_ms": loaded.import_ms,
@@ -251,6 +254,12 @@ impl Driver {
                 let _ = writeln!(out);
             };
         line(stdout, "kernels", &|t, _| t.kernels.to_string());
+        let _ = write!(stdout, "{:<22}", "dispatches");
+        for d in &dispatches {
+            let d = d.map_or("-".to_string(), |d| d.to_string());
+            let _ = write!(stdout, "{d:>16}");
+        }
+        let _ = writeln!(stdout);
         line(stdout, "bytes moved (MB)", &|t, _| {
             format!("{:.2}", t.bytes_moved as f64 / 1e6)
         });

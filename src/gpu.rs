@@ -66,6 +66,42 @@ pub(crate) fn lower_for_gpu(
     set("precision", kernel.precision.map(|p| p.name().to_string()))
 }
 
+impl Driver {
+    /// How many kernels a run of `module` dispatches on a GPU: its
+    /// `kernel.launch`es once `kernel.lower` has run for the device `args`
+    /// names (a fused group can take more than one: a product split along
+    /// K, an output outside the anchor's iteration space). `None` where the
+    /// module does not lower.
+    pub(crate) fn dispatches(&self, module: &Module, args: &crate::PipelineArgs) -> Option<usize> {
+        let mut lowered = module.clone();
+        if !is_lowered(module) {
+            let mut specs = vec![PassOptions {
+                pass: KERNEL_LOWER.into(),
+                ..Default::default()
+            }];
+            if let Some(device) = args.device_profile() {
+                crate::set_device(&mut specs, &device, true).ok()?;
+            }
+            let mut pm = ircc_core::pass::PassManager::from_specs(&self.passes, &specs).ok()?;
+            pm.run(
+                &mut lowered,
+                &self.registry,
+                &ircc_core::pass::RunOptions::default(),
+                &mut std::io::sink(),
+            )
+            .ok()?;
+        }
+        let launches = lowered
+            .functions()
+            .iter()
+            .filter_map(|&f| lowered.entry_block(f))
+            .flat_map(|b| lowered.blocks[b].ops.clone())
+            .filter(|&o| KernelOp::of(&lowered, o) == Some(KernelOp::Launch))
+            .count();
+        Some(launches)
+    }
+}
+
 /// Whether the module's functions launch kernels (it is kernel IR).
 fn is_lowered(m: &Module) -> bool {
     m.functions().iter().any(|&f| {

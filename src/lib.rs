@@ -540,7 +540,11 @@ fn insert_rules(specs: &mut Vec<PassOptions>, files: &[PathBuf]) {
 
 /// `--device NAME`: the device of every pass that reads a device profile
 /// (and of the printers, `for_device`).
-fn set_device(specs: &mut [PassOptions], device: &str, for_device: bool) -> Result<(), Diagnostic> {
+pub(crate) fn set_device(
+    specs: &mut [PassOptions],
+    device: &str,
+    for_device: bool,
+) -> Result<(), Diagnostic> {
     use ircc_passes::decl::{KernelLowerOptions, LayoutSelectOptions, TextureMapOptions};
     ircc_dialects::kernel::DeviceProfile::named(device)
         .map_err(|e| Diagnostic::plain(format!("--device: {e}")))?;

@@ -104,3 +104,30 @@ fn products_split_along_k_check_in_the_kernel_interpreter() {
     let diff = common::split_k_difference(&["--pipeline", "smartmem-gpu"]);
     assert!(diff <= 1e-5, "{diff:e}");
 }
+
+/// `ircc stats` reports the fused groups (`kernels`) and the kernels a GPU
+/// run dispatches (`dispatches`), the number the plan holds: a split
+/// product adds the kernel that sums its partials.
+#[test]
+fn stats_count_the_dispatches_the_plan_runs() {
+    let file = common::root().join("tests/ir/kernel/matmul_split_k.ir");
+    let file = file.to_string_lossy();
+    for (device, want) in [("nvidia_vulkan", 4), ("lavapipe", 2)] {
+        let args = [&file[..], "--pipeline", "smartmem", "--device", device];
+        let out = ircc(&[&["stats", "--json"][..], &args].concat());
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let stats: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(stats["kernels"], 2, "{device}: {stats}");
+        assert_eq!(stats["dispatches"], want, "{device}: {stats}");
+        let dir = common::scratch_dir("dispatches");
+        let emitted = ircc(&[&args[..], &["--emit", "wgsl", "-o", dir.to_str().unwrap()]].concat());
+        assert_eq!(emitted.code, 0, "{}", emitted.stderr);
+        let plan: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("plan.json")).unwrap()).unwrap();
+        assert_eq!(
+            plan["dispatches"].as_array().unwrap().len(),
+            want,
+            "{device}"
+        );
+    }
+}
