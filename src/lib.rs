@@ -163,9 +163,14 @@ impl Driver {
         I: IntoIterator<Item = T>,
         T: Into<std::ffi::OsString> + Clone,
     {
-        let cli = match Cli::try_parse_from(args) {
+        let args: Vec<std::ffi::OsString> = args.into_iter().map(Into::into).collect();
+        let cli = match Cli::try_parse_from(&args) {
             Ok(c) => c,
             Err(e) => {
+                if let Some(hint) = misspelt_command(&args).filter(|_| e.use_stderr()) {
+                    let _ = writeln!(stderr, "{hint}");
+                    return 2;
+                }
                 if e.use_stderr() {
                     let _ = write!(stderr, "{}", e.render());
                     return 2;
@@ -264,6 +269,12 @@ impl Driver {
                 path: path.to_path_buf(),
                 import_ms,
             });
+        }
+        if !onnx.input_shapes.is_empty() {
+            return Err(plain(format!(
+                "--input-shape fixes an ONNX model's symbolic dimensions; {} is textual IR, whose shapes are written in it",
+                path.display()
+            )));
         }
         let source = if path == Path::new("-") {
             let mut s = String::new();
@@ -396,6 +407,22 @@ impl Driver {
                 set_device(&mut specs, &device, true)?;
             }
         }
+        if let Some(unknown) = args
+            .print_ir_after
+            .iter()
+            .find(|name| !specs.iter().any(|s| &s.pass == *name))
+        {
+            let passes: Vec<&str> = specs.iter().map(|s| s.pass.as_str()).collect();
+            return Err(Diagnostic::plain(format!(
+                "--print-ir-after {unknown}: the pipeline runs no such pass (it runs: {})",
+                if passes.is_empty() {
+                    "nothing".to_string()
+                } else {
+                    passes.join(", ")
+                }
+            ))
+            .into());
+        }
         let mut pm = PassManager::from_specs(&self.passes, &specs)?;
         let options = RunOptions {
             verify_each: !args.no_verify_each,
@@ -445,6 +472,29 @@ impl Driver {
             .into()),
         }
     }
+}
+
+/// The error for a first argument that is neither a file nor a command
+/// but close to one (`ircc rn m.ir`), which clap would otherwise read as a
+/// file and report confusingly.
+fn misspelt_command(args: &[std::ffi::OsString]) -> Option<String> {
+    use clap::CommandFactory;
+    let first = args.iter().skip(1).find_map(|a| a.to_str())?;
+    if first.starts_with('-') || first.contains(['.', '/']) || Path::new(first).exists() {
+        return None;
+    }
+    let cli = Cli::command();
+    let commands: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+    let closest = commands
+        .iter()
+        .map(|c| (strsim::levenshtein(first, c), *c))
+        .min()
+        .filter(|&(distance, _)| distance <= 2)?;
+    Some(format!(
+        "error: unknown command '{first}'; did you mean '{}'? (commands: {})",
+        closest.1,
+        commands.join(", ")
+    ))
 }
 
 fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {

@@ -221,3 +221,46 @@ fn check_names_the_pass_that_changes_results() {
         "checking stops at the first bad pass: {out}"
     );
 }
+
+/// Options that would do nothing are errors that say why, and a misspelt
+/// command gets a suggestion instead of being read as a file name.
+#[test]
+fn options_that_would_do_nothing_are_refused() {
+    let out = ircc(&[
+        &example(),
+        "--pipeline",
+        "canonicalize",
+        "--print-ir-after",
+        "canonicalise",
+    ]);
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr.contains(
+            "--print-ir-after canonicalise: the pipeline runs no such pass (it runs: canonicalize)"
+        ),
+        "{}",
+        out.stderr
+    );
+    let out = ircc(&[&example(), "--input-shape", "x=1x2"]);
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr
+            .contains("--input-shape fixes an ONNX model's symbolic dimensions"),
+        "{}",
+        out.stderr
+    );
+    let out = ircc(&["rn", &example()]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr
+            .contains("unknown command 'rn'; did you mean 'run'?"),
+        "{}",
+        out.stderr
+    );
+    // A path named like a command is still read as a file.
+    let dir = scratch_dir("command-like");
+    let file = dir.join("rn");
+    std::fs::copy(example(), &file).unwrap();
+    let out = ircc(&[file.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
