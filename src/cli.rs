@@ -94,7 +94,7 @@ pub struct BenchArgs {
     pub model: ModelArgs,
     /// Where to run it.
     #[arg(long, value_enum, default_value = "wgpu")]
-    pub backend: Backend,
+    pub backend: DeviceBackend,
     #[command(flatten)]
     pub kernel: KernelArgs,
     /// Timed runs (after the warm-up runs).
@@ -204,6 +204,25 @@ pub enum Backend {
     Opencl,
 }
 
+/// The backends `ircc bench` times: those with a device.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum DeviceBackend {
+    /// The GPU through wgpu (Vulkan preferred; WGPU_BACKEND chooses another).
+    Wgpu,
+    /// OpenCL C through the OpenCL ICD loader (a GPU preferred;
+    /// IRCC_OPENCL_DEVICE=NAME chooses a device by a part of its name).
+    Opencl,
+}
+
+impl DeviceBackend {
+    pub fn device(self) -> crate::gpu::Device {
+        match self {
+            DeviceBackend::Wgpu => crate::gpu::Device::Wgpu,
+            DeviceBackend::Opencl => crate::gpu::Device::OpenCl,
+        }
+    }
+}
+
 impl Backend {
     /// The device it runs kernels on; none for the interpreter.
     pub fn device(self) -> Option<crate::gpu::Device> {
@@ -239,8 +258,10 @@ pub struct PipelineArgs {
     /// none; may be repeated.
     #[arg(long, value_name = "FILE")]
     pub load_rules: Vec<PathBuf>,
-    /// The device whose profile layout.select and texture.map read
-    /// (ircc --list-devices); the pipeline's choice, else adreno740.
+    /// The device whose profile layout.select, texture.map and kernel.lower
+    /// read (ircc --list-devices): layouts, texture extents, and how many
+    /// compute units a matrix product should fill; the pipeline's choice,
+    /// else adreno740.
     #[arg(long, value_name = "NAME")]
     pub device: Option<String>,
     /// Print the IR after every pass (to stderr).

@@ -62,6 +62,13 @@ impl Driver {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
+        if let (None, Some(p)) = (args.backend.device(), args.kernel.precision) {
+            return Err(Diagnostic::plain(format!(
+                "--precision {} sets the precision of GPU kernels; the reference backend computes in the graph's own types (use --backend wgpu or opencl)",
+                p.name()
+            ))
+            .into());
+        }
         let mut loaded = self.load_model(&args.model)?;
         let gpu = args.backend.device().map(|_| &args.kernel);
         self.transform(&mut loaded, &args.model.pipeline, gpu, Form::Pretty, stderr)?;

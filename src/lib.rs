@@ -31,8 +31,8 @@ use ircc_core::verify::{VerifyOptions, verify};
 use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tensor, parse_module};
 
 pub use cli::{
-    Backend, BenchArgs, CheckArgs, Cli, Command, CompileArgs, Emit, ImportArgs, KernelArgs,
-    ModelArgs, OnnxArgs, OpenClArgs, PipelineArgs, Precision, RunArgs, StatsArgs,
+    Backend, BenchArgs, CheckArgs, Cli, Command, CompileArgs, DeviceBackend, Emit, ImportArgs,
+    KernelArgs, ModelArgs, OnnxArgs, OpenClArgs, PipelineArgs, Precision, RunArgs, StatsArgs,
 };
 
 /// The pipelines that ship inside the binary, by name.
@@ -485,6 +485,9 @@ fn misspelt_command(args: &[std::ffi::OsString]) -> Option<String> {
     }
     let cli = Cli::command();
     let commands: Vec<&str> = cli.get_subcommands().map(|c| c.get_name()).collect();
+    if commands.contains(&first) {
+        return None;
+    }
     let closest = commands
         .iter()
         .map(|c| (strsim::levenshtein(first, c), *c))

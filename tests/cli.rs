@@ -257,6 +257,34 @@ fn options_that_would_do_nothing_are_refused() {
         "{}",
         out.stderr
     );
+    let dir = scratch_dir("precision");
+    let out = ircc(&[
+        "run",
+        &example(),
+        "--precision",
+        "f16",
+        "--output-dir",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 1);
+    assert!(
+        out.stderr
+            .contains("--precision f16 sets the precision of GPU kernels"),
+        "{}",
+        out.stderr
+    );
+    // bench times a device: the interpreter is not among its backends.
+    let out = ircc(&["bench", &example(), "--backend", "reference"]);
+    assert_eq!(out.code, 2);
+    assert!(
+        out.stderr.contains("invalid value 'reference'") && out.stderr.contains("wgpu, opencl"),
+        "{}",
+        out.stderr
+    );
+    // A command spelt right keeps clap's own message.
+    let out = ircc(&["run", &example()]);
+    assert_eq!(out.code, 2);
+    assert!(out.stderr.contains("--output-dir"), "{}", out.stderr);
     // A path named like a command is still read as a file.
     let dir = scratch_dir("command-like");
     let file = dir.join("rn");

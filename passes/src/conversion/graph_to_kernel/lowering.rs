@@ -57,7 +57,8 @@ pub enum Input {
     Splat(f64),
     /// The partial products of a product split along K (`stored`, of
     /// `shape`: the splits, then the product's shape): the product is
-    /// their sum over the first axis, then the product's epilogue.
+    /// their sum over the first axis (in f32), then the product's
+    /// epilogue.
     Partials { stored: ValueId, shape: Vec<i64> },
 }
 
@@ -386,8 +387,10 @@ impl<'a> KernelBuilder<'a> {
         self.store(value, memory, &linearize(idx, &t.shape));
     }
 
-    /// Stores partial product `value` (f32) at `idx` (the split, then the
-    /// product's index).
+    /// Stores partial product `value` (an f32 total) at `idx` (the split,
+    /// then the product's index), in the storage type of the kernel's
+    /// precision: at f16 each split's total is rounded once, as the
+    /// product's result would be.
     pub fn store_partial(&mut self, idx: &[Ix], value: ValueId) {
         let memory = self.arg(ArgRole::Partials);
         let t = self

@@ -532,16 +532,19 @@ impl Tiling {
             return unsplit;
         }
         let full = t.matmul_max_register_tile;
-        let most = ((wanted + workgroups(full) - 1) / workgroups(full))
+        let tiles = workgroups(full).max(1);
+        let most = ((wanted + tiles - 1) / tiles)
             .min(steps(full) / t.matmul_split_min_steps)
-            .min(t.max_workgroups_per_dimension / batches);
-        // Splits that divide the steps evenly, so no workgroup reads past K.
+            .min(t.max_workgroups_per_dimension / batches.max(1));
+        // Splits that divide the steps evenly, so that every split takes
+        // as many; only worth it where the grid grows beyond the unsplit
+        // one (K's steps may have no divisor in range, or a small one).
         match (2..=most).rev().find(|s| steps(full) % s == 0) {
-            Some(splits) => Tiling {
+            Some(splits) if splits * tiles > workgroups(reg) => Tiling {
                 register_tile: full,
                 splits,
             },
-            None => unsplit,
+            _ => unsplit,
         }
     }
 }
@@ -630,6 +633,7 @@ fn matmul(
     let tid = ly.clone() * Ix::constant(target().matmul_workgroup) + lx.clone();
     let zero = kb.ir.constant(0.0, ElemType::F32);
     // This workgroup's K steps: the `split`th of `splits` equal ranges.
+    debug_assert_eq!((kk + bk - 1) / bk % splits, 0, "splits divide K's steps");
     let k_tiles = (kk + bk - 1) / bk / splits;
     let first_tile = split.clone() * Ix::constant(k_tiles);
     let first_tile = (splits > 1).then_some(first_tile);
@@ -1015,17 +1019,37 @@ mod tests {
     }
 
     #[test]
-    fn splits_divide_the_k_steps_and_respect_the_grid() {
-        for (m, n, k, batches) in [(49, 64, 3072, 1), (7, 10, 1000, 3), (1, 1, 65_536, 60_000)] {
-            let t = Tiling::choose(m, n, k, batches, H100_UNITS);
-            let target = super::target();
+    fn a_split_divides_the_k_steps_and_only_ever_grows_the_grid() {
+        let target = super::target();
+        let workgroups = |m: i64, n: i64, batches: i64, reg: i64| {
+            let tile = target.matmul_workgroup * reg;
+            ((m + tile - 1) / tile) * ((n + tile - 1) / tile) * batches
+        };
+        for (m, n, k, batches) in [
+            (49, 64, 3072, 1),
+            (49, 64, 1000, 1),
+            (49, 768, 1184, 1), // 74 steps: 2 splits would shrink the grid
+            (49, 768, 1168, 1), // 73 steps, a prime: no split
+            (7, 10, 4096, 3),
+            (49, 768, 65_536, 2_000), // the grid's z limit bounds the splits
+        ] {
+            let t = Tiling::choose(m, n, k, batches, 10_000);
             let bk = target.matmul_tile_words / (target.matmul_workgroup * t.register_tile);
             let steps = (k + bk - 1) / bk;
             assert_eq!(steps % t.splits, 0, "{m}x{n}x{k}: {t:?}");
             assert!(batches * t.splits <= target.max_workgroups_per_dimension);
             if t.splits > 1 {
                 assert!(steps / t.splits >= target.matmul_split_min_steps);
+                let unsplit = Tiling::choose(m, n, k, batches, 1);
+                assert!(
+                    workgroups(m, n, batches, t.register_tile) * t.splits
+                        > workgroups(m, n, batches, unsplit.register_tile),
+                    "{m}x{n}x{k}: {t:?}"
+                );
             }
         }
+        assert_eq!(Tiling::choose(49, 768, 1184, 1, H100_UNITS).splits, 1);
+        assert_eq!(Tiling::choose(49, 768, 1168, 1, H100_UNITS).splits, 1);
+        assert!(Tiling::choose(49, 768, 65_536, 2_000, 10_000).splits * 2_000 <= 65_535);
     }
 }
