@@ -129,3 +129,22 @@ fn stats_count_the_dispatches_the_plan_runs() {
         );
     }
 }
+
+/// graph.attention in the kernel interpreter: grouped heads, a boolean
+/// mask, a causal frontier and a soft cap, against the graph interpreter.
+#[test]
+fn attention_checks_in_the_kernel_interpreter() {
+    let file = common::root().join("tests/ir/graph/attention.ir");
+    for seed in ["0", "1"] {
+        let out = ircc(&[
+            "check",
+            &file.to_string_lossy(),
+            "--pipeline",
+            "smartmem-gpu",
+            "--seed",
+            seed,
+        ]);
+        assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+        assert!(out.stdout.contains("kernel.lower"), "{}", out.stdout);
+    }
+}

@@ -8,6 +8,7 @@
 //! inputs (Reshape's shape, Slice's bounds, ...) must therefore be
 //! constants after this folding, and become attributes.
 
+mod attention;
 mod attrs;
 mod fold;
 mod import;

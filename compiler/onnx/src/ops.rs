@@ -11,15 +11,15 @@ use crate::proto::{NodeProto, attr_type};
 use crate::tensor::{elem_type, to_tensor};
 use crate::{ImportError, Result};
 
-fn ints_attr(v: Vec<i64>) -> Attribute {
+pub(crate) fn ints_attr(v: Vec<i64>) -> Attribute {
     Attribute::DenseI64Array(v)
 }
 
-fn f32_attr(v: f64) -> Attribute {
+pub(crate) fn f32_attr(v: f64) -> Attribute {
     Attribute::f32(v)
 }
 
-fn attrs(pairs: Vec<(&str, Attribute)>) -> Attributes {
+pub(crate) fn attrs(pairs: Vec<(&str, Attribute)>) -> Attributes {
     pairs.into_iter().map(|(k, v)| (k.to_string(), v)).collect()
 }
 
@@ -372,6 +372,7 @@ impl Importer<'_> {
                 out
             }
             "Softmax" => self.softmax(n, a)?,
+            "Attention" => self.attention(n, a)?,
             "ReduceSum" | "ReduceMean" | "ReduceMax" | "ReduceMin" | "ReduceProd" | "ReduceL1"
             | "ReduceL2" | "ReduceSumSquare" | "ReduceLogSum" | "ReduceLogSumExp" => {
                 self.reduce(n, a)?

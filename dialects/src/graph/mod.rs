@@ -2,6 +2,7 @@
 //! are `spec/dialects/graph.toml`; this module binds each to its shape
 //! inference and its interpreter.
 
+pub mod attention;
 mod eval_elementwise;
 mod eval_layout;
 mod eval_nn;
@@ -79,6 +80,7 @@ fn op_hooks(op: GraphOp) -> OpHooks {
         G::InstanceNorm => hooks(shape::norm, nn::instance_norm),
         G::BatchNorm => hooks(shape::norm, nn::batch_norm),
         G::Softmax => hooks(shape::softmax, nn::softmax),
+        G::Attention => hooks(attention::infer, attention::attention),
         G::ReduceSum | G::ReduceMean | G::ReduceMax | G::ReduceMin | G::ReduceProd => {
             hooks(shape::reduce, nn::reduce)
         }

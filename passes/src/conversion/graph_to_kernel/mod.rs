@@ -19,6 +19,7 @@
 //! layout, texel by texel, and read by every kernel through the same map.
 
 mod address;
+mod attention;
 mod group;
 mod lowering;
 mod product;

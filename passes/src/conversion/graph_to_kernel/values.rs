@@ -284,6 +284,7 @@ impl KernelBuilder<'_> {
                 self.reduce_at(x, &axes, keep, reduction, idx, out_elem)
             }
             G::Softmax => self.softmax_at(op, idx),
+            G::Attention => self.attention_at(op, idx),
             G::LayerNorm => self.norm_at(op, idx, true),
             G::InstanceNorm => self.norm_at(op, idx, false),
             G::Concat => self.concat_at(op, idx),
