@@ -147,4 +147,26 @@ fn attention_checks_in_the_kernel_interpreter() {
         assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
         assert!(out.stdout.contains("kernel.lower"), "{}", out.stdout);
     }
+    // A mask of no axes broadcasts to every score.
+    let dir = common::scratch_dir("attention");
+    let scalar = dir.join("scalar_mask.ir");
+    let ty = "tensor<1x1x2x4xf32>, tensor<1x1x3x4xf32>, tensor<1x1x3x2xf32>, tensor<f32>";
+    std::fs::write(
+        &scalar,
+        format!(
+            "func.func @main(%q: tensor<1x1x2x4xf32>, %k: tensor<1x1x3x4xf32>, %v: tensor<1x1x3x2xf32>, %m: tensor<f32>) -> tensor<1x1x2x2xf32> {{
+  %0 = graph.attention %q, %k, %v, %m : {ty} -> tensor<1x1x2x2xf32>
+  func.return %0 : tensor<1x1x2x2xf32>
+}}
+"
+        ),
+    )
+    .unwrap();
+    let out = ircc(&[
+        "check",
+        scalar.to_str().unwrap(),
+        "--pipeline",
+        "smartmem-gpu",
+    ]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
 }

@@ -523,6 +523,10 @@ fn folding_work(kind: GraphOp, args: &[Tensor], m: &Module, op: OpId) -> i64 {
         GraphOp::Conv | GraphOp::ConvTranspose => args.get(1).map_or(1, |w| {
             w.len() / w.shape().first().copied().unwrap_or(1).max(1)
         }),
+        // Each result element reads every key: its scores and its values.
+        GraphOp::Attention => args
+            .get(1)
+            .map_or(1, |k| 2 * k.shape().iter().skip(2).product::<usize>()),
         _ => 1,
     };
     out.saturating_mul(product as i64)

@@ -129,7 +129,7 @@ pub fn infer(v: &OpView) -> Infer {
 /// its last axis (the key is masked), else the value.
 fn mask_at(mask: &ArrayD<f64>, at: [usize; 4]) -> Option<f64> {
     let shape = mask.shape();
-    let last = shape[shape.len() - 1];
+    let last = shape.last().copied().unwrap_or(1);
     if last != 1 && at[3] >= last {
         return None;
     }

@@ -77,7 +77,7 @@ impl KernelBuilder<'_> {
             }
             if let Some(mask) = mask {
                 let shape = tensor_shape(kb, mask);
-                let last = shape[shape.len() - 1];
+                let last = shape.last().copied().unwrap_or(1);
                 if last != 1 && last < keys {
                     allowed.push(kb.index_cmp(CmpPred::Lt, &j, last));
                 }
