@@ -331,19 +331,22 @@ impl Driver {
 
     /// The passes a `--pipeline`/`--passes` choice stands for.
     pub fn pipeline_specs(&self, args: &PipelineArgs) -> Result<Vec<PassOptions>, Diagnostic> {
-        self.device_pipeline_specs(args, false)
+        self.device_pipeline_specs(args, None)
     }
 
-    /// [`Driver::pipeline_specs`]; `for_device` when the result is printed
-    /// or run on a device, whose printers read `--device` too.
+    /// [`Driver::pipeline_specs`], ended for the GPU where `gpu` gives the
+    /// kernel options and the module (whose printers read `--device` too).
     fn device_pipeline_specs(
         &self,
         args: &PipelineArgs,
-        for_device: bool,
+        gpu: Option<(&KernelArgs, &ircc_core::Module)>,
     ) -> Result<Vec<PassOptions>, Diagnostic> {
         let mut specs = self.named_pipeline(args)?;
+        if let Some((kernel, module)) = gpu {
+            gpu::lower_for_gpu(&mut specs, kernel, module)?;
+        }
         if let Some(device) = args.device_profile() {
-            set_device(&mut specs, &device, for_device)?;
+            set_device(&mut specs, &device, gpu.is_some())?;
         }
         if let Some(dir) = &args.spec_dir {
             set_spec_files(&mut specs, dir)?;
@@ -399,14 +402,7 @@ impl Driver {
         form: Form,
         stderr: &mut dyn Write,
     ) -> Outcome {
-        let mut specs = self.device_pipeline_specs(args, gpu.is_some())?;
-        if let Some(kernel) = gpu {
-            gpu::lower_for_gpu(&mut specs, kernel, &loaded.module)?;
-            // The kernel.lower just appended fills the same device.
-            if let Some(device) = args.device_profile() {
-                set_device(&mut specs, &device, true)?;
-            }
-        }
+        let specs = self.device_pipeline_specs(args, gpu.map(|kernel| (kernel, &loaded.module)))?;
         if let Some(unknown) = args
             .print_ir_after
             .iter()

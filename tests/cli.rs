@@ -226,69 +226,61 @@ fn check_names_the_pass_that_changes_results() {
 /// command gets a suggestion instead of being read as a file name.
 #[test]
 fn options_that_would_do_nothing_are_refused() {
-    let out = ircc(&[
-        &example(),
-        "--pipeline",
-        "canonicalize",
-        "--print-ir-after",
-        "canonicalise",
-    ]);
-    assert_eq!(out.code, 1);
-    assert!(
-        out.stderr.contains(
-            "--print-ir-after canonicalise: the pipeline runs no such pass (it runs: canonicalize)"
-        ),
-        "{}",
-        out.stderr
+    // `args` exit with `code` and a message holding every one of `says`.
+    let refused = |args: &[&str], code: i32, says: &[&str]| {
+        let out = ircc(args);
+        assert_eq!(out.code, code, "{args:?}: {}", out.stderr);
+        for s in says {
+            assert!(out.stderr.contains(s), "{args:?}: {}", out.stderr);
+        }
+    };
+    let example = example();
+    refused(
+        &[
+            &example,
+            "--pipeline",
+            "canonicalize",
+            "--print-ir-after",
+            "canonicalise",
+        ],
+        1,
+        &["--print-ir-after canonicalise: the pipeline runs no such pass (it runs: canonicalize)"],
     );
-    let out = ircc(&[&example(), "--input-shape", "x=1x2"]);
-    assert_eq!(out.code, 1);
-    assert!(
-        out.stderr
-            .contains("--input-shape fixes an ONNX model's symbolic dimensions"),
-        "{}",
-        out.stderr
+    refused(
+        &[&example, "--input-shape", "x=1x2"],
+        1,
+        &["--input-shape fixes an ONNX model's symbolic dimensions"],
     );
-    let out = ircc(&["rn", &example()]);
-    assert_eq!(out.code, 2);
-    assert!(
-        out.stderr
-            .contains("unknown command 'rn'; did you mean 'run'?"),
-        "{}",
-        out.stderr
+    refused(
+        &["rn", &example],
+        2,
+        &["unknown command 'rn'; did you mean 'run'?"],
     );
     let dir = scratch_dir("precision");
-    let out = ircc(&[
-        "run",
-        &example(),
-        "--precision",
-        "f16",
-        "--output-dir",
-        dir.to_str().unwrap(),
-    ]);
-    assert_eq!(out.code, 1);
-    assert!(
-        out.stderr
-            .contains("--precision f16 sets the precision of GPU kernels"),
-        "{}",
-        out.stderr
+    refused(
+        &[
+            "run",
+            &example,
+            "--precision",
+            "f16",
+            "--output-dir",
+            dir.to_str().unwrap(),
+        ],
+        1,
+        &["--precision f16 sets the precision of GPU kernels"],
     );
     // bench times a device: the interpreter is not among its backends.
-    let out = ircc(&["bench", &example(), "--backend", "reference"]);
-    assert_eq!(out.code, 2);
-    assert!(
-        out.stderr.contains("invalid value 'reference'") && out.stderr.contains("wgpu, opencl"),
-        "{}",
-        out.stderr
+    refused(
+        &["bench", &example, "--backend", "reference"],
+        2,
+        &["invalid value 'reference'", "wgpu, opencl"],
     );
     // A command spelt right keeps clap's own message.
-    let out = ircc(&["run", &example()]);
-    assert_eq!(out.code, 2);
-    assert!(out.stderr.contains("--output-dir"), "{}", out.stderr);
+    refused(&["run", &example], 2, &["--output-dir"]);
     // A path named like a command is still read as a file.
     let dir = scratch_dir("command-like");
     let file = dir.join("rn");
-    std::fs::copy(example(), &file).unwrap();
+    std::fs::copy(&example, &file).unwrap();
     let out = ircc(&[file.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}", out.stderr);
 }

@@ -98,7 +98,8 @@ fn products_split_along_k_check_in_the_kernel_interpreter() {
         lowered.stdout.matches(&tile).count()
     };
     assert_eq!((tiles(24), tiles(17)), (2, 1));
-    assert_eq!(lowered.stdout.matches("kernel.launch").count(), 6);
+    let launch = ircc_dialects::kernel::KernelOp::Launch.name();
+    assert_eq!(lowered.stdout.matches(launch).count(), 6);
     let diff = common::split_k_difference(&["--pipeline", "smartmem-gpu"]);
     assert!(diff <= 1e-5, "{diff:e}");
 }
@@ -145,7 +146,8 @@ fn attention_checks_in_the_kernel_interpreter() {
             seed,
         ]);
         assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-        assert!(out.stdout.contains("kernel.lower"), "{}", out.stdout);
+        let lower = ircc_passes::decl::KernelLowerOptions::NAME;
+        assert!(out.stdout.contains(lower), "{}", out.stdout);
     }
     // A mask of no axes broadcasts to every score.
     let dir = common::scratch_dir("attention");

@@ -304,3 +304,15 @@ pub fn split_k_difference(extra: &[&str]) -> f64 {
         .map(|r| max_relative(&got.join(r), &want.join(r)))
         .fold(0.0, f64::max)
 }
+
+/// [`split_k_difference`] through `smartmem` on a device backend
+/// (`backend`: `--backend` and its options) at f32 and f16, each within
+/// the GPU tests' tolerance (1e-4 and 1e-2 of the output's scale).
+pub fn assert_split_k_matches(backend: &[&str]) {
+    for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
+        let mut args = vec!["--pipeline", "smartmem", "--precision", precision];
+        args.extend_from_slice(backend);
+        let diff = split_k_difference(&args);
+        assert!(diff <= tolerance, "{backend:?} {precision}: {diff:e}");
+    }
+}

@@ -19,6 +19,7 @@ use ircc_core::{ElemType, Tensor};
 use ndarray::{ArrayD, IxDyn};
 
 use super::eval_elementwise::Eval;
+use super::ops;
 use super::shape::Infer;
 
 /// Which keys each query may see by position: causal and window bounds
@@ -32,13 +33,13 @@ pub struct Frontier {
 }
 
 impl Frontier {
-    pub fn of(v: &OpView) -> Result<Frontier, String> {
-        Ok(Frontier {
-            causal: v.i64("causal")? != 0,
-            window_left: v.i64("window_left")?,
-            window_right: v.i64("window_right")?,
-            offset: v.i64("offset")?,
-        })
+    pub fn of(a: &ops::Attention) -> Frontier {
+        Frontier {
+            causal: a.causal() != 0,
+            window_left: a.window_left(),
+            window_right: a.window_right(),
+            offset: a.offset(),
+        }
     }
 
     /// The most keys after the query's position it may see (`None`:
@@ -61,12 +62,9 @@ impl Frontier {
 }
 
 /// The scale: the attribute, else `1 / sqrt(head size)`.
-pub fn scale(v: &OpView, head_size: i64) -> Result<f64, String> {
-    if v.has_attr("scale") {
-        v.f64("scale")
-    } else {
-        Ok(1.0 / (head_size.max(1) as f64).sqrt())
-    }
+pub fn scale(a: &ops::Attention, head_size: i64) -> f64 {
+    a.scale()
+        .unwrap_or_else(|| 1.0 / (head_size.max(1) as f64).sqrt())
 }
 
 pub fn infer(v: &OpView) -> Infer {
@@ -149,9 +147,9 @@ pub fn attention(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let [batch, heads, queries, size] = [0, 1, 2, 3].map(|a| q.shape()[a]);
     let (kv_heads, keys, value_size) = (k.shape()[1], k.shape()[2], val.shape()[3]);
     let group = heads / kv_heads.max(1);
-    let scale = scale(v, size as i64)?;
-    let softcap = v.f64("softcap")?;
-    let frontier = Frontier::of(v)?;
+    let a = ops::Attention::new(v.module, v.op).ok_or("not a graph.attention")?;
+    let (scale, softcap) = (scale(&a, size as i64), a.softcap());
+    let frontier = Frontier::of(&a);
     let mut y = ArrayD::<f64>::zeros(IxDyn(&[batch, heads, queries, value_size]));
     let mut scores = vec![None; keys];
     for b in 0..batch {

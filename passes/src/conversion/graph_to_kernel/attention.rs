@@ -5,7 +5,7 @@
 //! that shares the keys among a tile of queries is the next step.
 
 use ircc_core::{ElemType, OpId, ValueId};
-use ircc_dialects::graph::attention;
+use ircc_dialects::graph::{self, attention};
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
 use super::lowering::{Ix, KernelBuilder, kernel_elem};
@@ -15,21 +15,15 @@ type R<T> = Result<T, String>;
 
 impl KernelBuilder<'_> {
     pub(super) fn attention_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
-        let (q, k, v) = (
-            self.operand(op, 0),
-            self.operand(op, 1),
-            self.operand(op, 2),
-        );
-        let mask = self.m().op(op).operands.get(3).copied();
+        let a = graph::ops::Attention::new(self.m(), op).ok_or("not a graph.attention")?;
+        let (q, k, v, mask, result) = (a.q(), a.k(), a.v(), a.mask(), a.y());
         let (sq, sk) = (tensor_shape(self, q), tensor_shape(self, k));
         let (size, keys) = (sq[3], sk[2]);
         let group = sq[1] / sk[1].max(1);
-        let view = self.view(op)?;
-        let scale = attention::scale(&view, size)?;
-        let softcap = view.f64("softcap")?;
-        let (ahead, behind) = attention::Frontier::of(&view)?.bounds();
-        let offset = view.i64("offset")?;
-        let result = self.m().op(op).results[0];
+        let scale = attention::scale(&a, size);
+        let softcap = a.softcap();
+        let frontier = attention::Frontier::of(&a);
+        let ((ahead, behind), offset) = (frontier.bounds(), frontier.offset);
         let out = kernel_elem(
             self.m()
                 .value_type(result)

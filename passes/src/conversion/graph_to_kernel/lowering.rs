@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use egg::Rewrite;
 use ircc_core::pass::PassContext;
-use ircc_core::{AffineExpr, AffineMap, ElemType, Module, Type, ValueId};
+use ircc_core::{AffineExpr, AffineMap, ElemType, Module, TensorType, Type, ValueId};
 use ircc_dialects::kernel::TextureArg;
 use ircc_dialects::kernel::builder::{FuncBuilder, Launch};
 use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
@@ -353,18 +353,23 @@ impl<'a> KernelBuilder<'a> {
             .insert((v, idx.to_vec()), k);
     }
 
-    /// The kernel argument bound to host value `host` in `role`.
-    pub fn arg(&mut self, role: ArgRole) -> ValueId {
-        if let Some(&(a, _)) = self.args.iter().find(|(_, r)| *r == role) {
-            return a;
-        }
-        let t = match role {
+    /// The host tensor type of the argument in `role`.
+    fn host_type(&self, role: ArgRole) -> TensorType {
+        match role {
             ArgRole::Input(host) | ArgRole::Output(host) => self.m().value_type(host),
             ArgRole::Partials => self.partials.as_ref().expect("the partials' type is set"),
         }
         .as_tensor()
         .expect("a tensor")
-        .clone();
+        .clone()
+    }
+
+    /// The kernel argument bound to host value `host` in `role`.
+    pub fn arg(&mut self, role: ArgRole) -> ValueId {
+        if let Some(&(a, _)) = self.args.iter().find(|(_, r)| *r == role) {
+            return a;
+        }
+        let t = self.host_type(role);
         let a = self
             .ir
             .add_arg(Type::tensor(t.shape, storage_elem(t.elem, self.float)));
@@ -372,36 +377,15 @@ impl<'a> KernelBuilder<'a> {
         a
     }
 
-    /// Stores `value` (a kernel value of graph value `result`'s element
-    /// type) into host tensor `result` at `idx`.
-    pub fn store_result(&mut self, result: ValueId, idx: &[Ix], value: ValueId) {
-        let t = self
-            .m()
-            .value_type(result)
-            .as_tensor()
-            .expect("a tensor")
-            .clone();
-        let memory = self.arg(ArgRole::Output(result));
+    /// Stores `value` into the output in `role` (a host tensor, or the
+    /// partial products: an f32 total at `[split, product index...]`) at
+    /// `idx`, in its storage type for the kernel's precision: at f16 a
+    /// split's total is rounded once, as the product's result would be.
+    pub fn store_output(&mut self, role: ArgRole, idx: &[Ix], value: ValueId) {
+        let t = self.host_type(role);
+        let memory = self.arg(role);
         let elem = storage_elem(t.elem, self.float);
         let value = self.ir.cast(value, Type::Scalar(elem));
-        self.store(value, memory, &linearize(idx, &t.shape));
-    }
-
-    /// Stores partial product `value` (an f32 total) at `idx` (the split,
-    /// then the product's index), in the storage type of the kernel's
-    /// precision: at f16 each split's total is rounded once, as the
-    /// product's result would be.
-    pub fn store_partial(&mut self, idx: &[Ix], value: ValueId) {
-        let memory = self.arg(ArgRole::Partials);
-        let t = self
-            .partials
-            .as_ref()
-            .and_then(Type::as_tensor)
-            .expect("a tensor")
-            .clone();
-        let value = self
-            .ir
-            .cast(value, Type::Scalar(storage_elem(t.elem, self.float)));
         self.store(value, memory, &linearize(idx, &t.shape));
     }
 

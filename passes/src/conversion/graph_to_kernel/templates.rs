@@ -345,7 +345,7 @@ fn below(kb: &mut KernelBuilder, i: &Ix, n: i64, always: bool) -> Option<ValueId
 fn store_outputs(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)], idx: &[Ix]) -> R<()> {
     for &(inner, host) in outputs {
         let v = kb.value_at(inner, idx)?;
-        kb.store_result(host, idx, v);
+        kb.store_output(ArgRole::Output(host), idx, v);
     }
     Ok(())
 }
@@ -731,7 +731,7 @@ fn matmul(
                 if splits > 1 {
                     let mut at = vec![split.clone()];
                     at.extend(idx.iter().cloned());
-                    kb.store_partial(&at, acc);
+                    kb.store_output(ArgRole::Partials, &at, acc);
                     return Ok(());
                 }
                 let y = kb.ir.cast(acc, Type::Scalar(kb.float));
