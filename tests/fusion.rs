@@ -1,7 +1,9 @@
 //! Fusion and elimination change how a model is computed, never what: the
-//! shared models give bit-identical results under `none`, `dnnfusion` and
-//! `smartmem`, and each pipeline launches no more kernels than the one
-//! before it.
+//! shared models give bit-identical results under `none` and `dnnfusion`,
+//! and under `smartmem` results that differ only by rounding (its
+//! graph.fold-attention computes attention as one op, rounded once where
+//! the product, softmax and product were rounded each); each pipeline
+//! launches no more kernels than the one before it.
 
 mod common;
 
@@ -33,6 +35,28 @@ fn kernels(m: &Module) -> usize {
         .count()
 }
 
+/// The largest difference between two results relative to the largest
+/// magnitude of `want` (at least 1).
+fn rounding_difference(got: &[Tensor], want: &[Tensor]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    got.iter()
+        .zip(want)
+        .map(|(g, w)| {
+            let (g, w) = (g.to_f64(), w.to_f64());
+            assert_eq!(g.shape(), w.shape());
+            let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            g.iter()
+                .zip(w.iter())
+                .map(|(a, b)| match (a.is_nan(), b.is_nan()) {
+                    (false, false) => (a - b).abs() / scale,
+                    (true, true) => 0.0,
+                    _ => f64::INFINITY,
+                })
+                .fold(0.0, f64::max)
+        })
+        .fold(0.0, f64::max)
+}
+
 #[test]
 fn pipelines_keep_results_and_cut_kernels() {
     let registry = ircc_dialects::registry().unwrap();
@@ -59,7 +83,13 @@ fn pipelines_keep_results_and_cut_kernels() {
         for p in ["dnnfusion", "smartmem"] {
             let mut m = imported.module.clone();
             pipeline(&mut m, p);
-            assert_eq!(run(&m), reference, "{name} under {p}");
+            let got = run(&m);
+            if p == "dnnfusion" {
+                assert_eq!(got, reference, "{name} under {p}");
+            } else {
+                let difference = rounding_difference(&got, &reference);
+                assert!(difference < 1e-5, "{name} under {p}: {difference}");
+            }
             counts.push(kernels(&m));
         }
         eprintln!(

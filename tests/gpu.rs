@@ -173,5 +173,14 @@ fn products_split_along_k_match_the_interpreter_on_wgpu() {
         eprintln!("0 passed, 0 failed, 2 skipped (no GPU adapter)");
         return;
     }
-    common::assert_split_k_matches(&["--backend", "wgpu"]);
+    common::assert_template_matches(&common::SPLIT_K, &["--backend", "wgpu"]);
+}
+
+#[test]
+fn tiled_attention_matches_the_interpreter_on_wgpu() {
+    if !common::gpu_available() {
+        eprintln!("0 passed, 0 failed, 2 skipped (no GPU adapter)");
+        return;
+    }
+    common::assert_template_matches(&common::ATTENTION, &["--backend", "wgpu"]);
 }

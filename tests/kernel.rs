@@ -100,7 +100,7 @@ fn products_split_along_k_check_in_the_kernel_interpreter() {
     assert_eq!((tiles(24), tiles(17)), (2, 1));
     let launch = ircc_dialects::kernel::KernelOp::Launch.name();
     assert_eq!(lowered.stdout.matches(launch).count(), 6);
-    let diff = common::split_k_difference(&["--pipeline", "smartmem-gpu"]);
+    let diff = common::template_difference(&common::SPLIT_K, &["--pipeline", "smartmem-gpu"]);
     assert!(diff <= 1e-5, "{diff:e}");
 }
 
@@ -129,6 +129,28 @@ fn stats_count_the_dispatches_the_plan_runs() {
             "{device}"
         );
     }
+}
+
+/// The tiled attention template in the kernel interpreter, beside the
+/// graph interpreter: ragged query and key blocks, strided value columns,
+/// a float mask, grouped heads and a causal window.
+#[test]
+fn tiled_attention_matches_the_interpreter() {
+    let file = common::root().join(common::ATTENTION.file);
+    let out = ircc(&[
+        "--pipeline",
+        "smartmem-gpu",
+        "--device",
+        "nvidia_vulkan",
+        file.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        out.stdout.matches("template = \"attention_tiled\"").count(),
+        2
+    );
+    let diff = common::template_difference(&common::ATTENTION, &["--pipeline", "smartmem-gpu"]);
+    assert!(diff <= 1e-5, "{diff:e}");
 }
 
 /// graph.attention in the kernel interpreter: grouped heads, a boolean

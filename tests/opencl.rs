@@ -272,5 +272,16 @@ fn products_split_along_k_match_the_interpreter_on_opencl() {
         eprintln!("0 passed, 0 failed, 2 skipped (no OpenCL device)");
         return;
     }
-    common::assert_split_k_matches(&["--backend", "opencl", "--cl-options", "-cl-opt-disable"]);
+    let backend = ["--backend", "opencl", "--cl-options", "-cl-opt-disable"];
+    common::assert_template_matches(&common::SPLIT_K, &backend);
+}
+
+#[test]
+fn tiled_attention_matches_the_interpreter_on_opencl() {
+    if !common::opencl_available() {
+        eprintln!("0 passed, 0 failed, 2 skipped (no OpenCL device)");
+        return;
+    }
+    let backend = ["--backend", "opencl", "--cl-options", "-cl-opt-disable"];
+    common::assert_template_matches(&common::ATTENTION, &backend);
 }

@@ -41,6 +41,10 @@ pub fn register_all(passes: &mut PassRegistry) {
         let tables = graph::fusion::Tables::from_option(&options.tables)?;
         Ok(Box::new(graph::fusion::Classify::new(tables)))
     });
+    passes.register_decl(&GraphFoldAttentionOptions::DECL, |o| {
+        GraphFoldAttentionOptions::parse(o)?;
+        Ok(Box::new(graph::attention::FoldAttention))
+    });
     passes.register_decl(&GraphEliminateLayoutOpsOptions::DECL, |o| {
         let options = GraphEliminateLayoutOpsOptions::parse(o)?;
         let tables = graph::fusion::Tables::from_option(&options.tables)?;

@@ -248,14 +248,18 @@ fn device_available(backend: &str, missing: &str, require: &str) -> bool {
     true
 }
 
-/// `tests/ir/kernel/matmul_split_k.ir` (products whose K is split on the
-/// nvidia_vulkan profile) run for that device with `extra` (a pipeline, a
-/// backend, a precision), beside the reference interpreter on the same
-/// inputs: the largest relative difference of its two results.
-pub fn split_k_difference(extra: &[&str]) -> f64 {
-    let file = root().join("tests/ir/kernel/matmul_split_k.ir");
-    let dir = scratch_dir("split-k");
-    let shapes: [(&str, &[usize]); 8] = [
+/// A filetest of the kernel templates for the nvidia_vulkan profile (132
+/// compute units), with its inputs' shapes and how many results it has.
+pub struct TemplateCase {
+    pub file: &'static str,
+    pub inputs: &'static [(&'static str, &'static [usize])],
+    pub results: usize,
+}
+
+/// Products whose K is split on the nvidia_vulkan profile.
+pub const SPLIT_K: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel/matmul_split_k.ir",
+    inputs: &[
         ("x", &[49, 3072]),
         ("w", &[3072, 64]),
         ("b", &[64]),
@@ -264,9 +268,34 @@ pub fn split_k_difference(extra: &[&str]) -> f64 {
         ("a", &[49, 2168]),
         ("m", &[64, 2168]),
         ("c", &[64]),
-    ];
+    ],
+    results: 3,
+};
+
+/// The tiled attention template: ragged blocks of queries and keys,
+/// strided value columns, a float mask, grouped heads and a window.
+pub const ATTENTION: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel/attention_tiled.ir",
+    inputs: &[
+        ("q", &[1, 2, 37, 24]),
+        ("k", &[1, 2, 41, 24]),
+        ("v", &[1, 2, 41, 20]),
+        ("m", &[37, 41]),
+        ("q2", &[2, 4, 20, 64]),
+        ("k2", &[2, 2, 20, 64]),
+        ("v2", &[2, 2, 20, 64]),
+    ],
+    results: 2,
+};
+
+/// `case` run for the nvidia_vulkan profile with `extra` (a pipeline, a
+/// backend, a precision), beside the reference interpreter on the same
+/// inputs: the largest relative difference of its results.
+pub fn template_difference(case: &TemplateCase, extra: &[&str]) -> f64 {
+    let file = root().join(case.file);
+    let dir = scratch_dir("template");
     let mut inputs = Vec::new();
-    for (k, (name, shape)) in shapes.iter().enumerate() {
+    for (k, (name, shape)) in case.inputs.iter().enumerate() {
         let n: usize = shape.iter().product();
         // A fixed sequence in [-1, 1): no two inputs alike.
         let values: Vec<f64> = (0..n)
@@ -299,20 +328,26 @@ pub fn split_k_difference(extra: &[&str]) -> f64 {
     let mut args = vec!["--device", "nvidia_vulkan"];
     args.extend_from_slice(extra);
     run(&got, &args);
-    ["result0.npy", "result1.npy", "result2.npy"]
-        .iter()
-        .map(|r| max_relative(&got.join(r), &want.join(r)))
+    (0..case.results)
+        .map(|r| {
+            let r = format!("result{r}.npy");
+            max_relative(&got.join(&r), &want.join(&r))
+        })
         .fold(0.0, f64::max)
 }
 
-/// [`split_k_difference`] through `smartmem` on a device backend
+/// [`template_difference`] through `smartmem` on a device backend
 /// (`backend`: `--backend` and its options) at f32 and f16, each within
 /// the GPU tests' tolerance (1e-4 and 1e-2 of the output's scale).
-pub fn assert_split_k_matches(backend: &[&str]) {
+pub fn assert_template_matches(case: &TemplateCase, backend: &[&str]) {
     for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
         let mut args = vec!["--pipeline", "smartmem", "--precision", precision];
         args.extend_from_slice(backend);
-        let diff = split_k_difference(&args);
-        assert!(diff <= tolerance, "{backend:?} {precision}: {diff:e}");
+        let diff = template_difference(case, &args);
+        assert!(
+            diff <= tolerance,
+            "{} {backend:?} {precision}: {diff:e}",
+            case.file
+        );
     }
 }

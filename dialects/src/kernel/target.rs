@@ -17,6 +17,7 @@ pub struct Target {
     pub max_workgroup_invocations: i64,
     pub max_workgroups_per_dimension: i64,
     pub max_texture_extent: i64,
+    pub max_workgroup_storage_bytes: i64,
     pub storage_offset_alignment: u64,
     pub elementwise_workgroup: i64,
     pub row_max_threads: i64,
@@ -26,6 +27,9 @@ pub struct Target {
     pub matmul_min_workgroups: i64,
     pub matmul_workgroups_per_unit: i64,
     pub matmul_split_min_steps: i64,
+    pub attention_query_tile: i64,
+    pub attention_key_tile: i64,
+    pub attention_max_columns: i64,
     pub tanh_input_clamp: f64,
 }
 
@@ -56,5 +60,6 @@ mod tests {
         assert!(t.elementwise_workgroup <= t.max_workgroup_invocations);
         assert!(t.row_max_threads <= t.max_workgroup_invocations);
         assert!(t.matmul_workgroup * t.matmul_workgroup <= t.max_workgroup_invocations);
+        assert!(t.attention_query_tile * t.attention_key_tile <= t.max_workgroup_invocations);
     }
 }

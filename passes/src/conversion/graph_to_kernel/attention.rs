@@ -1,112 +1,450 @@
-//! `graph.attention` at one result element: the invocation walks the keys
-//! once with an online softmax (a running maximum, sum of weights and
-//! weighted sum of values, rescaled as the maximum grows), so no score is
-//! stored. Each invocation reads its query row and every key; a kernel
-//! that shares the keys among a tile of queries is the next step.
+//! `graph.attention` in kernels.
+//!
+//! The tiled template (`attention_tiled`) computes attention as
+//! FlashAttention does, never storing the scores: a workgroup takes a
+//! block of queries of one head and walks the keys a tile at a time,
+//! keeping per query a running maximum, sum of weights and weighted sum
+//! of values that it rescales as the maximum grows (an online softmax).
+//! Each tile's keys and values are read from memory once for the whole
+//! block, into workgroup memory; each invocation computes one key's score
+//! for its query and a strided share of the value columns.
+//!
+//! Where the tiles would not fit in workgroup memory (long heads), each
+//! result element is computed on its own (`attention_at`): one invocation
+//! walks every key for one value column.
 
-use ircc_core::{ElemType, OpId, ValueId};
+use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::{self, attention};
-use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
+use ircc_dialects::kernel::Target;
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
 use super::lowering::{Ix, KernelBuilder, kernel_elem};
+use super::templates::{guarded, store_outputs};
 use super::values::{ACC, tensor_shape};
 
 type R<T> = Result<T, String>;
 
+/// The shapes an attention op reads: `[batch, heads, queries, size]`,
+/// `[batch, kv heads, keys, size]`, `[.., keys, value size]`.
+struct Dims {
+    batch: i64,
+    heads: i64,
+    queries: i64,
+    keys: i64,
+    size: i64,
+    value_size: i64,
+    /// Query heads per key/value head.
+    group: i64,
+}
+
+impl Dims {
+    fn of(m: &Module, a: &graph::ops::Attention) -> Option<Dims> {
+        let shape = |v: ValueId| m.value_type(v).as_tensor().map(|t| t.shape.clone());
+        let (q, k, v) = (shape(a.q())?, shape(a.k())?, shape(a.v())?);
+        Some(Dims {
+            batch: q[0],
+            heads: q[1],
+            queries: q[2],
+            keys: k[2],
+            size: q[3],
+            value_size: v[3],
+            group: q[1] / k[1].max(1),
+        })
+    }
+}
+
+/// The tiled template's workgroup: `rows` queries by `lanes` invocations,
+/// one key of each tile of `lanes` keys and every `lanes`th value column
+/// apiece.
+struct Tiles {
+    rows: i64,
+    lanes: i64,
+}
+
+impl Tiles {
+    fn of(t: &Target) -> Tiles {
+        Tiles {
+            rows: t.attention_query_tile,
+            lanes: t.attention_key_tile,
+        }
+    }
+
+    /// Value columns per invocation.
+    fn columns(&self, d: &Dims) -> i64 {
+        (d.value_size + self.lanes - 1) / self.lanes
+    }
+
+    /// Words of the key tile, transposed: its rows padded by one word so
+    /// that neither the transposing stores nor the reads of one key per
+    /// lane collide in a memory bank.
+    fn key_words(&self, d: &Dims) -> i64 {
+        d.size * (self.lanes + 1)
+    }
+
+    /// Words of the value tile, padded so that the last key's strided
+    /// columns past the value size stay inside it.
+    fn value_words(&self, d: &Dims) -> i64 {
+        self.lanes * d.value_size + self.lanes * self.columns(d) - d.value_size
+    }
+
+    /// Words of workgroup memory: the query block, the key and value
+    /// tiles, the scores and the weights.
+    fn words(&self, d: &Dims) -> i64 {
+        self.rows * d.size + self.key_words(d) + self.value_words(d) + 2 * self.rows * self.lanes
+    }
+}
+
+/// Whether the tiled template computes the attention op `op` on the
+/// target: its tiles fit in workgroup memory, its value columns in
+/// registers and its heads in the grid.
+pub(super) fn tiled_fits(m: &Module, op: OpId, t: &Target) -> bool {
+    let Some(d) = graph::ops::Attention::new(m, op).and_then(|a| Dims::of(m, &a)) else {
+        return false;
+    };
+    let tiles = Tiles::of(t);
+    tiles.words(&d) * 4 <= t.max_workgroup_storage_bytes
+        && tiles.columns(&d) <= t.attention_max_columns
+        && d.batch * d.heads <= t.max_workgroups_per_dimension
+}
+
+/// The score of query `i` for key `j` from their dot product: scaled,
+/// capped and masked (a float mask added), with the flag of whether the
+/// key is visible at all (`None`: always).
+struct Scorer {
+    op: OpId,
+    scale: f64,
+    softcap: f64,
+    frontier: attention::Frontier,
+    keys: i64,
+}
+
+impl Scorer {
+    fn of(m: &Module, op: OpId, d: &Dims) -> R<Scorer> {
+        let a = graph::ops::Attention::new(m, op).ok_or("not a graph.attention")?;
+        Ok(Scorer {
+            op,
+            scale: attention::scale(&a, d.size),
+            softcap: a.softcap(),
+            frontier: attention::Frontier::of(&a),
+            keys: d.keys,
+        })
+    }
+
+    fn score(
+        &self,
+        kb: &mut KernelBuilder,
+        dot: ValueId,
+        [b, h, i, j]: [&Ix; 4],
+    ) -> R<(ValueId, Option<ValueId>)> {
+        let factor = kb.ir.constant(self.scale, ACC);
+        let mut s = kb.ir.binary(BinaryFn::Mul, dot, factor);
+        if self.softcap > 0.0 {
+            let cap = kb.ir.constant(self.softcap, ACC);
+            let t = kb.ir.binary(BinaryFn::Div, s, cap);
+            let t = kb.ir.unary(UnaryFn::Tanh, t);
+            s = kb.ir.binary(BinaryFn::Mul, t, cap);
+        }
+        let mut allowed = Vec::new();
+        // d = j - (i + offset): d <= ahead, -d <= behind.
+        let ((ahead, behind), offset) = (self.frontier.bounds(), self.frontier.offset);
+        let d = j.clone() - i.clone();
+        if let Some(a) = ahead {
+            allowed.push(kb.index_cmp(CmpPred::Lt, &d, offset + a + 1));
+        }
+        if let Some(b) = behind {
+            allowed.push(kb.index_cmp(CmpPred::Gt, &d, offset - b - 1));
+        }
+        let a = graph::ops::Attention::new(kb.m(), self.op).ok_or("not a graph.attention")?;
+        if let Some(mask) = a.mask() {
+            let shape = tensor_shape(kb, mask);
+            let last = shape.last().copied().unwrap_or(1);
+            if last != 1 && last < self.keys {
+                allowed.push(kb.index_cmp(CmpPred::Lt, j, last));
+            }
+            // Broadcast from the right; a key past a short mask reads
+            // an element in it and is masked above.
+            let full = [b.clone(), h.clone(), i.clone(), j.clone()];
+            let at: Vec<Ix> = shape
+                .iter()
+                .enumerate()
+                .map(|(a, &d)| match d {
+                    1 => Ix::constant(0),
+                    _ if a + 1 == shape.len() && last < self.keys => {
+                        j.clone().modulo(Ix::constant(last))
+                    }
+                    _ => full[4 - shape.len() + a].clone(),
+                })
+                .collect();
+            let m = kb.value_at(mask, &at)?;
+            if kb.ir.elem(m) == ElemType::I1 {
+                allowed.push(m);
+            } else {
+                // A -inf adds a weight of exp(-inf) = 0.
+                let m = kb.widen(m);
+                s = kb.ir.binary(BinaryFn::Add, s, m);
+            }
+        }
+        Ok((s, (!allowed.is_empty()).then(|| kb.ir.all(allowed))))
+    }
+}
+
+/// The result's element type in the kernel.
+fn result_elem(kb: &KernelBuilder, op: OpId) -> ElemType {
+    let result = kb.m().op(op).results[0];
+    let elem = kb
+        .m()
+        .value_type(result)
+        .as_tensor()
+        .map_or(ElemType::F32, |t| t.elem);
+    kernel_elem(elem, kb.float)
+}
+
+/// The key/value head of query head `h`.
+fn kv_head(h: &Ix, group: i64) -> Ix {
+    if group == 1 {
+        h.clone()
+    } else {
+        h.clone().floor_div(Ix::constant(group))
+    }
+}
+
+/// The tiled template over `[batch, heads, queries, value size]`: a
+/// workgroup per block of `rows` queries of one head.
+pub(super) fn attention_tiled(
+    kb: &mut KernelBuilder,
+    op: OpId,
+    outputs: &[(ValueId, ValueId)],
+    t: &Target,
+) -> R<()> {
+    let a = graph::ops::Attention::new(kb.m(), op).ok_or("not a graph.attention")?;
+    let (q, k, v, y) = (a.q(), a.k(), a.v(), a.y());
+    let d = Dims::of(kb.m(), &a).ok_or("attention of tensors")?;
+    let scorer = Scorer::of(kb.m(), op, &d)?;
+    let tiles = Tiles::of(t);
+    let (rows, lanes, columns) = (tiles.rows, tiles.lanes, tiles.columns(&d));
+    let threads = rows * lanes;
+    let blocks = (d.queries + rows - 1) / rows;
+    let lane = kb.id(IdKind::Local, 0, lanes);
+    let row = kb.id(IdKind::Local, 1, rows);
+    let block = kb.id(IdKind::Workgroup, 0, blocks);
+    let head = kb.id(IdKind::Workgroup, 1, d.batch * d.heads);
+    let b = head.clone().floor_div(Ix::constant(d.heads));
+    let h = head.modulo(Ix::constant(d.heads));
+    let g = kv_head(&h, d.group);
+    let tid = row.clone() * Ix::constant(lanes) + lane.clone();
+    let i = block * Ix::constant(rows) + row.clone();
+    let (size, value_size) = (d.size, d.value_size);
+    let k_row = lanes + 1;
+    let queries = kb.ir.alloc(rows * size, ACC);
+    let keys_t = kb.ir.alloc(tiles.key_words(&d), ACC);
+    let values = kb.ir.alloc(tiles.value_words(&d), ACC);
+    let scores = kb.ir.alloc(threads, ACC);
+    let weights = kb.ir.alloc(threads, ACC);
+    // `count` elements of a tile, spread over the workgroup: `store(e)`
+    // for every element `e` this invocation takes.
+    let spread = |kb: &mut KernelBuilder,
+                  count: i64,
+                  store: &mut dyn FnMut(&mut KernelBuilder, Ix) -> R<()>|
+     -> R<()> {
+        for l in 0..(count + threads - 1) / threads {
+            let e = tid.clone() + Ix::constant(l * threads);
+            let cond = (count % threads != 0 && (l + 1) * threads > count)
+                .then(|| kb.index_cmp(CmpPred::Lt, &e, count));
+            guarded(kb, cond, &mut |kb| store(kb, e.clone()))?;
+        }
+        Ok(())
+    };
+    // The block's queries, once; rows past the last query stay zero.
+    let first = i.clone() - row.clone();
+    spread(kb, rows * size, &mut |kb, e| {
+        let (r, c) = (
+            e.clone().floor_div(Ix::constant(size)),
+            e.clone().modulo(Ix::constant(size)),
+        );
+        let query = first.clone() + r;
+        let inside = (d.queries % rows != 0).then(|| kb.index_cmp(CmpPred::Lt, &query, d.queries));
+        guarded(kb, inside, &mut |kb| {
+            let x = kb.value_at(q, &[b.clone(), h.clone(), query.clone(), c.clone()])?;
+            let x = kb.widen(x);
+            kb.store(x, queries, &e);
+            Ok(())
+        })
+    })?;
+    let lowest = kb.ir.constant(f64::from(f32::MIN), ACC);
+    let zero = kb.ir.constant(0.0, ACC);
+    let mut init = vec![lowest, zero];
+    init.extend(std::iter::repeat_n(zero, columns as usize));
+    let key_tiles = (d.keys + lanes - 1) / lanes;
+    let ragged = d.keys % lanes != 0;
+    let carried = kb.for_loop(key_tiles, init, &mut |kb, tile, c| {
+        let (max, total, acc) = (c[0], c[1], &c[2..]);
+        let first_key = tile.clone() * Ix::constant(lanes);
+        // The tile's keys, transposed, and values. Keys past the last are
+        // not loaded: their weights are zero, whatever the memory holds.
+        let key_in = |kb: &mut KernelBuilder, jj: &Ix| {
+            ragged.then(|| kb.index_cmp(CmpPred::Lt, &(first_key.clone() + jj.clone()), d.keys))
+        };
+        spread(kb, lanes * size, &mut |kb, e| {
+            let (jj, c) = (
+                e.clone().floor_div(Ix::constant(size)),
+                e.clone().modulo(Ix::constant(size)),
+            );
+            let inside = key_in(kb, &jj);
+            guarded(kb, inside, &mut |kb| {
+                let j = first_key.clone() + jj.clone();
+                let x = kb.value_at(k, &[b.clone(), g.clone(), j, c.clone()])?;
+                let x = kb.widen(x);
+                kb.store(x, keys_t, &(c.clone() * Ix::constant(k_row) + jj.clone()));
+                Ok(())
+            })
+        })?;
+        spread(kb, lanes * value_size, &mut |kb, e| {
+            let (jj, c) = (
+                e.clone().floor_div(Ix::constant(value_size)),
+                e.clone().modulo(Ix::constant(value_size)),
+            );
+            let inside = key_in(kb, &jj);
+            guarded(kb, inside, &mut |kb| {
+                let j = first_key.clone() + jj.clone();
+                let x = kb.value_at(v, &[b.clone(), g.clone(), j, c.clone()])?;
+                let x = kb.widen(x);
+                kb.store(x, values, &e);
+                Ok(())
+            })
+        })?;
+        kb.ir.barrier();
+        // This invocation's key: its score for its query.
+        let dot = kb.for_loop(size, vec![zero], &mut |kb, c, acc| {
+            let x = kb.load(queries, &(row.clone() * Ix::constant(size) + c.clone()));
+            let y = kb.load(keys_t, &(c * Ix::constant(k_row) + lane.clone()));
+            let p = kb.ir.binary(BinaryFn::Mul, x, y);
+            Ok(vec![kb.ir.binary(BinaryFn::Add, acc[0], p)])
+        })?[0];
+        let j = first_key.clone() + lane.clone();
+        // Rows past the last query and keys past the last key read the
+        // mask at an index inside it; their results are never used.
+        let wrap = |x: &Ix, n: i64, ragged: bool| {
+            if ragged {
+                x.clone().modulo(Ix::constant(n))
+            } else {
+                x.clone()
+            }
+        };
+        let (qi, kj) = (
+            wrap(&i, d.queries, d.queries % rows != 0),
+            wrap(&j, d.keys, ragged),
+        );
+        let (s, mut allowed) = scorer.score(kb, dot, [&b, &h, &qi, &kj])?;
+        if ragged {
+            let inside = kb.index_cmp(CmpPred::Lt, &j, d.keys);
+            allowed = Some(match allowed {
+                Some(a) => kb.ir.all(vec![a, inside]),
+                None => inside,
+            });
+        }
+        let seen = match allowed {
+            Some(flag) => kb.ir.select(flag, s, lowest),
+            None => s,
+        };
+        let slot = row.clone() * Ix::constant(lanes);
+        kb.store(seen, scores, &tid);
+        kb.ir.barrier();
+        let next_max = kb.for_loop(lanes, vec![max], &mut |kb, x, m| {
+            let s = kb.load(scores, &(slot.clone() + x));
+            Ok(vec![kb.ir.binary(BinaryFn::Max, m[0], s)])
+        })?[0];
+        let shift = kb.ir.binary(BinaryFn::Sub, s, next_max);
+        let mut weight = kb.ir.unary(UnaryFn::Exp, shift);
+        if let Some(flag) = allowed {
+            weight = kb.ir.select(flag, weight, zero);
+        }
+        kb.store(weight, weights, &tid);
+        kb.ir.barrier();
+        let drop = kb.ir.binary(BinaryFn::Sub, max, next_max);
+        let rescale = kb.ir.unary(UnaryFn::Exp, drop);
+        let mut sums = vec![kb.ir.binary(BinaryFn::Mul, total, rescale)];
+        sums.extend(acc.iter().map(|&x| kb.ir.binary(BinaryFn::Mul, x, rescale)));
+        let sums = kb.for_loop(lanes, sums, &mut |kb, x, sums| {
+            let w = kb.load(weights, &(slot.clone() + x.clone()));
+            let mut next = vec![kb.ir.binary(BinaryFn::Add, sums[0], w)];
+            for (col, &acc) in sums[1..].iter().enumerate() {
+                let at = x.clone() * Ix::constant(value_size)
+                    + lane.clone()
+                    + Ix::constant(col as i64 * lanes);
+                let value = kb.load(values, &at);
+                let p = kb.ir.binary(BinaryFn::Mul, w, value);
+                next.push(kb.ir.binary(BinaryFn::Add, acc, p));
+            }
+            Ok(next)
+        })?;
+        // The next tile's loads overwrite what this one read.
+        kb.ir.barrier();
+        let mut next = vec![next_max];
+        next.extend(sums);
+        Ok(next)
+    })?;
+    let (total, acc) = (carried[1], &carried[2..]);
+    // A query whose keys are all masked has no weight: zeros.
+    let any = kb.ir.cmp(CmpPred::Gt, total, zero);
+    let out = result_elem(kb, op);
+    for (col, &acc) in acc.iter().enumerate() {
+        let e = lane.clone() + Ix::constant(col as i64 * lanes);
+        let mut flags = Vec::new();
+        if (col as i64 + 1) * lanes > value_size {
+            flags.push(kb.index_cmp(CmpPred::Lt, &e, value_size));
+        }
+        if d.queries % rows != 0 {
+            flags.push(kb.index_cmp(CmpPred::Lt, &i, d.queries));
+        }
+        let cond = (!flags.is_empty()).then(|| kb.ir.all(flags));
+        let idx = [b.clone(), h.clone(), i.clone(), e];
+        guarded(kb, cond, &mut |kb| {
+            let r = kb.ir.binary(BinaryFn::Div, acc, total);
+            let r = kb.ir.select(any, r, zero);
+            let r = kb.narrow(r, out);
+            kb.memo_put(y, &idx, r);
+            store_outputs(kb, outputs, &idx)
+        })?;
+    }
+    kb.finish(
+        [lanes, rows, 1],
+        [blocks, d.batch * d.heads, 1],
+        FuncTemplate::AttentionTiled,
+        Some(vec![rows, lanes]),
+    );
+    Ok(())
+}
+
 impl KernelBuilder<'_> {
+    /// The attention op `op` at one result element `[b, h, i, e]`: the
+    /// invocation walks every key once with an online softmax.
     pub(super) fn attention_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
         let a = graph::ops::Attention::new(self.m(), op).ok_or("not a graph.attention")?;
-        let (q, k, v, mask, result) = (a.q(), a.k(), a.v(), a.mask(), a.y());
-        let (sq, sk) = (tensor_shape(self, q), tensor_shape(self, k));
-        let (size, keys) = (sq[3], sk[2]);
-        let group = sq[1] / sk[1].max(1);
-        let scale = attention::scale(&a, size);
-        let softcap = a.softcap();
-        let frontier = attention::Frontier::of(&a);
-        let ((ahead, behind), offset) = (frontier.bounds(), frontier.offset);
-        let out = kernel_elem(
-            self.m()
-                .value_type(result)
-                .as_tensor()
-                .map_or(ElemType::F32, |t| t.elem),
-            self.float,
-        );
-        let (b, h, i, e) = (
-            idx[0].clone(),
-            idx[1].clone(),
-            idx[2].clone(),
-            idx[3].clone(),
-        );
-        let g = if group == 1 {
-            h.clone()
-        } else {
-            h.clone().floor_div(Ix::constant(group))
-        };
+        let (q, k, v) = (a.q(), a.k(), a.v());
+        let d = Dims::of(self.m(), &a).ok_or("attention of tensors")?;
+        let scorer = Scorer::of(self.m(), op, &d)?;
+        let out = result_elem(self, op);
+        let [b, h, i, e] = [0, 1, 2, 3].map(|x| idx[x].clone());
+        let g = kv_head(&h, d.group);
         let lowest = self.ir.constant(f64::from(f32::MIN), ACC);
         let zero = self.ir.constant(0.0, ACC);
-        let carried = self.for_loop(keys, vec![lowest, zero, zero], &mut |kb, j, c| {
+        let carried = self.for_loop(d.keys, vec![lowest, zero, zero], &mut |kb, j, c| {
             let (max, total, acc) = (c[0], c[1], c[2]);
-            let dot = kb.sum(&[size], ACC, &mut |kb, d| {
-                let x = kb.value_at(q, &[b.clone(), h.clone(), i.clone(), d[0].clone()])?;
-                let y = kb.value_at(k, &[b.clone(), g.clone(), j.clone(), d[0].clone()])?;
-                let (x, y) = (kb.widen(x), kb.widen(y));
-                Ok(kb.ir.binary(BinaryFn::Mul, x, y))
+            let dot = kb.sum(&[d.size], ACC, &mut |kb, x| {
+                let x0 = kb.value_at(q, &[b.clone(), h.clone(), i.clone(), x[0].clone()])?;
+                let y0 = kb.value_at(k, &[b.clone(), g.clone(), j.clone(), x[0].clone()])?;
+                let (x0, y0) = (kb.widen(x0), kb.widen(y0));
+                Ok(kb.ir.binary(BinaryFn::Mul, x0, y0))
             })?;
-            let factor = kb.ir.constant(scale, ACC);
-            let mut s = kb.ir.binary(BinaryFn::Mul, dot, factor);
-            if softcap > 0.0 {
-                let cap = kb.ir.constant(softcap, ACC);
-                let t = kb.ir.binary(BinaryFn::Div, s, cap);
-                let t = kb.ir.unary(UnaryFn::Tanh, t);
-                s = kb.ir.binary(BinaryFn::Mul, t, cap);
-            }
-            let mut allowed = Vec::new();
-            // d = j - (i + offset): d <= ahead, -d <= behind.
-            let d = j.clone() - i.clone();
-            if let Some(a) = ahead {
-                allowed.push(kb.index_cmp(CmpPred::Lt, &d, offset + a + 1));
-            }
-            if let Some(b) = behind {
-                allowed.push(kb.index_cmp(CmpPred::Gt, &d, offset - b - 1));
-            }
-            if let Some(mask) = mask {
-                let shape = tensor_shape(kb, mask);
-                let last = shape.last().copied().unwrap_or(1);
-                if last != 1 && last < keys {
-                    allowed.push(kb.index_cmp(CmpPred::Lt, &j, last));
-                }
-                // Broadcast from the right; a key past a short mask reads
-                // an element in it and is masked above.
-                let full = [b.clone(), h.clone(), i.clone(), j.clone()];
-                let at: Vec<Ix> = shape
-                    .iter()
-                    .enumerate()
-                    .map(|(a, &d)| match d {
-                        1 => Ix::constant(0),
-                        _ if a + 1 == shape.len() && last < keys => {
-                            j.clone().modulo(Ix::constant(last))
-                        }
-                        _ => full[4 - shape.len() + a].clone(),
-                    })
-                    .collect();
-                let m = kb.value_at(mask, &at)?;
-                if kb.ir.elem(m) == ElemType::I1 {
-                    allowed.push(m);
-                } else {
-                    // A -inf adds a weight of exp(-inf) = 0.
-                    let m = kb.widen(m);
-                    s = kb.ir.binary(BinaryFn::Add, s, m);
-                }
-            }
-            let allowed = (!allowed.is_empty()).then(|| kb.ir.all(allowed));
+            let (s, allowed) = scorer.score(kb, dot, [&b, &h, &i, &j])?;
             let mut next_max = kb.ir.binary(BinaryFn::Max, max, s);
             if let Some(flag) = allowed {
                 next_max = kb.ir.select(flag, next_max, max);
             }
             let shift = kb.ir.binary(BinaryFn::Sub, max, next_max);
             let rescale = kb.ir.unary(UnaryFn::Exp, shift);
-            let d = kb.ir.binary(BinaryFn::Sub, s, next_max);
-            let mut weight = kb.ir.unary(UnaryFn::Exp, d);
+            let diff = kb.ir.binary(BinaryFn::Sub, s, next_max);
+            let mut weight = kb.ir.unary(UnaryFn::Exp, diff);
             if let Some(flag) = allowed {
                 weight = kb.ir.select(flag, weight, zero);
             }

@@ -13,6 +13,7 @@ use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryF
 use ircc_dialects::kernel::{KernelOp, Target};
 use ircc_dialects::texture::{LANES, TextureLayout};
 
+use super::attention;
 use super::group::{Group, resolve_input};
 use super::lowering::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
 use super::product::Product;
@@ -30,6 +31,7 @@ enum Template {
     Elementwise,
     Matmul,
     Row,
+    Attention,
 }
 
 /// The op's name without its dialect, for kernel names.
@@ -67,6 +69,7 @@ fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
             (Template::Matmul, result)
         }
         G::Softmax | G::LayerNorm | G::InstanceNorm => (Template::Row, shape_of(m, o.operands[0])),
+        G::Attention if attention::tiled_fits(m, anchor, target()) => (Template::Attention, result),
         G::ReduceSum
         | G::ReduceMean
         | G::ReduceMax
@@ -252,6 +255,9 @@ fn build(
             Template::Elementwise => elementwise(&mut kb, outputs)?,
             Template::Matmul => matmul(&mut kb, group.anchor, outputs, lowering.compute_units)?,
             Template::Row => row(&mut kb, group.anchor, outputs)?,
+            Template::Attention => {
+                attention::attention_tiled(&mut kb, group.anchor, outputs, target())?
+            }
         }
         (kb.args.clone(), kb.partials.clone())
     };
@@ -342,7 +348,11 @@ fn below(kb: &mut KernelBuilder, i: &Ix, n: i64, always: bool) -> Option<ValueId
     (!always).then(|| kb.index_cmp(CmpPred::Lt, i, n))
 }
 
-fn store_outputs(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)], idx: &[Ix]) -> R<()> {
+pub(super) fn store_outputs(
+    kb: &mut KernelBuilder,
+    outputs: &[(ValueId, ValueId)],
+    idx: &[Ix],
+) -> R<()> {
     for &(inner, host) in outputs {
         let v = kb.value_at(inner, idx)?;
         kb.store_output(ArgRole::Output(host), idx, v);
@@ -350,7 +360,7 @@ fn store_outputs(kb: &mut KernelBuilder, outputs: &[(ValueId, ValueId)], idx: &[
     Ok(())
 }
 
-fn guarded(
+pub(super) fn guarded(
     kb: &mut KernelBuilder,
     cond: Option<ValueId>,
     body: &mut dyn FnMut(&mut KernelBuilder) -> R<()>,
