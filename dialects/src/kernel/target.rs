@@ -61,5 +61,6 @@ mod tests {
         assert!(t.row_max_threads <= t.max_workgroup_invocations);
         assert!(t.matmul_workgroup * t.matmul_workgroup <= t.max_workgroup_invocations);
         assert!(t.attention_query_tile * t.attention_key_tile <= t.max_workgroup_invocations);
+        assert_eq!(t.attention_key_tile % 4, 0, "keys are read four at a time");
     }
 }

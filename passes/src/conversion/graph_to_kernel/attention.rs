@@ -7,7 +7,8 @@
 //! of values that it rescales as the maximum grows (an online softmax).
 //! Each tile's keys and values are read from memory once for the whole
 //! block, into workgroup memory; each invocation computes one key's score
-//! for its query and a strided share of the value columns.
+//! for its query and an adjacent share of the value columns, reading
+//! workgroup memory four words at a time.
 //!
 //! Where the tiles would not fit in workgroup memory (long heads), each
 //! result element is computed on its own (`attention_at`): one invocation
@@ -54,8 +55,8 @@ impl Dims {
 }
 
 /// The tiled template's workgroup: `rows` queries by `lanes` invocations,
-/// one key of each tile of `lanes` keys and every `lanes`th value column
-/// apiece.
+/// one key of each tile of `lanes` keys (a multiple of four) and its
+/// share of the value columns apiece.
 struct Tiles {
     rows: i64,
     lanes: i64,
@@ -69,29 +70,40 @@ impl Tiles {
         }
     }
 
-    /// Value columns per invocation.
+    /// Value columns per invocation: adjacent ones, four at a time where
+    /// there are that many, so each is read as a vector.
     fn columns(&self, d: &Dims) -> i64 {
-        (d.value_size + self.lanes - 1) / self.lanes
+        let c = (d.value_size + self.lanes - 1) / self.lanes;
+        if c >= 4 { round4(c) } else { c }
     }
 
-    /// Words of the key tile, transposed: its rows padded by one word so
-    /// that neither the transposing stores nor the reads of one key per
-    /// lane collide in a memory bank.
-    fn key_words(&self, d: &Dims) -> i64 {
-        d.size * (self.lanes + 1)
+    /// The row stride of the query block: whole vectors.
+    fn query_stride(&self, d: &Dims) -> i64 {
+        round4(d.size)
     }
 
-    /// Words of the value tile, padded so that the last key's strided
-    /// columns past the value size stay inside it.
-    fn value_words(&self, d: &Dims) -> i64 {
-        self.lanes * d.value_size + self.lanes * self.columns(d) - d.value_size
+    /// The row stride of the key tile: whole vectors and one more, so that
+    /// the lanes' vector reads of one key each fall in different banks.
+    fn key_stride(&self, d: &Dims) -> i64 {
+        round4(d.size) + 4
+    }
+
+    /// The row stride of the value tile: every lane's columns.
+    fn value_stride(&self, d: &Dims) -> i64 {
+        self.lanes * self.columns(d)
     }
 
     /// Words of workgroup memory: the query block, the key and value
     /// tiles, the scores and the weights.
     fn words(&self, d: &Dims) -> i64 {
-        self.rows * d.size + self.key_words(d) + self.value_words(d) + 2 * self.rows * self.lanes
+        self.rows * self.query_stride(d)
+            + self.lanes * (self.key_stride(d) + self.value_stride(d))
+            + 2 * self.rows * self.lanes
     }
+}
+
+fn round4(n: i64) -> i64 {
+    (n + 3) / 4 * 4
 }
 
 /// Whether the tiled template computes the attention op `op` on the
@@ -234,10 +246,14 @@ pub(super) fn attention_tiled(
     let tid = row.clone() * Ix::constant(lanes) + lane.clone();
     let i = block * Ix::constant(rows) + row.clone();
     let (size, value_size) = (d.size, d.value_size);
-    let k_row = lanes + 1;
-    let queries = kb.ir.alloc(rows * size, ACC);
-    let keys_t = kb.ir.alloc(tiles.key_words(&d), ACC);
-    let values = kb.ir.alloc(tiles.value_words(&d), ACC);
+    let (q_row, k_row, v_row) = (
+        tiles.query_stride(&d),
+        tiles.key_stride(&d),
+        tiles.value_stride(&d),
+    );
+    let queries = kb.ir.alloc(rows * q_row, ACC);
+    let keys = kb.ir.alloc(lanes * k_row, ACC);
+    let values = kb.ir.alloc(lanes * v_row, ACC);
     let scores = kb.ir.alloc(threads, ACC);
     let weights = kb.ir.alloc(threads, ACC);
     // `count` elements of a tile, spread over the workgroup: `store(e)`
@@ -261,12 +277,12 @@ pub(super) fn attention_tiled(
             e.clone().floor_div(Ix::constant(size)),
             e.clone().modulo(Ix::constant(size)),
         );
-        let query = first.clone() + r;
+        let query = first.clone() + r.clone();
         let inside = (d.queries % rows != 0).then(|| kb.index_cmp(CmpPred::Lt, &query, d.queries));
         guarded(kb, inside, &mut |kb| {
             let x = kb.value_at(q, &[b.clone(), h.clone(), query.clone(), c.clone()])?;
             let x = kb.widen(x);
-            kb.store(x, queries, &e);
+            kb.store(x, queries, &(r.clone() * Ix::constant(q_row) + c.clone()));
             Ok(())
         })
     })?;
@@ -279,7 +295,7 @@ pub(super) fn attention_tiled(
     let carried = kb.for_loop(key_tiles, init, &mut |kb, tile, c| {
         let (max, total, acc) = (c[0], c[1], &c[2..]);
         let first_key = tile.clone() * Ix::constant(lanes);
-        // The tile's keys, transposed, and values. Keys past the last are
+        // The tile's keys and values. Keys past the last are
         // not loaded: their weights are zero, whatever the memory holds.
         let key_in = |kb: &mut KernelBuilder, jj: &Ix| {
             ragged.then(|| kb.index_cmp(CmpPred::Lt, &(first_key.clone() + jj.clone()), d.keys))
@@ -294,7 +310,7 @@ pub(super) fn attention_tiled(
                 let j = first_key.clone() + jj.clone();
                 let x = kb.value_at(k, &[b.clone(), g.clone(), j, c.clone()])?;
                 let x = kb.widen(x);
-                kb.store(x, keys_t, &(c.clone() * Ix::constant(k_row) + jj.clone()));
+                kb.store(x, keys, &(jj.clone() * Ix::constant(k_row) + c.clone()));
                 Ok(())
             })
         })?;
@@ -308,17 +324,23 @@ pub(super) fn attention_tiled(
                 let j = first_key.clone() + jj.clone();
                 let x = kb.value_at(v, &[b.clone(), g.clone(), j, c.clone()])?;
                 let x = kb.widen(x);
-                kb.store(x, values, &e);
+                kb.store(x, values, &(jj.clone() * Ix::constant(v_row) + c.clone()));
                 Ok(())
             })
         })?;
         kb.ir.barrier();
         // This invocation's key: its score for its query.
-        let dot = kb.for_loop(size, vec![zero], &mut |kb, c, acc| {
-            let x = kb.load(queries, &(row.clone() * Ix::constant(size) + c.clone()));
-            let y = kb.load(keys_t, &(c * Ix::constant(k_row) + lane.clone()));
-            let p = kb.ir.binary(BinaryFn::Mul, x, y);
-            Ok(vec![kb.ir.binary(BinaryFn::Add, acc[0], p)])
+        // (The rows' padding is zero: workgroup memory starts zeroed.)
+        let dot = kb.for_loop(q_row / 4, vec![zero], &mut |kb, c, acc| {
+            let c = c * Ix::constant(4);
+            let xs = kb.load4(queries, &(row.clone() * Ix::constant(q_row) + c.clone()));
+            let ys = kb.load4(keys, &(lane.clone() * Ix::constant(k_row) + c));
+            let mut acc = acc[0];
+            for (x, y) in xs.into_iter().zip(ys) {
+                let p = kb.ir.binary(BinaryFn::Mul, x, y);
+                acc = kb.ir.binary(BinaryFn::Add, acc, p);
+            }
+            Ok(vec![acc])
         })?[0];
         let j = first_key.clone() + lane.clone();
         // Rows past the last query and keys past the last key read the
@@ -349,9 +371,11 @@ pub(super) fn attention_tiled(
         let slot = row.clone() * Ix::constant(lanes);
         kb.store(seen, scores, &tid);
         kb.ir.barrier();
-        let next_max = kb.for_loop(lanes, vec![max], &mut |kb, x, m| {
-            let s = kb.load(scores, &(slot.clone() + x));
-            Ok(vec![kb.ir.binary(BinaryFn::Max, m[0], s)])
+        let next_max = kb.for_loop(lanes / 4, vec![max], &mut |kb, x, m| {
+            let s = kb.load4(scores, &(slot.clone() + x * Ix::constant(4)));
+            Ok(vec![s.into_iter().fold(m[0], |m, s| {
+                kb.ir.binary(BinaryFn::Max, m, s)
+            })])
         })?[0];
         let shift = kb.ir.binary(BinaryFn::Sub, s, next_max);
         let mut weight = kb.ir.unary(UnaryFn::Exp, shift);
@@ -364,16 +388,27 @@ pub(super) fn attention_tiled(
         let rescale = kb.ir.unary(UnaryFn::Exp, drop);
         let mut sums = vec![kb.ir.binary(BinaryFn::Mul, total, rescale)];
         sums.extend(acc.iter().map(|&x| kb.ir.binary(BinaryFn::Mul, x, rescale)));
-        let sums = kb.for_loop(lanes, sums, &mut |kb, x, sums| {
-            let w = kb.load(weights, &(slot.clone() + x.clone()));
-            let mut next = vec![kb.ir.binary(BinaryFn::Add, sums[0], w)];
-            for (col, &acc) in sums[1..].iter().enumerate() {
-                let at = x.clone() * Ix::constant(value_size)
-                    + lane.clone()
-                    + Ix::constant(col as i64 * lanes);
-                let value = kb.load(values, &at);
-                let p = kb.ir.binary(BinaryFn::Mul, w, value);
-                next.push(kb.ir.binary(BinaryFn::Add, acc, p));
+        let sums = kb.for_loop(lanes / 4, sums, &mut |kb, x, sums| {
+            let x = x * Ix::constant(4);
+            let ws = kb.load4(weights, &(slot.clone() + x.clone()));
+            let mut next = sums.to_vec();
+            for (jj, &w) in ws.iter().enumerate() {
+                next[0] = kb.ir.binary(BinaryFn::Add, next[0], w);
+                let at = (x.clone() + Ix::constant(jj as i64)) * Ix::constant(v_row)
+                    + lane.clone() * Ix::constant(columns);
+                let vs: Vec<ValueId> = if columns % 4 == 0 {
+                    (0..columns / 4)
+                        .flat_map(|c| kb.load4(values, &(at.clone() + Ix::constant(4 * c))))
+                        .collect()
+                } else {
+                    (0..columns)
+                        .map(|c| kb.load(values, &(at.clone() + Ix::constant(c))))
+                        .collect()
+                };
+                for (col, value) in vs.into_iter().enumerate() {
+                    let p = kb.ir.binary(BinaryFn::Mul, w, value);
+                    next[1 + col] = kb.ir.binary(BinaryFn::Add, next[1 + col], p);
+                }
             }
             Ok(next)
         })?;
@@ -388,9 +423,9 @@ pub(super) fn attention_tiled(
     let any = kb.ir.cmp(CmpPred::Gt, total, zero);
     let out = result_elem(kb, op);
     for (col, &acc) in acc.iter().enumerate() {
-        let e = lane.clone() + Ix::constant(col as i64 * lanes);
+        let e = lane.clone() * Ix::constant(columns) + Ix::constant(col as i64);
         let mut flags = Vec::new();
-        if (col as i64 + 1) * lanes > value_size {
+        if lanes * columns > value_size {
             flags.push(kb.index_cmp(CmpPred::Lt, &e, value_size));
         }
         if d.queries % rows != 0 {
