@@ -19,7 +19,7 @@ use ircc_dialects::graph::{self, attention};
 use ircc_dialects::kernel::Target;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
-use super::lowering::{Ix, KernelBuilder, kernel_elem};
+use super::lowering::{Input, Ix, KernelBuilder, kernel_elem};
 use super::templates::{guarded, store_outputs};
 use super::values::{ACC, tensor_shape};
 
@@ -211,6 +211,34 @@ fn result_elem(kb: &KernelBuilder, op: OpId) -> ElemType {
     kernel_elem(elem, kb.float)
 }
 
+/// Whether operand `v` of shape `[.., rows, columns]` lies in memory with
+/// its rows contiguous (a transposed view, such as the keys of
+/// `q · kᵀ` read back as `k`), so a tile is read row by row to keep
+/// neighbouring invocations on neighbouring words.
+fn rows_contiguous(kb: &KernelBuilder, v: ValueId) -> bool {
+    let Some(Input::Memory { shape, map, .. }) = kb.inputs.get(&v) else {
+        return false;
+    };
+    let Some(map) = map else {
+        return false;
+    };
+    let rank = map.num_dims as usize;
+    let address = |at: &[i64]| -> Option<i64> {
+        let idx = map.eval(at, &[]).ok()?;
+        Some(idx.iter().zip(shape).fold(0, |a, (&i, &n)| a * n + i))
+    };
+    let origin = vec![0; rank];
+    let mut next_row = origin.clone();
+    next_row[rank - 2] = 1;
+    let mut next_column = origin.clone();
+    next_column[rank - 1] = 1;
+    let (Some(o), Some(r), Some(c)) = (address(&origin), address(&next_row), address(&next_column))
+    else {
+        return false;
+    };
+    r - o == 1 && c - o != 1
+}
+
 /// The key/value head of query head `h`.
 fn kv_head(h: &Ix, group: i64) -> Ix {
     if group == 1 {
@@ -270,13 +298,31 @@ pub(super) fn attention_tiled(
         }
         Ok(())
     };
+    // Element `e` of a tile of `rows` by `columns` as (row, column): along
+    // the rows where the operand lies in memory that way, so that
+    // neighbouring invocations read neighbouring words.
+    let split = |e: &Ix, rows: i64, columns: i64, by_row: bool| {
+        if by_row {
+            (
+                e.clone().modulo(Ix::constant(rows)),
+                e.clone().floor_div(Ix::constant(rows)),
+            )
+        } else {
+            (
+                e.clone().floor_div(Ix::constant(columns)),
+                e.clone().modulo(Ix::constant(columns)),
+            )
+        }
+    };
+    let (queries_by_row, keys_by_row, values_by_row) = (
+        rows_contiguous(kb, q),
+        rows_contiguous(kb, k),
+        rows_contiguous(kb, v),
+    );
     // The block's queries, once; rows past the last query stay zero.
     let first = i.clone() - row.clone();
     spread(kb, rows * size, &mut |kb, e| {
-        let (r, c) = (
-            e.clone().floor_div(Ix::constant(size)),
-            e.clone().modulo(Ix::constant(size)),
-        );
+        let (r, c) = split(&e, rows, size, queries_by_row);
         let query = first.clone() + r.clone();
         let inside = (d.queries % rows != 0).then(|| kb.index_cmp(CmpPred::Lt, &query, d.queries));
         guarded(kb, inside, &mut |kb| {
@@ -301,10 +347,7 @@ pub(super) fn attention_tiled(
             ragged.then(|| kb.index_cmp(CmpPred::Lt, &(first_key.clone() + jj.clone()), d.keys))
         };
         spread(kb, lanes * size, &mut |kb, e| {
-            let (jj, c) = (
-                e.clone().floor_div(Ix::constant(size)),
-                e.clone().modulo(Ix::constant(size)),
-            );
+            let (jj, c) = split(&e, lanes, size, keys_by_row);
             let inside = key_in(kb, &jj);
             guarded(kb, inside, &mut |kb| {
                 let j = first_key.clone() + jj.clone();
@@ -315,10 +358,7 @@ pub(super) fn attention_tiled(
             })
         })?;
         spread(kb, lanes * value_size, &mut |kb, e| {
-            let (jj, c) = (
-                e.clone().floor_div(Ix::constant(value_size)),
-                e.clone().modulo(Ix::constant(value_size)),
-            );
+            let (jj, c) = split(&e, lanes, value_size, values_by_row);
             let inside = key_in(kb, &jj);
             guarded(kb, inside, &mut |kb| {
                 let j = first_key.clone() + jj.clone();
@@ -373,9 +413,10 @@ pub(super) fn attention_tiled(
         kb.ir.barrier();
         let next_max = kb.for_loop(lanes / 4, vec![max], &mut |kb, x, m| {
             let s = kb.load4(scores, &(slot.clone() + x * Ix::constant(4)));
-            Ok(vec![s.into_iter().fold(m[0], |m, s| {
-                kb.ir.binary(BinaryFn::Max, m, s)
-            })])
+            Ok(vec![
+                s.into_iter()
+                    .fold(m[0], |m, s| kb.ir.binary(BinaryFn::Max, m, s)),
+            ])
         })?[0];
         let shift = kb.ir.binary(BinaryFn::Sub, s, next_max);
         let mut weight = kb.ir.unary(UnaryFn::Exp, shift);
