@@ -42,6 +42,34 @@ pub enum Command {
     /// Run the interpreter before and after every pass of a pipeline on random inputs, and fail on the first pass that changes the results.
     Check(CheckArgs),
     Bench(BenchArgs),
+    /// Simulate attention on the MAS-Attention paper's edge accelerator: the cycles, DRAM traffic and energy of one schedule, or the paper's Table 2 beside the simulator's.
+    SimulateAttention(SimulateAttentionArgs),
+}
+
+/// The MAS-Attention edge simulator (sim/attention).
+#[derive(Args, Debug)]
+pub struct SimulateAttentionArgs {
+    /// A workload of the paper's Table 1 by name (BERT-Base, ViT-B/16, Llama3-8B, ...) or HEADS,SEQUENCE,EMBEDDING (12,512,768)
+    #[arg(long, required_unless_present = "table2", value_name = "NAME|H,S,E")]
+    pub workload: Option<String>,
+    /// The schedule: layer-wise, soft-pipe, flat, tileflow or mas
+    #[arg(long, default_value = "mas")]
+    pub schedule: String,
+    /// How tile sizes are searched: genetic, mcts or grid
+    #[arg(long, default_value = "mcts")]
+    pub search: String,
+    /// The search's seed (the search is deterministic for a seed)
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Most tilings the search simulates
+    #[arg(long)]
+    pub budget: Option<u32>,
+    /// Simulate every workload of Table 1 under every schedule and print MAS-Attention's speed-ups beside the paper's
+    #[arg(long, conflicts_with = "workload")]
+    pub table2: bool,
+    /// Print one JSON object
+    #[arg(long)]
+    pub json: bool,
 }
 
 /// Float precision of the generated kernels.
@@ -296,7 +324,9 @@ impl Cli {
             Some(Command::Stats(a)) => &a.model.pipeline,
             Some(Command::Check(a)) => &a.model.pipeline,
             Some(Command::Bench(a)) => &a.model.pipeline,
-            Some(Command::Import(_)) | None => &self.compile.pipeline,
+            Some(Command::Import(_) | Command::SimulateAttention(_)) | None => {
+                &self.compile.pipeline
+            }
         }
     }
 }

@@ -13,6 +13,7 @@ pub mod figures;
 mod gpu;
 mod inputs;
 mod plugin;
+mod simulate;
 
 pub use gpu::{Device, GpuError};
 
@@ -32,7 +33,8 @@ use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tens
 
 pub use cli::{
     Backend, BenchArgs, CheckArgs, Cli, Command, CompileArgs, DeviceBackend, Emit, ImportArgs,
-    KernelArgs, ModelArgs, OnnxArgs, OpenClArgs, PipelineArgs, Precision, RunArgs, StatsArgs,
+    KernelArgs, ModelArgs, OnnxArgs, OpenClArgs, PipelineArgs, Precision, RunArgs,
+    SimulateAttentionArgs, StatsArgs,
 };
 
 /// The pipelines that ship inside the binary, by name.
@@ -232,6 +234,9 @@ impl Driver {
                 Some(Command::Stats(args)) => self.stats_command(args, stdout, stderr),
                 Some(Command::Check(args)) => self.check_command(args, stdout, stderr),
                 Some(Command::Bench(args)) => self.bench_command(args, stdout, stderr),
+                Some(Command::SimulateAttention(args)) => {
+                    simulate::simulate_attention(args, stdout)
+                }
                 None => self.compile_command(&cli.compile, stdout, stderr),
             }
         };

@@ -284,3 +284,60 @@ fn options_that_would_do_nothing_are_refused() {
     let out = ircc(&[file.to_str().unwrap()]);
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
+
+/// `ircc simulate-attention`: a Table 1 workload by any of its names or
+/// as H,S,E, one schedule as text or JSON, Table 2 beside the paper's,
+/// and clear errors for what it does not know.
+#[test]
+fn simulate_attention_runs_the_edge_simulator() {
+    let mas = ircc(&[
+        "simulate-attention",
+        "--workload",
+        "bert-base",
+        "--schedule",
+        "mas",
+    ]);
+    assert_eq!(mas.code, 0, "{}", mas.stderr);
+    assert!(
+        mas.stdout.starts_with("BERT-Base & T5-Base under mas: "),
+        "{}",
+        mas.stdout
+    );
+    let cycles = |args: &[&str]| -> u64 {
+        let mut all = vec!["simulate-attention", "--json"];
+        all.extend_from_slice(args);
+        let out = ircc(&all);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        report["cycles"].as_u64().unwrap()
+    };
+    // BERT-Base is 12 heads over 512 tokens of width 768.
+    let by_name = cycles(&["--workload", "BERT-Base", "--schedule", "flat"]);
+    assert_eq!(
+        by_name,
+        cycles(&["--workload", "12,512,768", "--schedule", "flat"])
+    );
+    assert!(by_name > cycles(&["--workload", "12,512,768", "--schedule", "mas"]));
+    let table = ircc(&["simulate-attention", "--table2"]);
+    assert_eq!(table.code, 0, "{}", table.stderr);
+    assert_eq!(table.stdout.lines().count(), 2 + 12 + 1, "{}", table.stdout);
+    assert!(table.stdout.contains("Geometric mean"), "{}", table.stdout);
+    for (args, says) in [
+        (&["--workload", "GPT-9"][..], "no workload 'GPT-9'"),
+        (&["--workload", "12,0,768"][..], "simulate-attention: "),
+        (
+            &["--workload", "ViT-B/16", "--schedule", "fast"][..],
+            "simulate-attention: ",
+        ),
+        (
+            &["--workload", "ViT-B/16", "--search", "annealing"][..],
+            "no search 'annealing'",
+        ),
+    ] {
+        let mut all = vec!["simulate-attention"];
+        all.extend_from_slice(args);
+        let out = ircc(&all);
+        assert_eq!(out.code, 1, "{args:?}: {}", out.stdout);
+        assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
+    }
+}
