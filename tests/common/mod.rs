@@ -273,7 +273,8 @@ pub const SPLIT_K: TemplateCase = TemplateCase {
 };
 
 /// The tiled attention template: ragged blocks of queries and keys,
-/// strided value columns, a float mask, grouped heads and a window.
+/// value columns shared out, a float mask, grouped heads and a window,
+/// and fewer keys than a tile.
 pub const ATTENTION: TemplateCase = TemplateCase {
     file: "tests/ir/kernel/attention_tiled.ir",
     inputs: &[
@@ -284,8 +285,11 @@ pub const ATTENTION: TemplateCase = TemplateCase {
         ("q2", &[2, 4, 20, 64]),
         ("k2", &[2, 2, 20, 64]),
         ("v2", &[2, 2, 20, 64]),
+        ("q3", &[1, 1, 3, 6]),
+        ("k3", &[1, 1, 5, 6]),
+        ("v3", &[1, 1, 5, 6]),
     ],
-    results: 2,
+    results: 3,
 };
 
 /// `case` run for the nvidia_vulkan profile with `extra` (a pipeline, a

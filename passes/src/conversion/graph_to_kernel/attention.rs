@@ -319,21 +319,65 @@ pub(super) fn attention_tiled(
         rows_contiguous(kb, k),
         rows_contiguous(kb, v),
     );
-    // The block's queries, once; rows past the last query stay zero.
+    // Workgroup memory starts undefined (OpenCL's local memory, and any
+    // Vulkan driver without zero-initialisation), and the products read
+    // every word of the rows' vector padding and of a ragged tile, where
+    // a zero weight times a NaN would still be NaN: those words are
+    // written as zeros.
+    let zero = kb.ir.constant(0.0, ACC);
+    let padding = |kb: &mut KernelBuilder, memory: ValueId, count: i64, stride: i64| -> R<()> {
+        if stride == size {
+            return Ok(());
+        }
+        spread(kb, count * (stride - size), &mut |kb, e| {
+            let w = stride - size;
+            let at = e.clone().floor_div(Ix::constant(w)) * Ix::constant(stride)
+                + Ix::constant(size)
+                + e.modulo(Ix::constant(w));
+            kb.store(zero, memory, &at);
+            Ok(())
+        })
+    };
+    padding(kb, queries, rows, q_row)?;
+    padding(kb, keys, lanes, q_row)?;
+    // `value` stored at `at` where `inside` holds (read only there), else
+    // zero.
+    let store_or_zero = |kb: &mut KernelBuilder,
+                         inside: Option<(Ix, i64)>,
+                         memory: ValueId,
+                         at: &Ix,
+                         value: &mut dyn FnMut(&mut KernelBuilder) -> R<ValueId>|
+     -> R<()> {
+        let Some((x, n)) = inside else {
+            let v = value(kb)?;
+            kb.store(v, memory, at);
+            return Ok(());
+        };
+        let flag = kb.index_cmp(CmpPred::Lt, &x, n);
+        kb.if_then(flag, &mut |kb| {
+            let v = value(kb)?;
+            kb.store(v, memory, at);
+            Ok(())
+        })?;
+        let outside = kb.index_cmp(CmpPred::Ge, &x, n);
+        kb.if_then(outside, &mut |kb| {
+            kb.store(zero, memory, at);
+            Ok(())
+        })
+    };
+    // The block's queries, once; rows past the last query are zeros.
     let first = i.clone() - row.clone();
     spread(kb, rows * size, &mut |kb, e| {
         let (r, c) = split(&e, rows, size, queries_by_row);
         let query = first.clone() + r.clone();
-        let inside = (d.queries % rows != 0).then(|| kb.index_cmp(CmpPred::Lt, &query, d.queries));
-        guarded(kb, inside, &mut |kb| {
+        let inside = (d.queries % rows != 0).then(|| (query.clone(), d.queries));
+        let at = r.clone() * Ix::constant(q_row) + c.clone();
+        store_or_zero(kb, inside, queries, &at, &mut |kb| {
             let x = kb.value_at(q, &[b.clone(), h.clone(), query.clone(), c.clone()])?;
-            let x = kb.widen(x);
-            kb.store(x, queries, &(r.clone() * Ix::constant(q_row) + c.clone()));
-            Ok(())
+            Ok(kb.widen(x))
         })
     })?;
     let lowest = kb.ir.constant(f64::from(f32::MIN), ACC);
-    let zero = kb.ir.constant(0.0, ACC);
     let mut init = vec![lowest, zero];
     init.extend(std::iter::repeat_n(zero, columns as usize));
     let key_tiles = (d.keys + lanes - 1) / lanes;
@@ -341,31 +385,25 @@ pub(super) fn attention_tiled(
     let carried = kb.for_loop(key_tiles, init, &mut |kb, tile, c| {
         let (max, total, acc) = (c[0], c[1], &c[2..]);
         let first_key = tile.clone() * Ix::constant(lanes);
-        // The tile's keys and values. Keys past the last are
-        // not loaded: their weights are zero, whatever the memory holds.
-        let key_in = |kb: &mut KernelBuilder, jj: &Ix| {
-            ragged.then(|| kb.index_cmp(CmpPred::Lt, &(first_key.clone() + jj.clone()), d.keys))
-        };
+        // The tile's keys and values; past the last key, zeros (their
+        // weights are zero too).
+        let key_in = |jj: &Ix| ragged.then(|| (first_key.clone() + jj.clone(), d.keys));
         spread(kb, lanes * size, &mut |kb, e| {
             let (jj, c) = split(&e, lanes, size, keys_by_row);
-            let inside = key_in(kb, &jj);
-            guarded(kb, inside, &mut |kb| {
+            let at = jj.clone() * Ix::constant(k_row) + c.clone();
+            store_or_zero(kb, key_in(&jj), keys, &at, &mut |kb| {
                 let j = first_key.clone() + jj.clone();
                 let x = kb.value_at(k, &[b.clone(), g.clone(), j, c.clone()])?;
-                let x = kb.widen(x);
-                kb.store(x, keys, &(jj.clone() * Ix::constant(k_row) + c.clone()));
-                Ok(())
+                Ok(kb.widen(x))
             })
         })?;
         spread(kb, lanes * value_size, &mut |kb, e| {
             let (jj, c) = split(&e, lanes, value_size, values_by_row);
-            let inside = key_in(kb, &jj);
-            guarded(kb, inside, &mut |kb| {
+            let at = jj.clone() * Ix::constant(v_row) + c.clone();
+            store_or_zero(kb, key_in(&jj), values, &at, &mut |kb| {
                 let j = first_key.clone() + jj.clone();
                 let x = kb.value_at(v, &[b.clone(), g.clone(), j, c.clone()])?;
-                let x = kb.widen(x);
-                kb.store(x, values, &(jj.clone() * Ix::constant(v_row) + c.clone()));
-                Ok(())
+                Ok(kb.widen(x))
             })
         })?;
         kb.ir.barrier();
