@@ -171,6 +171,9 @@ pub struct OnnxArgs {
     /// The shape of an input with symbolic dimensions: NAME=1x3x224x224 (repeatable).
     #[arg(long = "input-shape", value_name = "NAME=SHAPE")]
     pub input_shapes: Vec<String>,
+    /// An input's value, known when compiling: NAME=FILE.npy (repeatable). Where the input feeds an operand that must be a constant (Reshape's shape, Split's sizes, an axis), the model is specialized on this value, and a remark says so; `ircc run` binds the inputs it is given the same way
+    #[arg(long = "bind", value_name = "NAME=FILE.npy")]
+    pub binds: Vec<String>,
 }
 
 #[derive(Args, Debug)]

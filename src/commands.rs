@@ -12,6 +12,58 @@ use crate::{
     CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err, is_onnx,
 };
 
+/// `onnx` with `--bind` for each of `inputs` (`NAME=PATH`, or a path for
+/// the model's inputs in order) that `--bind` does not already give; one
+/// it gives must hold the same value.
+fn bind_inputs(
+    model: &std::path::Path,
+    onnx: &crate::OnnxArgs,
+    inputs: &[String],
+) -> Result<crate::OnnxArgs, Failure> {
+    let mut onnx = onnx.clone();
+    let positional = inputs.iter().any(|s| !s.contains('='));
+    let names = if positional {
+        ircc_onnx::input_names(model)
+            .map_err(|e| Diagnostic::plain(format!("{}: {e}", model.display())))?
+    } else {
+        Vec::new()
+    };
+    let mut next = 0;
+    for spec in inputs {
+        let (name, path) = match spec.split_once('=') {
+            Some((name, path)) => (name.to_string(), path),
+            None => {
+                let Some(name) = names.get(next) else {
+                    // read_inputs reports the count.
+                    continue;
+                };
+                next += 1;
+                (name.clone(), spec.as_str())
+            }
+        };
+        let given = onnx.binds.iter().find_map(|b| {
+            b.split_once('=')
+                .filter(|(n, _)| *n == name)
+                .map(|(_, p)| p)
+        });
+        match given {
+            None => onnx.binds.push(format!("{name}={path}")),
+            Some(bound) => {
+                let read = |p: &str| {
+                    ircc_reference::read_npy(std::path::Path::new(p)).map_err(Diagnostic::plain)
+                };
+                if read(bound)? != read(path)? {
+                    return Err(Diagnostic::plain(format!(
+                        "input '{name}' is bound to {bound} (--bind) but given {path} (--input), another value"
+                    ))
+                    .into());
+                }
+            }
+        }
+    }
+    Ok(onnx)
+}
+
 impl Driver {
     pub(crate) fn compile_command(
         &self,
@@ -69,7 +121,18 @@ impl Driver {
             ))
             .into());
         }
-        let mut loaded = self.load_model(&args.model)?;
+        let mut loaded = if is_onnx(&args.model.file) {
+            // The inputs given are bound where the model needs a value when
+            // compiling, as --bind would.
+            let onnx = bind_inputs(&args.model.file, &args.model.onnx, &args.inputs)?;
+            self.load_or_fail(
+                &args.model.file,
+                &onnx,
+                args.model.pipeline.allow_unregistered_dialect,
+            )?
+        } else {
+            self.load_model(&args.model)?
+        };
         let gpu = args.backend.device().map(|_| &args.kernel);
         self.transform(&mut loaded, &args.model.pipeline, gpu, Form::Pretty, stderr)?;
         let module = &loaded.module;
@@ -199,6 +262,8 @@ impl Driver {
         let mut layouts = Vec::new();
         let mut addresses = Vec::new();
         let mut dispatches = Vec::new();
+        // The bound inputs' remark is made once, with the first pipeline.
+        let mut bound = loaded.bound.clone();
         for (name, pipeline) in runs {
             let start = Instant::now();
             let mut run = crate::Loaded {
@@ -207,6 +272,7 @@ impl Driver {
                 weights: None,
                 path: loaded.path.clone(),
                 import_ms: loaded.import_ms,
+                bound: std::mem::take(&mut bound),
             };
             self.transform(&mut run, &pipeline, None, Form::Pretty, stderr)?;
             let compile_ms = loaded.import_ms + start.elapsed().as_secs_f64() * 1e3;

@@ -109,6 +109,9 @@ pub struct Loaded {
     pub path: PathBuf,
     /// Milliseconds spent importing, for an ONNX model.
     pub import_ms: f64,
+    /// The inputs the model was specialized on (`--bind`), each with the
+    /// operand it feeds.
+    pub bound: Vec<(String, String)>,
 }
 
 pub fn is_onnx(path: &Path) -> bool {
@@ -273,11 +276,18 @@ impl Driver {
                 weights: Some(imported.weights),
                 path: path.to_path_buf(),
                 import_ms,
+                bound: imported.bound,
             });
         }
         if !onnx.input_shapes.is_empty() {
             return Err(plain(format!(
                 "--input-shape fixes an ONNX model's symbolic dimensions; {} is textual IR, whose shapes are written in it",
+                path.display()
+            )));
+        }
+        if !onnx.binds.is_empty() {
+            return Err(plain(format!(
+                "--bind specializes an ONNX model on an input's value; {} is textual IR, whose constants are written in it",
                 path.display()
             )));
         }
@@ -309,6 +319,7 @@ impl Driver {
             weights: None,
             path: path.to_path_buf(),
             import_ms: 0.0,
+            bound: Vec::new(),
         })
     }
 
@@ -407,6 +418,12 @@ impl Driver {
         form: Form,
         stderr: &mut dyn Write,
     ) -> Outcome {
+        for (name, what) in &loaded.bound {
+            let _ = writeln!(
+                stderr,
+                "remark: input '{name}' is bound to the value given for it: it feeds {what}, which must be known when compiling"
+            );
+        }
         let specs = self.device_pipeline_specs(args, gpu.map(|kernel| (kernel, &loaded.module)))?;
         if let Some(unknown) = args
             .print_ir_after
@@ -515,6 +532,20 @@ fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
                 format!("--input-shape '{spec}': '{shape}' is not a shape like 1x3x224x224")
             })?;
         options.input_shapes.insert(name.to_string(), dims);
+    }
+    for spec in &args.binds {
+        let (name, path) = spec
+            .split_once('=')
+            .ok_or_else(|| format!("--bind '{spec}' must be NAME=FILE.npy"))?;
+        let value =
+            ircc_reference::read_npy(Path::new(path)).map_err(|e| format!("--bind {name}: {e}"))?;
+        if options
+            .known_inputs
+            .insert(name.to_string(), value)
+            .is_some()
+        {
+            return Err(format!("--bind names input '{name}' twice"));
+        }
     }
     Ok(options)
 }

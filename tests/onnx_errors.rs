@@ -479,3 +479,104 @@ fn shape_folding_checks_sizes_before_allocating() {
         "{err}"
     );
 }
+
+/// An input that feeds an operand which must be known when compiling
+/// (Reshape's shape) is bound to its value: `ircc run` binds the inputs it
+/// is given, `--bind` binds one ahead of time; both say so in a remark.
+/// Without a value the error names the operand; two values for one input
+/// are refused.
+#[test]
+fn inputs_feeding_shapes_are_bound_to_their_values() {
+    let reshape = vec![node("r", "Reshape", &["x", "shape"], "y", vec![])];
+    let mut shape = value_info("shape", &[2]);
+    if let Some(t) = shape.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+        t.elem_type = data_type::INT64;
+    }
+    let dir = scratch_dir("bind");
+    let path = dir.join("m.onnx");
+    std::fs::write(
+        &path,
+        model(reshape, vec![value_info("x", &[2, 3]), shape], "y"),
+    )
+    .unwrap();
+    let npy = |name: &str, t: ircc_core::Tensor| {
+        let p = dir.join(name);
+        ircc_reference::write_npy(&p, &t).unwrap();
+        p.to_str().unwrap().to_string()
+    };
+    let x = npy(
+        "x.npy",
+        ircc_core::Tensor::float(
+            ircc_core::ElemType::F32,
+            ndarray::ArrayD::from_shape_vec(
+                ndarray::IxDyn(&[2, 3]),
+                (0..6).map(f64::from).collect(),
+            )
+            .unwrap(),
+        ),
+    );
+    let ints = |v: Vec<i64>| {
+        ircc_core::Tensor::int(
+            ircc_core::ElemType::I64,
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[v.len()]), v).unwrap(),
+        )
+    };
+    let s32 = npy("s32.npy", ints(vec![3, 2]));
+    let s61 = npy("s61.npy", ints(vec![6, 1]));
+    let p = path.to_str().unwrap();
+    // Compiling alone cannot know the shape.
+    let r = ircc(&[p]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stderr.contains("must be a constant"), "{}", r.stderr);
+    // Running binds the inputs given, by name or in order.
+    for inputs in [
+        [format!("x={x}"), format!("shape={s32}")],
+        [x.clone(), s32.clone()],
+    ] {
+        let out = dir.join("out");
+        let mut args = vec!["run", p, "--output-dir", out.to_str().unwrap()];
+        for i in &inputs {
+            args.extend(["--input", i.as_str()]);
+        }
+        let r = ircc(&args);
+        assert_eq!(r.code, 0, "{}", r.stderr);
+        assert!(
+            r.stderr.contains(
+                "remark: input 'shape' is bound to the value given for it: it feeds Reshape's shape"
+            ),
+            "{}",
+            r.stderr
+        );
+        let y = ircc_reference::read_npy(&out.join("y.npy")).unwrap();
+        assert_eq!(y.shape(), &[3, 2]);
+    }
+    // Compiling ahead of time with --bind specializes the model.
+    let r = ircc(&[p, "--bind", &format!("shape={s61}")]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(r.stdout.contains("tensor<6x1xf32>"), "{}", r.stdout);
+    assert!(r.stderr.contains("remark: input 'shape'"), "{}", r.stderr);
+    // One input, two values.
+    let out = dir.join("out2");
+    let r = ircc(&[
+        "run",
+        p,
+        "--bind",
+        &format!("shape={s61}"),
+        "--input",
+        &format!("x={x}"),
+        "--input",
+        &format!("shape={s32}"),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(r.stderr.contains("another value"), "{}", r.stderr);
+    for (bind, says) in [
+        ("shape", "must be NAME=FILE.npy"),
+        ("shape=/nonexistent.npy", "--bind shape: "),
+    ] {
+        let r = ircc(&[p, "--bind", bind]);
+        assert_eq!(r.code, 1, "{bind}: {}", r.stdout);
+        assert!(r.stderr.contains(says), "{bind}: {}", r.stderr);
+    }
+}

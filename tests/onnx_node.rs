@@ -114,6 +114,7 @@ fn run_on_device(
         weights: Some(weights),
         path: dir.join("model.onnx"),
         import_ms: 0.0,
+        bound: Vec::new(),
     };
     let args = ircc::PipelineArgs {
         pipeline: Some("smartmem".into()),

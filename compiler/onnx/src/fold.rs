@@ -89,7 +89,8 @@ fn checked_elements(dims: &[i64]) -> Result<i64> {
 }
 
 fn constant(imp: &Importer, n: &NodeProto, i: usize) -> Result<Tensor> {
-    imp.known_constant(&imp.required(n, i)?).ok_or_else(|| {
+    let what = format!("{} input #{i}", n.op_type);
+    imp.known_constant_for(&imp.required(n, i)?, &what).ok_or_else(|| {
         ImportError::unsupported(format!(
             "operator '{}' is supported only on constant inputs (shape arithmetic), and input #{i} is not constant",
             n.op_type

@@ -49,6 +49,8 @@ pub struct Importer<'r> {
     values: HashMap<String, Val>,
     /// Input values to specialize on (see `ImportOptions::known_inputs`).
     known: HashMap<ValueId, Tensor>,
+    /// The known inputs specialized on, with the first operand each fed.
+    bound: std::cell::RefCell<Vec<(String, String)>>,
     /// Constants already placed in the IR; the Arc keeps the key's address alive.
     placed: HashMap<usize, (Arc<Tensor>, ValueId)>,
     /// ONNX names of constants, for the placed ops and weights.
@@ -134,6 +136,7 @@ pub fn import_model(
         opset,
         values: HashMap::new(),
         known: HashMap::new(),
+        bound: Default::default(),
         placed: HashMap::new(),
         const_names: HashMap::new(),
         weight_names: HashSet::new(),
@@ -214,6 +217,7 @@ pub fn import_model(
     attrs.insert("res_attrs".into(), Attribute::Array(res_attrs));
     imp.module.op_mut(func).attrs = attrs;
     Ok(Imported {
+        bound: imp.bound.take(),
         module: imp.module,
         weights: imp.weights,
     })
@@ -302,11 +306,25 @@ impl Importer<'_> {
             .ok_or_else(|| ImportError::invalid(format!("input #{i} is missing")))
     }
 
-    /// The value's constant, if it has one: a constant, or a known input.
-    pub fn known_constant(&self, v: &Val) -> Option<Tensor> {
+    /// The value's constant, if it has one: a constant, or a known input
+    /// (recorded as bound, feeding `what`).
+    pub fn known_constant_for(&self, v: &Val, what: &str) -> Option<Tensor> {
         match v {
             Val::Const(t) => Some(Tensor::clone(t)),
-            Val::Dyn(id) => self.known.get(id).cloned(),
+            Val::Dyn(id) => {
+                let t = self.known.get(id).cloned()?;
+                self.bind(*id, what);
+                Some(t)
+            }
+        }
+    }
+
+    /// Records that the module was specialized on known input `v`.
+    fn bind(&self, v: ValueId, what: &str) {
+        let name = self.module.value(v).name.clone().unwrap_or_default();
+        let mut bound = self.bound.borrow_mut();
+        if !bound.iter().any(|(n, _)| *n == name) {
+            bound.push((name, what.to_string()));
         }
     }
 
@@ -315,7 +333,10 @@ impl Importer<'_> {
         match self.input(node, i)? {
             None => Ok(None),
             Some(Val::Const(t)) => Ok(Some(Tensor::clone(&t))),
-            Some(Val::Dyn(v)) if self.known.contains_key(&v) => Ok(self.known.get(&v).cloned()),
+            Some(Val::Dyn(v)) if self.known.contains_key(&v) => {
+                self.bind(v, &format!("{}'s {what}", node.op_type));
+                Ok(self.known.get(&v).cloned())
+            }
             Some(Val::Dyn(_)) => Err(ImportError::unsupported(format!(
                 "input '{what}' must be a constant after shape folding (it depends on the model's inputs)"
             ))),

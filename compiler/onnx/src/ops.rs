@@ -200,7 +200,7 @@ impl Importer<'_> {
                 }
                 if let Some(mode) = self.input(n, 2)? {
                     let training = self
-                        .known_constant(&mode)
+                        .known_constant_for(&mode, "Dropout's training_mode")
                         .is_none_or(|t| t.to_i64().iter().any(|&v| v != 0));
                     if training {
                         return Err(ImportError::unsupported(
