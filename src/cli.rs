@@ -23,6 +23,9 @@ pub struct Cli {
     /// List every registered pass, and exit.
     #[arg(long)]
     pub list_passes: bool,
+    /// Describe one operation (graph.conv, kernel.load, ...): its operands, results, attributes with kinds and defaults, and its fusion and layout classes, and exit.
+    #[arg(long, value_name = "OP")]
+    pub describe_op: Option<String>,
     /// Print the DNNFusion and SmartMem tables of spec/fusion.toml, and exit.
     #[arg(long)]
     pub list_fusion_tables: bool,
@@ -361,7 +364,7 @@ impl PipelineArgs {
 #[derive(Args, Debug)]
 pub struct CompileArgs {
     /// The input: a .ir file (pretty or generic form, '-' for stdin) or an ONNX model.
-    #[arg(value_name = "FILE", required_unless_present_any = ["list_ops", "list_passes", "list_fusion_tables", "list_devices"])]
+    #[arg(value_name = "FILE", required_unless_present_any = ["list_ops", "list_passes", "describe_op", "list_fusion_tables", "list_devices"])]
     pub file: Option<PathBuf>,
     #[command(flatten)]
     pub onnx: OnnxArgs,

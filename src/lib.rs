@@ -8,6 +8,7 @@
 mod check;
 mod cli;
 mod commands;
+mod describe;
 pub mod dot;
 pub mod figures;
 mod gpu;
@@ -207,6 +208,10 @@ impl Driver {
             write!(stdout, "{}", self.registry.ops_table()).map_err(stdout_err)
         } else if cli.list_passes {
             write!(stdout, "{}", self.passes.table()).map_err(stdout_err)
+        } else if let Some(op) = &cli.describe_op {
+            describe::describe_op(&self.registry, op)
+                .map_err(|e| Failure::from(Diagnostic::plain(e)))
+                .and_then(|t| write!(stdout, "{t}").map_err(stdout_err))
         } else if cli.list_fusion_tables {
             // The tables a --spec-dir names, else the built-in ones.
             let file = cli
@@ -474,7 +479,7 @@ impl Driver {
             )));
         }
         match loaded.module.attrs.get("ircc.weights") {
-            None => Ok(Box::new(ircc_core::interp::NoWeights)),
+            None => Ok(Box::new(NoWeightsFile)),
             Some(Attribute::String(rel)) => {
                 let base = loaded.path.parent().unwrap_or(Path::new("."));
                 let path = ircc_core::files::file_inside(base, rel).map_err(|e| {
@@ -489,6 +494,18 @@ impl Driver {
             ))
             .into()),
         }
+    }
+}
+
+/// The weights of a module that names no weights file: IR printed from an
+/// ONNX model, or dumped by --dump-dir, holds its weights' names only.
+struct NoWeightsFile;
+
+impl Env for NoWeightsFile {
+    fn param(&mut self, name: &str, _ty: &ircc_core::TensorType) -> Result<Tensor, String> {
+        Err(format!(
+            "weight '{name}' is not available: this module names no weights file (its ircc.weights attribute). IR printed from an ONNX model holds only the weights' names; run the .onnx model itself, or write the IR with `ircc import MODEL.onnx -o FILE.ir`, which writes the weights beside it (FILE.safetensors) and names them in the IR"
+        ))
     }
 }
 

@@ -341,3 +341,79 @@ fn simulate_attention_runs_the_edge_simulator() {
         assert!(out.stderr.contains(says), "{args:?}: {}", out.stderr);
     }
 }
+
+/// `--describe-op` prints an op's declaration from its spec; a misspelt
+/// name gets the closest one.
+#[test]
+fn describe_op_prints_the_declaration() {
+    let out = ircc(&["--describe-op", "graph.attention"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for want in [
+        "graph.attention: scaled dot-product attention",
+        "operands:   q, k, v, mask (optional)",
+        "results:    y",
+        "scale ",
+        "float, optional -- the scores' factor",
+        "causal ",
+        "int, default 0 -- 1: query i sees",
+        "DNNFusion mapping type: many-to-many",
+        "SmartMem layout class:  ILD-Variable",
+        "reduces:",
+    ] {
+        assert!(out.stdout.contains(want), "{want}: {}", out.stdout);
+    }
+    let kernel = ircc(&["--describe-op", "kernel.func"]);
+    assert!(
+        kernel.stdout.contains(
+            "enum of elementwise|elementwise_texels|matmul_tiled|row_reduction|attention_tiled"
+        ),
+        "{}",
+        kernel.stdout
+    );
+    let typo = ircc(&["--describe-op", "graph.atention"]);
+    assert_eq!(typo.code, 1, "{}", typo.stdout);
+    assert!(
+        typo.stderr.contains("did you mean 'graph.attention'"),
+        "{}",
+        typo.stderr
+    );
+}
+
+/// IR that names no weights file cannot run its params; the error says how
+/// to get IR that can.
+#[test]
+fn missing_weights_say_how_to_get_them() {
+    let dir = scratch_dir("weights");
+    let ir = dir.join("m.ir");
+    std::fs::write(
+        &ir,
+        "func.func @main(%x: tensor<2xf32>) -> tensor<2xf32> {\n  %w = graph.param {name = \"w\"} : () -> tensor<2xf32>\n  %y = graph.add %x, %w : tensor<2xf32>, tensor<2xf32> -> tensor<2xf32>\n  func.return %y : tensor<2xf32>\n}\n",
+    )
+    .unwrap();
+    let x = dir.join("x.npy");
+    let t = ircc_core::Tensor::float(
+        ircc_core::ElemType::F32,
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[2]), vec![1.0, 2.0]).unwrap(),
+    );
+    ircc_reference::write_npy(&x, &t).unwrap();
+    let out = dir.join("out");
+    let r = ircc(&[
+        "run",
+        ir.to_str().unwrap(),
+        "--input",
+        x.to_str().unwrap(),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("weight 'w' is not available"),
+        "{}",
+        r.stderr
+    );
+    assert!(
+        r.stderr.contains("ircc import MODEL.onnx -o FILE.ir"),
+        "{}",
+        r.stderr
+    );
+}
