@@ -7,7 +7,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 #[derive(Parser, Debug)]
 #[command(
     name = "ircc",
-    version,
+    version = concat!(env!("CARGO_PKG_VERSION"), " (git ", env!("IRCC_GIT_REVISION"), ")"),
     about = "A multi-level compiler for deep-learning models on mobile GPUs",
     args_conflicts_with_subcommands = true,
     subcommand_negates_reqs = true

@@ -417,3 +417,27 @@ fn missing_weights_say_how_to_get_them() {
         r.stderr
     );
 }
+
+/// `--version` names the git revision the binary was built from.
+#[test]
+fn version_names_the_git_revision() {
+    let out = ircc(&["--version"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let line = out.stdout.trim();
+    assert!(
+        line.starts_with(&format!("ircc {} (git ", env!("CARGO_PKG_VERSION"))),
+        "{line}"
+    );
+    let revision = line
+        .trim_end_matches(')')
+        .rsplit(' ')
+        .next()
+        .unwrap()
+        .trim_end_matches("-modified");
+    // A checkout gives a hexadecimal revision; a tarball says so.
+    assert!(
+        revision == "unknown"
+            || (revision.len() == 12 && revision.chars().all(|c| c.is_ascii_hexdigit())),
+        "{line}"
+    );
+}
