@@ -1,5 +1,7 @@
 //! Records the git revision the binary is built from, for `ircc --version`
-//! (`unknown` outside a git checkout, as in a source tarball).
+//! (`unknown` outside a git checkout, as in a source tarball; `-modified`
+//! where tracked files differed from it when this script last ran, which
+//! a commit, a checkout or staging makes it do again).
 
 use std::path::Path;
 use std::process::Command;

@@ -21,6 +21,8 @@ fn bind_inputs(
     inputs: &[String],
 ) -> Result<crate::OnnxArgs, Failure> {
     let mut onnx = onnx.clone();
+    let user_binds = onnx.binds.clone();
+    let mut given: Vec<String> = Vec::new();
     let positional = inputs.iter().any(|s| !s.contains('='));
     let names = if positional {
         ircc_onnx::input_names(model)
@@ -41,12 +43,16 @@ fn bind_inputs(
                 (name.clone(), spec.as_str())
             }
         };
-        let given = onnx.binds.iter().find_map(|b| {
+        if given.contains(&name) {
+            return Err(Diagnostic::plain(format!("input '{name}' is given twice")).into());
+        }
+        given.push(name.clone());
+        let bound = user_binds.iter().find_map(|b| {
             b.split_once('=')
                 .filter(|(n, _)| *n == name)
                 .map(|(_, p)| p)
         });
-        match given {
+        match bound {
             None => onnx.binds.push(format!("{name}={path}")),
             Some(bound) => {
                 let read = |p: &str| {

@@ -147,7 +147,7 @@ fn tiled_attention_matches_the_interpreter() {
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(
         out.stdout.matches("template = \"attention_tiled\"").count(),
-        3
+        4
     );
     let diff = common::template_difference(&common::ATTENTION, &["--pipeline", "smartmem-gpu"]);
     assert!(diff <= 1e-5, "{diff:e}");

@@ -571,10 +571,44 @@ fn inputs_feeding_shapes_are_bound_to_their_values() {
     ]);
     assert_eq!(r.code, 1, "{}", r.stdout);
     assert!(r.stderr.contains("another value"), "{}", r.stderr);
+    let r = ircc(&[
+        "run",
+        p,
+        "--input",
+        &format!("x={x}"),
+        "--input",
+        &format!("shape={s32}"),
+        "--input",
+        &format!("shape={s61}"),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 1, "{}", r.stdout);
+    assert!(
+        r.stderr.contains("input 'shape' is given twice"),
+        "{}",
+        r.stderr
+    );
+    let floats = npy(
+        "floats.npy",
+        ircc_core::Tensor::float(
+            ircc_core::ElemType::F32,
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[2]), vec![6.0, 1.0]).unwrap(),
+        ),
+    );
     for (bind, says) in [
-        ("shape", "must be NAME=FILE.npy"),
-        ("shape=/nonexistent.npy", "--bind shape: "),
+        ("shape".to_string(), "must be NAME=FILE.npy"),
+        ("shape=/nonexistent.npy".to_string(), "--bind shape: "),
+        (
+            format!("shap={s61}"),
+            "a value is bound to 'shap', which is not an input",
+        ),
+        (
+            format!("shape={floats}"),
+            "input 'shape' is tensor<2xi64>, but the value bound to it is tensor<2xf32>",
+        ),
     ] {
+        let bind = bind.as_str();
         let r = ircc(&[p, "--bind", bind]);
         assert_eq!(r.code, 1, "{bind}: {}", r.stdout);
         assert!(r.stderr.contains(says), "{bind}: {}", r.stderr);

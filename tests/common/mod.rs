@@ -288,8 +288,11 @@ pub const ATTENTION: TemplateCase = TemplateCase {
         ("q3", &[1, 1, 3, 6]),
         ("k3", &[1, 1, 5, 6]),
         ("v3", &[1, 1, 5, 6]),
+        ("q4", &[1, 2, 20, 6]),
+        ("k4", &[1, 2, 37, 6]),
+        ("v4", &[1, 2, 37, 6]),
     ],
-    results: 3,
+    results: 4,
 };
 
 /// `case` run for the nvidia_vulkan profile with `extra` (a pipeline, a

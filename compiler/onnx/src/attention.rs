@@ -399,7 +399,10 @@ impl Frontier {
     /// `lengths`) after its batch's valid keys less the queries.
     fn visible(&self, lengths: Option<&[i64]>, past: i64) -> Result<Tensor> {
         let batches = if lengths.is_some() { self.batch } else { 1 };
-        if batches * self.queries * self.keys > MAX_FRONTIER_ELEMENTS {
+        let elements = batches
+            .checked_mul(self.queries)
+            .and_then(|n| n.checked_mul(self.keys));
+        if elements.is_none_or(|n| n > MAX_FRONTIER_ELEMENTS) {
             return Err(ImportError::unsupported(format!(
                 "an attention frontier of {batches}x{}x{} exceeds {MAX_FRONTIER_ELEMENTS} elements",
                 self.queries, self.keys

@@ -114,6 +114,28 @@ pub fn import_model(
         arg_names.push(input.name.clone());
     }
     if let Some(unknown) = options
+        .known_inputs
+        .keys()
+        .filter(|n| !arg_names.contains(n))
+        .min()
+    {
+        return Err(ImportError::invalid(format!(
+            "a value is bound to '{unknown}', which is not an input of the model (inputs: {})",
+            arg_names.join(", ")
+        )));
+    }
+    for (name, ty) in arg_names.iter().zip(&arg_types) {
+        let Some(value) = options.known_inputs.get(name) else {
+            continue;
+        };
+        if Type::Tensor(value.ty()) != *ty {
+            return Err(ImportError::invalid(format!(
+                "input '{name}' is {ty}, but the value bound to it is {}",
+                value.ty()
+            )));
+        }
+    }
+    if let Some(unknown) = options
         .input_shapes
         .keys()
         .filter(|n| !arg_names.contains(n))

@@ -110,7 +110,9 @@ pub fn infer(v: &OpView) -> Infer {
         for (a, &d) in mask.shape.iter().enumerate() {
             let want = full[offset + a];
             let last = offset + a == 3;
-            if !(d == 1 || d == want || (last && d < want)) {
+            // A last axis shorter than the keys masks the rest; an empty
+            // one would mask every key by reading nothing.
+            if !(d == 1 || d == want || (last && 0 < d && d < want)) {
                 return Err(format!(
                     "the mask {mask} does not broadcast to [{batch}, {heads}, {queries}, {keys}]"
                 ));

@@ -123,6 +123,10 @@ fn chain(
     let step = match GraphOp::of(m, op)? {
         GraphOp::Matmul => return is_product(m, op).then_some(op),
         GraphOp::Mul | GraphOp::Div => {
+            // A factor that broadcasts the scores to more axes is not a scale.
+            if shape(m, o.operands[0])? != full {
+                return None;
+            }
             let c = scalar_constant(m, o.operands[1])?;
             let factor = if GraphOp::of(m, op) == Some(GraphOp::Mul) {
                 c
@@ -192,6 +196,10 @@ fn match_at(m: &Module, weighted: OpId) -> Option<Match> {
     }
     let (mut steps, mut between) = (Vec::new(), Vec::new());
     let scores = chain(m, s.x(), MAX_STEPS, &mut steps, &mut between)?;
+    // The chain's reshapes must come back to the product's shape.
+    if shape(m, m.op(scores).results[0])? != scores_shape {
+        return None;
+    }
     let (q, a, qa) = peel_factor(m, m.op(scores).operands[0]);
     let (kt, b, ktb) = peel_factor(m, m.op(scores).operands[1]);
     let (sq, skt, sv) = (shape(m, q)?, shape(m, kt)?, shape(m, v)?);

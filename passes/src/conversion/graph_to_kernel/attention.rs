@@ -108,7 +108,7 @@ fn round4(n: i64) -> i64 {
 
 /// Whether the tiled template computes the attention op `op` on the
 /// target: its tiles fit in workgroup memory, its value columns in
-/// registers and its heads in the grid.
+/// registers, and its blocks of queries and its heads in the grid.
 pub(super) fn tiled_fits(m: &Module, op: OpId, t: &Target) -> bool {
     let Some(d) = graph::ops::Attention::new(m, op).and_then(|a| Dims::of(m, &a)) else {
         return false;
@@ -117,6 +117,7 @@ pub(super) fn tiled_fits(m: &Module, op: OpId, t: &Target) -> bool {
     tiles.words(&d) * 4 <= t.max_workgroup_storage_bytes
         && tiles.columns(&d) <= t.attention_max_columns
         && d.batch * d.heads <= t.max_workgroups_per_dimension
+        && (d.queries + tiles.rows - 1) / tiles.rows <= t.max_workgroups_per_dimension
 }
 
 /// The score of query `i` for key `j` from their dot product: scaled,
@@ -339,7 +340,7 @@ pub(super) fn attention_tiled(
         })
     };
     padding(kb, queries, rows, q_row)?;
-    padding(kb, keys, lanes, q_row)?;
+    padding(kb, keys, lanes, k_row)?;
     // `value` stored at `at` where `inside` holds (read only there), else
     // zero.
     let store_or_zero = |kb: &mut KernelBuilder,
@@ -408,7 +409,7 @@ pub(super) fn attention_tiled(
         })?;
         kb.ir.barrier();
         // This invocation's key: its score for its query.
-        // (The rows' padding is zero: workgroup memory starts zeroed.)
+        // (The rows' padding past the head size holds zeros.)
         let dot = kb.for_loop(q_row / 4, vec![zero], &mut |kb, c, acc| {
             let c = c * Ix::constant(4);
             let xs = kb.load4(queries, &(row.clone() * Ix::constant(q_row) + c.clone()));
