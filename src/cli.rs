@@ -45,6 +45,11 @@ pub enum Command {
     /// Run the interpreter before and after every pass of a pipeline on random inputs, and fail on the first pass that changes the results.
     Check(CheckArgs),
     Bench(BenchArgs),
+    /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell) to standard output: `ircc completions bash > /etc/bash_completion.d/ircc`.
+    Completions {
+        /// The shell
+        shell: clap_complete::Shell,
+    },
     /// Simulate attention on the MAS-Attention paper's edge accelerator: the cycles, DRAM traffic and energy of one schedule, or the paper's Table 2 beside the simulator's.
     SimulateAttention(SimulateAttentionArgs),
 }
@@ -330,9 +335,10 @@ impl Cli {
             Some(Command::Stats(a)) => &a.model.pipeline,
             Some(Command::Check(a)) => &a.model.pipeline,
             Some(Command::Bench(a)) => &a.model.pipeline,
-            Some(Command::Import(_) | Command::SimulateAttention(_)) | None => {
-                &self.compile.pipeline
-            }
+            Some(
+                Command::Import(_) | Command::SimulateAttention(_) | Command::Completions { .. },
+            )
+            | None => &self.compile.pipeline,
         }
     }
 }

@@ -245,6 +245,11 @@ impl Driver {
                 Some(Command::SimulateAttention(args)) => {
                     simulate::simulate_attention(args, stdout)
                 }
+                Some(Command::Completions { shell }) => {
+                    let mut command = <Cli as clap::CommandFactory>::command();
+                    clap_complete::generate(*shell, &mut command, "ircc", stdout);
+                    Ok(())
+                }
                 None => self.compile_command(&cli.compile, stdout, stderr),
             }
         };

@@ -441,3 +441,23 @@ fn version_names_the_git_revision() {
         "{line}"
     );
 }
+
+/// `ircc completions SHELL` prints a completion script naming the
+/// subcommands and options; an unknown shell lists those it knows.
+#[test]
+fn completions_are_printed_for_each_shell() {
+    for shell in ["bash", "zsh", "fish", "elvish", "powershell"] {
+        let out = ircc(&["completions", shell]);
+        assert_eq!(out.code, 0, "{shell}: {}", out.stderr);
+        for word in ["simulate-attention", "bench", "describe-op", "pipeline"] {
+            assert!(out.stdout.contains(word), "{shell} lacks {word}");
+        }
+    }
+    let out = ircc(&["completions", "tcsh"]);
+    assert_eq!(out.code, 2, "{}", out.stdout);
+    assert!(
+        out.stderr.contains("possible values: bash"),
+        "{}",
+        out.stderr
+    );
+}
