@@ -182,6 +182,10 @@ pub struct OnnxArgs {
     /// An input's value, known when compiling: NAME=FILE.npy (repeatable). Where the input feeds an operand that must be a constant (Reshape's shape, Split's sizes, an axis), the model is specialized on this value, and a remark says so; `ircc run` binds the inputs it is given the same way
     #[arg(long = "bind", value_name = "NAME=FILE.npy")]
     pub binds: Vec<String>,
+    /// Values bound to the model's first inputs in order (`ircc run`'s
+    /// inputs given by position), as FILE.npy.
+    #[arg(skip)]
+    pub binds_in_order: Vec<String>,
 }
 
 #[derive(Args, Debug)]

@@ -12,62 +12,18 @@ use crate::{
     CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err, is_onnx,
 };
 
-/// `onnx` with `--bind` for each of `inputs` (`NAME=PATH`, or a path for
-/// the model's inputs in order) that `--bind` does not already give; one
-/// it gives must hold the same value.
-fn bind_inputs(
-    model: &std::path::Path,
-    onnx: &crate::OnnxArgs,
-    inputs: &[String],
-) -> Result<crate::OnnxArgs, Failure> {
+/// `onnx` with each of `inputs` (`NAME=PATH`, or a path for the model's
+/// inputs in order) bound as `--bind` would bind it.
+fn bind_inputs(onnx: &crate::OnnxArgs, inputs: &[String]) -> crate::OnnxArgs {
     let mut onnx = onnx.clone();
-    let user_binds = onnx.binds.clone();
-    let mut given: Vec<String> = Vec::new();
-    let positional = inputs.iter().any(|s| !s.contains('='));
-    let names = if positional {
-        ircc_onnx::input_names(model)
-            .map_err(|e| Diagnostic::plain(format!("{}: {e}", model.display())))?
-    } else {
-        Vec::new()
-    };
-    let mut next = 0;
     for spec in inputs {
-        let (name, path) = match spec.split_once('=') {
-            Some((name, path)) => (name.to_string(), path),
-            None => {
-                let Some(name) = names.get(next) else {
-                    // read_inputs reports the count.
-                    continue;
-                };
-                next += 1;
-                (name.clone(), spec.as_str())
-            }
-        };
-        if given.contains(&name) {
-            return Err(Diagnostic::plain(format!("input '{name}' is given twice")).into());
-        }
-        given.push(name.clone());
-        let bound = user_binds.iter().find_map(|b| {
-            b.split_once('=')
-                .filter(|(n, _)| *n == name)
-                .map(|(_, p)| p)
-        });
-        match bound {
-            None => onnx.binds.push(format!("{name}={path}")),
-            Some(bound) => {
-                let read = |p: &str| {
-                    ircc_reference::read_npy(std::path::Path::new(p)).map_err(Diagnostic::plain)
-                };
-                if read(bound)? != read(path)? {
-                    return Err(Diagnostic::plain(format!(
-                        "input '{name}' is bound to {bound} (--bind) but given {path} (--input), another value"
-                    ))
-                    .into());
-                }
-            }
+        if spec.contains('=') {
+            onnx.binds.push(spec.clone());
+        } else {
+            onnx.binds_in_order.push(spec.clone());
         }
     }
-    Ok(onnx)
+    onnx
 }
 
 impl Driver {
@@ -130,7 +86,7 @@ impl Driver {
         let mut loaded = if is_onnx(&args.model.file) {
             // The inputs given are bound where the model needs a value when
             // compiling, as --bind would.
-            let onnx = bind_inputs(&args.model.file, &args.model.onnx, &args.inputs)?;
+            let onnx = bind_inputs(&args.model.onnx, &args.inputs);
             self.load_or_fail(
                 &args.model.file,
                 &onnx,

@@ -11,13 +11,8 @@ use ircc_core::registry::{ArgSpec, Arity, ReductionDims};
 /// operation.
 pub(crate) fn describe_op(registry: &Registry, name: &str) -> Result<String, String> {
     let Some(def) = registry.get(name) else {
-        let closest = registry
-            .ops
-            .keys()
-            .map(|op| (strsim::jaro_winkler(op, name), op))
-            .max_by(|a, b| a.0.total_cmp(&b.0))
-            .filter(|(score, _)| *score > 0.8)
-            .map(|(_, op)| format!(" (did you mean '{op}'?)"))
+        let closest = crate::closest(name, registry.ops.keys().map(String::as_str))
+            .map(|op| format!(" (did you mean '{op}'?)"))
             .unwrap_or_default();
         return Err(format!(
             "no operation '{name}'{closest}; ircc --list-ops lists them"

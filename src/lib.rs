@@ -528,16 +528,23 @@ fn misspelt_command(args: &[std::ffi::OsString]) -> Option<String> {
     if commands.contains(&first) {
         return None;
     }
-    let closest = commands
-        .iter()
-        .map(|c| (strsim::levenshtein(first, c), *c))
-        .min()
-        .filter(|&(distance, _)| distance <= 2)?;
+    let closest = closest(first, commands.iter().copied())?;
     Some(format!(
-        "error: unknown command '{first}'; did you mean '{}'? (commands: {})",
-        closest.1,
+        "error: unknown command '{first}'; did you mean '{closest}'? (commands: {})",
         commands.join(", ")
     ))
+}
+
+/// The candidate closest to a misspelt `name`, within two edits.
+pub(crate) fn closest<'a>(
+    name: &str,
+    candidates: impl Iterator<Item = &'a str>,
+) -> Option<&'a str> {
+    candidates
+        .map(|c| (strsim::levenshtein(name, c), c))
+        .min()
+        .filter(|&(distance, _)| distance <= 2)
+        .map(|(_, c)| c)
 }
 
 fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
@@ -561,13 +568,18 @@ fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
             .ok_or_else(|| format!("--bind '{spec}' must be NAME=FILE.npy"))?;
         let value =
             ircc_reference::read_npy(Path::new(path)).map_err(|e| format!("--bind {name}: {e}"))?;
-        if options
-            .known_inputs
-            .insert(name.to_string(), value)
-            .is_some()
-        {
-            return Err(format!("--bind names input '{name}' twice"));
-        }
+        match options.known_inputs.get(name) {
+            Some(earlier) if *earlier != value => {
+                return Err(format!(
+                    "input '{name}' is given twice, with another value each time"
+                ));
+            }
+            _ => options.known_inputs.insert(name.to_string(), value),
+        };
+    }
+    for path in &args.binds_in_order {
+        let value = ircc_reference::read_npy(Path::new(path))?;
+        options.known_in_order.push(value);
     }
     Ok(options)
 }

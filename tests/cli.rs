@@ -346,10 +346,12 @@ fn simulate_attention_runs_the_edge_simulator() {
 /// name gets the closest one.
 #[test]
 fn describe_op_prints_the_declaration() {
-    let out = ircc(&["--describe-op", "graph.attention"]);
+    let attention = ircc_dialects::graph::GraphOp::Attention.name();
+    let out = ircc(&["--describe-op", attention]);
     assert_eq!(out.code, 0, "{}", out.stderr);
+    let heading = format!("{attention}: scaled dot-product attention");
     for want in [
-        "graph.attention: scaled dot-product attention",
+        heading.as_str(),
         "operands:   q, k, v, mask (optional)",
         "results:    y",
         "scale ",
@@ -362,7 +364,8 @@ fn describe_op_prints_the_declaration() {
     ] {
         assert!(out.stdout.contains(want), "{want}: {}", out.stdout);
     }
-    let kernel = ircc(&["--describe-op", "kernel.func"]);
+    let func = ircc_dialects::kernel::KernelOp::Func.name();
+    let kernel = ircc(&["--describe-op", func]);
     assert!(
         kernel.stdout.contains(
             "enum of elementwise|elementwise_texels|matmul_tiled|row_reduction|attention_tiled"
@@ -370,13 +373,11 @@ fn describe_op_prints_the_declaration() {
         "{}",
         kernel.stdout
     );
-    let typo = ircc(&["--describe-op", "graph.atention"]);
+    let misspelt = attention.replacen("tt", "t", 1);
+    let typo = ircc(&["--describe-op", &misspelt]);
     assert_eq!(typo.code, 1, "{}", typo.stdout);
-    assert!(
-        typo.stderr.contains("did you mean 'graph.attention'"),
-        "{}",
-        typo.stderr
-    );
+    let suggestion = format!("did you mean '{attention}'");
+    assert!(typo.stderr.contains(&suggestion), "{}", typo.stderr);
 }
 
 /// IR that names no weights file cannot run its params; the error says how

@@ -181,8 +181,14 @@ pub fn shared_models() -> Vec<(String, PathBuf)> {
 /// The largest difference between two `.npy` files relative to the
 /// largest magnitude of `want` (at least 1).
 pub fn max_relative(got: &Path, want: &Path) -> f64 {
-    let g = ircc_reference::read_npy(got).unwrap().to_f64();
-    let w = ircc_reference::read_npy(want).unwrap().to_f64();
+    let g = ircc_reference::read_npy(got).unwrap();
+    let w = ircc_reference::read_npy(want).unwrap();
+    max_relative_tensors(&g, &w)
+}
+
+/// [`max_relative`] of two tensors.
+pub fn max_relative_tensors(got: &ircc_core::Tensor, want: &ircc_core::Tensor) -> f64 {
+    let (g, w) = (got.to_f64(), want.to_f64());
     assert_eq!(g.shape(), w.shape());
     let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
     g.iter()

@@ -113,39 +113,19 @@ pub fn import_model(
         arg_types.push(Type::Tensor(input_type(input, options)?));
         arg_names.push(input.name.clone());
     }
-    if let Some(unknown) = options
-        .known_inputs
-        .keys()
+    let not_inputs = |names: &mut dyn Iterator<Item = &String>, what: &str| match names
         .filter(|n| !arg_names.contains(n))
         .min()
     {
-        return Err(ImportError::invalid(format!(
-            "a value is bound to '{unknown}', which is not an input of the model (inputs: {})",
+        Some(unknown) => Err(ImportError::invalid(format!(
+            "{what} '{unknown}', which is not an input of the model (inputs: {})",
             arg_names.join(", ")
-        )));
-    }
-    for (name, ty) in arg_names.iter().zip(&arg_types) {
-        let Some(value) = options.known_inputs.get(name) else {
-            continue;
-        };
-        if Type::Tensor(value.ty()) != *ty {
-            return Err(ImportError::invalid(format!(
-                "input '{name}' is {ty}, but the value bound to it is {}",
-                value.ty()
-            )));
-        }
-    }
-    if let Some(unknown) = options
-        .input_shapes
-        .keys()
-        .filter(|n| !arg_names.contains(n))
-        .min()
-    {
-        return Err(ImportError::invalid(format!(
-            "--input-shape names '{unknown}', which is not an input of the model (inputs: {})",
-            arg_names.join(", ")
-        )));
-    }
+        ))),
+        None => Ok(()),
+    };
+    not_inputs(&mut options.known_inputs.keys(), "a value is bound to")?;
+    not_inputs(&mut options.input_shapes.keys(), "--input-shape names")?;
+    let known = known_values(&arg_names, &arg_types, options)?;
     let func = m.create_op(OpBuilder::new(FuncOp::Func.name()).regions(1));
     let body = m.body;
     m.append_op(body, func);
@@ -174,7 +154,7 @@ pub fn import_model(
         let v = imp.module.blocks[block].args[i];
         imp.module.values[v].name = Some(name.clone());
         imp.values.insert(name.clone(), Val::Dyn(v));
-        if let Some(t) = options.known_inputs.get(name) {
+        if let Some(t) = &known[i] {
             imp.known.insert(v, t.clone());
         }
     }
@@ -243,6 +223,47 @@ pub fn import_model(
         module: imp.module,
         weights: imp.weights,
     })
+}
+
+/// The value known for each input, by name or by position; each must have
+/// the input's type, and one given both ways the same value.
+fn known_values(
+    names: &[String],
+    types: &[Type],
+    options: &ImportOptions,
+) -> Result<Vec<Option<Tensor>>> {
+    if options.known_in_order.len() > names.len() {
+        return Err(ImportError::invalid(format!(
+            "{} values for the model's {} inputs ({})",
+            options.known_in_order.len(),
+            names.len(),
+            names.join(", ")
+        )));
+    }
+    let mut known = Vec::with_capacity(names.len());
+    for (i, (name, ty)) in names.iter().zip(types).enumerate() {
+        let value = match (
+            options.known_inputs.get(name),
+            options.known_in_order.get(i),
+        ) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(ImportError::invalid(format!(
+                    "input '{name}' is given twice, with another value each time"
+                )));
+            }
+            (a, b) => a.or(b),
+        };
+        if let Some(value) = value
+            && Type::Tensor(value.ty()) != *ty
+        {
+            return Err(ImportError::invalid(format!(
+                "input '{name}' is {ty}, but the value bound to it is {}",
+                value.ty()
+            )));
+        }
+        known.push(value.cloned());
+    }
+    Ok(known)
 }
 
 fn input_type(input: &crate::proto::ValueInfoProto, options: &ImportOptions) -> Result<TensorType> {

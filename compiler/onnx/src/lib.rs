@@ -78,6 +78,9 @@ pub struct ImportOptions {
     /// constant (a Reshape's shape, a Slice's bounds) and gets one of these
     /// inputs, the value is used. Elsewhere the input stays an argument.
     pub known_inputs: HashMap<String, Tensor>,
+    /// Values of the model's first inputs, in their order (inputs given
+    /// by position), used as `known_inputs` are.
+    pub known_in_order: Vec<Tensor>,
 }
 
 /// An imported model: the module and the weights its `graph.param`s name.
@@ -87,25 +90,6 @@ pub struct Imported {
     /// The known inputs (`ImportOptions::known_inputs`) whose values the
     /// module was specialized on, each with the first operand it fed.
     pub bound: Vec<(String, String)>,
-}
-
-/// The model's inputs, in order (its graph inputs that no initializer
-/// gives a value).
-pub fn input_names(path: &Path) -> Result<Vec<String>> {
-    use prost::Message;
-    let bytes = std::fs::read(path)
-        .map_err(|e| ImportError::invalid(format!("cannot read {}: {e}", path.display())))?;
-    let model = proto::ModelProto::decode(bytes.as_slice())
-        .map_err(|e| ImportError::invalid(format!("not an ONNX model: {e}")))?;
-    let graph = model.graph.unwrap_or_default();
-    let given: std::collections::HashSet<&str> =
-        graph.initializer.iter().map(|t| t.name.as_str()).collect();
-    Ok(graph
-        .input
-        .iter()
-        .filter(|i| !given.contains(i.name.as_str()))
-        .map(|i| i.name.clone())
-        .collect())
 }
 
 /// Reads and imports a model file; external data is looked up beside it.

@@ -68,11 +68,9 @@ fn elem(m: &Module, v: ValueId) -> Option<ElemType> {
 
 /// The value of a one-element float constant.
 fn scalar_constant(m: &Module, v: ValueId) -> Option<f64> {
-    let c = ircc_dialects::constant_of(m, v)?;
-    match &c.values {
-        ircc_core::DenseValues::Float(x) if c.ty.num_elements() == 1 => x.first().copied(),
-        _ => None,
-    }
+    ircc_dialects::constant_of(m, v)
+        .filter(|c| c.ty.num_elements() == 1 && c.ty.elem.is_float())
+        .and_then(|c| c.splat())
 }
 
 /// Whether `v` has exactly one reader.

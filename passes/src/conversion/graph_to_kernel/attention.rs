@@ -388,25 +388,28 @@ pub(super) fn attention_tiled(
         let first_key = tile.clone() * Ix::constant(lanes);
         // The tile's keys and values; past the last key, zeros (their
         // weights are zero too).
-        let key_in = |jj: &Ix| ragged.then(|| (first_key.clone() + jj.clone(), d.keys));
-        spread(kb, lanes * size, &mut |kb, e| {
-            let (jj, c) = split(&e, lanes, size, keys_by_row);
-            let at = jj.clone() * Ix::constant(k_row) + c.clone();
-            store_or_zero(kb, key_in(&jj), keys, &at, &mut |kb| {
+        // `operand`'s rows of this tile (`width` wide, `by_row` as it lies in
+        // memory) into `memory`, rows `stride` apart.
+        let load = |kb: &mut KernelBuilder,
+                    operand: ValueId,
+                    memory: ValueId,
+                    width: i64,
+                    stride: i64,
+                    by_row: bool|
+         -> R<()> {
+            spread(kb, lanes * width, &mut |kb, e| {
+                let (jj, c) = split(&e, lanes, width, by_row);
                 let j = first_key.clone() + jj.clone();
-                let x = kb.value_at(k, &[b.clone(), g.clone(), j, c.clone()])?;
-                Ok(kb.widen(x))
+                let inside = ragged.then(|| (j.clone(), d.keys));
+                let at = jj * Ix::constant(stride) + c.clone();
+                store_or_zero(kb, inside, memory, &at, &mut |kb| {
+                    let x = kb.value_at(operand, &[b.clone(), g.clone(), j.clone(), c.clone()])?;
+                    Ok(kb.widen(x))
+                })
             })
-        })?;
-        spread(kb, lanes * value_size, &mut |kb, e| {
-            let (jj, c) = split(&e, lanes, value_size, values_by_row);
-            let at = jj.clone() * Ix::constant(v_row) + c.clone();
-            store_or_zero(kb, key_in(&jj), values, &at, &mut |kb| {
-                let j = first_key.clone() + jj.clone();
-                let x = kb.value_at(v, &[b.clone(), g.clone(), j, c.clone()])?;
-                Ok(kb.widen(x))
-            })
-        })?;
+        };
+        load(kb, k, keys, size, k_row, keys_by_row)?;
+        load(kb, v, values, value_size, v_row, values_by_row)?;
         kb.ir.barrier();
         // This invocation's key: its score for its query.
         // (The rows' padding past the head size holds zeros.)

@@ -36,7 +36,7 @@ pub(super) fn build(b: &mut Builder, t: Tiling) {
     let gate = b.fence();
     softmax(b, t.rows, gate);
     let gate = b.fence();
-    outputs(b, t.rows, gate);
+    super::weighted_values(b, t.rows, gate);
 }
 
 /// The QKᵀ kernel: C tile by tile, each stored before the next is computed.
@@ -67,22 +67,5 @@ fn softmax(b: &mut Builder, rows: u32, gate: TaskId) {
         let probs = b.per_core(rows, |b, core, r| b.softmax(core, r, &[Some(c)]));
         let deps: Vec<Option<TaskId>> = probs.iter().copied().map(Some).collect();
         retired = Some(b.store(elems, &deps));
-    }
-}
-
-/// The PV kernel: load rows of P, multiply with V_h, store O.
-fn outputs(b: &mut Builder, rows: u32, gate: TaskId) {
-    let seq = b.geom.seq;
-    let mut v = Resident::new();
-    let mut retired: Option<TaskId> = None;
-    for head in b.geom.block_heads(rows) {
-        let lv = v.fetch(b, head, Some(gate));
-        let p = b.load(u64::from(rows) * u64::from(seq), &[retired, Some(gate)]);
-        let outputs = b.per_core(rows, |b, core, r| {
-            b.matmul(MatMul::Pv, core, r, seq, &[Some(p), Some(lv)])
-        });
-        let done = b.join(&outputs);
-        v.used_by(done);
-        retired = Some(b.store(u64::from(rows) * u64::from(b.geom.dim), &[Some(done)]));
     }
 }

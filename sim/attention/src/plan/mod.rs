@@ -421,6 +421,25 @@ fn pipeline(n: usize) -> impl Iterator<Item = Round> {
     })
 }
 
+/// O = P V as its own kernel after `gate` (Layer-Wise, and Soft-Pipe's
+/// second phase): blocks of `rows` rows of P loaded, multiplied with V_h
+/// and stored.
+fn weighted_values(b: &mut Builder, rows: u32, gate: TaskId) {
+    let seq = b.geom.seq;
+    let mut v = Resident::new();
+    let mut retired: Option<TaskId> = None;
+    for head in b.geom.block_heads(rows) {
+        let lv = v.fetch(b, head, Some(gate));
+        let p = b.load(u64::from(rows) * u64::from(seq), &[retired, Some(gate)]);
+        let outputs = b.per_core(rows, |b, core, r| {
+            b.matmul(MatMul::Pv, core, r, seq, &[Some(p), Some(lv)])
+        });
+        let done = b.join(&outputs);
+        v.used_by(done);
+        retired = Some(b.store(u64::from(rows) * u64::from(b.geom.dim), &[Some(done)]));
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -32,7 +32,7 @@ pub(super) fn need(g: &Geom, t: Tiling) -> Need {
 pub(super) fn build(b: &mut Builder, t: Tiling) {
     scores(b, t.rows);
     let gate = b.fence();
-    outputs(b, chunk_rows(t), gate);
+    super::weighted_values(b, chunk_rows(t), gate);
 }
 
 /// Phase 1: C_i and P_i pipelined, P_i stored.
@@ -58,22 +58,5 @@ fn scores(b: &mut Builder, rows: u32) {
         let deps: Vec<Option<TaskId>> = probs.iter().copied().map(Some).collect();
         let stored = b.store(u64::from(rows) * u64::from(seq), &deps);
         row_blocks.release(block, stored);
-    }
-}
-
-/// Phase 2: O = P V chunk by chunk, after `gate`.
-fn outputs(b: &mut Builder, rows: u32, gate: TaskId) {
-    let seq = b.geom.seq;
-    let mut v = Resident::new();
-    let mut retired: Option<TaskId> = None;
-    for head in b.geom.block_heads(rows) {
-        let lv = v.fetch(b, head, Some(gate));
-        let p = b.load(u64::from(rows) * u64::from(seq), &[retired, Some(gate)]);
-        let outputs = b.per_core(rows, |b, core, r| {
-            b.matmul(MatMul::Pv, core, r, seq, &[Some(p), Some(lv)])
-        });
-        let done = b.join(&outputs);
-        v.used_by(done);
-        retired = Some(b.store(u64::from(rows) * u64::from(b.geom.dim), &[Some(done)]));
     }
 }
