@@ -45,6 +45,8 @@ pub enum Command {
     /// Run the interpreter before and after every pass of a pipeline on random inputs, and fail on the first pass that changes the results.
     Check(CheckArgs),
     Bench(BenchArgs),
+    Tune(TuneArgs),
+    Probe(ProbeArgs),
     /// Print a completion script for a shell (bash, zsh, fish, elvish, powershell) to standard output: `ircc completions bash > /etc/bash_completion.d/ircc`.
     Completions {
         /// The shell
@@ -120,6 +122,70 @@ pub struct KernelArgs {
     /// the pipeline's kernel.lower says otherwise.
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
+}
+
+/// Measure the GPU wgpu opens with micro-benchmarks (ArchProbe's method,
+/// Romou §3) and print its device profile (spec/devices/NAME.toml): limits
+/// queried; bandwidths, arithmetic peaks, compute units, caches and lines
+/// timed, every figure with a line saying how; a figure whose curve shows
+/// no clear answer is left out and listed in `unknown`.
+#[derive(Args, Debug)]
+pub struct ProbeArgs {
+    /// Write the profile to FILE (its name is the file's stem unless --name gives one) instead of standard output.
+    #[arg(short, long, value_name = "FILE")]
+    pub output: Option<PathBuf>,
+    /// The profile's name.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Small sizes and few repetitions, for a CPU driver (lavapipe) or a quick look.
+    #[arg(long)]
+    pub quick: bool,
+}
+
+/// Search the parameters of every matrix product's kernel on the GPU
+/// (wgpu) and record the fastest per kernel signature in the tuning
+/// database --tuning-db names (merged into it where it exists), which
+/// compiling with --tuning-db then reads. The space of each signature is
+/// spec/tuning.toml's, pruned by Romou's criteria against --device's
+/// profile; every trial times the whole model, each product with its own
+/// candidate.
+#[derive(Args, Debug)]
+pub struct TuneArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
+    /// Configurations measured per kernel signature, the untuned default's included.
+    #[arg(long, default_value_t = 24)]
+    pub budget: usize,
+    /// How each signature's space is searched.
+    #[arg(long, value_enum, default_value = "genetic")]
+    pub search: SearchKind,
+    /// The search's seed: the same seed and the same times give the same trials.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+    /// Search every valid configuration, not only those pruning keeps.
+    #[arg(long)]
+    pub no_prune: bool,
+    /// Timed runs of the model per trial, after as many warm-up runs.
+    #[arg(long, default_value_t = 5)]
+    pub runs: usize,
+    /// Print each kernel signature's space (all points, the valid ones,
+    /// those pruning keeps, and what each criterion excludes) and stop;
+    /// needs no GPU.
+    #[arg(long)]
+    pub space_only: bool,
+    /// Print one JSON object.
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum SearchKind {
+    /// A seeded genetic search (tournaments, uniform crossover, mutation to neighbouring values).
+    Genetic,
+    /// Points drawn at random: the genetic search's baseline.
+    Random,
 }
 
 /// Compile a model for the GPU and time it (wall clock per run, and per
@@ -307,6 +373,12 @@ pub struct PipelineArgs {
     /// else adreno740.
     #[arg(long, value_name = "NAME")]
     pub device: Option<String>,
+    /// A tuning database `ircc tune` wrote for the device: the matrix
+    /// products whose signature it lists take its parameters
+    /// (kernel.lower{tuning-db=PATH}); a database of another device or
+    /// template version is refused. `ircc tune` writes to it instead.
+    #[arg(long, value_name = "PATH")]
+    pub tuning_db: Option<PathBuf>,
     /// Print the IR after every pass (to stderr).
     #[arg(long)]
     pub print_ir_after_all: bool,
@@ -339,8 +411,12 @@ impl Cli {
             Some(Command::Stats(a)) => &a.model.pipeline,
             Some(Command::Check(a)) => &a.model.pipeline,
             Some(Command::Bench(a)) => &a.model.pipeline,
+            Some(Command::Tune(a)) => &a.model.pipeline,
             Some(
-                Command::Import(_) | Command::SimulateAttention(_) | Command::Completions { .. },
+                Command::Import(_)
+                | Command::SimulateAttention(_)
+                | Command::Probe(_)
+                | Command::Completions { .. },
             )
             | None => &self.compile.pipeline,
         }

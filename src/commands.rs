@@ -200,6 +200,19 @@ impl Driver {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
+        if let Some(db) = &args.model.pipeline.tuning_db {
+            // Read here, so that a bad database is an error and not a
+            // missing dispatch count.
+            let device = args.model.pipeline.device_profile().unwrap_or_else(|| {
+                ircc_passes::decl::KernelLowerOptions::parse(&Default::default())
+                    .map(|o| o.device)
+                    .unwrap_or_default()
+            });
+            let profile = ircc_dialects::kernel::DeviceProfile::named(&device)
+                .map_err(|e| Diagnostic::plain(format!("--device: {e}")))?;
+            ircc_passes::tuning::database::TuningDb::read(&db.to_string_lossy(), &profile.name)
+                .map_err(Diagnostic::plain)?;
+        }
         let loaded = self.load_model(&args.model)?;
         let graph_ops = figures::graph_op_count(&loaded.module);
         let chosen = args.model.pipeline.pipeline.is_some() || args.model.pipeline.passes.is_some();
@@ -236,7 +249,12 @@ impl Driver {
                 import_ms: loaded.import_ms,
                 bound: std::mem::take(&mut bound),
             };
-            self.transform(&mut run, &pipeline, None, Form::Pretty, stderr)?;
+            // The database is the lowering's, which the dispatch count runs.
+            let graph_level = crate::PipelineArgs {
+                tuning_db: None,
+                ..pipeline.clone()
+            };
+            self.transform(&mut run, &graph_level, None, Form::Pretty, stderr)?;
             let compile_ms = loaded.import_ms + start.elapsed().as_secs_f64() * 1e3;
             dispatches.push(self.dispatches(&run.module, &pipeline));
             rows.push((name, figures::traffic(&run.module), compile_ms));
@@ -249,7 +267,8 @@ impl Driver {
             let mut stats = serde_json::json!({
                 "graph_ops": graph_ops,
                 "kernels": t.kernels,
-                "dispatches": dispatches[0],
+                "dispatches": dispatches[0].map(|(d, _)| d),
+                "tuned_kernels": dispatches[0].map(|(_, t)| t),
                 "bytes_moved": t.bytes_moved,
                 "intermediate_bytes": t.intermediate_bytes,
                 "import_ms": loaded.import_ms,
@@ -291,10 +310,18 @@ impl Driver {
         line(stdout, "kernels", &|t, _| t.kernels.to_string());
         let _ = write!(stdout, "{:<22}", "dispatches");
         for d in &dispatches {
-            let d = d.map_or("-".to_string(), |d| d.to_string());
+            let d = d.map_or("-".to_string(), |(d, _)| d.to_string());
             let _ = write!(stdout, "{d:>16}");
         }
         let _ = writeln!(stdout);
+        if args.model.pipeline.tuning_db.is_some() {
+            let _ = write!(stdout, "{:<22}", "tuned kernels");
+            for d in &dispatches {
+                let t = d.map_or("-".to_string(), |(_, t)| t.to_string());
+                let _ = write!(stdout, "{t:>16}");
+            }
+            let _ = writeln!(stdout);
+        }
         line(stdout, "bytes moved (MB)", &|t, _| {
             format!("{:.2}", t.bytes_moved as f64 / 1e6)
         });

@@ -70,9 +70,14 @@ impl Driver {
     /// How many kernels a run of `module` dispatches on a GPU: its
     /// `kernel.launch`es once `kernel.lower` has run for the device `args`
     /// names (a fused group can take more than one: a product split along
-    /// K, an output outside the anchor's iteration space). `None` where the
-    /// module does not lower.
-    pub(crate) fn dispatches(&self, module: &Module, args: &crate::PipelineArgs) -> Option<usize> {
+    /// K, an output outside the anchor's iteration space), and how many of
+    /// its kernels took their parameters from `--tuning-db`. `None` where
+    /// the module does not lower.
+    pub(crate) fn dispatches(
+        &self,
+        module: &Module,
+        args: &crate::PipelineArgs,
+    ) -> Option<(usize, usize)> {
         let mut lowered = module.clone();
         if !is_lowered(module) {
             let mut specs = vec![PassOptions {
@@ -81,6 +86,9 @@ impl Driver {
             }];
             if let Some(device) = args.device_profile() {
                 crate::set_device(&mut specs, &device, true).ok()?;
+            }
+            if let Some(db) = &args.tuning_db {
+                crate::set_tuning_db(&mut specs, db).ok()?;
             }
             let mut pm = ircc_core::pass::PassManager::from_specs(&self.passes, &specs).ok()?;
             pm.run(
@@ -98,7 +106,13 @@ impl Driver {
             .flat_map(|b| lowered.blocks[b].ops.clone())
             .filter(|&o| KernelOp::of(&lowered, o) == Some(KernelOp::Launch))
             .count();
-        Some(launches)
+        let mut tuned = 0;
+        lowered.walk(|op| {
+            if ircc_dialects::kernel::ops::Func::new(&lowered, op).is_some_and(|f| f.tuned()) {
+                tuned += 1;
+            }
+        });
+        Some((launches, tuned))
     }
 }
 
@@ -127,7 +141,12 @@ pub enum Device {
 impl Device {
     /// The plan and sources of `func`, printed for the device profile
     /// `profile` names (`--device`; the layout passes' default without).
-    fn plan(self, m: &Module, func: OpId, profile: Option<&str>) -> Result<Plan, String> {
+    pub(crate) fn plan(
+        self,
+        m: &Module,
+        func: OpId,
+        profile: Option<&str>,
+    ) -> Result<Plan, String> {
         let options = codegen_options(profile)?;
         match self {
             Device::Wgpu => ircc_wgsl::plan(m, func, options),

@@ -15,6 +15,7 @@ mod gpu;
 mod inputs;
 mod plugin;
 mod simulate;
+mod tune;
 
 pub use gpu::{Device, GpuError};
 
@@ -242,6 +243,8 @@ impl Driver {
                 Some(Command::Stats(args)) => self.stats_command(args, stdout, stderr),
                 Some(Command::Check(args)) => self.check_command(args, stdout, stderr),
                 Some(Command::Bench(args)) => self.bench_command(args, stdout, stderr),
+                Some(Command::Tune(args)) => self.tune_command(args, stdout, stderr),
+                Some(Command::Probe(args)) => tune::probe_command(args, stdout, stderr),
                 Some(Command::SimulateAttention(args)) => {
                     simulate::simulate_attention(args, stdout)
                 }
@@ -373,6 +376,9 @@ impl Driver {
         }
         if let Some(device) = args.device_profile() {
             set_device(&mut specs, &device, gpu.is_some())?;
+        }
+        if let Some(db) = &args.tuning_db {
+            set_tuning_db(&mut specs, db)?;
         }
         if let Some(dir) = &args.spec_dir {
             set_spec_files(&mut specs, dir)?;
@@ -654,6 +660,38 @@ fn insert_rules(specs: &mut Vec<PassOptions>, files: &[PathBuf]) {
         spec.values
             .insert("file".into(), file.to_string_lossy().into_owned());
         specs.insert(at + i, spec);
+    }
+}
+
+/// `--tuning-db PATH`: the database `kernel.lower` reads.
+pub(crate) fn set_tuning_db(specs: &mut [PassOptions], db: &Path) -> Result<(), Diagnostic> {
+    use ircc_passes::decl::KernelLowerOptions;
+    let path = db.to_string_lossy().into_owned();
+    let mut used = false;
+    for spec in specs
+        .iter_mut()
+        .filter(|s| s.pass == KernelLowerOptions::NAME)
+    {
+        match spec.values.get("tuning-db") {
+            Some(d) if *d != path => {
+                return Err(Diagnostic::plain(format!(
+                    "--tuning-db {path} contradicts the pipeline's {}{{tuning-db={d}}}",
+                    spec.pass
+                )));
+            }
+            _ => {
+                spec.values.insert("tuning-db".into(), path.clone());
+            }
+        }
+        used = true;
+    }
+    if used {
+        Ok(())
+    } else {
+        Err(Diagnostic::plain(format!(
+            "--tuning-db {path} does nothing: the pipeline does not lower to kernels (name one that ends in {}, such as smartmem-gpu, or run on a device: --backend wgpu, --emit wgsl, ircc bench)",
+            KernelLowerOptions::NAME
+        )))
     }
 }
 

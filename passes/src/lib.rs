@@ -7,6 +7,7 @@ pub mod index;
 pub mod kernel;
 pub mod layout;
 pub mod rules;
+pub mod tuning;
 
 /// The declarations and option structs of the passes, generated from
 /// `spec/passes.toml` by `ircc-ods`.

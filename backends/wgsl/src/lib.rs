@@ -1,15 +1,18 @@
 //! ircc's WGSL backend: `wgsl` prints each `kernel.func` as a WGSL compute
 //! shader, [`plan`] adds the shaders to the backend-neutral host plan
 //! (`ircc-plan`: buffers, pool offsets, dispatches), and `runtime`
-//! (feature `runtime`, on by default) executes a plan with wgpu.
+//! (feature `runtime`, on by default) executes a plan with wgpu, and
+//! `probe` measures a device's profile with micro-benchmarks.
 
+#[cfg(feature = "runtime")]
+pub mod probe;
 #[cfg(feature = "runtime")]
 pub mod runtime;
 pub mod wgsl;
 
 pub use ircc_plan::{BufferKind, Plan, Timing};
 #[cfg(feature = "runtime")]
-pub use runtime::Session;
+pub use runtime::{Gpu, Session};
 pub use wgsl::kernel_to_wgsl;
 
 pub use ircc_codegen::Options;

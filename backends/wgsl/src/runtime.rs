@@ -5,6 +5,7 @@
 //! an error scope or the uncaptured-error handler and returned as an ircc
 //! error naming the kernel.
 
+use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
@@ -36,15 +37,13 @@ impl Memory {
 }
 
 pub struct Session {
-    device: wgpu::Device,
-    queue: wgpu::Queue,
+    gpu: Arc<Gpu>,
     plan: Plan,
     buffers: Vec<Memory>,
     pipelines: Vec<wgpu::ComputePipeline>,
     bind_groups: Vec<wgpu::BindGroup>,
     readback: Vec<wgpu::Buffer>,
     timestamps: Option<Timestamps>,
-    errors: Arc<Mutex<Vec<String>>>,
     /// `graph` element types of the outputs, to convert results back.
     output_elems: Vec<ElemType>,
     pub adapter: String,
@@ -63,47 +62,170 @@ fn take_errors(errors: &Mutex<Vec<String>>) -> Option<String> {
     (!e.is_empty()).then(|| e.drain(..).collect::<Vec<_>>().join("; "))
 }
 
-impl Session {
-    /// Compiles `plan` on the first adapter wgpu finds (Vulkan preferred;
-    /// `WGPU_BACKEND` and `WGPU_ADAPTER_NAME` choose another).
-    pub fn new(plan: Plan, output_elems: Vec<ElemType>, weights: &Weights) -> R<Session> {
-        let mut desc = wgpu::InstanceDescriptor::new_without_display_handle().with_env();
-        if std::env::var_os("WGPU_BACKEND").is_none() {
-            desc.backends = wgpu::Backends::VULKAN;
+/// The first adapter wgpu finds: Vulkan unless `WGPU_BACKEND` names
+/// another (`WGPU_ADAPTER_NAME` picks among several).
+pub(crate) fn open_adapter() -> R<wgpu::Adapter> {
+    let mut desc = wgpu::InstanceDescriptor::new_without_display_handle().with_env();
+    if std::env::var_os("WGPU_BACKEND").is_none() {
+        desc.backends = wgpu::Backends::VULKAN;
+    }
+    let instance = wgpu::Instance::new(desc);
+    pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
+        power_preference: wgpu::PowerPreference::HighPerformance,
+        ..Default::default()
+    }))
+    .map_err(|e| {
+        format!("no GPU adapter: {e} (is a Vulkan driver installed, e.g. mesa-vulkan-drivers?)")
+    })
+}
+
+/// The errors wgpu reports outside an error scope, collected to be
+/// returned by the next call that checks.
+pub(crate) type ErrorSink = Arc<Mutex<Vec<String>>>;
+
+/// A device on `adapter` with `features` and the adapter's own limits,
+/// its uncaptured errors collected.
+pub(crate) fn open_device(
+    adapter: &wgpu::Adapter,
+    features: wgpu::Features,
+) -> R<(wgpu::Device, wgpu::Queue, ErrorSink)> {
+    let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
+        label: Some("ircc"),
+        required_features: features,
+        required_limits: adapter.limits(),
+        ..Default::default()
+    }))
+    .map_err(|e| format!("cannot open the GPU: {e}"))?;
+    let errors: ErrorSink = Arc::new(Mutex::new(Vec::new()));
+    let sink = errors.clone();
+    device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
+        if let Ok(mut v) = sink.lock() {
+            v.push(e.to_string());
         }
-        let instance = wgpu::Instance::new(desc);
-        let adapter = pollster::block_on(instance.request_adapter(&wgpu::RequestAdapterOptions {
-            power_preference: wgpu::PowerPreference::HighPerformance,
-            ..Default::default()
-        }))
-        .map_err(|e| {
-            format!("no GPU adapter: {e} (is a Vulkan driver installed, e.g. mesa-vulkan-drivers?)")
-        })?;
+    }));
+    Ok((device, queue, errors))
+}
+
+/// An open device, with the pipelines compiled on it by their WGSL, so
+/// that sessions on one device (`ircc tune`'s trials) compile each kernel
+/// once.
+pub struct Gpu {
+    device: wgpu::Device,
+    queue: wgpu::Queue,
+    info: wgpu::AdapterInfo,
+    features: wgpu::Features,
+    errors: ErrorSink,
+    pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
+}
+
+impl Gpu {
+    /// Opens the first adapter wgpu finds (Vulkan preferred;
+    /// `WGPU_BACKEND` and `WGPU_ADAPTER_NAME` choose another); `f16` asks
+    /// that it run f16 shaders.
+    pub fn open(f16: bool) -> R<Gpu> {
+        let adapter = open_adapter()?;
         let info = adapter.get_info();
         let features = adapter.features()
             & (wgpu::Features::SHADER_F16
                 | wgpu::Features::TIMESTAMP_QUERY
                 | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
-        if plan.precision == "f16" && !features.contains(wgpu::Features::SHADER_F16) {
+        if f16 && !features.contains(wgpu::Features::SHADER_F16) {
             return Err(format!(
                 "adapter '{}' cannot run f16 shaders (no SHADER_F16)",
                 info.name
             ));
         }
-        let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
-            label: Some("ircc"),
-            required_features: features,
-            required_limits: adapter.limits(),
-            ..Default::default()
-        }))
-        .map_err(|e| format!("cannot open the GPU: {e}"))?;
-        let errors = Arc::new(Mutex::new(Vec::new()));
-        let sink = errors.clone();
-        device.on_uncaptured_error(Arc::new(move |e: wgpu::Error| {
-            if let Ok(mut v) = sink.lock() {
-                v.push(e.to_string());
-            }
-        }));
+        let (device, queue, errors) = open_device(&adapter, features)?;
+        Ok(Gpu {
+            device,
+            queue,
+            info,
+            features,
+            errors,
+            pipelines: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// The adapter's name.
+    pub fn adapter(&self) -> &str {
+        &self.info.name
+    }
+
+    /// The pipeline of kernel `name`, compiled from `wgsl` unless a
+    /// session on this device compiled the same source before.
+    fn pipeline(&self, name: &str, wgsl: &str) -> wgpu::ComputePipeline {
+        if let Some(p) = self
+            .pipelines
+            .lock()
+            .ok()
+            .and_then(|m| m.get(wgsl).cloned())
+        {
+            return p;
+        }
+        // SAFETY: every loop ircc emits has constant bounds, so the
+        // guard wgpu adds against infinite loops is dropped (it costs a
+        // 64-bit counter in each matmul step). Workgroup-memory indices
+        // are in bounds by construction (tile and row offsets), and
+        // Vulkan's robust buffer access, which wgpu turns on, keeps the
+        // reads kernels make past a tensor's end (the last tile's rows,
+        // the prefetch past K) inside the binding: there the shader's
+        // own bounds clamps go too. Integer-division checks stay.
+        let module = unsafe {
+            self.device.create_shader_module_trusted(
+                wgpu::ShaderModuleDescriptor {
+                    label: Some(name),
+                    source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+                },
+                wgpu::ShaderRuntimeChecks {
+                    force_loop_bounding: false,
+                    bounds_checks: self.info.backend != wgpu::Backend::Vulkan,
+                    ..wgpu::ShaderRuntimeChecks::checked()
+                },
+            )
+        };
+        let pipeline = self
+            .device
+            .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
+                label: Some(name),
+                layout: None,
+                module: &module,
+                entry_point: Some("main"),
+                // Every template writes a workgroup-memory word before any
+                // invocation reads it, so zeroing it at each start is waste.
+                compilation_options: wgpu::PipelineCompilationOptions {
+                    zero_initialize_workgroup_memory: false,
+                    ..Default::default()
+                },
+                cache: None,
+            });
+        if let Ok(mut m) = self.pipelines.lock() {
+            m.insert(wgsl.to_string(), pipeline.clone());
+        }
+        pipeline
+    }
+}
+
+impl Session {
+    /// Compiles `plan` on a newly opened [`Gpu`].
+    pub fn new(plan: Plan, output_elems: Vec<ElemType>, weights: &Weights) -> R<Session> {
+        let gpu = Arc::new(Gpu::open(plan.precision == "f16")?);
+        Session::on(gpu, plan, output_elems, weights)
+    }
+
+    /// Compiles `plan` on `gpu`.
+    pub fn on(
+        gpu: Arc<Gpu>,
+        plan: Plan,
+        output_elems: Vec<ElemType>,
+        weights: &Weights,
+    ) -> R<Session> {
+        if plan.precision == "f16" && !gpu.features.contains(wgpu::Features::SHADER_F16) {
+            return Err(format!(
+                "adapter '{}' cannot run f16 shaders (no SHADER_F16)",
+                gpu.info.name
+            ));
+        }
+        let (device, queue, info, features) = (&gpu.device, &gpu.queue, &gpu.info, gpu.features);
         let limits = device.limits();
         let largest = plan.largest_bytes();
         if largest > limits.max_storage_buffer_binding_size {
@@ -179,40 +301,7 @@ impl Session {
         let mut bind_groups = Vec::new();
         for (d, (name, wgsl)) in plan.dispatches.iter().zip(&plan.sources) {
             let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-            // SAFETY: every loop ircc emits has constant bounds, so the
-            // guard wgpu adds against infinite loops is dropped (it costs a
-            // 64-bit counter in each matmul step). Workgroup-memory indices
-            // are in bounds by construction (tile and row offsets), and
-            // Vulkan's robust buffer access, which wgpu turns on, keeps the
-            // reads kernels make past a tensor's end (the last tile's rows,
-            // the prefetch past K) inside the binding: there the shader's
-            // own bounds clamps go too. Integer-division checks stay.
-            let module = unsafe {
-                device.create_shader_module_trusted(
-                    wgpu::ShaderModuleDescriptor {
-                        label: Some(name),
-                        source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-                    },
-                    wgpu::ShaderRuntimeChecks {
-                        force_loop_bounding: false,
-                        bounds_checks: info.backend != wgpu::Backend::Vulkan,
-                        ..wgpu::ShaderRuntimeChecks::checked()
-                    },
-                )
-            };
-            let pipeline = device.create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
-                label: Some(name),
-                layout: None,
-                module: &module,
-                entry_point: Some("main"),
-                // Every template writes a workgroup-memory word before any
-                // invocation reads it, so zeroing it at each start is waste.
-                compilation_options: wgpu::PipelineCompilationOptions {
-                    zero_initialize_workgroup_memory: false,
-                    ..Default::default()
-                },
-                cache: None,
-            });
+            let pipeline = gpu.pipeline(name, wgsl);
             let entries: Vec<wgpu::BindGroupEntry> = d
                 .bindings
                 .iter()
@@ -292,21 +381,19 @@ impl Session {
                 period_ns: queue.get_timestamp_period() as f64,
             }
         });
-        if let Some(e) = take_errors(&errors) {
+        if let Some(e) = take_errors(&gpu.errors) {
             return Err(e);
         }
         Ok(Session {
             adapter: info.name.clone(),
             backend: format!("{:?}", info.backend).to_lowercase(),
-            device,
-            queue,
+            gpu: gpu.clone(),
             plan,
             buffers,
             pipelines,
             bind_groups,
             readback,
             timestamps,
-            errors,
             output_elems,
         })
     }
@@ -317,7 +404,8 @@ impl Session {
 
     fn upload_inputs(&self, inputs: &[Tensor]) -> R<()> {
         for (id, bytes) in input_bytes(&self.plan, inputs)? {
-            self.queue
+            self.gpu
+                .queue
                 .write_buffer(self.buffers[id].buffer()?, 0, &bytes);
         }
         Ok(())
@@ -330,7 +418,7 @@ impl Session {
     /// many of the kernels take. A timed run gives each dispatch a pass of
     /// its own, whose timestamps bracket it.
     fn submit(&self, read_outputs: bool, timed: bool) -> R<()> {
-        let mut enc = self.device.create_command_encoder(&Default::default());
+        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
         let timestamps = self.timestamps.as_ref().filter(|_| timed);
         let dispatches = self.pipelines.iter().zip(&self.bind_groups).enumerate();
         match timestamps {
@@ -370,14 +458,15 @@ impl Session {
                 );
             }
         }
-        self.queue.submit([enc.finish()]);
-        self.device
+        self.gpu.queue.submit([enc.finish()]);
+        self.gpu
+            .device
             .poll(wgpu::PollType::Wait {
                 submission_index: None,
                 timeout: None,
             })
             .map_err(|e| format!("the GPU did not finish: {e}"))?;
-        match take_errors(&self.errors) {
+        match take_errors(&self.gpu.errors) {
             Some(e) => Err(format!("while running: {e}")),
             None => Ok(()),
         }
@@ -402,7 +491,8 @@ impl Session {
         slice.map_async(wgpu::MapMode::Read, move |r| {
             let _ = tx.send(r);
         });
-        self.device
+        self.gpu
+            .device
             .poll(wgpu::PollType::Wait {
                 submission_index: None,
                 timeout: None,

@@ -33,6 +33,8 @@ pub struct Launch {
     /// Tile parameters of the template (matmul: BM BN BK TM TN).
     pub tile: Option<Vec<i64>>,
     pub textures: Vec<TextureArg>,
+    /// Whether the template's parameters came from a tuning database.
+    pub tuned: bool,
 }
 
 pub struct FuncBuilder<'m> {
@@ -373,6 +375,9 @@ impl<'m> FuncBuilder<'m> {
         attrs.insert("template".into(), launch.template.into());
         if let Some(tile) = launch.tile {
             attrs.insert("tile".into(), Attribute::DenseI64Array(tile));
+        }
+        if launch.tuned {
+            attrs.insert("tuned".into(), Attribute::Bool(true));
         }
         if !launch.textures.is_empty() {
             let triples = launch

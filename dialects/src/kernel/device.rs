@@ -9,7 +9,7 @@
 use serde::Deserialize;
 
 /// The embedded profiles, by name.
-pub const PROFILES: [(&str, &str); 5] = [
+pub const PROFILES: [(&str, &str); 7] = [
     (
         "adreno640",
         include_str!("../../../spec/devices/adreno640.toml"),
@@ -23,8 +23,16 @@ pub const PROFILES: [(&str, &str); 5] = [
         include_str!("../../../spec/devices/lavapipe.toml"),
     ),
     (
+        "lavapipe_probed",
+        include_str!("../../../spec/devices/lavapipe_probed.toml"),
+    ),
+    (
         "mali_g76",
         include_str!("../../../spec/devices/mali_g76.toml"),
+    ),
+    (
+        "nvidia_h100_probed",
+        include_str!("../../../spec/devices/nvidia_h100_probed.toml"),
     ),
     (
         "nvidia_vulkan",
@@ -56,6 +64,9 @@ pub struct DeviceProfile {
     pub l2_bytes: Option<u64>,
     pub l2_line_bytes: Option<u32>,
     pub local_memory_bytes: Option<u64>,
+    /// The load width, in 32-bit words, of the best cache bandwidth:
+    /// Romou's Table 1 prunes kernels that load in other widths.
+    pub load_width: Option<u32>,
     pub memory_bandwidth_gbs: f64,
     pub texture_bandwidth_gbs: Option<f64>,
     pub peak_f32_gflops: Option<f64>,
@@ -68,7 +79,7 @@ pub struct DeviceProfile {
 }
 
 /// The optional figures, with whether a profile has each.
-fn optional_figures(p: &DeviceProfile) -> [(&'static str, bool); 13] {
+fn optional_figures(p: &DeviceProfile) -> [(&'static str, bool); 14] {
     [
         ("alus_per_unit", p.alus_per_unit.is_some()),
         (
@@ -81,6 +92,7 @@ fn optional_figures(p: &DeviceProfile) -> [(&'static str, bool); 13] {
         ("l2_bytes", p.l2_bytes.is_some()),
         ("l2_line_bytes", p.l2_line_bytes.is_some()),
         ("local_memory_bytes", p.local_memory_bytes.is_some()),
+        ("load_width", p.load_width.is_some()),
         ("texture_bandwidth_gbs", p.texture_bandwidth_gbs.is_some()),
         ("peak_f32_gflops", p.peak_f32_gflops.is_some()),
         ("peak_f16_gflops", p.peak_f16_gflops.is_some()),
@@ -127,6 +139,7 @@ impl DeviceProfile {
             p.l2_bytes,
             p.l2_line_bytes.map(u64::from),
             p.local_memory_bytes,
+            p.load_width.map(u64::from),
             p.max_texture_extent.map(u64::from),
         ];
         let rates = [

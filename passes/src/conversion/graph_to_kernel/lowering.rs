@@ -91,6 +91,8 @@ pub struct KernelBuilder<'a> {
     /// The type of the partial products this kernel writes, if it computes
     /// a product split along K.
     pub partials: Option<Type>,
+    /// Whether its parameters came from a tuning database.
+    pub tuned: bool,
 }
 
 /// The element type kernels use for a graph element type.
@@ -133,6 +135,7 @@ impl<'a> KernelBuilder<'a> {
             args: Vec::new(),
             textures: HashMap::new(),
             partials: None,
+            tuned: false,
         }
     }
 
@@ -428,6 +431,7 @@ impl<'a> KernelBuilder<'a> {
                 template,
                 tile,
                 textures,
+                tuned: self.tuned,
             },
         );
     }

@@ -43,10 +43,18 @@ pub use lowering::{ArgRole, kernel_elem, storage_elem};
 pub use templates::writes_texels;
 
 use crate::index::simplify::rules;
+use crate::tuning::database::TuningDb;
+use crate::tuning::{SharedTuning, Tuning};
+use std::cell::RefCell;
+use std::rc::Rc;
 
 pub struct KernelLower {
     float: ElemType,
     device: String,
+    tuning_db: String,
+    /// The tuning `ircc tune` shares with this pass (its trials' table,
+    /// and the tunable kernels the pass records), instead of a database.
+    shared: Option<SharedTuning>,
 }
 
 impl KernelLower {
@@ -58,7 +66,37 @@ impl KernelLower {
         KernelLower {
             float,
             device: options.device,
+            tuning_db: options.tuning_db,
+            shared: None,
         }
+    }
+
+    /// The pass lowering with `tuning`'s table, recording its tunable
+    /// kernels there.
+    pub fn tuned_by(options: KernelLowerOptions, tuning: SharedTuning) -> Self {
+        KernelLower {
+            shared: Some(tuning),
+            ..KernelLower::new(options)
+        }
+    }
+
+    /// The tuning this run lowers with: the shared one, the database's
+    /// (which must have been measured on `device`, a profile's name), or
+    /// none.
+    fn tuning(&self, device: &str) -> Result<Option<SharedTuning>, Diagnostic> {
+        if let Some(shared) = &self.shared {
+            return Ok(Some(shared.clone()));
+        }
+        if self.tuning_db.is_empty() {
+            return Ok(None);
+        }
+        let db = TuningDb::read(&self.tuning_db, device)
+            .map_err(|e| Diagnostic::plain(format!("{}: {e}", KernelLowerOptions::NAME)))?;
+        Ok(Some(Rc::new(RefCell::new(Tuning {
+            table: db.table(),
+            source: format!("tuning database {}", self.tuning_db),
+            seen: Default::default(),
+        }))))
     }
 }
 
@@ -225,6 +263,9 @@ impl Pass for KernelLower {
             textures: HashMap::new(),
             partials: HashSet::new(),
             compute_units: i64::from(device.compute_units),
+            tuning: self
+                .tuning(&device.name)
+                .map_err(|d| Diagnostics(vec![d]))?,
         };
         for f in module.functions() {
             lower_function(module, &mut lowering, f).map_err(|d| Diagnostics(vec![d]))?;

@@ -19,6 +19,9 @@ use super::lowering::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinear
 use super::product::Product;
 use super::values::{Reduction, is_pointwise, tensor_shape};
 use crate::index::simplify::{Idx, Ranges};
+use crate::tuning::prune::KernelFacts;
+use crate::tuning::space::{MatmulConfig, ProductShape};
+use crate::tuning::{SharedTuning, Tunable};
 
 type R<T> = Result<T, String>;
 
@@ -101,6 +104,9 @@ pub(crate) struct Lowering<'a> {
     pub partials: HashSet<ValueId>,
     /// The device's compute units (its profile's), which split-K fills.
     pub compute_units: i64,
+    /// The tuned parameters products take, and where the tunable kernels
+    /// lowered are recorded.
+    pub tuning: Option<SharedTuning>,
 }
 
 /// Whether the kernel of top-level op `op` (a group or a lone op) is the
@@ -138,8 +144,11 @@ pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group
         let mut built = build(m, lowering, &group_inputs, group, template, &primary)?;
         if let Some(partials) = built.partials {
             // The product was split along K: an element-wise kernel sums
-            // the partial products and computes the outputs from them.
+            // the partial products and computes the outputs from them
+            // (timed with the product when tuning).
             group_inputs.push((anchor_result, partials));
+            let key = built.tuning_key.take();
+            let counter = lowering.counter;
             built = build(
                 m,
                 lowering,
@@ -148,6 +157,10 @@ pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group
                 Template::Elementwise,
                 &primary,
             )?;
+            if let (Some(key), Some(tuning)) = (key, &lowering.tuning) {
+                let name = format!("k{counter}_{}", short(m, group.anchor));
+                record_kernel(tuning, &key, &name);
+            }
         }
         for (host, r) in built.replaced {
             let inner = primary.iter().find(|&&(_, h)| h == host).map(|&(i, _)| i);
@@ -182,6 +195,8 @@ pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group
 struct Built {
     replaced: Vec<(ValueId, ValueId)>,
     partials: Option<ValueId>,
+    /// The tuning signature of a product's kernel.
+    tuning_key: Option<String>,
 }
 
 fn build(
@@ -240,6 +255,7 @@ fn build(
         .chain(outputs.iter().map(|&(_, host)| host))
         .filter_map(|v| Some((v, lowering.textures.get(&v)?.clone())))
         .collect();
+    let mut tuning_key = None;
     let (args, partials_type) = {
         let mut kb = KernelBuilder::new(
             m,
@@ -253,7 +269,9 @@ fn build(
         kb.textures = textures.clone();
         match template {
             Template::Elementwise => elementwise(&mut kb, outputs)?,
-            Template::Matmul => matmul(&mut kb, group.anchor, outputs, lowering.compute_units)?,
+            Template::Matmul => {
+                tuning_key = Some(matmul(&mut kb, group.anchor, outputs, lowering)?);
+            }
             Template::Row => row(&mut kb, group.anchor, outputs)?,
             Template::Attention => {
                 attention::attention_tiled(&mut kb, group.anchor, outputs, target())?
@@ -287,12 +305,16 @@ fn build(
     let launch = m.create_op(
         OpBuilder::new(KernelOp::Launch.name())
             .operands(launch_inputs)
-            .attr("kernel", Attribute::SymbolRef(vec![name]))
+            .attr("kernel", Attribute::SymbolRef(vec![name.clone()]))
             .results(types)
             .loc(m.op(group.op).loc.clone()),
     );
     m.insert_before(group.op, launch);
     let mut built = Built::default();
+    if let (Some(key), Some(tuning)) = (&tuning_key, &lowering.tuning) {
+        record_kernel(tuning, key, &name);
+    }
+    built.tuning_key = tuning_key;
     for (i, h) in launch_outputs.into_iter().enumerate() {
         let r = m.op(launch).results[i];
         let Some(h) = h else {
@@ -307,6 +329,13 @@ fn build(
         }
     }
     Ok(built)
+}
+
+/// Notes that kernel `name` is (part of) the product of signature `key`.
+fn record_kernel(tuning: &SharedTuning, key: &str, name: &str) {
+    if let Some(t) = tuning.borrow_mut().seen.get_mut(key) {
+        t.kernels.push(name.to_string());
+    }
 }
 
 /// Whether `v` is computed from `target` within its group.
@@ -559,15 +588,103 @@ impl Tiling {
     }
 }
 
+impl Tiling {
+    /// The template's parameters for this tiling: square workgroups of
+    /// the target's side, a square register tile, and K steps whose
+    /// operand tiles fill the target's `matmul_tile_words`.
+    pub fn config(&self) -> MatmulConfig {
+        let side = target().matmul_workgroup;
+        MatmulConfig {
+            workgroup_x: side,
+            workgroup_y: side,
+            rows: self.register_tile,
+            cols: self.register_tile,
+            k_step: target().matmul_tile_words / (side * self.register_tile),
+            splits: self.splits,
+            local_memory: true,
+        }
+    }
+}
+
+/// The signature a tuning database keys a product's kernel by: the
+/// anchor, the product's dimensions, its operands' shapes and the float
+/// type (so kernels that address memory alike share parameters).
+fn tuning_key(kb: &KernelBuilder, anchor: OpId, p: &ProductShape) -> String {
+    let m = kb.m();
+    let shapes: Vec<String> = m
+        .op(anchor)
+        .operands
+        .iter()
+        .take(2)
+        .map(|&v| format!("{:?}", shape_of(m, v)))
+        .collect();
+    format!(
+        "{} m={} n={} k={} batches={} {} {}",
+        short(m, anchor),
+        p.m,
+        p.n,
+        p.k,
+        p.batches,
+        shapes.join("x").replace(' ', ""),
+        kb.float
+    )
+}
+
+/// The configuration of the product `key` names: the tuning table's
+/// where it has the signature (checked against the product), else the
+/// target's heuristic; with whether it was tuned.
+fn configure(
+    kb: &KernelBuilder,
+    lowering: &Lowering,
+    key: &str,
+    shape: ProductShape,
+) -> R<(MatmulConfig, bool)> {
+    let default = Tiling::choose(
+        shape.m,
+        shape.n,
+        shape.k,
+        shape.batches,
+        lowering.compute_units,
+    )
+    .config();
+    let Some(tuning) = &lowering.tuning else {
+        return Ok((default, false));
+    };
+    let mut tuning = tuning.borrow_mut();
+    let reads_buffers = kb.inputs.values().any(|i| match i {
+        Input::Memory { stored, .. } => !kb.textures.contains_key(stored),
+        Input::Partials { .. } => true,
+        Input::Splat(_) => false,
+    });
+    let seen = tuning.seen.entry(key.to_string()).or_insert(Tunable {
+        facts: KernelFacts::new(shape, reads_buffers),
+        default,
+        instances: 0,
+        kernels: Vec::new(),
+    });
+    seen.instances += 1;
+    let Some(config) = tuning.table.get(key).copied() else {
+        return Ok((default, false));
+    };
+    if let Some(why) = config.invalid(&shape, target()) {
+        return Err(format!(
+            "{}: the parameters for '{key}' do not fit it: {why}",
+            tuning.source
+        ));
+    }
+    Ok((config, true))
+}
+
 /// A tiled matrix product (matmul or gemm) with its epilogue; where the
-/// tiling splits K, its partial products only (an element-wise kernel
-/// sums them and computes the outputs).
+/// configuration splits K, its partial products only (an element-wise
+/// kernel sums them and computes the outputs). Returns the kernel's
+/// tuning signature.
 fn matmul(
     kb: &mut KernelBuilder,
     anchor: OpId,
     outputs: &[(ValueId, ValueId)],
-    compute_units: i64,
-) -> R<()> {
+    lowering: &Lowering,
+) -> R<String> {
     let product = Product::of(kb, anchor)?;
     let c = kb.m().op(anchor).results[0];
     let (mm, nn, kk, batch_shape) = product.dims(kb)?;
@@ -575,15 +692,30 @@ fn matmul(
     if batches > target().max_workgroups_per_dimension {
         return Err(format!("{batches} matrix products exceed the grid"));
     }
-    let tiling = Tiling::choose(mm, nn, kk, batches, compute_units);
-    let (reg, splits) = (tiling.register_tile, tiling.splits);
-    let tile = target().matmul_workgroup * reg;
-    let (gx, gy) = ((nn + tile - 1) / tile, (mm + tile - 1) / tile);
+    let shape = ProductShape {
+        m: mm,
+        n: nn,
+        k: kk,
+        batches,
+    };
+    let key = tuning_key(kb, anchor, &shape);
+    let (config, tuned) = configure(kb, lowering, &key, shape)?;
+    let MatmulConfig {
+        workgroup_x: wgx,
+        workgroup_y: wgy,
+        rows,
+        cols,
+        k_step: bk,
+        splits,
+        local_memory,
+    } = config;
+    let (tile_m, tile_n) = (config.tile_m(), config.tile_n());
+    let [gx, gy, _] = config.grid(&shape);
     if gx > target().max_workgroups_per_dimension || gy > target().max_workgroups_per_dimension {
         return Err("the matrix is too large for one grid".to_string());
     }
-    let lx = kb.id(IdKind::Local, 0, target().matmul_workgroup);
-    let ly = kb.id(IdKind::Local, 1, target().matmul_workgroup);
+    let lx = kb.id(IdKind::Local, 0, wgx);
+    let ly = kb.id(IdKind::Local, 1, wgy);
     let wx = kb.id(IdKind::Workgroup, 0, gx);
     let wy = kb.id(IdKind::Workgroup, 1, gy);
     let wz = if batches * splits > 1 {
@@ -606,137 +738,185 @@ fn matmul(
     let at = |kb: &mut KernelBuilder, which: usize, row: Ix, col: Ix| -> R<ValueId> {
         product.operand(kb, which, &batch, row, col)
     };
-    // Operand tiles of the target's matmul_tile_words words: the K step grows as the tile
-    // shrinks, so a small tile still issues four loads per operand and
-    // invocation per step instead of paying a full memory latency for one.
-    let bk = target().matmul_tile_words / tile;
-    // With a 4×4 register tile an invocation's rows and columns are
-    // adjacent, and each K step reads them as one vec4 from each tile: B is
-    // [k][column], A is stored transposed, [k][row], its rows padded by four
-    // words so the transposing stores spread over the banks. Smaller
-    // register tiles read words a workgroup side apart, so neighbours read neighbouring
-    // words (no bank conflicts), from A as [row][k].
-    let vec4 = reg == 4;
-    let a_row = if vec4 { tile + 4 } else { bk };
-    let a_tile = kb
-        .ir
-        .alloc(if vec4 { bk * a_row } else { tile * bk }, ElemType::F32);
-    let b_tile = kb.ir.alloc(bk * tile, ElemType::F32);
-    let mine = |lane: &Ix, i: i64| {
-        if vec4 {
-            lane.clone() * Ix::constant(reg) + Ix::constant(i)
+    // An invocation's rows (columns) are adjacent where it reads them as
+    // vec4s from the tile in workgroup memory; otherwise they are a
+    // workgroup side apart, so that neighbouring invocations read
+    // neighbouring words (no bank conflicts, coalesced loads).
+    let (vec4_rows, vec4_cols) = (config.vec4_rows(), config.vec4_cols());
+    let row_of = |i: i64| {
+        if vec4_rows {
+            ly.clone() * Ix::constant(rows) + Ix::constant(i)
         } else {
-            lane.clone() + Ix::constant(i * target().matmul_workgroup)
+            ly.clone() + Ix::constant(i * wgy)
         }
     };
-    let a_slot = |e: Ix| {
-        if vec4 {
-            let (row, k) = (
-                e.clone().floor_div(Ix::constant(bk)),
-                e.modulo(Ix::constant(bk)),
-            );
-            k * Ix::constant(a_row) + row
+    let col_of = |j: i64| {
+        if vec4_cols {
+            lx.clone() * Ix::constant(cols) + Ix::constant(j)
         } else {
-            e
+            lx.clone() + Ix::constant(j * wgx)
         }
     };
-    let tid = ly.clone() * Ix::constant(target().matmul_workgroup) + lx.clone();
-    let zero = kb.ir.constant(0.0, ElemType::F32);
     // This workgroup's K steps: the `split`th of `splits` equal ranges.
-    debug_assert_eq!((kk + bk - 1) / bk % splits, 0, "splits divide K's steps");
-    let k_tiles = (kk + bk - 1) / bk / splits;
+    debug_assert_eq!(config.steps(kk) % splits, 0, "splits divide K's steps");
+    let k_tiles = config.steps(kk) / splits;
     let first_tile = split.clone() * Ix::constant(k_tiles);
     let first_tile = (splits > 1).then_some(first_tile);
-    let loads_per_thread =
-        target().matmul_tile_words / (target().matmul_workgroup * target().matmul_workgroup);
-    let slot = |l: i64| {
-        tid.clone() + Ix::constant(l * target().matmul_workgroup * target().matmul_workgroup)
+    let step_k = |kt: Ix| match &first_tile {
+        Some(first) => (kt + first.clone()) * Ix::constant(bk),
+        None => kt * Ix::constant(bk),
     };
-    // This invocation's share of the operand tiles at K step `kt`, A and B
-    // interleaved.
-    let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<ValueId>> {
-        let kt = match &first_tile {
-            Some(first) => kt + first.clone(),
-            None => kt,
-        };
-        let mut words = Vec::new();
-        for l in 0..loads_per_thread {
-            let e = slot(l);
-            let (ar, ac) = (
-                e.clone().floor_div(Ix::constant(bk)),
-                e.clone().modulo(Ix::constant(bk)),
-            );
-            let k = kt.clone() * Ix::constant(bk) + ac;
-            let row = wy.clone() * Ix::constant(tile) + ar;
-            let v = at(kb, 0, row, k.clone())?;
-            words.push(zero_beyond(kb, v, &k, kk, bk));
-            let (br, bc) = (
-                e.clone().floor_div(Ix::constant(tile)),
-                e.modulo(Ix::constant(tile)),
-            );
-            let k = kt.clone() * Ix::constant(bk) + br;
-            let col = wx.clone() * Ix::constant(tile) + bc;
-            let v = at(kb, 1, k.clone(), col)?;
-            words.push(zero_beyond(kb, v, &k, kk, bk));
+    let fma = |kb: &mut KernelBuilder, acc: &[ValueId], xs: &[ValueId], ys: &[ValueId]| {
+        let mut next = Vec::new();
+        for (i, &x) in xs.iter().enumerate() {
+            for (j, &y) in ys.iter().enumerate() {
+                let p = kb.ir.binary(BinaryFn::Mul, x, y);
+                next.push(kb.ir.binary(BinaryFn::Add, acc[i * cols as usize + j], p));
+            }
         }
-        Ok(words)
+        next
     };
-    // Software pipelining: the loads of step kt + 1 are issued before the
-    // products of step kt, so their latency hides behind the arithmetic.
-    // The last step fetches one tile past K, which is never used.
-    let accs_len = (reg * reg) as usize;
-    let mut init = vec![zero; accs_len];
-    init.extend(fetch(kb, Ix::constant(0))?);
-    let carried = kb.for_loop(k_tiles, init, &mut |kb, kt, carried| {
-        let (acc, words) = carried.split_at(accs_len);
-        for (l, pair) in words.chunks(2).enumerate() {
-            kb.store(pair[0], a_tile, &a_slot(slot(l as i64)));
-            kb.store(pair[1], b_tile, &slot(l as i64));
-        }
-        kb.ir.barrier();
-        let prefetched = fetch(kb, kt + Ix::constant(1))?;
-        let mut next = kb.for_loop(bk, acc.to_vec(), &mut |kb, k, acc| {
-            let (xs, ys): (Vec<ValueId>, Vec<ValueId>) = if vec4 {
-                let a = k.clone() * Ix::constant(a_row) + mine(&ly, 0);
-                let b = k.clone() * Ix::constant(tile) + mine(&lx, 0);
-                (kb.load4(a_tile, &a).to_vec(), kb.load4(b_tile, &b).to_vec())
+    let accs_len = (rows * cols) as usize;
+    let carried = if local_memory {
+        // B's tile is [k][column]; A's is [row][k], or where its rows are
+        // read as vec4s, [k][row] with rows padded by four words so the
+        // transposing stores spread over the banks.
+        let a_row = if vec4_rows { tile_m + 4 } else { bk };
+        let a_tile = kb.ir.alloc(
+            if vec4_rows { bk * a_row } else { tile_m * bk },
+            ElemType::F32,
+        );
+        let b_tile = kb.ir.alloc(bk * tile_n, ElemType::F32);
+        let zero = kb.ir.constant(0.0, ElemType::F32);
+        let a_slot = |e: Ix| {
+            if vec4_rows {
+                let (row, k) = (
+                    e.clone().floor_div(Ix::constant(bk)),
+                    e.modulo(Ix::constant(bk)),
+                );
+                k * Ix::constant(a_row) + row
             } else {
-                let xs = (0..reg)
-                    .map(|i| kb.load(a_tile, &(mine(&ly, i) * Ix::constant(bk) + k.clone())))
-                    .collect();
-                let ys = (0..reg)
-                    .map(|j| kb.load(b_tile, &(k.clone() * Ix::constant(tile) + mine(&lx, j))))
-                    .collect();
-                (xs, ys)
-            };
-            let mut next = Vec::new();
-            for (i, &x) in xs.iter().enumerate() {
-                for (j, &y) in ys.iter().enumerate() {
-                    let p = kb.ir.binary(BinaryFn::Mul, x, y);
-                    next.push(kb.ir.binary(BinaryFn::Add, acc[i * reg as usize + j], p));
+                e
+            }
+        };
+        let threads = config.invocations();
+        let tid = ly.clone() * Ix::constant(wgx) + lx.clone();
+        let slot = |l: i64| tid.clone() + Ix::constant(l * threads);
+        let (a_loads, b_loads) = config.loads_per_invocation();
+        // The words this invocation loads into the tiles at K step `kt`,
+        // A's and B's interleaved: (which tile, its slot, the word).
+        let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<(usize, Ix, ValueId)>> {
+            let k0 = step_k(kt);
+            let mut words = Vec::new();
+            for l in 0..a_loads.max(b_loads) {
+                let e = slot(l);
+                if l < a_loads {
+                    let (ar, ac) = (
+                        e.clone().floor_div(Ix::constant(bk)),
+                        e.clone().modulo(Ix::constant(bk)),
+                    );
+                    let k = k0.clone() + ac;
+                    let row = wy.clone() * Ix::constant(tile_m) + ar;
+                    let v = at(kb, 0, row, k.clone())?;
+                    words.push((0, a_slot(e.clone()), zero_beyond(kb, v, &k, kk, bk)));
+                }
+                if l < b_loads {
+                    let (br, bc) = (
+                        e.clone().floor_div(Ix::constant(tile_n)),
+                        e.clone().modulo(Ix::constant(tile_n)),
+                    );
+                    let k = k0.clone() + br;
+                    let col = wx.clone() * Ix::constant(tile_n) + bc;
+                    let v = at(kb, 1, k.clone(), col)?;
+                    words.push((1, e, zero_beyond(kb, v, &k, kk, bk)));
                 }
             }
+            Ok(words)
+        };
+        // Software pipelining: the loads of step kt + 1 are issued before
+        // the products of step kt, so their latency hides behind the
+        // arithmetic. The last step fetches one tile past K, never used.
+        let first = fetch(kb, Ix::constant(0))?;
+        let places: Vec<(usize, Ix)> = first.iter().map(|(w, s, _)| (*w, s.clone())).collect();
+        let mut init = vec![zero; accs_len];
+        init.extend(first.iter().map(|(_, _, v)| *v));
+        let carried = kb.for_loop(k_tiles, init, &mut |kb, kt, carried| {
+            let (acc, words) = carried.split_at(accs_len);
+            for ((which, at), &word) in places.iter().zip(words) {
+                kb.store(word, if *which == 0 { a_tile } else { b_tile }, at);
+            }
+            kb.ir.barrier();
+            let prefetched = fetch(kb, kt + Ix::constant(1))?;
+            let mut next = kb.for_loop(bk, acc.to_vec(), &mut |kb, k, acc| {
+                let xs: Vec<ValueId> = if vec4_rows {
+                    (0..rows / 4)
+                        .flat_map(|q| {
+                            let a = k.clone() * Ix::constant(a_row) + row_of(4 * q);
+                            kb.load4(a_tile, &a)
+                        })
+                        .collect()
+                } else {
+                    (0..rows)
+                        .map(|i| kb.load(a_tile, &(row_of(i) * Ix::constant(bk) + k.clone())))
+                        .collect()
+                };
+                let ys: Vec<ValueId> = if vec4_cols {
+                    (0..cols / 4)
+                        .flat_map(|q| {
+                            let b = k.clone() * Ix::constant(tile_n) + col_of(4 * q);
+                            kb.load4(b_tile, &b)
+                        })
+                        .collect()
+                } else {
+                    (0..cols)
+                        .map(|j| kb.load(b_tile, &(k.clone() * Ix::constant(tile_n) + col_of(j))))
+                        .collect()
+                };
+                Ok(fma(kb, acc, &xs, &ys))
+            })?;
+            kb.ir.barrier();
+            next.extend(prefetched.into_iter().map(|(_, _, v)| v));
             Ok(next)
         })?;
-        kb.ir.barrier();
-        next.extend(prefetched);
-        Ok(next)
-    })?;
-    let accs = &carried[..accs_len];
-    for i in 0..reg {
-        for j in 0..reg {
-            let row = wy.clone() * Ix::constant(tile) + mine(&ly, i);
-            let col = wx.clone() * Ix::constant(tile) + mine(&lx, j);
+        carried[..accs_len].to_vec()
+    } else {
+        // Each invocation loads its own rows of A and columns of B,
+        // through the caches.
+        let zero = kb.ir.constant(0.0, ElemType::F32);
+        kb.for_loop(k_tiles, vec![zero; accs_len], &mut |kb, kt, acc| {
+            let k0 = step_k(kt);
+            kb.for_loop(bk, acc.to_vec(), &mut |kb, k, acc| {
+                let k = k0.clone() + k;
+                let mut xs = Vec::new();
+                for i in 0..rows {
+                    let row = wy.clone() * Ix::constant(tile_m) + row_of(i);
+                    let v = at(kb, 0, row, k.clone())?;
+                    xs.push(zero_beyond(kb, v, &k, kk, bk));
+                }
+                let mut ys = Vec::new();
+                for j in 0..cols {
+                    let col = wx.clone() * Ix::constant(tile_n) + col_of(j);
+                    let v = at(kb, 1, k.clone(), col)?;
+                    ys.push(zero_beyond(kb, v, &k, kk, bk));
+                }
+                Ok(fma(kb, acc, &xs, &ys))
+            })
+        })?
+    };
+    for i in 0..rows {
+        for j in 0..cols {
+            let row = wy.clone() * Ix::constant(tile_m) + row_of(i);
+            let col = wx.clone() * Ix::constant(tile_n) + col_of(j);
             let mut flags = Vec::new();
-            if mm % tile != 0 {
+            if mm % tile_m != 0 {
                 flags.push(kb.index_cmp(CmpPred::Lt, &row, mm));
             }
-            if nn % tile != 0 {
+            if nn % tile_n != 0 {
                 flags.push(kb.index_cmp(CmpPred::Lt, &col, nn));
             }
             let cond = (!flags.is_empty()).then(|| kb.ir.all(flags));
             let idx = product.result_index(&batch, row, col);
-            let acc = accs[(i * reg + j) as usize];
+            let acc = carried[(i * cols + j) as usize];
             guarded(kb, cond, &mut |kb| {
                 if splits > 1 {
                     let mut at = vec![split.clone()];
@@ -751,17 +931,18 @@ fn matmul(
             })?;
         }
     }
-    let mut tile_parameters = vec![tile, tile, bk, reg, reg];
+    let mut tile_parameters = vec![tile_m, tile_n, bk, rows, cols];
     if splits > 1 {
         tile_parameters.push(splits);
     }
+    kb.tuned = tuned;
     kb.finish(
-        [target().matmul_workgroup, target().matmul_workgroup, 1],
+        [wgx, wgy, 1],
         [gx, gy, batches * splits],
         FuncTemplate::MatmulTiled,
         Some(tile_parameters),
     );
-    Ok(())
+    Ok(key)
 }
 
 fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64, bk: i64) -> ValueId {

@@ -1,0 +1,296 @@
+//! Tuning (issue 18): every point of the matmul template's space a
+//! database can give a product computes it (kernel interpreter, wgpu);
+//! databases of another device, format or template version, or corrupt
+//! ones, are refused; `ircc tune` on lavapipe makes the reduced Swin-T
+//! and ConvNeXt-T faster than the untuned defaults.
+
+mod common;
+
+use common::{TemplateCase, ircc, root, scratch_dir};
+use ircc_dialects::kernel::Target;
+use ircc_passes::tuning::database::{Entry, TuningDb};
+use ircc_passes::tuning::space::{MatmulConfig, ProductShape, TuningSpec};
+
+const PRODUCTS: TemplateCase = TemplateCase {
+    file: "tests/data/tuned_products.ir",
+    inputs: &[
+        ("x", &[13, 37]),
+        ("w", &[37, 10]),
+        ("p", &[2, 9, 20]),
+        ("q", &[2, 20, 6]),
+        ("i", &[1, 3, 9, 9]),
+        ("k", &[5, 3, 3, 3]),
+        ("kb", &[5]),
+    ],
+    results: 3,
+};
+
+/// `ircc tune --space-only --json` of `file`: each signature and its product.
+fn signatures(file: &str, device: &str) -> Vec<(String, ProductShape)> {
+    let dir = scratch_dir("space");
+    let db = dir.join("db.toml");
+    let out = ircc(&[
+        "tune",
+        file,
+        "--pipeline",
+        "smartmem",
+        "--device",
+        device,
+        "--tuning-db",
+        db.to_str().unwrap(),
+        "--space-only",
+        "--json",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    report["kernels"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|k| {
+            let n = |f: &str| k[f].as_i64().unwrap();
+            let shape = ProductShape {
+                m: n("m"),
+                n: n("n"),
+                k: n("k"),
+                batches: n("batches"),
+            };
+            (k["key"].as_str().unwrap().to_string(), shape)
+        })
+        .collect()
+}
+
+/// A database giving each signature the `i`th of `samples` points spread
+/// over its valid ones.
+fn sampled_db(signatures: &[(String, ProductShape)], i: usize, samples: usize) -> TuningDb {
+    let points = TuningSpec::builtin().matmul_tiled.points();
+    let mut db = TuningDb::new("nvidia_vulkan");
+    for (key, shape) in signatures {
+        let valid: Vec<MatmulConfig> = points
+            .iter()
+            .filter(|c| c.invalid(shape, Target::webgpu()).is_none())
+            .copied()
+            .collect();
+        // A stride coprime to most lengths, so the samples differ in
+        // every parameter.
+        let config = valid[(i * valid.len() / samples + i * 7919) % valid.len()];
+        let entry = Entry {
+            config,
+            median_us: 1.0,
+            default_us: 1.0,
+            trials: 1,
+        };
+        db.entries.insert(key.clone(), entry);
+    }
+    db
+}
+
+#[test]
+fn sampled_points_of_the_space_compute_the_products() {
+    let file = root().join(PRODUCTS.file);
+    let file = file.to_str().unwrap();
+    let signatures = signatures(file, "nvidia_vulkan");
+    assert_eq!(signatures.len(), 3, "{signatures:?}");
+    let dir = scratch_dir("sampled");
+    let samples = 24;
+    let mut used = Vec::new();
+    for i in 0..samples {
+        let db = sampled_db(&signatures, i, samples);
+        used.extend(db.entries.values().map(|e| e.config));
+        let path = dir.join(format!("db{i}.toml"));
+        std::fs::write(&path, db.to_text()).unwrap();
+        let out = ircc(&[
+            "check",
+            file,
+            "--pipeline",
+            "smartmem-gpu",
+            "--device",
+            "nvidia_vulkan",
+            "--tuning-db",
+            path.to_str().unwrap(),
+        ]);
+        assert_eq!(
+            out.code,
+            0,
+            "{}\n{}{}",
+            db.to_text(),
+            out.stdout,
+            out.stderr
+        );
+    }
+    // The samples cover both paths, both vector reads, and split K.
+    let any = |f: &dyn Fn(&MatmulConfig) -> bool| used.iter().any(f);
+    assert!(any(&|c| !c.local_memory) && any(&|c| c.local_memory));
+    assert!(any(&|c| c.vec4_rows()) && any(&|c| c.vec4_cols() && !c.vec4_rows()));
+    assert!(any(&|c| c.splits > 1) && any(&|c| c.rows != c.cols));
+}
+
+#[test]
+fn tuned_kernels_match_the_interpreter_on_wgpu() {
+    if !common::gpu_available() {
+        return;
+    }
+    let file = root().join(PRODUCTS.file);
+    let signatures = signatures(file.to_str().unwrap(), "nvidia_vulkan");
+    let dir = scratch_dir("sampled_gpu");
+    for i in [0, 5, 11, 17] {
+        let path = dir.join(format!("db{i}.toml"));
+        std::fs::write(&path, sampled_db(&signatures, i, 24).to_text()).unwrap();
+        let args = [
+            "--pipeline",
+            "smartmem",
+            "--backend",
+            "wgpu",
+            "--tuning-db",
+            path.to_str().unwrap(),
+        ];
+        let diff = common::template_difference(&PRODUCTS, &args);
+        assert!(diff <= 1e-5, "sample {i}: {diff:e}");
+    }
+}
+
+#[test]
+fn bad_databases_are_refused_naming_the_file() {
+    let file = root().join(PRODUCTS.file);
+    let file = file.to_str().unwrap();
+    let dir = scratch_dir("bad_db");
+    let signatures = signatures(file, "nvidia_vulkan");
+    let good = sampled_db(&signatures, 0, 24).to_text();
+    let first_key = &signatures[0].0;
+    let cases = [
+        ("format = 1", "format = 2", "format 2"),
+        (
+            "device = \"nvidia_vulkan\"",
+            "device = \"lavapipe\"",
+            "measured on device 'lavapipe'",
+        ),
+        (
+            "templates = \"matmul_tiled/1\"",
+            "templates = \"matmul_tiled/0\"",
+            "stale",
+        ),
+        ("[[kernel]]", "[[kernel]", "not readable"),
+        ("splits = ", "splits = 4096 #", "do not fit"),
+    ];
+    for (from, to, expected) in cases {
+        let path = dir.join("db.toml");
+        std::fs::write(&path, good.replacen(from, to, 1)).unwrap();
+        let out = ircc(&[
+            file,
+            "--pipeline",
+            "smartmem-gpu",
+            "--device",
+            "nvidia_vulkan",
+            "--tuning-db",
+            path.to_str().unwrap(),
+        ]);
+        assert_ne!(out.code, 0, "{from} -> {to}");
+        assert!(
+            out.stderr.contains(expected) && out.stderr.contains("db.toml"),
+            "{from} -> {to}: {}",
+            out.stderr
+        );
+        assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
+    }
+    // A pipeline that does not lower reads no database, and says so.
+    let out = ircc(&[file, "--pipeline", "smartmem", "--tuning-db", "db.toml"]);
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("does nothing"), "{}", out.stderr);
+    assert!(!first_key.is_empty());
+}
+
+/// On lavapipe, a few trials per signature already make the networks
+/// faster than the target's defaults (sized for GPUs: 256 invocations a
+/// workgroup is many for a CPU), and `ircc stats` counts the kernels
+/// that took tuned parameters.
+#[test]
+fn tuning_on_lavapipe_makes_swin_and_convnext_faster() {
+    if !common::gpu_available() {
+        return;
+    }
+    for model in ["swin_t_w24_dynamo", "convnext_w16_dynamo"] {
+        let file = root().join(format!("tests/models/{model}.onnx"));
+        let file = file.to_str().unwrap();
+        let dir = scratch_dir(&format!("tune_{model}"));
+        let db = dir.join("lavapipe.toml");
+        let db = db.to_str().unwrap();
+        let tune = |budget: &str| {
+            let out = ircc(&[
+                "tune",
+                file,
+                "--pipeline",
+                "smartmem",
+                "--device",
+                "lavapipe",
+                "--tuning-db",
+                db,
+                "--budget",
+                budget,
+                "--runs",
+                "2",
+                "--json",
+            ]);
+            assert_eq!(out.code, 0, "{}", out.stderr);
+            serde_json::from_str::<serde_json::Value>(&out.stdout).unwrap()
+        };
+        let report = tune("3");
+        let (untuned, tuned) = (
+            report["untuned_ms"].as_f64().unwrap(),
+            report["tuned_ms"].as_f64().unwrap(),
+        );
+        assert!(
+            tuned < untuned,
+            "{model}: tuned {tuned} ms, untuned {untuned} ms"
+        );
+        let kernels = report["kernels"].as_array().unwrap();
+        for k in kernels {
+            assert!(k["tuned_us"].as_f64() <= k["default_us"].as_f64(), "{k}");
+            assert!(k["pruned"].as_u64() < k["valid"].as_u64(), "{k}");
+        }
+        let read = TuningDb::read(db, "lavapipe").unwrap();
+        assert_eq!(read.entries.len(), kernels.len());
+        // The database is canonical: read and written back, it is the same.
+        assert_eq!(read.to_text(), std::fs::read_to_string(db).unwrap());
+        let stats = ircc(&[
+            "stats",
+            file,
+            "--pipeline",
+            "smartmem",
+            "--device",
+            "lavapipe",
+            "--tuning-db",
+            db,
+            "--json",
+        ]);
+        assert_eq!(stats.code, 0, "{}", stats.stderr);
+        let stats: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
+        assert!(stats["tuned_kernels"].as_u64().unwrap() >= kernels.len() as u64);
+    }
+}
+
+/// `ircc probe --quick` measures the adapter (lavapipe in CI) within a
+/// minute, and what it writes reads as a device profile whose every figure
+/// says how it was measured.
+#[test]
+fn the_quick_probe_writes_a_profile() {
+    if !common::gpu_available() {
+        return;
+    }
+    let dir = scratch_dir("probe_profile");
+    let path = dir.join("probed.toml");
+    let start = std::time::Instant::now();
+    let out = ircc(&["probe", "--quick", "-o", path.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+    let text = std::fs::read_to_string(&path).unwrap();
+    let profile = ircc_dialects::kernel::DeviceProfile::parse(&text)
+        .unwrap_or_else(|e| panic!("{e}\n{text}"));
+    assert_eq!(profile.name, "probed");
+    assert!(profile.compute_units > 0 && profile.memory_bandwidth_gbs > 0.0);
+    let lines: Vec<&str> = text.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if !l.is_empty() && !l.starts_with('#') && !l.starts_with("unknown") {
+            assert!(lines[i - 1].starts_with("# method: "), "no method for {l}");
+        }
+    }
+}
