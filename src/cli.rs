@@ -167,7 +167,7 @@ pub struct TuneArgs {
     /// Search every valid configuration, not only those pruning keeps.
     #[arg(long)]
     pub no_prune: bool,
-    /// Timed runs of the model per trial, after as many warm-up runs.
+    /// Timed runs of the model per trial, after warm-up runs worth about a quarter of a second.
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
     /// Print each kernel signature's space (all points, the valid ones,

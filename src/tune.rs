@@ -10,6 +10,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::rc::Rc;
+#[cfg(feature = "wgpu")]
 use std::time::Instant;
 
 use ircc_core::Module;
@@ -18,12 +19,17 @@ use ircc_core::pass::{PassManager, PassOptions, PassRegistry, RunOptions};
 use ircc_dialects::kernel::{DeviceProfile, Target};
 use ircc_passes::conversion::graph_to_kernel::KernelLower;
 use ircc_passes::decl::KernelLowerOptions;
-use ircc_passes::tuning::database::{Entry, TuningDb};
+#[cfg(feature = "wgpu")]
+use ircc_passes::tuning::database::Entry;
+use ircc_passes::tuning::database::TuningDb;
+#[cfg(feature = "wgpu")]
 use ircc_passes::tuning::search::{Search, Strategy};
 use ircc_passes::tuning::space::{MatmulConfig, TuningSpec};
 use ircc_passes::tuning::{SharedTuning, SpaceReport, Tunable, Tuning, space_of};
 
-use crate::cli::{ProbeArgs, SearchKind, TuneArgs};
+#[cfg(feature = "wgpu")]
+use crate::cli::SearchKind;
+use crate::cli::{ProbeArgs, TuneArgs};
 use crate::{Driver, Failure, Outcome};
 
 fn plain(e: impl Into<String>) -> Failure {
@@ -64,6 +70,7 @@ impl Lowerer {
     }
 }
 
+#[cfg(feature = "wgpu")]
 /// A stable seed per signature, so adding a kernel to a model does not
 /// change the other signatures' trials (FNV-1a).
 fn seed_of(seed: u64, key: &str) -> u64 {
@@ -378,20 +385,23 @@ struct Trial<'a> {
     tolerance: f64,
 }
 
+#[cfg(feature = "wgpu")]
 /// The largest difference between `got` and `want`, relative to the
 /// largest magnitude of `want`, over all outputs.
 fn difference(got: &[ircc_core::Tensor], want: &[ircc_core::Tensor]) -> f64 {
+    // NaN where either has a NaN, which `f64::max` would drop.
+    let most = |m: f64, x: f64| if x.is_nan() || x > m { x } else { m };
     got.iter()
         .zip(want)
         .map(|(g, w)| {
             let (g, w) = (g.to_f64(), w.to_f64());
-            let scale = w.iter().fold(0.0f64, |m, x| m.max(x.abs())).max(1e-30);
+            let scale = w.iter().fold(0.0f64, |m, x| most(m, x.abs())).max(1e-30);
             g.iter()
                 .zip(w.iter())
-                .fold(0.0f64, |m, (a, b)| m.max((a - b).abs()))
+                .fold(0.0f64, |m, (a, b)| most(m, (a - b).abs()))
                 / scale
         })
-        .fold(0.0, f64::max)
+        .fold(0.0, most)
 }
 
 #[cfg(feature = "wgpu")]
@@ -465,19 +475,22 @@ impl Trial<'_> {
         for (d, times) in session.plan().dispatches.iter().zip(&timing.per_kernel_us) {
             let mut t = times.clone();
             t.sort_by(f64::total_cmp);
-            *by_kernel.entry(d.kernel.as_str()).or_default() += t[t.len() / 2];
+            let median = t
+                .get(t.len() / 2)
+                .ok_or_else(|| plain(format!("kernel {} was not timed", d.kernel)))?;
+            *by_kernel.entry(d.kernel.as_str()).or_default() += median;
         }
-        Ok(seen
-            .iter()
+        seen.iter()
             .map(|(key, t)| {
-                let total: f64 = t
-                    .kernels
-                    .iter()
-                    .filter_map(|k| by_kernel.get(k.as_str()))
-                    .sum();
-                (key.clone(), total / t.instances.max(1) as f64)
+                let mut total = 0.0;
+                for k in &t.kernels {
+                    total += by_kernel.get(k.as_str()).ok_or_else(|| {
+                        plain(format!("kernel {k} of '{key}' is not in the plan"))
+                    })?;
+                }
+                Ok((key.clone(), total / t.instances.max(1) as f64))
             })
-            .collect())
+            .collect()
     }
 
     /// Warm-up runs before timing `session`: a GPU left idle while the
@@ -569,12 +582,19 @@ fn report_spaces(
         valid += r.valid.len();
         kept += r.kept.len();
     }
+    let ratio = |n: usize| {
+        if kept == 0 {
+            "no point".to_string()
+        } else {
+            format!("1 point in {:.1}", n as f64 / kept as f64)
+        }
+    };
     let _ = writeln!(
         stdout,
-        "{:>8} {full:>7} {valid:>7} {kept:>7}  all signatures: pruning keeps 1 point in {:.1} of the space, 1 in {:.1} of the valid ones",
+        "{:>8} {full:>7} {valid:>7} {kept:>7}  all signatures: pruning keeps {} of the space, {} of the valid ones (a signature left none measures its default only)",
         "total",
-        full as f64 / kept.max(1) as f64,
-        valid as f64 / kept.max(1) as f64
+        ratio(full),
+        ratio(valid)
     );
 }
 

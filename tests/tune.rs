@@ -25,8 +25,8 @@ const PRODUCTS: TemplateCase = TemplateCase {
     results: 3,
 };
 
-/// `ircc tune --space-only --json` of `file`: each signature and its product.
-fn signatures(file: &str, device: &str) -> Vec<(String, ProductShape)> {
+/// `ircc tune --space-only --json` of `file` on `device`.
+fn space_report(file: &str, device: &str) -> serde_json::Value {
     let dir = scratch_dir("space");
     let db = dir.join("db.toml");
     let out = ircc(&[
@@ -42,8 +42,12 @@ fn signatures(file: &str, device: &str) -> Vec<(String, ProductShape)> {
         "--json",
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let report: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
-    report["kernels"]
+    serde_json::from_str(&out.stdout).unwrap()
+}
+
+/// Each signature of `file` and its product.
+fn signatures(file: &str, device: &str) -> Vec<(String, ProductShape)> {
+    space_report(file, device)["kernels"]
         .as_array()
         .unwrap()
         .iter()
@@ -156,7 +160,6 @@ fn bad_databases_are_refused_naming_the_file() {
     let dir = scratch_dir("bad_db");
     let signatures = signatures(file, "nvidia_vulkan");
     let good = sampled_db(&signatures, 0, 24).to_text();
-    let first_key = &signatures[0].0;
     let cases = [
         ("format = 1", "format = 2", "format 2"),
         (
@@ -171,6 +174,13 @@ fn bad_databases_are_refused_naming_the_file() {
         ),
         ("[[kernel]]", "[[kernel]", "not readable"),
         ("splits = ", "splits = 4096 #", "do not fit"),
+        // Parameters that would unroll a huge kernel are refused, not built.
+        ("rows = ", "rows = 256 #", "rows = 256 is not within"),
+        (
+            "k_step = ",
+            "k_step = 100000 #",
+            "k_step = 100000 is not within",
+        ),
     ];
     for (from, to, expected) in cases {
         let path = dir.join("db.toml");
@@ -196,7 +206,6 @@ fn bad_databases_are_refused_naming_the_file() {
     let out = ircc(&[file, "--pipeline", "smartmem", "--tuning-db", "db.toml"]);
     assert_ne!(out.code, 0);
     assert!(out.stderr.contains("does nothing"), "{}", out.stderr);
-    assert!(!first_key.is_empty());
 }
 
 /// On lavapipe, a few trials per signature already make the networks
@@ -244,8 +253,8 @@ fn tuning_on_lavapipe_makes_swin_and_convnext_faster() {
         );
         let kernels = report["kernels"].as_array().unwrap();
         for k in kernels {
-            assert!(k["tuned_us"].as_f64() <= k["default_us"].as_f64(), "{k}");
-            assert!(k["pruned"].as_u64() < k["valid"].as_u64(), "{k}");
+            let (pruned, valid) = (k["pruned"].as_u64().unwrap(), k["valid"].as_u64().unwrap());
+            assert!(0 < pruned && pruned < valid, "{k}");
         }
         let read = TuningDb::read(db, "lavapipe").unwrap();
         assert_eq!(read.entries.len(), kernels.len());
@@ -264,7 +273,14 @@ fn tuning_on_lavapipe_makes_swin_and_convnext_faster() {
         ]);
         assert_eq!(stats.code, 0, "{}", stats.stderr);
         let stats: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
-        assert!(stats["tuned_kernels"].as_u64().unwrap() >= kernels.len() as u64);
+        // Every product of every signature in the database took its entry.
+        let products: u64 = space_report(file, "lavapipe")["kernels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["products"].as_u64().unwrap())
+            .sum();
+        assert_eq!(stats["tuned_kernels"].as_u64(), Some(products));
     }
 }
 

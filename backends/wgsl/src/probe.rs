@@ -452,7 +452,13 @@ fn caches(gpu: &Bench, out: &mut Probe, quick: bool) -> R<()> {
     let mut tcurve = Vec::new();
     for f in footprints(4 * l1) {
         let (words, texels) = ring(f, 8, 8, &mut seed);
-        let width = texels.min(256);
+        // Rows of a power of two that divides the ring, at most 256 wide,
+        // so every texel the ring names is inside the texture.
+        let width = (0..=8u32)
+            .rev()
+            .map(|k| 1u32 << k)
+            .find(|w| texels % w == 0)
+            .unwrap_or(1);
         let at = |w: &[u32]| [w[0] / 2 % width, w[0] / 2 / width];
         let data: Vec<u32> = words.chunks(2).flat_map(at).collect();
         let texture = gpu.texture(width, texels / width, wgpu::TextureFormat::Rg32Uint);

@@ -179,7 +179,7 @@ impl DeviceProfile {
 /// --list-devices`); `-` marks a figure no source gave.
 pub fn profiles_table() -> Result<String, String> {
     let mut out = format!(
-        "{:<14} {:<9} {:>5} {:>8} {:>8} {:>10} {:>9} {:>10} {:>11} {:>9}\n",
+        "{:<19} {:<9} {:>5} {:>8} {:>8} {:>10} {:>9} {:>10} {:>11} {:>9}\n",
         "device",
         "vendor",
         "units",
@@ -195,7 +195,7 @@ pub fn profiles_table() -> Result<String, String> {
     for (name, _) in PROFILES {
         let p = DeviceProfile::named(name)?;
         out += &format!(
-            "{:<14} {:<9} {:>5} {:>8} {:>8} {:>10} {:>9} {:>10} {:>11} {:>9}\n",
+            "{:<19} {:<9} {:>5} {:>8} {:>8} {:>10} {:>9} {:>10} {:>11} {:>9}\n",
             p.name,
             p.vendor,
             p.compute_units,

@@ -139,14 +139,16 @@ impl TuningDb {
         let mut out = format!(
             "# ircc tuning database: the fastest parameters `ircc tune` measured for\n\
              # each kernel signature on this device (times in microseconds).\n\
-             format = {FORMAT}\ndevice = {:?}\ntemplates = {TEMPLATES:?}\n",
-            self.device
+             format = {FORMAT}\ndevice = {}\ntemplates = {}\n",
+            quoted(&self.device),
+            quoted(TEMPLATES)
         );
         for (key, e) in &self.entries {
             let c = &e.config;
             out.push_str(&format!(
-                "\n[[kernel]]\nkey = {key:?}\nmedian_us = {:.3}\ndefault_us = {:.3}\ntrials = {}\n\
+                "\n[[kernel]]\nkey = {}\nmedian_us = {:.3}\ndefault_us = {:.3}\ntrials = {}\n\
                  workgroup_x = {}\nworkgroup_y = {}\nrows = {}\ncols = {}\nk_step = {}\nsplits = {}\nlocal_memory = {}\n",
+                quoted(key),
                 e.median_us,
                 e.default_us,
                 e.trials,
@@ -164,7 +166,7 @@ impl TuningDb {
 
     /// Adds `other`'s entries: per signature the faster configuration
     /// (ties to the smaller configuration, so merging is order-free), with
-    /// the trials of both.
+    /// the default's time measured in the same run, and the trials of both.
     pub fn merge(&mut self, other: &TuningDb) {
         for (key, theirs) in &other.entries {
             let merged = match self.entries.get(key) {
@@ -173,8 +175,7 @@ impl TuningDb {
                     let first = (mine.median_us, mine.config) <= (theirs.median_us, theirs.config);
                     let best = if first { mine } else { theirs };
                     Entry {
-                        trials: mine.trials + theirs.trials,
-                        default_us: mine.default_us.max(theirs.default_us),
+                        trials: mine.trials.saturating_add(theirs.trials),
                         ..*best
                     }
                 }
@@ -190,6 +191,11 @@ impl TuningDb {
             .map(|(k, e)| (k.clone(), e.config))
             .collect()
     }
+}
+
+/// `s` as a TOML string.
+fn quoted(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
 }
 
 #[cfg(test)]
@@ -225,7 +231,7 @@ mod tests {
     fn the_text_reads_back_and_merging_is_order_free() {
         let a = db(&[
             ("matmul 8x8x8", entry(16, 10.0)),
-            ("conv 4x4x4", entry(8, 3.5)),
+            ("conv \"x\" \u{7f}\\ 4x4x4", entry(8, 3.5)),
         ]);
         let b = db(&[("matmul 8x8x8", entry(32, 9.0))]);
         let text = a.to_text();

@@ -67,19 +67,35 @@ pub fn space_of(
         .into_iter()
         .filter(|c| c.invalid(&facts.shape, target).is_none())
         .collect();
-    let facts = &KernelFacts {
-        most_workgroups: valid
-            .iter()
-            .map(|c| c.grid(&facts.shape).iter().product())
-            .max()
-            .unwrap_or(0),
-        ..*facts
-    };
     let applying: Vec<&Criterion> = spec
         .criterion
         .iter()
         .filter(|c| c.applies(device))
         .collect();
+    // `fill` wants the largest grid among the points the other criteria
+    // keep (all valid points where they keep none), so that it never
+    // leaves a product without a point to search.
+    let others: Vec<&MatmulConfig> = valid
+        .iter()
+        .filter(|c| {
+            !applying
+                .iter()
+                .any(|x| **x != Criterion::Fill && x.excludes(c, facts, device))
+        })
+        .collect();
+    let from = if others.is_empty() {
+        valid.iter().collect()
+    } else {
+        others
+    };
+    let facts = &KernelFacts {
+        most_workgroups: from
+            .iter()
+            .map(|c| c.grid(&facts.shape).iter().product::<i64>())
+            .max()
+            .unwrap_or(0),
+        ..*facts
+    };
     let kept = valid
         .iter()
         .filter(|c| !applying.iter().any(|x| x.excludes(c, facts, device)))

@@ -7,7 +7,7 @@ use serde::Deserialize;
 
 use super::space::{MatmulConfig, ProductShape};
 
-/// A row of Romou's Table 1 (or one of ircc's own two), as
+/// A row of Romou's Table 1 (or one of ircc's own three), as
 /// `spec/tuning.toml` declares it.
 #[derive(Clone, Debug, Deserialize, PartialEq)]
 #[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
@@ -121,12 +121,131 @@ impl Criterion {
     }
 }
 
-/// The criteria of `criteria` that exclude `c` (empty: `c` is kept).
-pub fn excluded_by<'a>(
-    criteria: &'a [Criterion],
-    c: &MatmulConfig,
-    k: &KernelFacts,
-    d: &DeviceProfile,
-) -> Vec<&'a Criterion> {
-    criteria.iter().filter(|x| x.excludes(c, k, d)).collect()
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::tuning::space::TuningSpec;
+    use ircc_dialects::kernel::Target;
+
+    fn config(wx: i64, wy: i64, rows: i64, cols: i64, splits: i64, local: bool) -> MatmulConfig {
+        MatmulConfig {
+            workgroup_x: wx,
+            workgroup_y: wy,
+            rows,
+            cols,
+            k_step: 16,
+            splits,
+            local_memory: local,
+        }
+    }
+
+    const SHAPE: ProductShape = ProductShape {
+        m: 196,
+        n: 384,
+        k: 768,
+        batches: 1,
+    };
+
+    #[test]
+    fn each_criterion_reads_its_figure() {
+        let d = DeviceProfile::named("adreno640").unwrap();
+        let facts = KernelFacts::new(SHAPE, true);
+        let excludes = |x: Criterion, c: MatmulConfig| x.excludes(&c, &facts, &d);
+        // A workgroup of 32 is smaller than Adreno's 64-wide wave.
+        assert!(excludes(Criterion::Warp, config(8, 4, 4, 4, 1, true)));
+        assert!(!excludes(Criterion::Warp, config(16, 4, 4, 4, 1, true)));
+        // Adreno's L1 serves textures only: direct loads from buffers go.
+        assert!(excludes(Criterion::Buffer, config(16, 16, 4, 4, 1, false)));
+        assert!(!excludes(Criterion::Buffer, config(16, 16, 4, 4, 1, true)));
+        // Loads four wide (Romou's width on mobile GPUs), in columns and,
+        // from workgroup memory, in rows.
+        assert!(excludes(
+            Criterion::AccessWidth,
+            config(16, 16, 4, 2, 1, true)
+        ));
+        assert!(excludes(
+            Criterion::AccessWidth,
+            config(16, 16, 2, 4, 1, true)
+        ));
+        assert!(!excludes(
+            Criterion::AccessWidth,
+            config(16, 16, 2, 4, 1, false)
+        ));
+        // 1 KiB of L1: a 64 x 64 tile's step of 16 is 8 KiB.
+        assert!(excludes(Criterion::L1Data, config(16, 16, 4, 4, 1, true)));
+        // Mali's 24,576 registers a core give 256 invocations 96 each: 8 x 8
+        // results with their operands and prefetched words (112) do not fit.
+        let mali = DeviceProfile::named("mali_g76").unwrap();
+        let registers = Criterion::Registers { overhead: 16 };
+        assert!(registers.excludes(&config(16, 16, 8, 8, 1, true), &facts, &mali));
+        assert!(!registers.excludes(&config(16, 16, 2, 2, 1, true), &facts, &mali));
+        // A split of 768 / 16 = 48 steps in 16 leaves 3 a split.
+        let short = Criterion::ShortSplit { min_steps: 4 };
+        assert!(excludes(short.clone(), config(16, 16, 4, 4, 16, true)));
+        assert!(!excludes(short, config(16, 16, 4, 4, 8, true)));
+        // A 13 x 10 product in 64 x 64 tiles is mostly padding.
+        let small = ProductShape {
+            m: 13,
+            n: 10,
+            k: 37,
+            batches: 1,
+        };
+        let small = KernelFacts::new(small, true);
+        assert!(Criterion::Padding.excludes(&config(16, 16, 4, 4, 1, true), &small, &d));
+        assert!(!Criterion::Padding.excludes(&config(4, 4, 2, 2, 1, true), &small, &d));
+    }
+
+    #[test]
+    fn a_criterion_without_its_figure_prunes_nothing() {
+        let d = DeviceProfile::named("lavapipe_probed").unwrap();
+        assert!(d.registers_per_unit.is_none() && d.alus_per_unit.is_none());
+        assert!(!Criterion::Registers { overhead: 16 }.applies(&d));
+        assert!(!Criterion::LocalMemory { alpha: 3 }.applies(&d));
+        let spec = TuningSpec::builtin();
+        let facts = KernelFacts::new(SHAPE, true);
+        let report = crate::tuning::space_of(&spec, &facts, &d, Target::webgpu());
+        let skipped: Vec<&str> = report
+            .by_criterion
+            .iter()
+            .filter(|(_, n)| n.is_none())
+            .map(|(name, _)| *name)
+            .collect();
+        assert_eq!(skipped, ["registers", "local_memory"]);
+        assert!(!report.kept.is_empty() && report.kept.len() < report.valid.len());
+    }
+
+    #[test]
+    fn points_that_cannot_build_are_invalid() {
+        let t = Target::webgpu();
+        let invalid = |c: MatmulConfig| c.invalid(&SHAPE, t);
+        assert_eq!(invalid(config(16, 16, 4, 4, 1, true)), None);
+        // 768 / 16 = 48 steps: 5 splits do not divide them.
+        assert!(
+            invalid(config(16, 16, 4, 4, 5, true))
+                .unwrap()
+                .contains("splits")
+        );
+        // More invocations, register words or splits than the target allows.
+        assert!(
+            invalid(config(32, 16, 1, 1, 1, true))
+                .unwrap()
+                .contains("invocations")
+        );
+        assert!(
+            invalid(config(1, 1, 256, 1, 1, false))
+                .unwrap()
+                .contains("rows = 256")
+        );
+        assert!(
+            invalid(config(1, 1, 16, 16, 1, false))
+                .unwrap()
+                .contains("register tile")
+        );
+        assert!(
+            invalid(config(4, 4, 1, 1, 4096, false))
+                .unwrap()
+                .contains("splits = 4096")
+        );
+        assert!(invalid(config(4, 4, 0, 1, 1, false)).is_some());
+    }
 }

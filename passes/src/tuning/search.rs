@@ -167,7 +167,12 @@ impl Search {
             c[i] = if self.rng.chance(0.5) { a[i] } else { b[i] };
             if self.rng.chance(self.settings.mutation) {
                 let values = &self.values[i];
-                let at = values.iter().position(|&v| v == c[i]).unwrap_or(0);
+                // A value outside the space (the default's, where
+                // pruning excluded it) moves from the nearest above it.
+                let at = values
+                    .iter()
+                    .position(|&v| v >= c[i])
+                    .unwrap_or(values.len() - 1);
                 let up = self.rng.chance(0.5);
                 let to = if up { at + 1 } else { at.wrapping_sub(1) };
                 if let Some(&v) = values.get(to) {

@@ -102,16 +102,23 @@ impl MatmulConfig {
     /// Why the template cannot build or run this point for `p` under the
     /// target's limits, if it cannot.
     pub fn invalid(&self, p: &ProductShape, t: &Target) -> Option<String> {
-        let params = [
-            self.workgroup_x,
-            self.workgroup_y,
-            self.rows,
-            self.cols,
-            self.k_step,
-            self.splits,
+        let bounded = [
+            ("workgroup_x", self.workgroup_x, t.max_workgroup_invocations),
+            ("workgroup_y", self.workgroup_y, t.max_workgroup_invocations),
+            ("rows", self.rows, t.matmul_tuned_max_register_words),
+            ("cols", self.cols, t.matmul_tuned_max_register_words),
+            ("k_step", self.k_step, t.matmul_tuned_max_k_step),
+            ("splits", self.splits, t.matmul_tuned_max_splits),
         ];
-        if params.iter().any(|&x| !(1..=4096).contains(&x)) {
-            return Some("every parameter must be between 1 and 4096".into());
+        if let Some((name, x, most)) = bounded.iter().find(|(_, x, most)| !(1..=*most).contains(x))
+        {
+            return Some(format!("{name} = {x} is not within 1 and {most}"));
+        }
+        if self.rows * self.cols > t.matmul_tuned_max_register_words {
+            return Some(format!(
+                "a register tile of {} x {} exceeds the target's {} words",
+                self.rows, self.cols, t.matmul_tuned_max_register_words
+            ));
         }
         if self.invocations() > t.max_workgroup_invocations {
             return Some(format!(

@@ -607,8 +607,10 @@ impl Tiling {
 }
 
 /// The signature a tuning database keys a product's kernel by: the
-/// anchor, the product's dimensions, its operands' shapes and the float
-/// type (so kernels that address memory alike share parameters).
+/// anchor, the product's dimensions, its operands' shapes, the anchor's
+/// attributes (a convolution's strides and pads, gemm's transposes) and
+/// the float type, so that only kernels that address memory alike share
+/// parameters.
 fn tuning_key(kb: &KernelBuilder, anchor: OpId, p: &ProductShape) -> String {
     let m = kb.m();
     let shapes: Vec<String> = m
@@ -618,14 +620,21 @@ fn tuning_key(kb: &KernelBuilder, anchor: OpId, p: &ProductShape) -> String {
         .take(2)
         .map(|&v| format!("{:?}", shape_of(m, v)))
         .collect();
+    let attrs: Vec<String> = m
+        .op(anchor)
+        .attrs
+        .iter()
+        .map(|(k, v)| format!(" {k}={v}"))
+        .collect();
     format!(
-        "{} m={} n={} k={} batches={} {} {}",
+        "{} m={} n={} k={} batches={} {}{} {}",
         short(m, anchor),
         p.m,
         p.n,
         p.k,
         p.batches,
         shapes.join("x").replace(' ', ""),
+        attrs.concat(),
         kb.float
     )
 }
