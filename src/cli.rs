@@ -392,7 +392,9 @@ pub struct PipelineArgs {
     /// Write the IR after each pass to DIR/NN-pass.ir.
     #[arg(long, value_name = "DIR")]
     pub dump_dir: Option<PathBuf>,
-    /// Print a table of the time each pass took (to stderr).
+    /// Print a table of where the command's time went (to stderr): import
+    /// or parse, each pass, and for a device the code generation, GPU setup
+    /// and runs.
     #[arg(long)]
     pub timing: bool,
     /// Do not verify the module after each pass.

@@ -154,6 +154,14 @@ impl Device {
         }
     }
 
+    /// The `--timing` row of printing the kernels for this device.
+    pub(crate) fn codegen_row(self) -> &'static str {
+        match self {
+            Device::Wgpu => "code generation (WGSL, plan)",
+            Device::OpenCl => "code generation (OpenCL C, plan)",
+        }
+    }
+
     fn feature(self) -> &'static str {
         match self {
             Device::Wgpu => "wgpu",
@@ -271,7 +279,11 @@ impl Driver {
         stdout: &mut dyn Write,
     ) -> Outcome {
         let func = main_function(&loaded.module)?;
-        let plan = device.plan(&loaded.module, func, profile).map_err(plain)?;
+        let plan = self
+            .phase(device.codegen_row(), || {
+                device.plan(&loaded.module, func, profile)
+            })
+            .map_err(plain)?;
         let Some(dir) = dir else {
             for (file, text) in &plan.sources {
                 let launches: Vec<String> = plan
@@ -356,10 +368,18 @@ pub(crate) fn session(
     cl_options: &str,
 ) -> Result<Session, Failure> {
     let func = main_function(&loaded.module)?;
-    let weights = driver.weights_of(loaded, func)?;
-    let plan = device.plan(&loaded.module, func, profile).map_err(plain)?;
+    let weights = driver.phase("read weights", || driver.weights_of(loaded, func))?;
+    let plan = driver
+        .phase(device.codegen_row(), || {
+            device.plan(&loaded.module, func, profile)
+        })
+        .map_err(plain)?;
     let outputs = output_elems(&loaded.module, func);
-    start(device, plan, outputs, &weights, cl_options).map_err(plain)
+    driver
+        .phase("GPU setup (compile kernels, upload weights)", || {
+            start(device, plan, outputs, &weights, cl_options)
+        })
+        .map_err(plain)
 }
 
 #[cfg_attr(
@@ -403,8 +423,11 @@ pub(crate) fn run_lowered(
     cl_options: &str,
     inputs: &[Tensor],
 ) -> Result<Vec<Tensor>, Failure> {
-    session(driver, loaded, device, profile, cl_options)?
-        .run(inputs)
+    let mut session = session(driver, loaded, device, profile, cl_options)?;
+    driver
+        .phase("GPU run (upload inputs, run, read outputs)", || {
+            session.run(inputs)
+        })
         .map_err(plain)
 }
 
@@ -516,8 +539,10 @@ impl Driver {
         let profile = args.model.pipeline.device_profile();
         let profile = profile.as_deref();
         let mut session = session(self, &loaded, device, profile, &args.opencl.cl_options)?;
-        let timing = session
-            .time(&inputs, args.warmup, args.runs)
+        let timing = self
+            .phase("GPU runs (warm-up and timed)", || {
+                session.time(&inputs, args.warmup, args.runs)
+            })
             .map_err(plain)?;
         let runs = sorted(timing.runs_ms.clone());
         let kernels: Vec<(String, f64)> = session

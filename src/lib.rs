@@ -27,8 +27,8 @@ use std::process::ExitCode;
 use clap::Parser;
 use ircc_core::interp::Env;
 use ircc_core::pass::{
-    PassManager, PassOptions, PassRegistry, RunOptions, parse_pipeline, parse_pipeline_file,
-    timing_table,
+    PassManager, PassOptions, PassRegistry, PassTiming, RunOptions, parse_pipeline,
+    parse_pipeline_file, timing_table,
 };
 use ircc_core::verify::{VerifyOptions, verify};
 use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tensor, parse_module};
@@ -63,6 +63,9 @@ pub const PIPELINES: &[(&str, &str)] = &[
 pub struct Driver {
     registry: Registry,
     passes: PassRegistry,
+    /// What the command spent its time on, row by row (import or parse,
+    /// each pass, code generation, GPU setup and runs): `--timing`.
+    phases: std::cell::RefCell<Vec<PassTiming>>,
 }
 
 /// A failure with what to show the user. `source` lets diagnostics print
@@ -129,7 +132,28 @@ impl Driver {
         passes.set_origin("built in");
         ircc_passes::register_all(&mut passes);
         passes.set_origin(String::new());
-        Ok(Driver { registry, passes })
+        Ok(Driver {
+            registry,
+            passes,
+            phases: Default::default(),
+        })
+    }
+
+    /// Runs `f`, recording its time as the `--timing` row `name`.
+    pub(crate) fn phase<T>(&self, name: &str, f: impl FnOnce() -> T) -> T {
+        let start = std::time::Instant::now();
+        let out = f();
+        self.record(name, start.elapsed(), std::time::Duration::ZERO);
+        out
+    }
+
+    /// Adds the `--timing` row `name`.
+    fn record(&self, name: &str, run: std::time::Duration, verify: std::time::Duration) {
+        self.phases.borrow_mut().push(PassTiming {
+            pass: name.to_string(),
+            run,
+            verify,
+        });
     }
 
     pub fn registry(&self) -> &Registry {
@@ -193,6 +217,7 @@ impl Driver {
         let mut with_plugins = Driver {
             registry: self.registry.clone(),
             passes: self.passes.clone(),
+            phases: Default::default(),
         };
         for path in plugins {
             if let Err(d) = with_plugins.load_pass_plugin(path) {
@@ -256,6 +281,10 @@ impl Driver {
                 None => self.compile_command(&cli.compile, stdout, stderr),
             }
         };
+        let phases = self.phases.take();
+        if cli.pipeline().timing && !phases.is_empty() {
+            let _ = write!(stderr, "{}", timing_table(&phases));
+        }
         match result {
             Ok(()) => 0,
             Err(f) => {
@@ -280,9 +309,11 @@ impl Driver {
             let start = std::time::Instant::now();
             let imported = ircc_onnx::import_file(path, &self.registry, &options)
                 .map_err(|e| plain(format!("{}: {e}", path.display())))?;
-            let import_ms = start.elapsed().as_secs_f64() * 1e3;
-            verify(&imported.module, &self.registry, VerifyOptions::default())
-                .map_err(|d| (d, None))?;
+            let import = start.elapsed();
+            let verified = verify(&imported.module, &self.registry, VerifyOptions::default());
+            self.record("import (ONNX)", import, start.elapsed() - import);
+            verified.map_err(|d| (d, None))?;
+            let import_ms = import.as_secs_f64() * 1e3;
             return Ok(Loaded {
                 module: imported.module,
                 source: None,
@@ -315,15 +346,19 @@ impl Driver {
                 .map_err(|e| plain(format!("cannot read {}: {e}", path.display())))?
         };
         let name = path.display().to_string();
+        let start = std::time::Instant::now();
         let module = match parse_module(&source, Some(&name)) {
             Ok(m) => m,
             Err(d) => return Err((d.into(), Some(source))),
         };
-        if let Err(d) = verify(
+        let parse = start.elapsed();
+        let verified = verify(
             &module,
             &self.registry,
             VerifyOptions { allow_unregistered },
-        ) {
+        );
+        self.record("parse", parse, start.elapsed() - parse);
+        if let Err(d) = verified {
             return Err((d, Some(source)));
         }
         Ok(Loaded {
@@ -475,9 +510,7 @@ impl Driver {
                 diagnostics: d,
                 source: loaded.source.clone(),
             })?;
-        if args.timing {
-            let _ = write!(stderr, "{}", timing_table(&timings));
-        }
+        self.phases.borrow_mut().extend(timings);
         Ok(())
     }
 

@@ -43,7 +43,7 @@ fn timing_reports_every_pass() {
     ]);
     assert_eq!(out.code, 0);
     assert!(
-        out.stderr.contains("Pass execution timing report"),
+        out.stderr.contains("Execution time report"),
         "{}",
         out.stderr
     );
@@ -54,6 +54,54 @@ fn timing_reports_every_pass() {
         "{}",
         out.stderr
     );
+}
+
+/// `--timing` covers the whole command: reading the model, each pass, and
+/// for a device the code generation, GPU setup and runs.
+#[test]
+fn timing_has_a_row_for_each_step_of_the_command() {
+    let emit = ircc(&[
+        &example(),
+        "--pipeline",
+        "smartmem",
+        "--emit",
+        "wgsl",
+        "--timing",
+    ]);
+    assert_eq!(emit.code, 0, "{}", emit.stderr);
+    for row in [
+        "parse",
+        "kernel.lower",
+        "kernel.ace",
+        "code generation (WGSL, plan)",
+    ] {
+        assert!(
+            emit.stderr.contains(&format!("  {row}\n")),
+            "{row}: {}",
+            emit.stderr
+        );
+    }
+    if !common::gpu_available() {
+        return;
+    }
+    let mlp = common::root().join("examples/mlp.ir");
+    let x = common::root().join("tests/data/mlp_x.npy");
+    let dir = common::scratch_dir("timing_run");
+    let run = ircc(&[
+        "run",
+        mlp.to_str().unwrap(),
+        "--backend",
+        "wgpu",
+        "--input",
+        &format!("x={}", x.display()),
+        "--output-dir",
+        dir.to_str().unwrap(),
+        "--timing",
+    ]);
+    assert_eq!(run.code, 0, "{}", run.stderr);
+    for row in ["parse", "GPU setup", "GPU run"] {
+        assert!(run.stderr.contains(row), "{row}: {}", run.stderr);
+    }
 }
 
 #[test]

@@ -400,7 +400,7 @@ pub fn timing_table(timings: &[PassTiming]) -> String {
         out,
         "===-------------------------------------------------------------------------==="
     );
-    let _ = writeln!(out, "  Pass execution timing report");
+    let _ = writeln!(out, "  Execution time report");
     let _ = writeln!(
         out,
         "===-------------------------------------------------------------------------==="
@@ -408,7 +408,7 @@ pub fn timing_table(timings: &[PassTiming]) -> String {
     let _ = writeln!(out, "  Total: {:.3} ms", total.as_secs_f64() * 1e3);
     let _ = writeln!(
         out,
-        "  {:>10}  {:>10}  {:>6}  Pass",
+        "  {:>10}  {:>10}  {:>6}  Step",
         "run (ms)", "verify (ms)", "%"
     );
     for t in timings {
