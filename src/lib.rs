@@ -14,6 +14,7 @@ pub mod figures;
 mod gpu;
 mod inputs;
 mod plugin;
+mod probe;
 mod simulate;
 mod tune;
 
@@ -269,7 +270,7 @@ impl Driver {
                 Some(Command::Check(args)) => self.check_command(args, stdout, stderr),
                 Some(Command::Bench(args)) => self.bench_command(args, stdout, stderr),
                 Some(Command::Tune(args)) => self.tune_command(args, stdout, stderr),
-                Some(Command::Probe(args)) => tune::probe_command(args, stdout, stderr),
+                Some(Command::Probe(args)) => probe::probe_command(args, stdout, stderr),
                 Some(Command::SimulateAttention(args)) => {
                     simulate::simulate_attention(args, stdout)
                 }

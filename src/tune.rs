@@ -29,7 +29,7 @@ use ircc_passes::tuning::{SharedTuning, SpaceReport, Tunable, Tuning, space_of};
 
 #[cfg(feature = "wgpu")]
 use crate::cli::SearchKind;
-use crate::cli::{ProbeArgs, TuneArgs};
+use crate::cli::TuneArgs;
 use crate::{Driver, Failure, Outcome};
 
 fn plain(e: impl Into<String>) -> Failure {
@@ -100,6 +100,17 @@ impl Driver {
         } else {
             TuningDb::new(&profile.name)
         };
+        // Found out now, not after the search: where the database goes.
+        let folder = match db_path.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p,
+            _ => std::path::Path::new("."),
+        };
+        let readonly = std::fs::metadata(db_path).is_ok_and(|m| m.permissions().readonly());
+        if !folder.is_dir() || readonly {
+            return Err(plain(format!(
+                "--tuning-db {db_text}: not a writable file in an existing folder"
+            )));
+        }
         if args.budget == 0 || args.runs == 0 {
             return Err(plain("--budget and --runs must be at least 1"));
         }
@@ -596,46 +607,4 @@ fn report_spaces(
         ratio(full),
         ratio(valid)
     );
-}
-
-/// `ircc probe`: the profile of the GPU wgpu opens.
-#[cfg(feature = "wgpu")]
-pub(crate) fn probe_command(
-    args: &ProbeArgs,
-    stdout: &mut dyn Write,
-    stderr: &mut dyn Write,
-) -> Outcome {
-    let name = match (&args.name, &args.output) {
-        (Some(n), _) => n.clone(),
-        (None, Some(path)) => path
-            .file_stem()
-            .map_or("probed".into(), |s| s.to_string_lossy().into_owned()),
-        (None, None) => "probed".into(),
-    };
-    let start = Instant::now();
-    let probe = ircc_wgsl::probe::probe(args.quick).map_err(plain)?;
-    let text = probe.to_profile_toml(&name);
-    let _ = writeln!(
-        stderr,
-        "probed '{}' ({}) in {:.1} s",
-        probe.adapter,
-        probe.driver,
-        start.elapsed().as_secs_f64()
-    );
-    match &args.output {
-        Some(path) => {
-            std::fs::write(path, text).map_err(|e| plain(format!("{}: {e}", path.display())))?
-        }
-        None => {
-            let _ = write!(stdout, "{text}");
-        }
-    }
-    Ok(())
-}
-
-#[cfg(not(feature = "wgpu"))]
-pub(crate) fn probe_command(_: &ProbeArgs, _: &mut dyn Write, _: &mut dyn Write) -> Outcome {
-    Err(plain(
-        "this ircc was built without the wgpu backend (cargo feature 'wgpu'), which ircc probe measures through",
-    ))
 }

@@ -202,6 +202,19 @@ fn bad_databases_are_refused_naming_the_file() {
         );
         assert!(!out.stderr.contains("panicked"), "{}", out.stderr);
     }
+    // Where the database cannot be written is found before any search.
+    let out = ircc(&[
+        "tune",
+        file,
+        "--pipeline",
+        "smartmem",
+        "--device",
+        "nvidia_vulkan",
+        "--tuning-db",
+        "no/such/folder/db.toml",
+    ]);
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("not a writable file"), "{}", out.stderr);
     // A pipeline that does not lower reads no database, and says so.
     let out = ircc(&[file, "--pipeline", "smartmem", "--tuning-db", "db.toml"]);
     assert_ne!(out.code, 0);
