@@ -64,7 +64,13 @@ impl Driver {
             form: Form::Pretty,
             ..RunOptions::default()
         };
+        let bar = crate::progress::bar(
+            specs.len() as u64,
+            "checking {pos}/{len} passes [{bar:30}] {elapsed} {msg}",
+            args.model.pipeline.quiet,
+        );
         for (i, spec) in specs.iter().enumerate() {
+            bar.set_message(spec.pass.clone());
             let mut pm = PassManager::from_specs(&self.passes, std::slice::from_ref(spec))?;
             pm.run(&mut loaded.module, &self.registry, &options, stderr)
                 .map_err(|d| Failure {
@@ -73,12 +79,15 @@ impl Driver {
                 })?;
             let after = run(self, &loaded)?;
             let diff = relative_difference(&after, &before);
-            let _ = writeln!(
-                stdout,
-                "{:>2}. {:<32} relative difference {diff:.2e}",
-                i + 1,
-                spec.pass
-            );
+            bar.suspend(|| {
+                let _ = writeln!(
+                    stdout,
+                    "{:>2}. {:<32} relative difference {diff:.2e}",
+                    i + 1,
+                    spec.pass
+                );
+            });
+            bar.inc(1);
             if diff > args.rtol {
                 return Err(Diagnostic::plain(format!(
                     "pass '{}' changed the results by {diff:.2e} (tolerance {:.0e})",
@@ -87,6 +96,7 @@ impl Driver {
                 .into());
             }
         }
+        bar.finish_and_clear();
         let _ = writeln!(
             stdout,
             "{} passes checked: the results agree within {:.0e}",

@@ -379,6 +379,9 @@ pub struct PipelineArgs {
     /// template version is refused. `ircc tune` writes to it instead.
     #[arg(long, value_name = "PATH")]
     pub tuning_db: Option<PathBuf>,
+    /// No progress bars (they are drawn only where stderr is a terminal).
+    #[arg(long)]
+    pub quiet: bool,
     /// Print the IR after every pass (to stderr).
     #[arg(long)]
     pub print_ir_after_all: bool,

@@ -15,6 +15,7 @@ mod gpu;
 mod inputs;
 mod plugin;
 mod probe;
+mod progress;
 mod simulate;
 mod tune;
 

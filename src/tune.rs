@@ -233,17 +233,11 @@ impl Driver {
             // The precision's rounding, summed in another order.
             tolerance: if f16 { 1e-2 } else { 1e-4 },
         };
-        let bar = indicatif::ProgressBar::new(args.budget as u64);
-        bar.set_style(
-            indicatif::ProgressStyle::with_template(
-                "tuning {pos}/{len} trials per kernel [{bar:30}] {elapsed} {msg}",
-            )
-            .map_err(|e| plain(e.to_string()))?
-            .progress_chars("=> "),
+        let bar = crate::progress::bar(
+            args.budget as u64,
+            "tuning {pos}/{len} trials per kernel [{bar:30}] {elapsed} {msg}",
+            args.json || args.model.pipeline.quiet,
         );
-        if args.json {
-            bar.set_draw_target(indicatif::ProgressDrawTarget::hidden());
-        }
         let mut default_us: BTreeMap<String, f64> = BTreeMap::new();
         for round in 0..args.budget {
             let table: BTreeMap<String, MatmulConfig> = searches

@@ -33,6 +33,30 @@ fn dump_dir_holds_the_ir_after_each_pass() {
     assert_eq!(first, out.stdout);
 }
 
+/// Progress bars are drawn only on a terminal: piped, `ircc check` prints
+/// its report and nothing else, and `--quiet` changes nothing of it.
+#[test]
+fn progress_stays_off_pipes() {
+    let loud = ircc(&["check", &example(), "--pipeline", "smartmem"]);
+    let quiet = ircc(&["check", &example(), "--pipeline", "smartmem", "--quiet"]);
+    assert_eq!(
+        (loud.code, quiet.code),
+        (0, 0),
+        "{}{}",
+        loud.stderr,
+        quiet.stderr
+    );
+    assert_eq!(loud.stdout, quiet.stdout);
+    assert!(loud.stdout.contains("passes checked"), "{}", loud.stdout);
+    for out in [&loud, &quiet] {
+        assert!(
+            !out.stderr.contains("checking") && !out.stderr.contains('\r'),
+            "{}",
+            out.stderr
+        );
+    }
+}
+
 #[test]
 fn timing_reports_every_pass() {
     let out = ircc(&[
