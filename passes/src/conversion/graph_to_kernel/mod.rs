@@ -22,6 +22,7 @@ mod address;
 mod attention;
 mod group;
 mod lowering;
+mod matmul;
 mod product;
 mod templates;
 mod upsample;

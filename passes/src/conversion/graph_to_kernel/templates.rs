@@ -1,6 +1,7 @@
-//! The kernel templates, one per anchor class, and the host side: each
-//! kernel built for a group is run by a `kernel.launch` that replaces the
-//! group's results.
+//! The kernel templates (the matmul in `matmul.rs`, attention in
+//! `attention.rs`, the row reduction and element-wise ones here) and the
+//! host side: each kernel built for a group is run by a `kernel.launch`
+//! that replaces the group's results.
 
 use std::collections::{HashMap, HashSet};
 
@@ -16,17 +17,14 @@ use ircc_dialects::texture::{LANES, TextureLayout};
 use super::attention;
 use super::group::{Group, resolve_input};
 use super::lowering::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
-use super::product::Product;
 use super::values::{Reduction, is_pointwise, tensor_shape};
 use crate::index::simplify::{Idx, Ranges};
-use crate::tuning::prune::KernelFacts;
-use crate::tuning::space::{MatmulConfig, ProductShape};
-use crate::tuning::{SharedTuning, Tunable};
+use crate::tuning::SharedTuning;
 
 type R<T> = Result<T, String>;
 
 /// The target's limits and tile sizes (`spec/targets/webgpu.toml`).
-fn target() -> &'static Target {
+pub(super) fn target() -> &'static Target {
     Target::webgpu()
 }
 
@@ -38,7 +36,7 @@ enum Template {
 }
 
 /// The op's name without its dialect, for kernel names.
-fn short(m: &Module, op: OpId) -> &'static str {
+pub(super) fn short(m: &Module, op: OpId) -> &'static str {
     GraphOp::of(m, op).map_or("op", GraphOp::mnemonic)
 }
 
@@ -47,7 +45,7 @@ fn is_pointwise_op(m: &Module, op: OpId) -> bool {
     GraphOp::of(m, op).is_some_and(|k| k == GraphOp::Identity || is_pointwise(k))
 }
 
-fn shape_of(m: &Module, v: ValueId) -> Vec<i64> {
+pub(super) fn shape_of(m: &Module, v: ValueId) -> Vec<i64> {
     m.value_type(v)
         .as_tensor()
         .map(|t| t.shape.clone())
@@ -270,7 +268,12 @@ fn build(
         match template {
             Template::Elementwise => elementwise(&mut kb, outputs)?,
             Template::Matmul => {
-                tuning_key = Some(matmul(&mut kb, group.anchor, outputs, lowering)?);
+                tuning_key = Some(super::matmul::matmul(
+                    &mut kb,
+                    group.anchor,
+                    outputs,
+                    lowering,
+                )?);
             }
             Template::Row => row(&mut kb, group.anchor, outputs)?,
             Template::Attention => {
@@ -531,438 +534,6 @@ fn elementwise_texels(
     Ok(())
 }
 
-/// How the matmul template tiles a product: each invocation computes a
-/// `register_tile` squared block of results, and `splits` workgroups share
-/// each output tile, each summing its own range of K (split-K).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) struct Tiling {
-    pub register_tile: i64,
-    pub splits: i64,
-}
-
-impl Tiling {
-    /// The tiling of an `m` x `n` product over `k`, `batches` times, on a
-    /// device of `compute_units`. The register tile halves while the grid
-    /// has too few workgroups (the target's `matmul_min_workgroups`). Where
-    /// even so the grid cannot fill the device and each workgroup would
-    /// walk a long K (Swin's and ViT's products of 49 or 197 rows), the
-    /// full register tile is kept and K is split over enough workgroups to
-    /// fill it, each taking at least `matmul_split_min_steps` steps.
-    pub fn choose(m: i64, n: i64, k: i64, batches: i64, compute_units: i64) -> Tiling {
-        let t = target();
-        let workgroups = |reg: i64| {
-            let tile = t.matmul_workgroup * reg;
-            ((n + tile - 1) / tile) * ((m + tile - 1) / tile) * batches
-        };
-        let steps = |reg: i64| {
-            let bk = t.matmul_tile_words / (t.matmul_workgroup * reg);
-            (k + bk - 1) / bk
-        };
-        let mut reg = t.matmul_max_register_tile;
-        while reg > 1 && workgroups(reg) < t.matmul_min_workgroups {
-            reg /= 2;
-        }
-        let unsplit = Tiling {
-            register_tile: reg,
-            splits: 1,
-        };
-        let wanted = compute_units * t.matmul_workgroups_per_unit;
-        if workgroups(reg) >= wanted || steps(reg) <= 2 * t.matmul_split_min_steps {
-            return unsplit;
-        }
-        let full = t.matmul_max_register_tile;
-        let tiles = workgroups(full).max(1);
-        let most = ((wanted + tiles - 1) / tiles)
-            .min(steps(full) / t.matmul_split_min_steps)
-            .min(t.max_workgroups_per_dimension / batches.max(1));
-        // Splits that divide the steps evenly, so that every split takes
-        // as many; only worth it where the grid grows beyond the unsplit
-        // one (K's steps may have no divisor in range, or a small one).
-        match (2..=most).rev().find(|s| steps(full) % s == 0) {
-            Some(splits) if splits * tiles > workgroups(reg) => Tiling {
-                register_tile: full,
-                splits,
-            },
-            _ => unsplit,
-        }
-    }
-}
-
-impl Tiling {
-    /// The template's parameters for this tiling: square workgroups of
-    /// the target's side, a square register tile, and K steps whose
-    /// operand tiles fill the target's `matmul_tile_words`.
-    pub fn config(&self) -> MatmulConfig {
-        let side = target().matmul_workgroup;
-        MatmulConfig {
-            workgroup_x: side,
-            workgroup_y: side,
-            rows: self.register_tile,
-            cols: self.register_tile,
-            k_step: target().matmul_tile_words / (side * self.register_tile),
-            splits: self.splits,
-            local_memory: true,
-        }
-    }
-}
-
-/// The signature a tuning database keys a product's kernel by: the
-/// anchor, the product's dimensions, its operands' shapes, the anchor's
-/// attributes (a convolution's strides and pads, gemm's transposes) and
-/// the float type, so that only kernels that address memory alike share
-/// parameters.
-fn tuning_key(kb: &KernelBuilder, anchor: OpId, p: &ProductShape) -> String {
-    let m = kb.m();
-    let shapes: Vec<String> = m
-        .op(anchor)
-        .operands
-        .iter()
-        .take(2)
-        .map(|&v| format!("{:?}", shape_of(m, v)))
-        .collect();
-    let attrs: Vec<String> = m
-        .op(anchor)
-        .attrs
-        .iter()
-        .map(|(k, v)| format!(" {k}={v}"))
-        .collect();
-    format!(
-        "{} m={} n={} k={} batches={} {}{} {}",
-        short(m, anchor),
-        p.m,
-        p.n,
-        p.k,
-        p.batches,
-        shapes.join("x").replace(' ', ""),
-        attrs.concat(),
-        kb.float
-    )
-}
-
-/// The configuration of the product `key` names: the tuning table's
-/// where it has the signature (checked against the product), else the
-/// target's heuristic; with whether it was tuned.
-fn configure(
-    kb: &KernelBuilder,
-    lowering: &Lowering,
-    key: &str,
-    shape: ProductShape,
-) -> R<(MatmulConfig, bool)> {
-    let default = Tiling::choose(
-        shape.m,
-        shape.n,
-        shape.k,
-        shape.batches,
-        lowering.compute_units,
-    )
-    .config();
-    let Some(tuning) = &lowering.tuning else {
-        return Ok((default, false));
-    };
-    let mut tuning = tuning.borrow_mut();
-    let reads_buffers = kb.inputs.values().any(|i| match i {
-        Input::Memory { stored, .. } => !kb.textures.contains_key(stored),
-        Input::Partials { .. } => true,
-        Input::Splat(_) => false,
-    });
-    let seen = tuning.seen.entry(key.to_string()).or_insert(Tunable {
-        facts: KernelFacts::new(shape, reads_buffers),
-        default,
-        instances: 0,
-        kernels: Vec::new(),
-    });
-    seen.instances += 1;
-    let Some(config) = tuning.table.get(key).copied() else {
-        return Ok((default, false));
-    };
-    if let Some(why) = config.invalid(&shape, target()) {
-        return Err(format!(
-            "{}: the parameters for '{key}' do not fit it: {why}",
-            tuning.source
-        ));
-    }
-    Ok((config, true))
-}
-
-/// A tiled matrix product (matmul or gemm) with its epilogue; where the
-/// configuration splits K, its partial products only (an element-wise
-/// kernel sums them and computes the outputs). Returns the kernel's
-/// tuning signature.
-fn matmul(
-    kb: &mut KernelBuilder,
-    anchor: OpId,
-    outputs: &[(ValueId, ValueId)],
-    lowering: &Lowering,
-) -> R<String> {
-    let product = Product::of(kb, anchor)?;
-    let c = kb.m().op(anchor).results[0];
-    let (mm, nn, kk, batch_shape) = product.dims(kb)?;
-    let batches: i64 = batch_shape.iter().product();
-    if batches > target().max_workgroups_per_dimension {
-        return Err(format!("{batches} matrix products exceed the grid"));
-    }
-    let shape = ProductShape {
-        m: mm,
-        n: nn,
-        k: kk,
-        batches,
-    };
-    let key = tuning_key(kb, anchor, &shape);
-    let (config, tuned) = configure(kb, lowering, &key, shape)?;
-    let MatmulConfig {
-        workgroup_x: wgx,
-        workgroup_y: wgy,
-        rows,
-        cols,
-        k_step: bk,
-        splits,
-        local_memory,
-    } = config;
-    let (tile_m, tile_n) = (config.tile_m(), config.tile_n());
-    let [gx, gy, _] = config.grid(&shape);
-    if gx > target().max_workgroups_per_dimension || gy > target().max_workgroups_per_dimension {
-        return Err("the matrix is too large for one grid".to_string());
-    }
-    let lx = kb.id(IdKind::Local, 0, wgx);
-    let ly = kb.id(IdKind::Local, 1, wgy);
-    let wx = kb.id(IdKind::Workgroup, 0, gx);
-    let wy = kb.id(IdKind::Workgroup, 1, gy);
-    let wz = if batches * splits > 1 {
-        kb.id(IdKind::Workgroup, 2, batches * splits)
-    } else {
-        Ix::constant(0)
-    };
-    // Along z, the batch and then the split of K.
-    let (batch, split) = if splits > 1 {
-        let mut shape = vec![splits];
-        shape.extend(tensor_shape(kb, c));
-        kb.partials = Some(Type::tensor(shape, ElemType::F32));
-        (
-            delinearize(&wz.clone().floor_div(Ix::constant(splits)), &batch_shape),
-            wz.modulo(Ix::constant(splits)),
-        )
-    } else {
-        (delinearize(&wz, &batch_shape), Ix::constant(0))
-    };
-    let at = |kb: &mut KernelBuilder, which: usize, row: Ix, col: Ix| -> R<ValueId> {
-        product.operand(kb, which, &batch, row, col)
-    };
-    // An invocation's rows (columns) are adjacent where it reads them as
-    // vec4s from the tile in workgroup memory; otherwise they are a
-    // workgroup side apart, so that neighbouring invocations read
-    // neighbouring words (no bank conflicts, coalesced loads).
-    let (vec4_rows, vec4_cols) = (config.vec4_rows(), config.vec4_cols());
-    let row_of = |i: i64| {
-        if vec4_rows {
-            ly.clone() * Ix::constant(rows) + Ix::constant(i)
-        } else {
-            ly.clone() + Ix::constant(i * wgy)
-        }
-    };
-    let col_of = |j: i64| {
-        if vec4_cols {
-            lx.clone() * Ix::constant(cols) + Ix::constant(j)
-        } else {
-            lx.clone() + Ix::constant(j * wgx)
-        }
-    };
-    // This workgroup's K steps: the `split`th of `splits` equal ranges.
-    debug_assert_eq!(config.steps(kk) % splits, 0, "splits divide K's steps");
-    let k_tiles = config.steps(kk) / splits;
-    let first_tile = split.clone() * Ix::constant(k_tiles);
-    let first_tile = (splits > 1).then_some(first_tile);
-    let step_k = |kt: Ix| match &first_tile {
-        Some(first) => (kt + first.clone()) * Ix::constant(bk),
-        None => kt * Ix::constant(bk),
-    };
-    let fma = |kb: &mut KernelBuilder, acc: &[ValueId], xs: &[ValueId], ys: &[ValueId]| {
-        let mut next = Vec::new();
-        for (i, &x) in xs.iter().enumerate() {
-            for (j, &y) in ys.iter().enumerate() {
-                let p = kb.ir.binary(BinaryFn::Mul, x, y);
-                next.push(kb.ir.binary(BinaryFn::Add, acc[i * cols as usize + j], p));
-            }
-        }
-        next
-    };
-    let accs_len = (rows * cols) as usize;
-    let carried = if local_memory {
-        // B's tile is [k][column]; A's is [row][k], or where its rows are
-        // read as vec4s, [k][row] with rows padded by four words so the
-        // transposing stores spread over the banks.
-        let a_row = if vec4_rows { tile_m + 4 } else { bk };
-        let a_tile = kb.ir.alloc(
-            if vec4_rows { bk * a_row } else { tile_m * bk },
-            ElemType::F32,
-        );
-        let b_tile = kb.ir.alloc(bk * tile_n, ElemType::F32);
-        let zero = kb.ir.constant(0.0, ElemType::F32);
-        let a_slot = |e: Ix| {
-            if vec4_rows {
-                let (row, k) = (
-                    e.clone().floor_div(Ix::constant(bk)),
-                    e.modulo(Ix::constant(bk)),
-                );
-                k * Ix::constant(a_row) + row
-            } else {
-                e
-            }
-        };
-        let threads = config.invocations();
-        let tid = ly.clone() * Ix::constant(wgx) + lx.clone();
-        let slot = |l: i64| tid.clone() + Ix::constant(l * threads);
-        let (a_loads, b_loads) = config.loads_per_invocation();
-        // The words this invocation loads into the tiles at K step `kt`,
-        // A's and B's interleaved: (which tile, its slot, the word).
-        let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<(usize, Ix, ValueId)>> {
-            let k0 = step_k(kt);
-            let mut words = Vec::new();
-            for l in 0..a_loads.max(b_loads) {
-                let e = slot(l);
-                if l < a_loads {
-                    let (ar, ac) = (
-                        e.clone().floor_div(Ix::constant(bk)),
-                        e.clone().modulo(Ix::constant(bk)),
-                    );
-                    let k = k0.clone() + ac;
-                    let row = wy.clone() * Ix::constant(tile_m) + ar;
-                    let v = at(kb, 0, row, k.clone())?;
-                    words.push((0, a_slot(e.clone()), zero_beyond(kb, v, &k, kk, bk)));
-                }
-                if l < b_loads {
-                    let (br, bc) = (
-                        e.clone().floor_div(Ix::constant(tile_n)),
-                        e.clone().modulo(Ix::constant(tile_n)),
-                    );
-                    let k = k0.clone() + br;
-                    let col = wx.clone() * Ix::constant(tile_n) + bc;
-                    let v = at(kb, 1, k.clone(), col)?;
-                    words.push((1, e, zero_beyond(kb, v, &k, kk, bk)));
-                }
-            }
-            Ok(words)
-        };
-        // Software pipelining: the loads of step kt + 1 are issued before
-        // the products of step kt, so their latency hides behind the
-        // arithmetic. The last step fetches one tile past K, never used.
-        let first = fetch(kb, Ix::constant(0))?;
-        let places: Vec<(usize, Ix)> = first.iter().map(|(w, s, _)| (*w, s.clone())).collect();
-        let mut init = vec![zero; accs_len];
-        init.extend(first.iter().map(|(_, _, v)| *v));
-        let carried = kb.for_loop(k_tiles, init, &mut |kb, kt, carried| {
-            let (acc, words) = carried.split_at(accs_len);
-            for ((which, at), &word) in places.iter().zip(words) {
-                kb.store(word, if *which == 0 { a_tile } else { b_tile }, at);
-            }
-            kb.ir.barrier();
-            let prefetched = fetch(kb, kt + Ix::constant(1))?;
-            let mut next = kb.for_loop(bk, acc.to_vec(), &mut |kb, k, acc| {
-                let xs: Vec<ValueId> = if vec4_rows {
-                    (0..rows / 4)
-                        .flat_map(|q| {
-                            let a = k.clone() * Ix::constant(a_row) + row_of(4 * q);
-                            kb.load4(a_tile, &a)
-                        })
-                        .collect()
-                } else {
-                    (0..rows)
-                        .map(|i| kb.load(a_tile, &(row_of(i) * Ix::constant(bk) + k.clone())))
-                        .collect()
-                };
-                let ys: Vec<ValueId> = if vec4_cols {
-                    (0..cols / 4)
-                        .flat_map(|q| {
-                            let b = k.clone() * Ix::constant(tile_n) + col_of(4 * q);
-                            kb.load4(b_tile, &b)
-                        })
-                        .collect()
-                } else {
-                    (0..cols)
-                        .map(|j| kb.load(b_tile, &(k.clone() * Ix::constant(tile_n) + col_of(j))))
-                        .collect()
-                };
-                Ok(fma(kb, acc, &xs, &ys))
-            })?;
-            kb.ir.barrier();
-            next.extend(prefetched.into_iter().map(|(_, _, v)| v));
-            Ok(next)
-        })?;
-        carried[..accs_len].to_vec()
-    } else {
-        // Each invocation loads its own rows of A and columns of B,
-        // through the caches.
-        let zero = kb.ir.constant(0.0, ElemType::F32);
-        kb.for_loop(k_tiles, vec![zero; accs_len], &mut |kb, kt, acc| {
-            let k0 = step_k(kt);
-            kb.for_loop(bk, acc.to_vec(), &mut |kb, k, acc| {
-                let k = k0.clone() + k;
-                let mut xs = Vec::new();
-                for i in 0..rows {
-                    let row = wy.clone() * Ix::constant(tile_m) + row_of(i);
-                    let v = at(kb, 0, row, k.clone())?;
-                    xs.push(zero_beyond(kb, v, &k, kk, bk));
-                }
-                let mut ys = Vec::new();
-                for j in 0..cols {
-                    let col = wx.clone() * Ix::constant(tile_n) + col_of(j);
-                    let v = at(kb, 1, k.clone(), col)?;
-                    ys.push(zero_beyond(kb, v, &k, kk, bk));
-                }
-                Ok(fma(kb, acc, &xs, &ys))
-            })
-        })?
-    };
-    for i in 0..rows {
-        for j in 0..cols {
-            let row = wy.clone() * Ix::constant(tile_m) + row_of(i);
-            let col = wx.clone() * Ix::constant(tile_n) + col_of(j);
-            let mut flags = Vec::new();
-            if mm % tile_m != 0 {
-                flags.push(kb.index_cmp(CmpPred::Lt, &row, mm));
-            }
-            if nn % tile_n != 0 {
-                flags.push(kb.index_cmp(CmpPred::Lt, &col, nn));
-            }
-            let cond = (!flags.is_empty()).then(|| kb.ir.all(flags));
-            let idx = product.result_index(&batch, row, col);
-            let acc = carried[(i * cols + j) as usize];
-            guarded(kb, cond, &mut |kb| {
-                if splits > 1 {
-                    let mut at = vec![split.clone()];
-                    at.extend(idx.iter().cloned());
-                    kb.store_output(ArgRole::Partials, &at, acc);
-                    return Ok(());
-                }
-                let y = kb.ir.cast(acc, Type::Scalar(kb.float));
-                let y = product.epilogue(kb, y, &idx)?;
-                kb.memo_put(c, &idx, y);
-                store_outputs(kb, outputs, &idx)
-            })?;
-        }
-    }
-    let mut tile_parameters = vec![tile_m, tile_n, bk, rows, cols];
-    if splits > 1 {
-        tile_parameters.push(splits);
-    }
-    kb.tuned = tuned;
-    kb.finish(
-        [wgx, wgy, 1],
-        [gx, gy, batches * splits],
-        FuncTemplate::MatmulTiled,
-        Some(tile_parameters),
-    );
-    Ok(key)
-}
-
-fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64, bk: i64) -> ValueId {
-    if kk % bk == 0 {
-        return v;
-    }
-    let inside = kb.index_cmp(CmpPred::Lt, k, kk);
-    let zero = kb.ir.constant(0.0, ElemType::F32);
-    kb.ir.select(inside, v, zero)
-}
-
 /// `f` of the `partial` (f32) of the `threads` invocations of one row,
 /// through a tree in workgroup memory from `base`; each gets the result.
 fn workgroup_reduce(
@@ -1185,71 +756,4 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
         None,
     );
     Ok(())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::Tiling;
-
-    const H100_UNITS: i64 = 132;
-
-    fn tiling(m: i64, n: i64, k: i64, batches: i64, units: i64) -> (i64, i64) {
-        let t = Tiling::choose(m, n, k, batches, units);
-        (t.register_tile, t.splits)
-    }
-
-    #[test]
-    fn long_products_of_few_rows_split_k_to_fill_the_device() {
-        // Swin-T stage 4 (49 rows): 12 tiles of 64 x 64 for 132 units.
-        assert_eq!(tiling(49, 768, 3072, 1, H100_UNITS), (4, 24));
-        assert_eq!(tiling(49, 3072, 768, 1, H100_UNITS), (4, 6));
-        // ViT-B/16 (197 rows): qkv and the second MLP product.
-        assert_eq!(tiling(197, 2304, 768, 1, H100_UNITS), (4, 4));
-        assert_eq!(tiling(197, 768, 3072, 1, H100_UNITS), (4, 8));
-    }
-
-    #[test]
-    fn products_that_fill_the_device_or_have_short_k_are_not_split() {
-        // Enough tiles for every unit.
-        assert_eq!(tiling(3136, 768, 3072, 1, H100_UNITS), (4, 1));
-        // Few tiles but a short K: the register tile shrinks instead.
-        assert_eq!(tiling(196, 1152, 384, 1, H100_UNITS), (2, 1));
-        // A device of two compute units is filled by shrinking alone.
-        assert_eq!(tiling(49, 768, 3072, 1, 2), (1, 1));
-    }
-
-    #[test]
-    fn a_split_divides_the_k_steps_and_only_ever_grows_the_grid() {
-        let target = super::target();
-        let workgroups = |m: i64, n: i64, batches: i64, reg: i64| {
-            let tile = target.matmul_workgroup * reg;
-            ((m + tile - 1) / tile) * ((n + tile - 1) / tile) * batches
-        };
-        for (m, n, k, batches) in [
-            (49, 64, 3072, 1),
-            (49, 64, 1000, 1),
-            (49, 768, 1184, 1), // 74 steps: 2 splits would shrink the grid
-            (49, 768, 1168, 1), // 73 steps, a prime: no split
-            (7, 10, 4096, 3),
-            (49, 768, 65_536, 2_000), // the grid's z limit bounds the splits
-        ] {
-            let t = Tiling::choose(m, n, k, batches, 10_000);
-            let bk = target.matmul_tile_words / (target.matmul_workgroup * t.register_tile);
-            let steps = (k + bk - 1) / bk;
-            assert_eq!(steps % t.splits, 0, "{m}x{n}x{k}: {t:?}");
-            assert!(batches * t.splits <= target.max_workgroups_per_dimension);
-            if t.splits > 1 {
-                assert!(steps / t.splits >= target.matmul_split_min_steps);
-                let unsplit = Tiling::choose(m, n, k, batches, 1);
-                assert!(
-                    workgroups(m, n, batches, t.register_tile) * t.splits
-                        > workgroups(m, n, batches, unsplit.register_tile),
-                    "{m}x{n}x{k}: {t:?}"
-                );
-            }
-        }
-        assert_eq!(Tiling::choose(49, 768, 1184, 1, H100_UNITS).splits, 1);
-        assert_eq!(Tiling::choose(49, 768, 1168, 1, H100_UNITS).splits, 1);
-        assert!(Tiling::choose(49, 768, 65_536, 2_000, 10_000).splits * 2_000 <= 65_535);
-    }
 }
