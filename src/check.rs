@@ -13,8 +13,10 @@ use crate::inputs::random_inputs;
 use crate::{CheckArgs, Driver, Failure, Loaded, Outcome};
 
 /// The largest difference between two results, relative to the scale of
-/// the expected one (its largest magnitude, at least 1).
+/// the expected one (its largest magnitude, at least 1); NaN where either
+/// has a NaN, which `f64::max` would drop.
 pub(crate) fn relative_difference(got: &[Tensor], want: &[Tensor]) -> f64 {
+    let most = |m: f64, x: f64| if x.is_nan() || x > m { x } else { m };
     got.iter()
         .zip(want)
         .map(|(g, w)| {
@@ -22,13 +24,13 @@ pub(crate) fn relative_difference(got: &[Tensor], want: &[Tensor]) -> f64 {
                 return f64::INFINITY;
             }
             let (g, w) = (g.to_f64(), w.to_f64());
-            let scale = w.iter().fold(1.0f64, |m, v| m.max(v.abs()));
+            let scale = w.iter().fold(1.0f64, |m, v| most(m, v.abs()));
             g.iter()
                 .zip(w.iter())
                 .map(|(a, b)| if a == b { 0.0 } else { (a - b).abs() / scale })
-                .fold(0.0, f64::max)
+                .fold(0.0, most)
         })
-        .fold(0.0, f64::max)
+        .fold(0.0, most)
 }
 
 impl Driver {

@@ -15,7 +15,7 @@ use ircc_plan::{Plan, Timing};
 
 use crate::{Driver, Failure, KernelArgs, Loaded, Outcome, io_err};
 
-fn plain(e: impl Into<String>) -> Failure {
+pub(crate) fn plain(e: impl Into<String>) -> Failure {
     Diagnostic::plain(e).into()
 }
 

@@ -4,14 +4,9 @@ use std::io::Write;
 #[cfg(feature = "wgpu")]
 use std::time::Instant;
 
-use ircc_core::diag::Diagnostic;
-
+use crate::Outcome;
 use crate::cli::ProbeArgs;
-use crate::{Failure, Outcome};
-
-fn plain(e: impl Into<String>) -> Failure {
-    Diagnostic::plain(e.into()).into()
-}
+use crate::gpu::plain;
 
 /// `ircc probe`: the profile of the GPU wgpu opens.
 #[cfg(feature = "wgpu")]

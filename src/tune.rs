@@ -14,7 +14,6 @@ use std::rc::Rc;
 use std::time::Instant;
 
 use ircc_core::Module;
-use ircc_core::diag::Diagnostic;
 use ircc_core::pass::{PassManager, PassOptions, PassRegistry, RunOptions};
 use ircc_dialects::kernel::{DeviceProfile, Target};
 use ircc_passes::conversion::graph_to_kernel::KernelLower;
@@ -30,11 +29,8 @@ use ircc_passes::tuning::{SharedTuning, SpaceReport, Tunable, Tuning, space_of};
 #[cfg(feature = "wgpu")]
 use crate::cli::SearchKind;
 use crate::cli::TuneArgs;
+use crate::gpu::plain;
 use crate::{Driver, Failure, Outcome};
-
-fn plain(e: impl Into<String>) -> Failure {
-    Diagnostic::plain(e.into()).into()
-}
 
 /// The module after the pipeline's passes before `kernel.lower`, and
 /// what lowers it again for each trial with the trial's table.
@@ -391,25 +387,6 @@ struct Trial<'a> {
 }
 
 #[cfg(feature = "wgpu")]
-/// The largest difference between `got` and `want`, relative to the
-/// largest magnitude of `want`, over all outputs.
-fn difference(got: &[ircc_core::Tensor], want: &[ircc_core::Tensor]) -> f64 {
-    // NaN where either has a NaN, which `f64::max` would drop.
-    let most = |m: f64, x: f64| if x.is_nan() || x > m { x } else { m };
-    got.iter()
-        .zip(want)
-        .map(|(g, w)| {
-            let (g, w) = (g.to_f64(), w.to_f64());
-            let scale = w.iter().fold(0.0f64, |m, x| most(m, x.abs())).max(1e-30);
-            g.iter()
-                .zip(w.iter())
-                .fold(0.0f64, |m, (a, b)| most(m, (a - b).abs()))
-                / scale
-        })
-        .fold(0.0, most)
-}
-
-#[cfg(feature = "wgpu")]
 impl Trial<'_> {
     fn session(
         &mut self,
@@ -457,7 +434,7 @@ impl Trial<'_> {
         match &self.reference {
             None => self.reference = Some(outputs),
             Some(want) => {
-                let d = difference(&outputs, want);
+                let d = crate::check::relative_difference(&outputs, want);
                 if d.is_nan() || d > self.tolerance {
                     let tried: Vec<String> =
                         table.iter().map(|(k, c)| format!("{k}: {c:?}")).collect();

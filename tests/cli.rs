@@ -95,8 +95,8 @@ fn timing_has_a_row_for_each_step_of_the_command() {
     assert_eq!(emit.code, 0, "{}", emit.stderr);
     for row in [
         "parse",
-        "kernel.lower",
-        "kernel.ace",
+        ircc_passes::decl::KernelLowerOptions::NAME,
+        ircc_passes::decl::KernelAceOptions::NAME,
         "code generation (WGSL, plan)",
     ] {
         assert!(
