@@ -122,6 +122,31 @@ pub struct KernelArgs {
     /// the pipeline's kernel.lower says otherwise.
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
+    /// The fused attention template (with --emit wgsl|opencl or --backend
+    /// wgpu|opencl); auto unless the pipeline's kernel.lower says otherwise.
+    #[arg(long, value_enum)]
+    pub attention: Option<AttentionTemplate>,
+}
+
+/// Which template computes a fused attention op (kernel.lower{attention=..}).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum AttentionTemplate {
+    /// Rows where the target's registers hold a query and its weighted sum of values, else tiled.
+    Auto,
+    /// An invocation per query, holding it and its weighted sum in registers.
+    Rows,
+    /// An invocation per query and key of a tile, sharing scores through workgroup memory.
+    Tiled,
+}
+
+impl AttentionTemplate {
+    pub fn name(self) -> &'static str {
+        match self {
+            AttentionTemplate::Auto => "auto",
+            AttentionTemplate::Rows => "rows",
+            AttentionTemplate::Tiled => "tiled",
+        }
+    }
 }
 
 /// Measure the GPU wgpu opens with micro-benchmarks (ArchProbe's method,

@@ -63,7 +63,8 @@ pub(crate) fn lower_for_gpu(
             }
         }
     };
-    set("precision", kernel.precision.map(|p| p.name().to_string()))
+    set("precision", kernel.precision.map(|p| p.name().to_string()))?;
+    set("attention", kernel.attention.map(|a| a.name().to_string()))
 }
 
 impl Driver {

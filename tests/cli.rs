@@ -440,7 +440,7 @@ fn describe_op_prints_the_declaration() {
     let kernel = ircc(&["--describe-op", func]);
     assert!(
         kernel.stdout.contains(
-            "enum of elementwise|elementwise_texels|matmul_tiled|row_reduction|attention_tiled"
+            "enum of elementwise|elementwise_texels|matmul_tiled|row_reduction|attention_rows|attention_tiled"
         ),
         "{}",
         kernel.stdout

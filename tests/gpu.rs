@@ -177,10 +177,14 @@ fn products_split_along_k_match_the_interpreter_on_wgpu() {
 }
 
 #[test]
-fn tiled_attention_matches_the_interpreter_on_wgpu() {
+fn attention_templates_match_the_interpreter_on_wgpu() {
     if !common::gpu_available() {
-        eprintln!("0 passed, 0 failed, 2 skipped (no GPU adapter)");
+        eprintln!("0 passed, 0 failed, 4 skipped (no GPU adapter)");
         return;
     }
-    common::assert_template_matches(&common::ATTENTION, &["--backend", "wgpu"]);
+    for (case, template) in common::ATTENTION_TEMPLATES {
+        let mut backend = vec!["--backend", "wgpu"];
+        backend.extend_from_slice(template);
+        common::assert_template_matches(case, &backend);
+    }
 }

@@ -131,26 +131,51 @@ fn stats_count_the_dispatches_the_plan_runs() {
     }
 }
 
-/// The tiled attention template in the kernel interpreter, beside the
-/// graph interpreter: ragged query and key blocks, strided value columns,
-/// a float mask, grouped heads and a causal window.
+/// Both attention templates in the kernel interpreter, beside the graph
+/// interpreter: ragged query and key blocks, value columns shared out
+/// (tiled) or keys split over two lanes (rows on nvidia_vulkan), a float
+/// mask, grouped heads and a causal window.
 #[test]
-fn tiled_attention_matches_the_interpreter() {
+fn attention_templates_match_the_interpreter() {
+    let passes = |template: &str| {
+        format!("kernel.lower{{device=nvidia_vulkan,attention={template}}},kernel.ace")
+    };
+    for (case, template) in [
+        (&common::ATTENTION, "rows"),
+        (&common::ATTENTION_TILED, "tiled"),
+    ] {
+        let file = common::root().join(case.file);
+        let pipeline = ["--passes", &passes(template)];
+        let out = ircc(&[pipeline[0], pipeline[1], file.to_str().unwrap()]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let pick = format!("template = \"attention_{template}\"");
+        assert_eq!(out.stdout.matches(&pick).count(), 4, "{template}");
+        if template == "rows" {
+            assert_eq!(out.stdout.matches("tile = array<i64: 32, 2, 8>").count(), 2);
+        }
+        let diff = common::template_difference(case, &pipeline);
+        assert!(diff <= 1e-5, "{template}: {diff:e}");
+    }
+}
+
+/// The register template with one lane per query (adreno640's two units
+/// are filled by any grid), checked level by level.
+#[test]
+fn register_attention_with_a_lane_per_query_checks() {
     let file = common::root().join(common::ATTENTION.file);
     let out = ircc(&[
-        "--pipeline",
-        "smartmem-gpu",
-        "--device",
-        "nvidia_vulkan",
+        "check",
         file.to_str().unwrap(),
+        "--passes",
+        "kernel.lower{device=adreno640,attention=rows},kernel.ace",
     ]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    assert_eq!(
-        out.stdout.matches("template = \"attention_tiled\"").count(),
-        4
-    );
-    let diff = common::template_difference(&common::ATTENTION, &["--pipeline", "smartmem-gpu"]);
-    assert!(diff <= 1e-5, "{diff:e}");
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let out = ircc(&[
+        file.to_str().unwrap(),
+        "--passes",
+        "kernel.lower{device=adreno640,attention=rows},kernel.ace",
+    ]);
+    assert_eq!(out.stdout.matches("tile = array<i64: 64, 1, 8>").count(), 4);
 }
 
 /// graph.attention in the kernel interpreter: grouped heads, a boolean

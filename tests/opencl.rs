@@ -277,11 +277,14 @@ fn products_split_along_k_match_the_interpreter_on_opencl() {
 }
 
 #[test]
-fn tiled_attention_matches_the_interpreter_on_opencl() {
+fn attention_templates_match_the_interpreter_on_opencl() {
     if !common::opencl_available() {
-        eprintln!("0 passed, 0 failed, 2 skipped (no OpenCL device)");
+        eprintln!("0 passed, 0 failed, 4 skipped (no OpenCL device)");
         return;
     }
-    let backend = ["--backend", "opencl", "--cl-options", "-cl-opt-disable"];
-    common::assert_template_matches(&common::ATTENTION, &backend);
+    for (case, template) in common::ATTENTION_TEMPLATES {
+        let mut backend = vec!["--backend", "opencl", "--cl-options", "-cl-opt-disable"];
+        backend.extend_from_slice(template);
+        common::assert_template_matches(case, &backend);
+    }
 }

@@ -278,11 +278,11 @@ pub const SPLIT_K: TemplateCase = TemplateCase {
     results: 3,
 };
 
-/// The tiled attention template: ragged blocks of queries and keys,
-/// value columns shared out, a float mask, grouped heads and a window,
-/// and fewer keys than a tile.
+/// The register attention template (`--attention rows`): ragged blocks of
+/// queries and keys, a float mask, grouped heads and a window, fewer keys
+/// than a tile, and two lanes per query on nvidia_vulkan.
 pub const ATTENTION: TemplateCase = TemplateCase {
-    file: "tests/ir/kernel/attention_tiled.ir",
+    file: "tests/ir/kernel/attention_rows.ir",
     inputs: &[
         ("q", &[1, 2, 37, 24]),
         ("k", &[1, 2, 41, 24]),
@@ -300,6 +300,20 @@ pub const ATTENTION: TemplateCase = TemplateCase {
     ],
     results: 4,
 };
+
+/// The tiled attention template (`--attention tiled`) on the same ops,
+/// value columns shared out.
+pub const ATTENTION_TILED: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel/attention_tiled.ir",
+    inputs: ATTENTION.inputs,
+    results: ATTENTION.results,
+};
+
+/// Both attention templates, each case with the arguments that pick it.
+pub const ATTENTION_TEMPLATES: [(&TemplateCase, &[&str]); 2] = [
+    (&ATTENTION, &["--attention", "rows"]),
+    (&ATTENTION_TILED, &["--attention", "tiled"]),
+];
 
 /// `case` run for the nvidia_vulkan profile with `extra` (a pipeline, a
 /// backend, a precision), beside the reference interpreter on the same

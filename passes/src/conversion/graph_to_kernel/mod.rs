@@ -28,7 +28,7 @@ mod templates;
 mod upsample;
 mod values;
 
-use crate::decl::{KernelLowerOptions, KernelLowerPrecision};
+use crate::decl::{KernelLowerAttention, KernelLowerOptions, KernelLowerPrecision};
 use ircc_core::diag::{Diagnostic, Diagnostics};
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::{Pass, PassContext};
@@ -53,6 +53,7 @@ pub struct KernelLower {
     float: ElemType,
     device: String,
     tuning_db: String,
+    attention: KernelLowerAttention,
     /// The tuning `ircc tune` shares with this pass (its trials' table,
     /// and the tunable kernels the pass records), instead of a database.
     shared: Option<SharedTuning>,
@@ -68,6 +69,7 @@ impl KernelLower {
             float,
             device: options.device,
             tuning_db: options.tuning_db,
+            attention: options.attention,
             shared: None,
         }
     }
@@ -264,6 +266,7 @@ impl Pass for KernelLower {
             textures: HashMap::new(),
             partials: HashSet::new(),
             compute_units: i64::from(device.compute_units),
+            attention: self.attention,
             tuning: self
                 .tuning(&device.name)
                 .map_err(|d| Diagnostics(vec![d]))?,

@@ -18,6 +18,7 @@ use super::attention;
 use super::group::{Group, resolve_input};
 use super::lowering::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
 use super::values::{Reduction, is_pointwise, tensor_shape};
+use crate::decl::KernelLowerAttention;
 use crate::index::simplify::{Idx, Ranges};
 use crate::tuning::SharedTuning;
 
@@ -70,7 +71,7 @@ fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
             (Template::Matmul, result)
         }
         G::Softmax | G::LayerNorm | G::InstanceNorm => (Template::Row, shape_of(m, o.operands[0])),
-        G::Attention if attention::tiled_fits(m, anchor, target()) => (Template::Attention, result),
+        G::Attention if attention::fits(m, anchor, target()) => (Template::Attention, result),
         G::ReduceSum
         | G::ReduceMean
         | G::ReduceMax
@@ -100,8 +101,11 @@ pub(crate) struct Lowering<'a> {
     /// Host tensors of partial products (a product split along K), which
     /// kernels read as the sum over their first axis.
     pub partials: HashSet<ValueId>,
-    /// The device's compute units (its profile's), which split-K fills.
+    /// The device's compute units (its profile's), which split-K and the
+    /// attention template's grid fill.
     pub compute_units: i64,
+    /// The attention template asked for.
+    pub attention: KernelLowerAttention,
     /// The tuned parameters products take, and where the tunable kernels
     /// lowered are recorded.
     pub tuning: Option<SharedTuning>,
@@ -276,9 +280,13 @@ fn build(
                 )?);
             }
             Template::Row => row(&mut kb, group.anchor, outputs)?,
-            Template::Attention => {
-                attention::attention_tiled(&mut kb, group.anchor, outputs, target())?
-            }
+            Template::Attention => attention::lower(
+                &mut kb,
+                group.anchor,
+                outputs,
+                lowering.attention,
+                lowering.compute_units,
+            )?,
         }
         (kb.args.clone(), kb.partials.clone())
     };

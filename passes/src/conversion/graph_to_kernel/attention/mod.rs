@@ -1,0 +1,451 @@
+//! `graph.attention` in kernels, as FlashAttention computes it: the
+//! scores are never stored. Keys and values are read a tile at a time
+//! into workgroup memory, once for a block of queries of one head, and
+//! each query keeps a running maximum, sum of weights and weighted sum of
+//! values that it rescales as the maximum grows (an online softmax).
+//!
+//! Two templates share that plan (`rows.rs`, `tiled.rs`); kernel.lower's
+//! `attention` option picks one, and `auto` the register template where
+//! the target's registers hold a query and its sum and its grid fills the
+//! device:
+//!
+//! - `attention_rows`: an invocation per query (or a few, splitting its
+//!   keys), holding the query and its weighted sum of values in
+//!   registers; the invocations of a workgroup read the same keys of the
+//!   tile at once (a broadcast), so no score goes through workgroup
+//!   memory and a tile costs two barriers.
+//! - `attention_tiled`: an invocation per query and key of a tile, which
+//!   share the scores and weights through workgroup memory; for heads too
+//!   long for registers.
+//!
+//! Where neither's tiles fit in workgroup memory, each result element is
+//! computed on its own (`attention_at`): one invocation walks every key
+//! for one value column.
+
+mod rows;
+mod tiled;
+
+use ircc_core::{ElemType, Module, OpId, ValueId};
+use ircc_dialects::graph::{self, attention};
+use ircc_dialects::kernel::Target;
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
+
+use super::lowering::{Input, Ix, KernelBuilder, kernel_elem};
+use super::templates::guarded;
+use super::values::{ACC, tensor_shape};
+use crate::decl::KernelLowerAttention;
+
+pub(super) use rows::Rows;
+
+type R<T> = Result<T, String>;
+
+/// Whether a fused template computes the attention op `op` on the target.
+pub(super) fn fits(m: &Module, op: OpId, t: &Target) -> bool {
+    Rows::choose(m, op, t, 1).is_some() || tiled::fits(m, op, t)
+}
+
+/// Lowers the attention op `op` with the template `choice` asks for where
+/// it fits, else the other; `units` is the device's compute units. Auto
+/// takes the register template where its grid fills the units, else the
+/// tiled one (measured on an H100: 12 heads of 64, the tiled template is
+/// the faster at 197 queries, the register one at 512 and 2048).
+pub(super) fn lower(
+    kb: &mut KernelBuilder,
+    op: OpId,
+    outputs: &[(ValueId, ValueId)],
+    choice: KernelLowerAttention,
+    units: i64,
+) -> R<()> {
+    let t = super::templates::target();
+    let rows = Rows::choose(kb.m(), op, t, units);
+    let tiled = tiled::fits(kb.m(), op, t);
+    let prefer_rows = match choice {
+        KernelLowerAttention::Rows => true,
+        KernelLowerAttention::Tiled => false,
+        KernelLowerAttention::Auto => rows.is_some_and(|r| r.fills(kb.m(), op, units)),
+    };
+    match rows {
+        Some(rows) if prefer_rows || !tiled => rows::attention_rows(kb, op, outputs, &rows),
+        _ => tiled::attention_tiled(kb, op, outputs, t),
+    }
+}
+
+/// The shapes an attention op reads: `[batch, heads, queries, size]`,
+/// `[batch, kv heads, keys, size]`, `[.., keys, value size]`.
+struct Dims {
+    batch: i64,
+    heads: i64,
+    queries: i64,
+    keys: i64,
+    size: i64,
+    value_size: i64,
+    /// Query heads per key/value head.
+    group: i64,
+}
+
+impl Dims {
+    fn of(m: &Module, a: &graph::ops::Attention) -> Option<Dims> {
+        let shape = |v: ValueId| m.value_type(v).as_tensor().map(|t| t.shape.clone());
+        let (q, k, v) = (shape(a.q())?, shape(a.k())?, shape(a.v())?);
+        Some(Dims {
+            batch: q[0],
+            heads: q[1],
+            queries: q[2],
+            keys: k[2],
+            size: q[3],
+            value_size: v[3],
+            group: q[1] / k[1].max(1),
+        })
+    }
+}
+
+fn round4(n: i64) -> i64 {
+    (n + 3) / 4 * 4
+}
+
+/// The score of query `i` for key `j` from their dot product: scaled,
+/// capped and masked (a float mask added), with the flag of whether the
+/// key is visible at all (`None`: always).
+struct Scorer {
+    op: OpId,
+    scale: f64,
+    softcap: f64,
+    frontier: attention::Frontier,
+    keys: i64,
+}
+
+impl Scorer {
+    fn of(m: &Module, op: OpId, d: &Dims) -> R<Scorer> {
+        let a = graph::ops::Attention::new(m, op).ok_or("not a graph.attention")?;
+        Ok(Scorer {
+            op,
+            scale: attention::scale(&a, d.size),
+            softcap: a.softcap(),
+            frontier: attention::Frontier::of(&a),
+            keys: d.keys,
+        })
+    }
+
+    fn score(
+        &self,
+        kb: &mut KernelBuilder,
+        dot: ValueId,
+        [b, h, i, j]: [&Ix; 4],
+    ) -> R<(ValueId, Option<ValueId>)> {
+        let factor = kb.ir.constant(self.scale, ACC);
+        let mut s = kb.ir.binary(BinaryFn::Mul, dot, factor);
+        if self.softcap > 0.0 {
+            let cap = kb.ir.constant(self.softcap, ACC);
+            let t = kb.ir.binary(BinaryFn::Div, s, cap);
+            let t = kb.ir.unary(UnaryFn::Tanh, t);
+            s = kb.ir.binary(BinaryFn::Mul, t, cap);
+        }
+        let mut allowed = Vec::new();
+        // d = j - (i + offset): d <= ahead, -d <= behind.
+        let ((ahead, behind), offset) = (self.frontier.bounds(), self.frontier.offset);
+        let d = j.clone() - i.clone();
+        if let Some(a) = ahead {
+            allowed.push(kb.index_cmp(CmpPred::Lt, &d, offset + a + 1));
+        }
+        if let Some(b) = behind {
+            allowed.push(kb.index_cmp(CmpPred::Gt, &d, offset - b - 1));
+        }
+        let a = graph::ops::Attention::new(kb.m(), self.op).ok_or("not a graph.attention")?;
+        if let Some(mask) = a.mask() {
+            let shape = tensor_shape(kb, mask);
+            let last = shape.last().copied().unwrap_or(1);
+            if last != 1 && last < self.keys {
+                allowed.push(kb.index_cmp(CmpPred::Lt, j, last));
+            }
+            // Broadcast from the right; a key past a short mask reads
+            // an element in it and is masked above.
+            let full = [b.clone(), h.clone(), i.clone(), j.clone()];
+            let at: Vec<Ix> = shape
+                .iter()
+                .enumerate()
+                .map(|(a, &d)| match d {
+                    1 => Ix::constant(0),
+                    _ if a + 1 == shape.len() && last < self.keys => {
+                        j.clone().modulo(Ix::constant(last))
+                    }
+                    _ => full[4 - shape.len() + a].clone(),
+                })
+                .collect();
+            let m = kb.value_at(mask, &at)?;
+            if kb.ir.elem(m) == ElemType::I1 {
+                allowed.push(m);
+            } else {
+                // A -inf adds a weight of exp(-inf) = 0.
+                let m = kb.widen(m);
+                s = kb.ir.binary(BinaryFn::Add, s, m);
+            }
+        }
+        Ok((s, (!allowed.is_empty()).then(|| kb.ir.all(allowed))))
+    }
+}
+
+/// The result's element type in the kernel.
+fn result_elem(kb: &KernelBuilder, op: OpId) -> ElemType {
+    let result = kb.m().op(op).results[0];
+    let elem = kb
+        .m()
+        .value_type(result)
+        .as_tensor()
+        .map_or(ElemType::F32, |t| t.elem);
+    kernel_elem(elem, kb.float)
+}
+
+/// Whether operand `v` of shape `[.., rows, columns]` lies in memory with
+/// its rows contiguous (a transposed view, such as the keys of
+/// `q · kᵀ` read back as `k`), so a tile is read row by row to keep
+/// neighbouring invocations on neighbouring words.
+fn rows_contiguous(kb: &KernelBuilder, v: ValueId) -> bool {
+    let Some(Input::Memory { shape, map, .. }) = kb.inputs.get(&v) else {
+        return false;
+    };
+    let Some(map) = map else {
+        return false;
+    };
+    let rank = map.num_dims as usize;
+    let address = |at: &[i64]| -> Option<i64> {
+        let idx = map.eval(at, &[]).ok()?;
+        Some(idx.iter().zip(shape).fold(0, |a, (&i, &n)| a * n + i))
+    };
+    let origin = vec![0; rank];
+    let mut next_row = origin.clone();
+    next_row[rank - 2] = 1;
+    let mut next_column = origin.clone();
+    next_column[rank - 1] = 1;
+    let (Some(o), Some(r), Some(c)) = (address(&origin), address(&next_row), address(&next_column))
+    else {
+        return false;
+    };
+    r - o == 1 && c - o != 1
+}
+
+/// The key/value head of query head `h`.
+fn kv_head(h: &Ix, group: i64) -> Ix {
+    if group == 1 {
+        h.clone()
+    } else {
+        h.clone().floor_div(Ix::constant(group))
+    }
+}
+
+/// The invocations of a workgroup sharing the loads of a tile: this one is
+/// `tid` of `threads`.
+struct Team {
+    tid: Ix,
+    threads: i64,
+}
+
+impl Team {
+    /// `count` elements of a tile, spread over the workgroup: `store(e)`
+    /// for every element `e` this invocation takes. Its rounds go in
+    /// batches of the target's `attention_load_batch`, unrolled so that
+    /// their loads are in flight together, in a loop: kernel.ace would
+    /// hoist every unrolled round's address out of the key loop, each then
+    /// live across it.
+    fn spread(
+        &self,
+        kb: &mut KernelBuilder,
+        count: i64,
+        store: &mut dyn FnMut(&mut KernelBuilder, Ix) -> R<()>,
+    ) -> R<()> {
+        let threads = self.threads;
+        let batch = super::templates::target().attention_load_batch;
+        let (rounds, rest) = (count / threads, count % threads);
+        let round = |kb: &mut KernelBuilder,
+                     first: Ix,
+                     n: i64,
+                     store: &mut dyn FnMut(&mut KernelBuilder, Ix) -> R<()>|
+         -> R<()> {
+            for l in 0..n {
+                store(
+                    kb,
+                    self.tid.clone() + first.clone() + Ix::constant(l * threads),
+                )?;
+            }
+            Ok(())
+        };
+        let (loops, unrolled) = if rounds > batch {
+            (rounds / batch, rounds % batch)
+        } else {
+            (0, rounds)
+        };
+        if loops > 0 {
+            kb.for_loop(loops, Vec::new(), &mut |kb, l, _| {
+                round(kb, l * Ix::constant(batch * threads), batch, store)?;
+                Ok(Vec::new())
+            })?;
+        }
+        round(kb, Ix::constant(loops * batch * threads), unrolled, store)?;
+        if rest > 0 {
+            let e = self.tid.clone() + Ix::constant(rounds * threads);
+            let inside = kb.index_cmp(CmpPred::Lt, &e, count);
+            guarded(kb, Some(inside), &mut |kb| store(kb, e.clone()))?;
+        }
+        Ok(())
+    }
+
+    /// Zeros in the words from `size` to whole vectors of `count` rows `stride` apart of
+    /// workgroup array `memory`. Workgroup memory starts undefined
+    /// (OpenCL's local memory, and any Vulkan driver without
+    /// zero-initialisation), and the templates read the rows' vector
+    /// padding, where a zero weight times a NaN would still be NaN.
+    fn zero_padding(
+        &self,
+        kb: &mut KernelBuilder,
+        memory: ValueId,
+        count: i64,
+        stride: i64,
+        size: i64,
+    ) -> R<()> {
+        let w = round4(size) - size;
+        if w == 0 {
+            return Ok(());
+        }
+        let zero = kb.ir.constant(0.0, ACC);
+        self.spread(kb, count * w, &mut |kb, e| {
+            let at = e.clone().floor_div(Ix::constant(w)) * Ix::constant(stride)
+                + Ix::constant(size)
+                + e.modulo(Ix::constant(w));
+            kb.store(zero, memory, &at);
+            Ok(())
+        })
+    }
+
+    /// Rows `first..first + count` of `tile.operand` (keys or values, of
+    /// head `[b, g]`) into its workgroup array; rows past the last of
+    /// `total` are zeros, and their weights are zero too.
+    fn load_tile(
+        &self,
+        kb: &mut KernelBuilder,
+        tile: &Tile,
+        [b, g]: [&Ix; 2],
+        first: &Ix,
+        count: i64,
+        total: i64,
+    ) -> R<()> {
+        let ragged = total % count != 0;
+        self.spread(kb, count * tile.width, &mut |kb, e| {
+            let (jj, c) = split(&e, count, tile.width, tile.by_row);
+            let j = first.clone() + jj.clone();
+            let x = read_or_zero(kb, tile.operand, [b, g, &j, &c], total, ragged)?;
+            kb.store(x, tile.memory, &(jj * Ix::constant(tile.stride) + c));
+            Ok(())
+        })
+    }
+}
+
+/// An operand's tile in workgroup memory: rows of `width` words, `stride`
+/// apart, read along the rows (`by_row`) where the operand lies in memory
+/// that way.
+struct Tile {
+    operand: ValueId,
+    memory: ValueId,
+    width: i64,
+    stride: i64,
+    by_row: bool,
+}
+
+/// Element `e` of a tile of `rows` by `columns` as (row, column): along
+/// the rows where the operand lies in memory that way, so that
+/// neighbouring invocations read neighbouring words.
+fn split(e: &Ix, rows: i64, columns: i64, by_row: bool) -> (Ix, Ix) {
+    if by_row {
+        (
+            e.clone().modulo(Ix::constant(rows)),
+            e.clone().floor_div(Ix::constant(rows)),
+        )
+    } else {
+        (
+            e.clone().floor_div(Ix::constant(columns)),
+            e.clone().modulo(Ix::constant(columns)),
+        )
+    }
+}
+
+/// Element `[b, h, row, c]` of `operand` as the accumulator type, where
+/// `row` may run past the operand's `rows` (`ragged`): zero there. That
+/// row is read wrapped into the operand, not behind a branch, so that a
+/// round's loads issue together.
+fn read_or_zero(
+    kb: &mut KernelBuilder,
+    operand: ValueId,
+    [b, h, row, c]: [&Ix; 4],
+    rows: i64,
+    ragged: bool,
+) -> R<ValueId> {
+    let at = [b.clone(), h.clone(), wrap(row, rows, ragged), c.clone()];
+    let x = kb.value_at(operand, &at)?;
+    let x = kb.widen(x);
+    if !ragged {
+        return Ok(x);
+    }
+    let inside = kb.index_cmp(CmpPred::Lt, row, rows);
+    let zero = kb.ir.constant(0.0, ACC);
+    Ok(kb.ir.select(inside, x, zero))
+}
+
+/// `x` where it is below `n`, else wrapped into `[0, n)` (`ragged`): a
+/// query or key past the last reads the mask inside it, and its result is
+/// never used.
+fn wrap(x: &Ix, n: i64, ragged: bool) -> Ix {
+    if ragged {
+        x.clone().modulo(Ix::constant(n))
+    } else {
+        x.clone()
+    }
+}
+
+impl KernelBuilder<'_> {
+    /// The attention op `op` at one result element `[b, h, i, e]`: the
+    /// invocation walks every key once with an online softmax.
+    pub(super) fn attention_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let a = graph::ops::Attention::new(self.m(), op).ok_or("not a graph.attention")?;
+        let (q, k, v) = (a.q(), a.k(), a.v());
+        let d = Dims::of(self.m(), &a).ok_or("attention of tensors")?;
+        let scorer = Scorer::of(self.m(), op, &d)?;
+        let out = result_elem(self, op);
+        let [b, h, i, e] = [0, 1, 2, 3].map(|x| idx[x].clone());
+        let g = kv_head(&h, d.group);
+        let lowest = self.ir.constant(f64::from(f32::MIN), ACC);
+        let zero = self.ir.constant(0.0, ACC);
+        let carried = self.for_loop(d.keys, vec![lowest, zero, zero], &mut |kb, j, c| {
+            let (max, total, acc) = (c[0], c[1], c[2]);
+            let dot = kb.sum(&[d.size], ACC, &mut |kb, x| {
+                let x0 = kb.value_at(q, &[b.clone(), h.clone(), i.clone(), x[0].clone()])?;
+                let y0 = kb.value_at(k, &[b.clone(), g.clone(), j.clone(), x[0].clone()])?;
+                let (x0, y0) = (kb.widen(x0), kb.widen(y0));
+                Ok(kb.ir.binary(BinaryFn::Mul, x0, y0))
+            })?;
+            let (s, allowed) = scorer.score(kb, dot, [&b, &h, &i, &j])?;
+            let mut next_max = kb.ir.binary(BinaryFn::Max, max, s);
+            if let Some(flag) = allowed {
+                next_max = kb.ir.select(flag, next_max, max);
+            }
+            let shift = kb.ir.binary(BinaryFn::Sub, max, next_max);
+            let rescale = kb.ir.unary(UnaryFn::Exp, shift);
+            let diff = kb.ir.binary(BinaryFn::Sub, s, next_max);
+            let mut weight = kb.ir.unary(UnaryFn::Exp, diff);
+            if let Some(flag) = allowed {
+                weight = kb.ir.select(flag, weight, zero);
+            }
+            let value = kb.value_at(v, &[b.clone(), g.clone(), j.clone(), e.clone()])?;
+            let value = kb.widen(value);
+            let kept = kb.ir.binary(BinaryFn::Mul, total, rescale);
+            let next_total = kb.ir.binary(BinaryFn::Add, kept, weight);
+            let kept = kb.ir.binary(BinaryFn::Mul, acc, rescale);
+            let added = kb.ir.binary(BinaryFn::Mul, weight, value);
+            let next_acc = kb.ir.binary(BinaryFn::Add, kept, added);
+            Ok(vec![next_max, next_total, next_acc])
+        })?;
+        let (total, acc) = (carried[1], carried[2]);
+        // A query whose keys are all masked has no weight: zeros.
+        let any = self.ir.cmp(CmpPred::Gt, total, zero);
+        let y = self.ir.binary(BinaryFn::Div, acc, total);
+        let y = self.ir.select(any, y, zero);
+        Ok(self.narrow(y, out))
+    }
+}

@@ -1,0 +1,370 @@
+//! The register attention template: an invocation per query, holding the
+//! query and its weighted sum of values in registers. A workgroup of
+//! `rows` queries of one head reads a tile of `keys` keys and values into
+//! workgroup memory; every invocation then reads the same key at once (a
+//! broadcast), four keys per softmax step, so that a step's rescaling of
+//! the sum is shared by four keys.
+
+use ircc_core::{Module, OpId, ValueId};
+use ircc_dialects::graph;
+use ircc_dialects::kernel::Target;
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
+
+use super::super::lowering::{Ix, KernelBuilder};
+use super::super::templates::{guarded, store_outputs};
+use super::super::values::ACC;
+use super::{Dims, R, Scorer, Team, Tile, kv_head, result_elem, round4, rows_contiguous, wrap};
+
+/// The register template's tiles: a workgroup of `rows` queries by
+/// `lanes` invocations each, which share out a tile of `keys` keys (four
+/// at a time, a multiple of `4 * lanes`) and combine their sums at the end.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub(in super::super) struct Rows {
+    rows: i64,
+    lanes: i64,
+    keys: i64,
+}
+
+impl Rows {
+    /// The tiles for the attention op `op` on target `t`, for a device of
+    /// `units` compute units; `None` where a query and its sum of values
+    /// exceed the target's registers, or a tile its workgroup memory, or
+    /// the heads its grid.
+    ///
+    /// A query takes one invocation, or where the grid would leave units
+    /// without a workgroup, up to the target's `attention_max_key_lanes`,
+    /// which split its keys: a query's time is its keys' chain of steps,
+    /// and only splitting it shortens that. A tile holds
+    /// `attention_rows_tile_keys` keys, as workgroup memory allows.
+    pub(in super::super) fn choose(m: &Module, op: OpId, t: &Target, units: i64) -> Option<Rows> {
+        let d = graph::ops::Attention::new(m, op).and_then(|a| Dims::of(m, &a))?;
+        if d.size + d.value_size > t.attention_max_register_words {
+            return None;
+        }
+        let threads = t.attention_rows_threads;
+        let mut lanes = 1;
+        while lanes < t.attention_max_key_lanes && !fills(&d, threads / lanes, units) {
+            lanes *= 2;
+        }
+        // Fewer lanes where a tile for them does not fit, or the key
+        // tile's memory would not hold a chunk of their columns.
+        let words = t.max_workgroup_storage_bytes / 4 - 2 * threads;
+        loop {
+            let per_tile = 4 * lanes;
+            let fit = words / (stride(d.size, lanes) + stride(d.value_size, lanes));
+            let keys = fit
+                .min(t.attention_rows_tile_keys)
+                .min(d.keys + per_tile - 1)
+                / per_tile
+                * per_tile;
+            let tiles = Rows {
+                rows: threads / lanes,
+                lanes,
+                keys,
+            };
+            if keys > 0 && (lanes == 1 || tiles.chunk(&d) >= lanes) {
+                let blocks = (d.queries + tiles.rows - 1) / tiles.rows;
+                let grid_fits = d.batch * d.heads <= t.max_workgroups_per_dimension
+                    && blocks <= t.max_workgroups_per_dimension;
+                return grid_fits.then_some(tiles);
+            }
+            if lanes == 1 {
+                return None;
+            }
+            lanes /= 2;
+        }
+    }
+
+    /// Whether the grid gives each of the device's `units` a workgroup;
+    /// where it does not, the tiled template, whose workgroups take fewer
+    /// queries, is the faster (auto).
+    pub(in super::super) fn fills(&self, m: &Module, op: OpId, units: i64) -> bool {
+        graph::ops::Attention::new(m, op)
+            .and_then(|a| Dims::of(m, &a))
+            .is_some_and(|d| fills(&d, self.rows, units))
+    }
+
+    /// Value columns the lanes of a query combine at a time, through the
+    /// key tile's memory: a multiple of the lanes.
+    fn chunk(&self, d: &Dims) -> i64 {
+        let room = self.keys * stride(d.size, self.lanes) / (self.rows * self.lanes);
+        (room / self.lanes * self.lanes)
+            .min((d.value_size + self.lanes - 1) / self.lanes * self.lanes)
+    }
+}
+
+/// Whether blocks of `rows` queries of every head give each of `units`
+/// compute units a workgroup.
+fn fills(d: &Dims, rows: i64, units: i64) -> bool {
+    (d.queries + rows - 1) / rows * d.batch * d.heads >= units
+}
+
+/// The row stride of a tile of `size` words: whole vectors, and one more
+/// where lanes read different keys at once, so that their vector reads
+/// fall in different banks.
+fn stride(size: i64, lanes: i64) -> i64 {
+    round4(size) + if lanes > 1 { 4 } else { 0 }
+}
+
+/// The register template over `[batch, heads, queries, value size]`: a
+/// workgroup per block of `rows` queries of one head.
+pub(super) fn attention_rows(
+    kb: &mut KernelBuilder,
+    op: OpId,
+    outputs: &[(ValueId, ValueId)],
+    tiles: &Rows,
+) -> R<()> {
+    let a = graph::ops::Attention::new(kb.m(), op).ok_or("not a graph.attention")?;
+    let (q, k, v, y) = (a.q(), a.k(), a.v(), a.y());
+    let d = Dims::of(kb.m(), &a).ok_or("attention of tensors")?;
+    let scorer = Scorer::of(kb.m(), op, &d)?;
+    let Rows {
+        rows,
+        lanes,
+        keys: tile,
+    } = *tiles;
+    let threads = rows * lanes;
+    let blocks = (d.queries + rows - 1) / rows;
+    let tid = kb.id(IdKind::Local, 0, threads);
+    let block = kb.id(IdKind::Workgroup, 0, blocks);
+    let head = kb.id(IdKind::Workgroup, 1, d.batch * d.heads);
+    // This invocation's query (`row` of the block) and lane among its
+    // query's.
+    let (row, lane) = if lanes > 1 {
+        (
+            tid.clone().floor_div(Ix::constant(lanes)),
+            tid.clone().modulo(Ix::constant(lanes)),
+        )
+    } else {
+        (tid.clone(), Ix::constant(0))
+    };
+    let b = head.clone().floor_div(Ix::constant(d.heads));
+    let h = head.modulo(Ix::constant(d.heads));
+    let g = kv_head(&h, d.group);
+    let i = block * Ix::constant(rows) + row.clone();
+    let ragged_queries = d.queries % rows != 0;
+    let qi = wrap(&i, d.queries, ragged_queries);
+    let (k_row, v_row) = (stride(d.size, lanes), stride(d.value_size, lanes));
+    let keys = kb.ir.alloc(tile * k_row, ACC);
+    let values = kb.ir.alloc(tile * v_row, ACC);
+    let team = Team {
+        tid: tid.clone(),
+        threads,
+    };
+    team.zero_padding(kb, keys, tile, k_row, d.size)?;
+    team.zero_padding(kb, values, tile, v_row, d.value_size)?;
+    let zero = kb.ir.constant(0.0, ACC);
+    // The query, in registers; to whole vectors, zeros (as the keys).
+    let read = round4(d.size);
+    let mut query = Vec::with_capacity(read as usize);
+    for c in 0..d.size {
+        let x = kb.value_at(q, &[b.clone(), h.clone(), qi.clone(), Ix::constant(c)])?;
+        query.push(kb.widen(x));
+    }
+    query.resize(read as usize, zero);
+    let lowest = kb.ir.constant(f64::from(f32::MIN), ACC);
+    let mut init = vec![lowest, zero];
+    init.extend(std::iter::repeat_n(zero, d.value_size as usize));
+    let ragged_keys = d.keys % tile != 0;
+    let key_tiles = (d.keys + tile - 1) / tile;
+    let (keys_by_row, values_by_row) = (rows_contiguous(kb, k), rows_contiguous(kb, v));
+    let carried = kb.for_loop(key_tiles, init, &mut |kb, t, c| {
+        let first_key = t * Ix::constant(tile);
+        let keys_tile = Tile {
+            operand: k,
+            memory: keys,
+            width: d.size,
+            stride: k_row,
+            by_row: keys_by_row,
+        };
+        let values_tile = Tile {
+            operand: v,
+            memory: values,
+            width: d.value_size,
+            stride: v_row,
+            by_row: values_by_row,
+        };
+        for memory in [&keys_tile, &values_tile] {
+            team.load_tile(kb, memory, [&b, &g], &first_key, tile, d.keys)?;
+        }
+        kb.ir.barrier();
+        // Step `s` of this lane: the tile's keys `4 lanes s + lanes u +
+        // lane` for u in 0..4, so that the lanes of a query read rows one
+        // stride apart, in different banks.
+        let step = |kb: &mut KernelBuilder, s: Ix, c: &[ValueId]| -> R<Vec<ValueId>> {
+            let (max, total, acc) = (c[0], c[1], &c[2..]);
+            let first = s * Ix::constant(4 * lanes) + lane.clone();
+            let key = |u: i64| first.clone() + Ix::constant(u * lanes);
+            let mut seen = Vec::with_capacity(4);
+            let mut allowed = Vec::with_capacity(4);
+            for u in 0..4 {
+                let jj = key(u);
+                // Four partial sums, one per vector lane, so that a dot
+                // product is not one chain of dependent additions.
+                let mut parts: [Option<ValueId>; 4] = [None; 4];
+                for c4 in 0..read / 4 {
+                    let at = jj.clone() * Ix::constant(k_row) + Ix::constant(4 * c4);
+                    let ys = kb.load4(keys, &at);
+                    for (x, y) in ys.into_iter().enumerate() {
+                        let p = kb.ir.binary(BinaryFn::Mul, query[(4 * c4) as usize + x], y);
+                        parts[x] = Some(match parts[x] {
+                            Some(sum) => kb.ir.binary(BinaryFn::Add, sum, p),
+                            None => p,
+                        });
+                    }
+                }
+                let parts = parts.map(|p| p.unwrap_or(zero));
+                let low = kb.ir.binary(BinaryFn::Add, parts[0], parts[1]);
+                let high = kb.ir.binary(BinaryFn::Add, parts[2], parts[3]);
+                let dot = kb.ir.binary(BinaryFn::Add, low, high);
+                let j = first_key.clone() + jj;
+                let kj = wrap(&j, d.keys, ragged_keys);
+                let (s, mut flag) = scorer.score(kb, dot, [&b, &h, &qi, &kj])?;
+                if ragged_keys {
+                    let inside = kb.index_cmp(CmpPred::Lt, &j, d.keys);
+                    flag = Some(match flag {
+                        Some(f) => kb.ir.all(vec![f, inside]),
+                        None => inside,
+                    });
+                }
+                seen.push(match flag {
+                    Some(f) => kb.ir.select(f, s, lowest),
+                    None => s,
+                });
+                allowed.push(flag);
+            }
+            let next_max = seen
+                .iter()
+                .fold(max, |m, &s| kb.ir.binary(BinaryFn::Max, m, s));
+            let drop = kb.ir.binary(BinaryFn::Sub, max, next_max);
+            let rescale = kb.ir.unary(UnaryFn::Exp, drop);
+            let mut next = vec![next_max, kb.ir.binary(BinaryFn::Mul, total, rescale)];
+            next.extend(acc.iter().map(|&x| kb.ir.binary(BinaryFn::Mul, x, rescale)));
+            for (u, (&s, flag)) in seen.iter().zip(&allowed).enumerate() {
+                let shift = kb.ir.binary(BinaryFn::Sub, s, next_max);
+                let mut w = kb.ir.unary(UnaryFn::Exp, shift);
+                if let Some(f) = *flag {
+                    w = kb.ir.select(f, w, zero);
+                }
+                next[1] = kb.ir.binary(BinaryFn::Add, next[1], w);
+                let at = key(u as i64) * Ix::constant(v_row);
+                for c4 in 0..round4(d.value_size) / 4 {
+                    let vs = kb.load4(values, &(at.clone() + Ix::constant(4 * c4)));
+                    for (x, value) in vs.into_iter().enumerate() {
+                        let col = (4 * c4) as usize + x;
+                        if col < acc.len() {
+                            let p = kb.ir.binary(BinaryFn::Mul, w, value);
+                            next[2 + col] = kb.ir.binary(BinaryFn::Add, next[2 + col], p);
+                        }
+                    }
+                }
+            }
+            Ok(next)
+        };
+        let steps = tile / (4 * lanes);
+        let next = if steps == 1 {
+            step(kb, Ix::constant(0), c)?
+        } else {
+            kb.for_loop(steps, c.to_vec(), &mut |kb, s, c| step(kb, s, c))?
+        };
+        // The next tile's loads overwrite what this one read.
+        kb.ir.barrier();
+        Ok(next)
+    })?;
+    let out = result_elem(kb, op);
+    let put = |kb: &mut KernelBuilder, col: Ix, sum: ValueId, total: ValueId| -> R<()> {
+        // A query whose keys are all masked has no weight: zeros.
+        let any = kb.ir.cmp(CmpPred::Gt, total, zero);
+        let idx = [b.clone(), h.clone(), i.clone(), col];
+        let r = kb.ir.binary(BinaryFn::Div, sum, total);
+        let r = kb.ir.select(any, r, zero);
+        let r = kb.narrow(r, out);
+        kb.memo_put(y, &idx, r);
+        store_outputs(kb, outputs, &idx)
+    };
+    let inside = |kb: &mut KernelBuilder, col: Option<&Ix>| {
+        let mut flags = Vec::new();
+        if ragged_queries {
+            flags.push(kb.index_cmp(CmpPred::Lt, &i, d.queries));
+        }
+        if let Some(col) = col {
+            flags.push(kb.index_cmp(CmpPred::Lt, col, d.value_size));
+        }
+        (!flags.is_empty()).then(|| kb.ir.all(flags))
+    };
+    let (max, total, acc) = (carried[0], carried[1], &carried[2..]);
+    if lanes == 1 {
+        let cond = inside(kb, None);
+        return guarded(kb, cond, &mut |kb| {
+            for (col, &sum) in acc.iter().enumerate() {
+                put(kb, Ix::constant(col as i64), sum, total)?;
+            }
+            Ok(())
+        })
+        .map(|()| finish(kb, tiles, blocks, &d));
+    }
+    // The lanes of a query combine: each one's maximum, total and sums go
+    // through workgroup memory (the sums a chunk of columns at a time,
+    // through the key tile), rescaled to the query's maximum; each lane
+    // then sums and stores its share of the chunk's columns.
+    let pairs = kb.ir.alloc(2 * threads, ACC);
+    kb.store(max, pairs, &tid);
+    kb.store(total, pairs, &(tid.clone() + Ix::constant(threads)));
+    kb.ir.barrier();
+    let first_lane = row * Ix::constant(lanes);
+    let others: Vec<(ValueId, ValueId)> = (0..lanes)
+        .map(|o| {
+            let at = first_lane.clone() + Ix::constant(o);
+            let m = kb.load(pairs, &at);
+            let t = kb.load(pairs, &(at + Ix::constant(threads)));
+            (m, t)
+        })
+        .collect();
+    let query_max = others
+        .iter()
+        .fold(lowest, |m, &(x, _)| kb.ir.binary(BinaryFn::Max, m, x));
+    let mut query_total = zero;
+    for &(m, t) in &others {
+        let drop = kb.ir.binary(BinaryFn::Sub, m, query_max);
+        let factor = kb.ir.unary(UnaryFn::Exp, drop);
+        let t = kb.ir.binary(BinaryFn::Mul, t, factor);
+        query_total = kb.ir.binary(BinaryFn::Add, query_total, t);
+    }
+    let drop = kb.ir.binary(BinaryFn::Sub, max, query_max);
+    let factor = kb.ir.unary(UnaryFn::Exp, drop);
+    let chunk = tiles.chunk(&d);
+    for first_col in (0..d.value_size).step_by(chunk as usize) {
+        for col in first_col..(first_col + chunk).min(d.value_size) {
+            let x = kb.ir.binary(BinaryFn::Mul, acc[col as usize], factor);
+            let at = tid.clone() * Ix::constant(chunk) + Ix::constant(col - first_col);
+            kb.store(x, keys, &at);
+        }
+        kb.ir.barrier();
+        for part in 0..chunk / lanes {
+            let local = lane.clone() + Ix::constant(part * lanes);
+            let mut sum = zero;
+            for o in 0..lanes {
+                let at =
+                    (first_lane.clone() + Ix::constant(o)) * Ix::constant(chunk) + local.clone();
+                let x = kb.load(keys, &at);
+                sum = kb.ir.binary(BinaryFn::Add, sum, x);
+            }
+            let col = local + Ix::constant(first_col);
+            let ragged_cols = first_col + chunk > d.value_size;
+            let cond = inside(kb, ragged_cols.then_some(&col));
+            guarded(kb, cond, &mut |kb| put(kb, col.clone(), sum, query_total))?;
+        }
+        kb.ir.barrier();
+    }
+    finish(kb, tiles, blocks, &d);
+    Ok(())
+}
+
+fn finish(kb: &mut KernelBuilder, tiles: &Rows, blocks: i64, d: &Dims) {
+    kb.finish(
+        [tiles.rows * tiles.lanes, 1, 1],
+        [blocks, d.batch * d.heads, 1],
+        FuncTemplate::AttentionRows,
+        Some(vec![tiles.rows, tiles.lanes, tiles.keys]),
+    );
+}
