@@ -133,7 +133,7 @@ fn stats_count_the_dispatches_the_plan_runs() {
 
 /// Both attention templates in the kernel interpreter, beside the graph
 /// interpreter: ragged query and key blocks, value columns shared out
-/// (tiled) or keys split over two lanes (rows on nvidia_vulkan), a float
+/// (tiled) or keys split over two lanes (rows), a float
 /// mask, grouped heads and a causal window.
 #[test]
 fn attention_templates_match_the_interpreter() {
@@ -151,31 +151,14 @@ fn attention_templates_match_the_interpreter() {
         let pick = format!("template = \"attention_{template}\"");
         assert_eq!(out.stdout.matches(&pick).count(), 4, "{template}");
         if template == "rows" {
-            assert_eq!(out.stdout.matches("tile = array<i64: 32, 2, 8>").count(), 2);
+            // The second op's keys split over two lanes; the others' key
+            // tiles are too small to combine two lanes through.
+            assert_eq!(out.stdout.matches("tile = array<i64: 64, 2, 8>").count(), 1);
+            assert_eq!(out.stdout.matches("tile = array<i64: 64, 1, 8>").count(), 3);
         }
         let diff = common::template_difference(case, &pipeline);
         assert!(diff <= 1e-5, "{template}: {diff:e}");
     }
-}
-
-/// The register template with one lane per query (adreno640's two units
-/// are filled by any grid), checked level by level.
-#[test]
-fn register_attention_with_a_lane_per_query_checks() {
-    let file = common::root().join(common::ATTENTION.file);
-    let out = ircc(&[
-        "check",
-        file.to_str().unwrap(),
-        "--passes",
-        "kernel.lower{device=adreno640,attention=rows},kernel.ace",
-    ]);
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    let out = ircc(&[
-        file.to_str().unwrap(),
-        "--passes",
-        "kernel.lower{device=adreno640,attention=rows},kernel.ace",
-    ]);
-    assert_eq!(out.stdout.matches("tile = array<i64: 64, 1, 8>").count(), 4);
 }
 
 /// graph.attention in the kernel interpreter: grouped heads, a boolean

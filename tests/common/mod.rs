@@ -280,7 +280,7 @@ pub const SPLIT_K: TemplateCase = TemplateCase {
 
 /// The register attention template (`--attention rows`): ragged blocks of
 /// queries and keys, a float mask, grouped heads and a window, fewer keys
-/// than a tile, and two lanes per query on nvidia_vulkan.
+/// than a tile, and two lanes per query.
 pub const ATTENTION: TemplateCase = TemplateCase {
     file: "tests/ir/kernel/attention_rows.ir",
     inputs: &[

@@ -31,8 +31,10 @@ pub struct Target {
     pub matmul_tuned_max_k_step: i64,
     pub matmul_tuned_max_splits: i64,
     pub attention_max_register_words: i64,
-    pub attention_rows_threads: i64,
+    pub attention_unit_invocations: i64,
     pub attention_max_key_lanes: i64,
+    pub attention_rows_queries: i64,
+    pub attention_rows_max_threads: i64,
     pub attention_rows_tile_keys: i64,
     pub attention_load_batch: i64,
     pub attention_query_tile: i64,
@@ -70,9 +72,11 @@ mod tests {
         assert!(t.matmul_workgroup * t.matmul_workgroup <= t.max_workgroup_invocations);
         assert!(t.attention_query_tile * t.attention_key_tile <= t.max_workgroup_invocations);
         assert_eq!(t.attention_key_tile % 4, 0, "keys are read four at a time");
-        assert!(t.attention_rows_threads <= t.max_workgroup_invocations);
+        assert!(t.attention_rows_max_threads <= t.max_workgroup_invocations);
+        assert!(t.attention_rows_queries <= t.attention_rows_max_threads);
         let lanes = t.attention_max_key_lanes;
-        assert!(lanes >= 1 && lanes.is_power_of_two() && t.attention_rows_threads % lanes == 0);
+        assert!(lanes >= 1 && lanes.is_power_of_two());
+        assert_eq!(t.attention_rows_max_threads % lanes, 0);
         assert_eq!(t.attention_rows_tile_keys % (4 * lanes), 0);
         assert!(t.attention_load_batch >= 1);
     }

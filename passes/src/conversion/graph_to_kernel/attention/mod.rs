@@ -6,8 +6,8 @@
 //!
 //! Two templates share that plan (`rows.rs`, `tiled.rs`); kernel.lower's
 //! `attention` option picks one, and `auto` the register template where
-//! the target's registers hold a query and its sum and its grid fills the
-//! device:
+//! the target's registers hold a query and its sum and its invocations
+//! fill the device:
 //!
 //! - `attention_rows`: an invocation per query (or a few, splitting its
 //!   keys), holding the query and its weighted sum of values in
@@ -46,9 +46,10 @@ pub(super) fn fits(m: &Module, op: OpId, t: &Target) -> bool {
 
 /// Lowers the attention op `op` with the template `choice` asks for where
 /// it fits, else the other; `units` is the device's compute units. Auto
-/// takes the register template where its grid fills the units, else the
-/// tiled one (measured on an H100: 12 heads of 64, the tiled template is
-/// the faster at 197 queries, the register one at 512 and 2048).
+/// takes the register template where it gives every unit the invocations
+/// the target asks, else the tiled one (measured on an H100, 12 heads of
+/// 64: the tiled template is the faster at 197 queries, the register one
+/// at 512 and 2048).
 pub(super) fn lower(
     kb: &mut KernelBuilder,
     op: OpId,

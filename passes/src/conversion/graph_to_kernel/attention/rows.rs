@@ -31,39 +31,39 @@ impl Rows {
     /// exceed the target's registers, or a tile its workgroup memory, or
     /// the heads its grid.
     ///
-    /// A query takes one invocation, or where the grid would leave units
-    /// without a workgroup, up to the target's `attention_max_key_lanes`,
-    /// which split its keys: a query's time is its keys' chain of steps,
-    /// and only splitting it shortens that. A tile holds
+    /// A query takes one invocation, or where that leaves the device
+    /// fewer than `attention_unit_invocations` per compute unit, up to
+    /// `attention_max_key_lanes`, which split its keys: a query's time is
+    /// its keys' chain of steps, and only splitting it shortens that. A
+    /// workgroup takes `attention_rows_queries` queries, fewer where their
+    /// lanes would pass `attention_rows_max_threads`, and a tile
     /// `attention_rows_tile_keys` keys, as workgroup memory allows.
     pub(in super::super) fn choose(m: &Module, op: OpId, t: &Target, units: i64) -> Option<Rows> {
         let d = graph::ops::Attention::new(m, op).and_then(|a| Dims::of(m, &a))?;
         if d.size + d.value_size > t.attention_max_register_words {
             return None;
         }
-        let threads = t.attention_rows_threads;
         let mut lanes = 1;
-        while lanes < t.attention_max_key_lanes && !fills(&d, threads / lanes, units) {
+        while lanes < t.attention_max_key_lanes && !fills(t, &d, lanes, units) {
             lanes *= 2;
         }
         // Fewer lanes where a tile for them does not fit, or the key
         // tile's memory would not hold a chunk of their columns.
-        let words = t.max_workgroup_storage_bytes / 4 - 2 * threads;
         loop {
+            let rows = t
+                .attention_rows_queries
+                .min(t.attention_rows_max_threads / lanes);
+            let words = t.max_workgroup_storage_bytes / 4 - 2 * rows * lanes;
             let per_tile = 4 * lanes;
-            let fit = words / (stride(d.size, lanes) + stride(d.value_size, lanes));
+            let fit = words / (stride(d.size) + stride(d.value_size));
             let keys = fit
                 .min(t.attention_rows_tile_keys)
                 .min(d.keys + per_tile - 1)
                 / per_tile
                 * per_tile;
-            let tiles = Rows {
-                rows: threads / lanes,
-                lanes,
-                keys,
-            };
+            let tiles = Rows { rows, lanes, keys };
             if keys > 0 && (lanes == 1 || tiles.chunk(&d) >= lanes) {
-                let blocks = (d.queries + tiles.rows - 1) / tiles.rows;
+                let blocks = (d.queries + rows - 1) / rows;
                 let grid_fits = d.batch * d.heads <= t.max_workgroups_per_dimension
                     && blocks <= t.max_workgroups_per_dimension;
                 return grid_fits.then_some(tiles);
@@ -75,35 +75,37 @@ impl Rows {
         }
     }
 
-    /// Whether the grid gives each of the device's `units` a workgroup;
-    /// where it does not, the tiled template, whose workgroups take fewer
-    /// queries, is the faster (auto).
+    /// Whether these tiles give the device's `units` the invocations the
+    /// target asks of each; where they do not, the tiled template, whose
+    /// invocations each take one key of a tile, is the faster (auto).
     pub(in super::super) fn fills(&self, m: &Module, op: OpId, units: i64) -> bool {
+        let t = super::super::templates::target();
         graph::ops::Attention::new(m, op)
             .and_then(|a| Dims::of(m, &a))
-            .is_some_and(|d| fills(&d, self.rows, units))
+            .is_some_and(|d| fills(t, &d, self.lanes, units))
     }
 
     /// Value columns the lanes of a query combine at a time, through the
     /// key tile's memory: a multiple of the lanes.
     fn chunk(&self, d: &Dims) -> i64 {
-        let room = self.keys * stride(d.size, self.lanes) / (self.rows * self.lanes);
+        let room = self.keys * stride(d.size) / (self.rows * self.lanes);
         (room / self.lanes * self.lanes)
             .min((d.value_size + self.lanes - 1) / self.lanes * self.lanes)
     }
 }
 
-/// Whether blocks of `rows` queries of every head give each of `units`
-/// compute units a workgroup.
-fn fills(d: &Dims, rows: i64, units: i64) -> bool {
-    (d.queries + rows - 1) / rows * d.batch * d.heads >= units
+/// Whether `lanes` invocations per query give each of `units` compute
+/// units the target's `attention_unit_invocations`.
+fn fills(t: &Target, d: &Dims, lanes: i64, units: i64) -> bool {
+    d.batch * d.heads * d.queries * lanes >= units * t.attention_unit_invocations
 }
 
-/// The row stride of a tile of `size` words: whole vectors, and one more
-/// where lanes read different keys at once, so that their vector reads
-/// fall in different banks.
-fn stride(size: i64, lanes: i64) -> i64 {
-    round4(size) + if lanes > 1 { 4 } else { 0 }
+/// The row stride of a tile of `size` words: whole vectors and one more.
+/// Keys read from a transposed view are stored down the tile's rows, one
+/// word per invocation, and the extra vector puts eight rows in eight
+/// different banks (as it does the different keys lanes read at once).
+fn stride(size: i64) -> i64 {
+    round4(size) + 4
 }
 
 /// The register template over `[batch, heads, queries, value size]`: a
@@ -144,7 +146,7 @@ pub(super) fn attention_rows(
     let i = block * Ix::constant(rows) + row.clone();
     let ragged_queries = d.queries % rows != 0;
     let qi = wrap(&i, d.queries, ragged_queries);
-    let (k_row, v_row) = (stride(d.size, lanes), stride(d.value_size, lanes));
+    let (k_row, v_row) = (stride(d.size), stride(d.value_size));
     let keys = kb.ir.alloc(tile * k_row, ACC);
     let values = kb.ir.alloc(tile * v_row, ACC);
     let team = Team {
