@@ -379,8 +379,9 @@ pub struct PipelineArgs {
     pub passes: Option<String>,
     /// A folder whose fusion.toml (the DNNFusion and SmartMem tables),
     /// pipelines/NAME.pipeline, devices/NAME.toml (for --device NAME),
-    /// rules/algebra.rules (graph.math-rewrite's) and rules/dnnfusion.rules
-    /// (the rules pass's) replace the built-in ones, read at run time.
+    /// rules/algebra.rules (graph.math-rewrite's), rules/dnnfusion.rules
+    /// (the rules pass's) and tuning.toml (ircc tune's search space)
+    /// replace the built-in ones, read at run time.
     #[arg(long, value_name = "DIR")]
     pub spec_dir: Option<PathBuf>,
     /// A plugin library whose passes pipelines may then name (built with

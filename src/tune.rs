@@ -118,7 +118,7 @@ impl Driver {
                 "the model has no matrix product to tune (matmul, gemm or a one-group convolution)",
             ));
         }
-        let spec = TuningSpec::builtin();
+        let spec = tuning_spec(&args.model.pipeline)?;
         let spaces: BTreeMap<&String, SpaceReport> = seen
             .iter()
             .map(|(k, t)| (k, space_of(&spec, &t.facts, &profile, Target::webgpu())))
@@ -578,4 +578,19 @@ fn report_spaces(
         ratio(full),
         ratio(valid)
     );
+}
+
+/// The search space: `--spec-dir`'s tuning.toml where it has one, else the
+/// built-in spec/tuning.toml.
+fn tuning_spec(args: &crate::PipelineArgs) -> Result<TuningSpec, Failure> {
+    let Some(path) = args
+        .spec_dir
+        .as_deref()
+        .and_then(|dir| crate::spec_file(dir, "tuning.toml"))
+    else {
+        return Ok(TuningSpec::builtin());
+    };
+    let text =
+        std::fs::read_to_string(&path).map_err(|e| plain(&format!("{}: {e}", path.display())))?;
+    TuningSpec::parse(&text).map_err(|e| plain(&format!("{}: {e}", path.display())))
 }

@@ -27,9 +27,14 @@ const PRODUCTS: TemplateCase = TemplateCase {
 
 /// `ircc tune --space-only --json` of `file` on `device`.
 fn space_report(file: &str, device: &str) -> serde_json::Value {
+    space_report_with(file, device, &[])
+}
+
+/// [`space_report`] with more arguments.
+fn space_report_with(file: &str, device: &str, extra: &[&str]) -> serde_json::Value {
     let dir = scratch_dir("space");
     let db = dir.join("db.toml");
-    let out = ircc(&[
+    let mut args = vec![
         "tune",
         file,
         "--pipeline",
@@ -40,7 +45,9 @@ fn space_report(file: &str, device: &str) -> serde_json::Value {
         db.to_str().unwrap(),
         "--space-only",
         "--json",
-    ]);
+    ];
+    args.extend_from_slice(extra);
+    let out = ircc(&args);
     assert_eq!(out.code, 0, "{}", out.stderr);
     serde_json::from_str(&out.stdout).unwrap()
 }
@@ -151,6 +158,54 @@ fn tuned_kernels_match_the_interpreter_on_wgpu() {
         let diff = common::template_difference(&PRODUCTS, &args);
         assert!(diff <= 1e-5, "sample {i}: {diff:e}");
     }
+}
+
+/// `--spec-dir`'s tuning.toml replaces the search space: one value of
+/// splits instead of six leaves a sixth of every signature's points, and
+/// a space that does not parse is refused naming the file.
+#[test]
+fn a_spec_dir_tuning_toml_replaces_the_space() {
+    let file = root().join(PRODUCTS.file);
+    let file = file.to_str().unwrap();
+    let builtin = include_str!("../spec/tuning.toml");
+    let dir = scratch_dir("tuning-spec");
+    let one_split = builtin.replace("splits = [1, 2, 3, 4, 6, 8]", "splits = [1]");
+    assert_ne!(one_split, builtin, "the built-in space lists six splits");
+    std::fs::write(dir.join("tuning.toml"), one_split).unwrap();
+    let dir_arg = dir.to_str().unwrap();
+    let spaces = |report: serde_json::Value| -> Vec<i64> {
+        report["kernels"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|k| k["space"].as_i64().unwrap())
+            .collect()
+    };
+    let all = spaces(space_report(file, "nvidia_vulkan"));
+    let unsplit = spaces(space_report_with(
+        file,
+        "nvidia_vulkan",
+        &["--spec-dir", dir_arg],
+    ));
+    assert!(!all.is_empty());
+    assert_eq!(all.iter().map(|n| n / 6).collect::<Vec<_>>(), unsplit);
+    std::fs::write(dir.join("tuning.toml"), "[matmul_tiled]\nrows = []\n").unwrap();
+    let db = dir.join("db.toml");
+    let out = ircc(&[
+        "tune",
+        file,
+        "--pipeline",
+        "smartmem",
+        "--device",
+        "nvidia_vulkan",
+        "--tuning-db",
+        db.to_str().unwrap(),
+        "--space-only",
+        "--spec-dir",
+        dir_arg,
+    ]);
+    assert_ne!(out.code, 0);
+    assert!(out.stderr.contains("tuning.toml"), "{}", out.stderr);
 }
 
 #[test]
