@@ -591,6 +591,6 @@ fn tuning_spec(args: &crate::PipelineArgs) -> Result<TuningSpec, Failure> {
         return Ok(TuningSpec::builtin());
     };
     let text =
-        std::fs::read_to_string(&path).map_err(|e| plain(&format!("{}: {e}", path.display())))?;
-    TuningSpec::parse(&text).map_err(|e| plain(&format!("{}: {e}", path.display())))
+        std::fs::read_to_string(&path).map_err(|e| plain(format!("{}: {e}", path.display())))?;
+    TuningSpec::parse(&text).map_err(|e| plain(format!("{}: {e}", path.display())))
 }
