@@ -68,6 +68,9 @@ pub struct Driver {
     /// What the command spent its time on, row by row (import or parse,
     /// each pass, code generation, GPU setup and runs): `--timing`.
     phases: std::cell::RefCell<Vec<PassTiming>>,
+    /// Whether diagnostics are coloured: only `main` sets it, where stderr
+    /// is a terminal (see [`stderr_wants_color`]).
+    color: bool,
 }
 
 /// A failure with what to show the user. `source` lets diagnostics print
@@ -138,6 +141,7 @@ impl Driver {
             registry,
             passes,
             phases: Default::default(),
+            color: false,
         })
     }
 
@@ -180,7 +184,8 @@ impl Driver {
     }
 
     /// Runs the command line of this process and returns its exit code.
-    pub fn main(&self) -> ExitCode {
+    pub fn main(mut self) -> ExitCode {
+        self.color = stderr_wants_color();
         let code = self.run_cli(
             std::env::args_os(),
             &mut std::io::stdout().lock(),
@@ -220,10 +225,11 @@ impl Driver {
             registry: self.registry.clone(),
             passes: self.passes.clone(),
             phases: Default::default(),
+            color: self.color,
         };
         for path in plugins {
             if let Err(d) = with_plugins.load_pass_plugin(path) {
-                let _ = write!(stderr, "{}", d.render(None));
+                let _ = write!(stderr, "{}", d.render_styled(None, self.color));
                 return 1;
             }
         }
@@ -290,7 +296,8 @@ impl Driver {
         match result {
             Ok(()) => 0,
             Err(f) => {
-                let _ = write!(stderr, "{}", f.diagnostics.render(f.source.as_deref()));
+                let text = f.diagnostics.render_styled(f.source.as_deref(), self.color);
+                let _ = write!(stderr, "{text}");
                 1
             }
         }
@@ -696,6 +703,22 @@ fn insert_rules(specs: &mut Vec<PassOptions>, files: &[PathBuf]) {
             .insert("file".into(), file.to_string_lossy().into_owned());
         specs.insert(at + i, spec);
     }
+}
+
+/// Whether diagnostics on this process's stderr should be coloured: where
+/// it is a terminal, unless `NO_COLOR` is set (no-color.org) or `TERM` is
+/// `dumb`; `CLICOLOR_FORCE` (not `0`) colours them anywhere, short of
+/// `NO_COLOR`.
+fn stderr_wants_color() -> bool {
+    use std::io::IsTerminal;
+    let set = |name: &str| std::env::var_os(name).is_some_and(|v| !v.is_empty());
+    if set("NO_COLOR") {
+        return false;
+    }
+    if std::env::var_os("CLICOLOR_FORCE").is_some_and(|v| !v.is_empty() && v != "0") {
+        return true;
+    }
+    std::io::stderr().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
 }
 
 /// `--tuning-db PATH`: the database `kernel.lower` reads.

@@ -534,3 +534,34 @@ fn completions_are_printed_for_each_shell() {
         out.stderr
     );
 }
+
+/// Diagnostics are coloured only where asked: `CLICOLOR_FORCE` colours
+/// them on a pipe, `NO_COLOR` wins over it, and a pipe alone gets plain
+/// text (the binary itself, whose stderr is a pipe here).
+#[test]
+fn diagnostics_are_coloured_only_where_asked() {
+    let dir = common::scratch_dir("color");
+    let bad = dir.join("bad.ir");
+    std::fs::write(&bad, "func.func @main( {\n").unwrap();
+    let run = |env: &[(&str, &str)]| {
+        let mut cmd = std::process::Command::new(env!("CARGO_BIN_EXE_ircc"));
+        cmd.arg(&bad)
+            .env_remove("NO_COLOR")
+            .env_remove("CLICOLOR_FORCE");
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(out.status.code(), Some(1));
+        String::from_utf8(out.stderr).unwrap()
+    };
+    let plain = run(&[]);
+    assert!(
+        plain.contains(": error: ") && !plain.contains('\x1b'),
+        "{plain:?}"
+    );
+    let forced = run(&[("CLICOLOR_FORCE", "1")]);
+    assert!(forced.contains("\x1b[1;31merror:\x1b[0m"), "{forced:?}");
+    assert!(forced.contains("\x1b[1;32m^\x1b[0m"), "{forced:?}");
+    assert_eq!(run(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]), plain);
+}

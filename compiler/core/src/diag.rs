@@ -101,23 +101,40 @@ impl Diagnostic {
     /// Renders the diagnostic; `source` is the text of the file it points
     /// into, if available, for the source line and caret.
     pub fn render(&self, source: Option<&str>) -> String {
+        self.render_styled(source, false)
+    }
+
+    /// [`Diagnostic::render`], with ANSI colours where `color` holds: as
+    /// clang and mlir-opt print them, the location and message bold, the
+    /// severity coloured, the caret green.
+    pub fn render_styled(&self, source: Option<&str>, color: bool) -> String {
         let mut out = String::new();
-        self.render_into(&mut out, source);
+        self.render_into(&mut out, source, color);
         out
     }
 
-    fn render_into(&self, out: &mut String, source: Option<&str>) {
+    fn render_into(&self, out: &mut String, source: Option<&str>, color: bool) {
         use std::fmt::Write;
-        let kind = match self.severity {
-            Severity::Error => "error",
-            Severity::Warning => "warning",
-            Severity::Note => "note",
-            Severity::Remark => "remark",
+        let (kind, hue) = match self.severity {
+            Severity::Error => ("error", "31"),
+            Severity::Warning => ("warning", "35"),
+            Severity::Note => ("note", "36"),
+            Severity::Remark => ("remark", "34"),
         };
+        let paint = |code: &str, text: &str| {
+            if color {
+                format!("\x1b[{code}m{text}\x1b[0m")
+            } else {
+                text.to_string()
+            }
+        };
+        let kind = paint(&format!("1;{hue}"), &format!("{kind}:"));
+        let message = paint("1", &self.message);
         if self.loc.is_known() || self.loc.file.is_some() {
-            let _ = writeln!(out, "{}: {kind}: {}", self.loc, self.message);
+            let loc = paint("1", &format!("{}:", self.loc));
+            let _ = writeln!(out, "{loc} {kind} {message}");
         } else {
-            let _ = writeln!(out, "{kind}: {}", self.message);
+            let _ = writeln!(out, "{kind} {message}");
         }
         if let (true, Some(src)) = (self.loc.is_known(), source)
             && let Some(line) = src.lines().nth(self.loc.line as usize - 1)
@@ -129,10 +146,10 @@ impl Diagnostic {
                 .take(self.loc.col.saturating_sub(1) as usize)
                 .map(|c| if c == '\t' { '\t' } else { ' ' })
                 .collect();
-            let _ = writeln!(out, "{pad}^");
+            let _ = writeln!(out, "{pad}{}", paint("1;32", "^"));
         }
         for note in &self.notes {
-            note.render_into(out, source);
+            note.render_into(out, source, color);
         }
     }
 }
@@ -152,7 +169,15 @@ pub struct Diagnostics(pub Vec<Diagnostic>);
 
 impl Diagnostics {
     pub fn render(&self, source: Option<&str>) -> String {
-        self.0.iter().map(|d| d.render(source)).collect()
+        self.render_styled(source, false)
+    }
+
+    /// [`Diagnostics::render`], coloured where `color` holds.
+    pub fn render_styled(&self, source: Option<&str>, color: bool) -> String {
+        self.0
+            .iter()
+            .map(|d| d.render_styled(source, color))
+            .collect()
     }
 }
 
@@ -169,3 +194,40 @@ impl fmt::Display for Diagnostics {
 }
 
 impl std::error::Error for Diagnostics {}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn located() -> Diagnostic {
+        let loc = Location {
+            file: Some("m.ir".into()),
+            line: 1,
+            col: 3,
+        };
+        Diagnostic::error(loc, "bad op").with_note(Location::unknown(), "see here")
+    }
+
+    #[test]
+    fn colours_wrap_the_plain_text_only_when_asked() {
+        let d = located();
+        let plain = d.render(Some("x = y"));
+        assert_eq!(
+            plain,
+            "m.ir:1:3: error: bad op\nx = y\n  ^\nnote: see here\n"
+        );
+        let coloured = d.render_styled(Some("x = y"), true);
+        assert!(coloured.contains("\x1b[1;31merror:\x1b[0m"), "{coloured:?}");
+        assert!(coloured.contains("\x1b[1;36mnote:\x1b[0m"), "{coloured:?}");
+        assert!(coloured.contains("  \x1b[1;32m^\x1b[0m"), "{coloured:?}");
+        // Without the escapes, the same text.
+        let mut stripped = String::new();
+        let mut rest = coloured.as_str();
+        while let Some(at) = rest.find('\x1b') {
+            stripped.push_str(&rest[..at]);
+            rest = &rest[at + rest[at..].find('m').unwrap() + 1..];
+        }
+        stripped.push_str(rest);
+        assert_eq!(stripped, plain);
+    }
+}
