@@ -208,12 +208,20 @@ impl Session {
         }
     }
 
-    fn time(&mut self, inputs: &[Tensor], warmup: usize, runs: usize) -> Result<Timing, String> {
+    /// Times `runs` runs after `warmup` untimed ones, calling
+    /// `progress(done, total)` after each.
+    fn time(
+        &mut self,
+        inputs: &[Tensor],
+        warmup: usize,
+        runs: usize,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Timing, String> {
         match self {
             #[cfg(feature = "wgpu")]
-            Session::Wgpu(s) => s.time(inputs, warmup, runs),
+            Session::Wgpu(s) => s.time_with_progress(inputs, warmup, runs, progress),
             #[cfg(feature = "opencl")]
-            Session::OpenCl(s) => s.time(inputs, warmup, runs),
+            Session::OpenCl(s) => s.time_with_progress(inputs, warmup, runs, progress),
             #[cfg(not(any(feature = "wgpu", feature = "opencl")))]
             Session::None(never) => match *never {},
         }
@@ -540,11 +548,22 @@ impl Driver {
         let profile = args.model.pipeline.device_profile();
         let profile = profile.as_deref();
         let mut session = session(self, &loaded, device, profile, &args.opencl.cl_options)?;
+        // A bar of the runs, on a terminal only (a large model takes
+        // seconds a run on a software GPU).
+        let bar = crate::progress::bar(
+            (args.warmup + args.runs) as u64,
+            "timing {pos}/{len} runs [{bar:30}] {elapsed}",
+            args.model.pipeline.quiet,
+        );
         let timing = self
             .phase("GPU runs (warm-up and timed)", || {
-                session.time(&inputs, args.warmup, args.runs)
+                session.time(&inputs, args.warmup, args.runs, &mut |done, total| {
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                })
             })
             .map_err(plain)?;
+        bar.finish_and_clear();
         let runs = sorted(timing.runs_ms.clone());
         let kernels: Vec<(String, f64)> = session
             .plan()

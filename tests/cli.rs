@@ -33,27 +33,43 @@ fn dump_dir_holds_the_ir_after_each_pass() {
     assert_eq!(first, out.stdout);
 }
 
-/// Progress bars are drawn only on a terminal: piped, `ircc check` prints
-/// its report and nothing else, and `--quiet` changes nothing of it.
+/// Progress bars are drawn only on a terminal: run as a program whose
+/// stderr is a pipe, `ircc check` and `ircc bench` print their reports and
+/// nothing else, and `--quiet` changes nothing of them.
 #[test]
 fn progress_stays_off_pipes() {
-    let loud = ircc(&["check", &example(), "--pipeline", "smartmem"]);
-    let quiet = ircc(&["check", &example(), "--pipeline", "smartmem", "--quiet"]);
-    assert_eq!(
-        (loud.code, quiet.code),
-        (0, 0),
-        "{}{}",
-        loud.stderr,
-        quiet.stderr
-    );
-    assert_eq!(loud.stdout, quiet.stdout);
-    assert!(loud.stdout.contains("passes checked"), "{}", loud.stdout);
-    for out in [&loud, &quiet] {
-        assert!(
-            !out.stderr.contains("checking") && !out.stderr.contains('\r'),
-            "{}",
-            out.stderr
-        );
+    let run = |args: &[&str]| {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ircc"))
+            .args(args)
+            .output()
+            .unwrap();
+        let text = |b: Vec<u8>| String::from_utf8(b).unwrap();
+        (out.status.code(), text(out.stdout), text(out.stderr))
+    };
+    let example = example();
+    let mut commands = vec![(
+        vec!["check", &example, "--pipeline", "smartmem"],
+        "passes checked",
+    )];
+    if common::gpu_available() {
+        commands.push((
+            vec!["bench", &example, "--runs", "2", "--warmup", "1"],
+            "median",
+        ));
+    } else {
+        eprintln!("bench: 0 passed, 0 failed, 1 skipped (no GPU adapter)");
+    }
+    for (args, report) in commands {
+        let loud = run(&args);
+        let quiet = run(&[args.as_slice(), &["--quiet"]].concat());
+        for (code, stdout, stderr) in [&loud, &quiet] {
+            assert_eq!(*code, Some(0), "{args:?}: {stderr}");
+            assert!(stdout.contains(report), "{args:?}: {stdout}");
+            assert!(stderr.is_empty(), "{args:?}: {stderr:?}");
+        }
+        if args[0] == "check" {
+            assert_eq!(loud.1, quiet.1);
+        }
     }
 }
 

@@ -403,21 +403,41 @@ impl Session {
     /// Times `runs` runs after `warmup` untimed ones; per-kernel times come
     /// from profiling events of up to ten more runs.
     pub fn time(&mut self, inputs: &[Tensor], warmup: usize, runs: usize) -> R<Timing> {
+        self.time_with_progress(inputs, warmup, runs, &mut |_, _| {})
+    }
+
+    /// [`Self::time`], calling `progress(done, total)` after each run.
+    pub fn time_with_progress(
+        &mut self,
+        inputs: &[Tensor],
+        warmup: usize,
+        runs: usize,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> R<Timing> {
         self.upload_inputs(inputs)?;
+        let total = warmup + runs + runs.min(10);
+        let mut done = 0;
+        let mut step = |progress: &mut dyn FnMut(usize, usize)| {
+            done += 1;
+            progress(done, total);
+        };
         for _ in 0..warmup {
             self.submit(false)?;
+            step(progress);
         }
         let mut runs_ms = Vec::new();
         for _ in 0..runs {
             let start = Instant::now();
             self.submit(false)?;
             runs_ms.push(start.elapsed().as_secs_f64() * 1e3);
+            step(progress);
         }
         let mut per_kernel_us = vec![Vec::new(); self.kernels.len()];
         for _ in 0..runs.min(10) {
             for (k, us) in self.submit(true)?.into_iter().enumerate() {
                 per_kernel_us[k].push(us);
             }
+            step(progress);
         }
         Ok(Timing {
             runs_ms,

@@ -525,9 +525,32 @@ impl Session {
 
     /// Times `runs` runs after `warmup` untimed ones.
     pub fn time(&mut self, inputs: &[Tensor], warmup: usize, runs: usize) -> R<Timing> {
+        self.time_with_progress(inputs, warmup, runs, &mut |_, _| {})
+    }
+
+    /// [`Self::time`], calling `progress(done, total)` after each run.
+    pub fn time_with_progress(
+        &mut self,
+        inputs: &[Tensor],
+        warmup: usize,
+        runs: usize,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> R<Timing> {
         self.upload_inputs(inputs)?;
+        let profiled = if self.timestamps.is_some() {
+            runs.min(10)
+        } else {
+            0
+        };
+        let total = warmup + runs + profiled;
+        let mut done = 0;
+        let mut step = |progress: &mut dyn FnMut(usize, usize)| {
+            done += 1;
+            progress(done, total);
+        };
         for _ in 0..warmup {
             self.submit(false, false)?;
+            step(progress);
         }
         let mut runs_ms = Vec::new();
         let mut per_kernel_us = vec![Vec::new(); self.pipelines.len()];
@@ -535,10 +558,12 @@ impl Session {
             let start = Instant::now();
             self.submit(false, false)?;
             runs_ms.push(start.elapsed().as_secs_f64() * 1e3);
+            step(progress);
         }
         if let Some(t) = &self.timestamps {
-            for _ in 0..runs.min(10) {
+            for _ in 0..profiled {
                 self.submit(false, true)?;
+                step(progress);
                 let data = self.read(&t.read)?;
                 let ticks: Vec<u64> = data
                     .chunks_exact(8)
