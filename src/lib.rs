@@ -101,7 +101,12 @@ impl From<Diagnostics> for Failure {
 pub(crate) type Outcome = Result<(), Failure>;
 
 /// A failure to write the command's output (a full disk, a closed pipe).
+/// A pipe its reader closed (`ircc ... | head`) is no error of ircc's: the
+/// failure says nothing, and the command ends quietly.
 pub(crate) fn stdout_err(e: std::io::Error) -> Failure {
+    if e.kind() == std::io::ErrorKind::BrokenPipe {
+        return Diagnostics(Vec::new()).into();
+    }
     Diagnostic::plain(format!("cannot write the output: {e}")).into()
 }
 
@@ -295,6 +300,8 @@ impl Driver {
         }
         match result {
             Ok(()) => 0,
+            // The reader closed the output pipe (see `stdout_err`).
+            Err(f) if f.diagnostics.0.is_empty() => 0,
             Err(f) => {
                 let text = f.diagnostics.render_styled(f.source.as_deref(), self.color);
                 let _ = write!(stderr, "{text}");

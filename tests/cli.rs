@@ -581,3 +581,23 @@ fn diagnostics_are_coloured_only_where_asked() {
     assert!(forced.contains("\x1b[1;32m^\x1b[0m"), "{forced:?}");
     assert_eq!(run(&[("CLICOLOR_FORCE", "1"), ("NO_COLOR", "1")]), plain);
 }
+
+/// A reader that closes the output pipe early (`ircc ... | head`) ends the
+/// command quietly with status 0, as grep's and ripgrep's do.
+#[test]
+fn a_closed_output_pipe_ends_the_command_quietly() {
+    let model = root().join("tests/models/swin_t_w24_dynamo.onnx");
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ircc"))
+        .arg(&model)
+        .args(["--pipeline", "smartmem", "--emit", "wgsl"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // Closing the read end before ircc writes: its first write fails.
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8(out.stderr).unwrap();
+    assert_eq!(out.status.code(), Some(0), "{stderr}");
+    assert!(stderr.is_empty(), "{stderr}");
+}
