@@ -54,6 +54,7 @@ impl Driver {
             .map_err(|d| Failure {
                 diagnostics: d.into(),
                 source: loaded.source.clone(),
+                closed_pipe: false,
             })
         };
         let before = run(self, &loaded)?;
@@ -78,6 +79,7 @@ impl Driver {
                 .map_err(|d| Failure {
                     diagnostics: d,
                     source: loaded.source.clone(),
+                    closed_pipe: false,
                 })?;
             let after = run(self, &loaded)?;
             let diff = relative_difference(&after, &before);

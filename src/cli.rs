@@ -131,7 +131,7 @@ pub struct KernelArgs {
 /// Which template computes a fused attention op (kernel.lower{attention=..}).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AttentionTemplate {
-    /// Rows where the target's registers hold a query and its weighted sum of values, else tiled.
+    /// Rows where the target's registers hold a query and its weighted sum of values and its invocations fill the device, else tiled.
     Auto,
     /// An invocation per query, holding it and its weighted sum in registers.
     Rows,

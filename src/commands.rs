@@ -120,6 +120,7 @@ impl Driver {
                 .map_err(|d| Failure {
                     diagnostics: d.into(),
                     source: loaded.source.clone(),
+                    closed_pipe: false,
                 })?
             }
             Some(device) => {

@@ -555,15 +555,15 @@ impl Driver {
             "timing {pos}/{len} runs [{bar:30}] {elapsed}",
             args.model.pipeline.quiet,
         );
-        let timing = self
-            .phase("GPU runs (warm-up and timed)", || {
-                session.time(&inputs, args.warmup, args.runs, &mut |done, total| {
-                    bar.set_length(total as u64);
-                    bar.set_position(done as u64);
-                })
+        let timing = self.phase("GPU runs (warm-up and timed)", || {
+            session.time(&inputs, args.warmup, args.runs, &mut |done, total| {
+                bar.set_length(total as u64);
+                bar.set_position(done as u64);
             })
-            .map_err(plain)?;
+        });
+        // Cleared before an error too, so that none is printed under it.
         bar.finish_and_clear();
+        let timing = timing.map_err(plain)?;
         let runs = sorted(timing.runs_ms.clone());
         let kernels: Vec<(String, f64)> = session
             .plan()

@@ -78,6 +78,9 @@ pub struct Driver {
 pub(crate) struct Failure {
     diagnostics: Diagnostics,
     source: Option<String>,
+    /// The reader closed the output pipe (`ircc ... | head`): no error of
+    /// ircc's, so the command ends quietly with status 0.
+    closed_pipe: bool,
 }
 
 impl From<Diagnostic> for Failure {
@@ -85,6 +88,7 @@ impl From<Diagnostic> for Failure {
         Failure {
             diagnostics: d.into(),
             source: None,
+            closed_pipe: false,
         }
     }
 }
@@ -94,6 +98,7 @@ impl From<Diagnostics> for Failure {
         Failure {
             diagnostics: d,
             source: None,
+            closed_pipe: false,
         }
     }
 }
@@ -101,11 +106,13 @@ impl From<Diagnostics> for Failure {
 pub(crate) type Outcome = Result<(), Failure>;
 
 /// A failure to write the command's output (a full disk, a closed pipe).
-/// A pipe its reader closed (`ircc ... | head`) is no error of ircc's: the
-/// failure says nothing, and the command ends quietly.
 pub(crate) fn stdout_err(e: std::io::Error) -> Failure {
     if e.kind() == std::io::ErrorKind::BrokenPipe {
-        return Diagnostics(Vec::new()).into();
+        return Failure {
+            diagnostics: Diagnostics(Vec::new()),
+            source: None,
+            closed_pipe: true,
+        };
     }
     Diagnostic::plain(format!("cannot write the output: {e}")).into()
 }
@@ -300,8 +307,7 @@ impl Driver {
         }
         match result {
             Ok(()) => 0,
-            // The reader closed the output pipe (see `stdout_err`).
-            Err(f) if f.diagnostics.0.is_empty() => 0,
+            Err(f) if f.closed_pipe => 0,
             Err(f) => {
                 let text = f.diagnostics.render_styled(f.source.as_deref(), self.color);
                 let _ = write!(stderr, "{text}");
@@ -406,6 +412,7 @@ impl Driver {
             .map_err(|(diagnostics, source)| Failure {
                 diagnostics,
                 source,
+                closed_pipe: false,
             })
     }
 
@@ -525,6 +532,7 @@ impl Driver {
             .map_err(|d| Failure {
                 diagnostics: d,
                 source: loaded.source.clone(),
+                closed_pipe: false,
             })?;
         self.phases.borrow_mut().extend(timings);
         Ok(())

@@ -1,4 +1,4 @@
-//! Progress bars of long commands (`ircc check`, `ircc tune`): drawn on
+//! Progress bars of long commands (`ircc check`, `tune`, `bench`): drawn on
 //! stderr only where it is a terminal, never with `--quiet`, so that logs
 //! and pipes see only the command's own output.
 

@@ -156,6 +156,7 @@ impl Driver {
             .map_err(|d| Failure {
                 diagnostics: d,
                 source: loaded.source.clone(),
+                closed_pipe: false,
             })?;
         let tuning: SharedTuning = Rc::new(RefCell::new(Tuning {
             source: "ircc tune".into(),

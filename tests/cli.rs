@@ -583,7 +583,7 @@ fn diagnostics_are_coloured_only_where_asked() {
 }
 
 /// A reader that closes the output pipe early (`ircc ... | head`) ends the
-/// command quietly with status 0, as grep's and ripgrep's do.
+/// command quietly with status 0, as ripgrep's does.
 #[test]
 fn a_closed_output_pipe_ends_the_command_quietly() {
     let model = root().join("tests/models/swin_t_w24_dynamo.onnx");

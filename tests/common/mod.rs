@@ -297,8 +297,12 @@ pub const ATTENTION: TemplateCase = TemplateCase {
         ("q4", &[1, 2, 20, 6]),
         ("k4", &[1, 2, 37, 6]),
         ("v4", &[1, 2, 37, 6]),
+        ("q5", &[1, 2, 9, 64]),
+        ("k5", &[1, 2, 13, 64]),
+        ("v5", &[1, 2, 13, 22]),
+        ("m5", &[9, 13]),
     ],
-    results: 4,
+    results: 5,
 };
 
 /// The tiled attention template (`--attention tiled`) on the same ops,

@@ -11,12 +11,12 @@
 //!
 //! - `attention_rows`: an invocation per query (or a few, splitting its
 //!   keys), holding the query and its weighted sum of values in
-//!   registers; the invocations of a workgroup read the same keys of the
-//!   tile at once (a broadcast), so no score goes through workgroup
-//!   memory and a tile costs two barriers.
+//!   registers; the invocations of a lane read the same key of the tile
+//!   at once (a broadcast), so no score goes through workgroup memory and
+//!   a tile costs two barriers.
 //! - `attention_tiled`: an invocation per query and key of a tile, which
 //!   share the scores and weights through workgroup memory; for heads too
-//!   long for registers.
+//!   long for registers, and for too few queries to fill the device.
 //!
 //! Where neither's tiles fit in workgroup memory, each result element is
 //! computed on its own (`attention_at`): one invocation walks every key
@@ -98,6 +98,15 @@ impl Dims {
             group: q[1] / k[1].max(1),
         })
     }
+}
+
+/// The row stride of a tile of `size` words in workgroup memory: whole
+/// vectors and one more. Keys read from a transposed view are stored down
+/// the tile's rows, one word per invocation, and the extra vector puts
+/// eight rows in eight different banks (as it does the different keys
+/// that lanes of the tiled template, or of a query, read at once).
+fn padded_stride(size: i64) -> i64 {
+    round4(size) + 4
 }
 
 fn round4(n: i64) -> i64 {

@@ -1,9 +1,10 @@
-//! The register attention template: an invocation per query, holding the
-//! query and its weighted sum of values in registers. A workgroup of
-//! `rows` queries of one head reads a tile of `keys` keys and values into
-//! workgroup memory; every invocation then reads the same key at once (a
-//! broadcast), four keys per softmax step, so that a step's rescaling of
-//! the sum is shared by four keys.
+//! The register attention template: an invocation per query (or `lanes`,
+//! splitting its keys), holding the query and its weighted sum of values
+//! in registers. A workgroup of `rows` queries of one head reads a tile of
+//! `keys` keys and values into workgroup memory; the invocations of a
+//! lane then read the same key at once (a broadcast; the lanes, one key
+//! each, in different banks), four keys per softmax step, so that a step's
+//! rescaling of the sum is shared by four keys.
 
 use ircc_core::{Module, OpId, ValueId};
 use ircc_dialects::graph;
@@ -13,7 +14,9 @@ use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryF
 use super::super::lowering::{Ix, KernelBuilder};
 use super::super::templates::{guarded, store_outputs};
 use super::super::values::ACC;
-use super::{Dims, R, Scorer, Team, Tile, kv_head, result_elem, round4, rows_contiguous, wrap};
+use super::{
+    Dims, R, Scorer, Team, Tile, kv_head, padded_stride, result_elem, round4, rows_contiguous, wrap,
+};
 
 /// The register template's tiles: a workgroup of `rows` queries by
 /// `lanes` invocations each, which share out a tile of `keys` keys (four
@@ -44,29 +47,30 @@ impl Rows {
             return None;
         }
         let mut lanes = 1;
-        while lanes < t.attention_max_key_lanes && !fills(t, &d, lanes, units) {
+        while lanes * 2 <= t.attention_max_key_lanes && !fills(t, &d, lanes, units) {
             lanes *= 2;
         }
-        // Fewer lanes where a tile for them does not fit, or the key
-        // tile's memory would not hold a chunk of their columns.
+        // Fewer lanes where a tile for them does not fit, the key tile's
+        // memory would not hold a chunk of their columns, or the grid of
+        // their (fewer) queries a workgroup would pass its limit.
         loop {
             let rows = t
                 .attention_rows_queries
                 .min(t.attention_rows_max_threads / lanes);
             let words = t.max_workgroup_storage_bytes / 4 - 2 * rows * lanes;
             let per_tile = 4 * lanes;
-            let fit = words / (stride(d.size) + stride(d.value_size));
+            let fit = words / (padded_stride(d.size) + padded_stride(d.value_size));
             let keys = fit
                 .min(t.attention_rows_tile_keys)
                 .min(d.keys + per_tile - 1)
                 / per_tile
                 * per_tile;
             let tiles = Rows { rows, lanes, keys };
-            if keys > 0 && (lanes == 1 || tiles.chunk(&d) >= lanes) {
-                let blocks = (d.queries + rows - 1) / rows;
-                let grid_fits = d.batch * d.heads <= t.max_workgroups_per_dimension
-                    && blocks <= t.max_workgroups_per_dimension;
-                return grid_fits.then_some(tiles);
+            let blocks = (d.queries + rows - 1) / rows;
+            let grid_fits = d.batch * d.heads <= t.max_workgroups_per_dimension
+                && blocks <= t.max_workgroups_per_dimension;
+            if keys > 0 && grid_fits && (lanes == 1 || tiles.chunk(&d) >= lanes) {
+                return Some(tiles);
             }
             if lanes == 1 {
                 return None;
@@ -88,7 +92,7 @@ impl Rows {
     /// Value columns the lanes of a query combine at a time, through the
     /// key tile's memory: a multiple of the lanes.
     fn chunk(&self, d: &Dims) -> i64 {
-        let room = self.keys * stride(d.size) / (self.rows * self.lanes);
+        let room = self.keys * padded_stride(d.size) / (self.rows * self.lanes);
         (room / self.lanes * self.lanes)
             .min((d.value_size + self.lanes - 1) / self.lanes * self.lanes)
     }
@@ -98,14 +102,6 @@ impl Rows {
 /// units the target's `attention_unit_invocations`.
 fn fills(t: &Target, d: &Dims, lanes: i64, units: i64) -> bool {
     d.batch * d.heads * d.queries * lanes >= units * t.attention_unit_invocations
-}
-
-/// The row stride of a tile of `size` words: whole vectors and one more.
-/// Keys read from a transposed view are stored down the tile's rows, one
-/// word per invocation, and the extra vector puts eight rows in eight
-/// different banks (as it does the different keys lanes read at once).
-fn stride(size: i64) -> i64 {
-    round4(size) + 4
 }
 
 /// The register template over `[batch, heads, queries, value size]`: a
@@ -146,15 +142,16 @@ pub(super) fn attention_rows(
     let i = block * Ix::constant(rows) + row.clone();
     let ragged_queries = d.queries % rows != 0;
     let qi = wrap(&i, d.queries, ragged_queries);
-    let (k_row, v_row) = (stride(d.size), stride(d.value_size));
+    let (k_row, v_row) = (padded_stride(d.size), padded_stride(d.value_size));
     let keys = kb.ir.alloc(tile * k_row, ACC);
     let values = kb.ir.alloc(tile * v_row, ACC);
     let team = Team {
         tid: tid.clone(),
         threads,
     };
+    // The dot products read the keys' padding to whole vectors; the sums
+    // drop the values' padded columns.
     team.zero_padding(kb, keys, tile, k_row, d.size)?;
-    team.zero_padding(kb, values, tile, v_row, d.value_size)?;
     let zero = kb.ir.constant(0.0, ACC);
     // The query, in registers; to whole vectors, zeros (as the keys).
     let read = round4(d.size);
@@ -336,6 +333,11 @@ pub(super) fn attention_rows(
     let factor = kb.ir.unary(UnaryFn::Exp, drop);
     let chunk = tiles.chunk(&d);
     for first_col in (0..d.value_size).step_by(chunk as usize) {
+        // The chunk before has been read (the key loop's last barrier
+        // covers the first).
+        if first_col > 0 {
+            kb.ir.barrier();
+        }
         for col in first_col..(first_col + chunk).min(d.value_size) {
             let x = kb.ir.binary(BinaryFn::Mul, acc[col as usize], factor);
             let at = tid.clone() * Ix::constant(chunk) + Ix::constant(col - first_col);
@@ -356,7 +358,6 @@ pub(super) fn attention_rows(
             let cond = inside(kb, ragged_cols.then_some(&col));
             guarded(kb, cond, &mut |kb| put(kb, col.clone(), sum, query_total))?;
         }
-        kb.ir.barrier();
     }
     finish(kb, tiles, blocks, &d);
     Ok(())

@@ -12,8 +12,8 @@ use super::super::lowering::{Ix, KernelBuilder};
 use super::super::templates::{guarded, store_outputs};
 use super::super::values::ACC;
 use super::{
-    Dims, R, Scorer, Team, Tile, kv_head, read_or_zero, result_elem, round4, rows_contiguous,
-    split, wrap,
+    Dims, R, Scorer, Team, Tile, kv_head, padded_stride, read_or_zero, result_elem, round4,
+    rows_contiguous, split, wrap,
 };
 
 /// The tiled template's workgroup: `rows` queries by `lanes` invocations,
@@ -44,12 +44,6 @@ impl Tiles {
         round4(d.size)
     }
 
-    /// The row stride of the key tile: whole vectors and one more, so that
-    /// the lanes' vector reads of one key each fall in different banks.
-    fn key_stride(&self, d: &Dims) -> i64 {
-        round4(d.size) + 4
-    }
-
     /// The row stride of the value tile: every lane's columns.
     fn value_stride(&self, d: &Dims) -> i64 {
         self.lanes * self.columns(d)
@@ -59,7 +53,7 @@ impl Tiles {
     /// tiles, the scores and the weights.
     fn words(&self, d: &Dims) -> i64 {
         self.rows * self.query_stride(d)
-            + self.lanes * (self.key_stride(d) + self.value_stride(d))
+            + self.lanes * (padded_stride(d.size) + self.value_stride(d))
             + 2 * self.rows * self.lanes
     }
 }
@@ -106,7 +100,7 @@ pub(super) fn attention_tiled(
     let (size, value_size) = (d.size, d.value_size);
     let (q_row, k_row, v_row) = (
         tiles.query_stride(&d),
-        tiles.key_stride(&d),
+        padded_stride(d.size),
         tiles.value_stride(&d),
     );
     let queries = kb.ir.alloc(rows * q_row, ACC);
