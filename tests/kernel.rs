@@ -199,6 +199,54 @@ fn attention_falls_back_where_its_template_does_not_fit() {
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
 }
 
+/// The kernel interpreter refuses a barrier that only some invocations
+/// of a workgroup reach (undefined on a GPU, where most hang).
+#[test]
+fn a_divergent_barrier_is_an_error() {
+    let dir = common::scratch_dir("divergent_barrier");
+    let file = dir.join("divergent.ir");
+    std::fs::write(&file, DIVERGENT_BARRIER).unwrap();
+    let out = ircc(&["check", file.to_str().unwrap(), "--pipeline", "none"]);
+    assert_eq!(out.code, 1, "{}{}", out.stdout, out.stderr);
+    assert!(
+        out.stderr
+            .contains("a barrier inside a kernel.if that only some invocations take"),
+        "{}",
+        out.stderr
+    );
+    // The same kernel with the barrier outside the kernel.if runs.
+    let uniform = DIVERGENT_BARRIER.replace(
+        "    kernel.if %c ({\n      kernel.barrier : () -> ()\n      kernel.yield : () -> ()\n    }) : i1 -> ()\n",
+        "    kernel.barrier : () -> ()\n",
+    );
+    assert_ne!(uniform, DIVERGENT_BARRIER);
+    std::fs::write(&file, uniform).unwrap();
+    let out = ircc(&["check", file.to_str().unwrap(), "--pipeline", "none"]);
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+}
+
+/// Two invocations of four reach the barrier.
+const DIVERGENT_BARRIER: &str = r#"module {
+  func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {
+    %0 = kernel.launch %x {kernel = @k} : tensor<4xf32> -> tensor<4xf32>
+    func.return %0 : tensor<4xf32>
+  }
+  kernel.func {sym_name = "k", function_type = (tensor<4xf32>, tensor<4xf32>) -> (), outputs = 1, workgroup_size = array<i64: 4, 1, 1>, grid = array<i64: 1, 1, 1>, template = "elementwise"} ({
+  ^bb0(%in: tensor<4xf32>, %out: tensor<4xf32>):
+    %i = kernel.id {kind = "global", axis = 0} : () -> index
+    %two = kernel.constant {value = 2 : index} : () -> index
+    %c = kernel.cmp %i, %two {pred = "lt"} : index, index -> i1
+    %x = kernel.load %in, %i {map = affine_map<(d0) -> (d0)>} : tensor<4xf32>, index -> f32
+    kernel.if %c ({
+      kernel.barrier : () -> ()
+      kernel.yield : () -> ()
+    }) : i1 -> ()
+    kernel.store %x, %out, %i {map = affine_map<(d0) -> (d0)>} : f32, tensor<4xf32>, index -> ()
+    kernel.return : () -> ()
+  }) : () -> ()
+}
+"#;
+
 /// graph.attention in the kernel interpreter: grouped heads, a boolean
 /// mask, a causal frontier and a soft cap, against the graph interpreter.
 #[test]

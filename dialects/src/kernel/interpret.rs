@@ -6,7 +6,8 @@
 //! active lanes, and loops have constant bounds, so they are uniform.
 //! Executing in program order for every lane at once gives a barrier its
 //! meaning for free: every write before it happens before every read after
-//! it. Values are columns, one entry per lane; floats are held as `f64` and
+//! it; one that only some invocations reach is an error. Workgroup memory
+//! starts as NaN (a GPU's starts undefined). Values are columns, one entry per lane; floats are held as `f64` and
 //! rounded to f32 or f16 after every op, integers wrap to i32 (indices are
 //! i32 on the GPU), as the printers' targets compute. Reads past the end
 //! of a buffer give 0, as robust buffer access allows; writes past it are
@@ -476,7 +477,16 @@ impl Run<'_> {
                     .value_type(o.results[0])
                     .as_tensor()
                     .ok_or("alloc of a tensor")?;
-                let c = Col::zeros_like(t.elem, t.num_elements() as usize);
+                // Workgroup memory starts undefined on OpenCL and on any
+                // Vulkan driver that does not zero it: NaN here, so a
+                // template that reads a word it never wrote gives NaN
+                // instead of passing on the zero a GPU may not give.
+                let n = t.num_elements() as usize;
+                let c = if t.elem.is_float() {
+                    Col::Float(vec![f64::NAN; n])
+                } else {
+                    Col::zeros_like(t.elem, n)
+                };
                 self.allocs.push((o.results[0], c));
                 return Ok(());
             }
@@ -510,6 +520,13 @@ impl Run<'_> {
                     self.block(body, &inner)?;
                 }
                 return Ok(());
+            }
+            // A barrier that only some invocations reach is undefined
+            // behaviour on a GPU (most hang).
+            KernelOp::Barrier if mask.iter().any(|&active| !active) => {
+                return Err(
+                    "a barrier inside a kernel.if that only some invocations take".to_string(),
+                );
             }
             KernelOp::Barrier | KernelOp::Yield | KernelOp::Return => return Ok(()),
             KernelOp::Func | KernelOp::Launch => {
