@@ -136,6 +136,34 @@ impl Scorer {
         })
     }
 
+    /// [`Scorer::score`] of key `j`, which may run past the last key
+    /// (`ragged`: it reads the mask wrapped, and is masked); a masked
+    /// score reads as `lowest`. Gives that score and the key's flag.
+    fn score_key(
+        &self,
+        kb: &mut KernelBuilder,
+        dot: ValueId,
+        [b, h, i]: [&Ix; 3],
+        j: &Ix,
+        ragged: bool,
+        lowest: ValueId,
+    ) -> R<(ValueId, Option<ValueId>)> {
+        let kj = wrap(j, self.keys, ragged);
+        let (s, mut flag) = self.score(kb, dot, [b, h, i, &kj])?;
+        if ragged {
+            let inside = kb.index_cmp(CmpPred::Lt, j, self.keys);
+            flag = Some(match flag {
+                Some(f) => kb.ir.all(vec![f, inside]),
+                None => inside,
+            });
+        }
+        let seen = match flag {
+            Some(f) => kb.ir.select(f, s, lowest),
+            None => s,
+        };
+        Ok((seen, flag))
+    }
+
     fn score(
         &self,
         kb: &mut KernelBuilder,

@@ -217,19 +217,9 @@ pub(super) fn attention_rows(
                 let high = kb.ir.binary(BinaryFn::Add, parts[2], parts[3]);
                 let dot = kb.ir.binary(BinaryFn::Add, low, high);
                 let j = first_key.clone() + jj;
-                let kj = wrap(&j, d.keys, ragged_keys);
-                let (s, mut flag) = scorer.score(kb, dot, [&b, &h, &qi, &kj])?;
-                if ragged_keys {
-                    let inside = kb.index_cmp(CmpPred::Lt, &j, d.keys);
-                    flag = Some(match flag {
-                        Some(f) => kb.ir.all(vec![f, inside]),
-                        None => inside,
-                    });
-                }
-                seen.push(match flag {
-                    Some(f) => kb.ir.select(f, s, lowest),
-                    None => s,
-                });
+                let (s, flag) =
+                    scorer.score_key(kb, dot, [&b, &h, &qi], &j, ragged_keys, lowest)?;
+                seen.push(s);
                 allowed.push(flag);
             }
             let next_max = seen
@@ -271,9 +261,8 @@ pub(super) fn attention_rows(
         Ok(next)
     })?;
     let out = result_elem(kb, op);
-    let put = |kb: &mut KernelBuilder, col: Ix, sum: ValueId, total: ValueId| -> R<()> {
-        // A query whose keys are all masked has no weight: zeros.
-        let any = kb.ir.cmp(CmpPred::Gt, total, zero);
+    // A query whose keys are all masked has no weight (`any` false): zeros.
+    let put = |kb: &mut KernelBuilder, col: Ix, sum: ValueId, total: ValueId, any| -> R<()> {
         let idx = [b.clone(), h.clone(), i.clone(), col];
         let r = kb.ir.binary(BinaryFn::Div, sum, total);
         let r = kb.ir.select(any, r, zero);
@@ -293,10 +282,11 @@ pub(super) fn attention_rows(
     };
     let (max, total, acc) = (carried[0], carried[1], &carried[2..]);
     if lanes == 1 {
+        let any = kb.ir.cmp(CmpPred::Gt, total, zero);
         let cond = inside(kb, None);
         return guarded(kb, cond, &mut |kb| {
             for (col, &sum) in acc.iter().enumerate() {
-                put(kb, Ix::constant(col as i64), sum, total)?;
+                put(kb, Ix::constant(col as i64), sum, total, any)?;
             }
             Ok(())
         })
@@ -331,6 +321,7 @@ pub(super) fn attention_rows(
     }
     let drop = kb.ir.binary(BinaryFn::Sub, max, query_max);
     let factor = kb.ir.unary(UnaryFn::Exp, drop);
+    let any = kb.ir.cmp(CmpPred::Gt, query_total, zero);
     let chunk = tiles.chunk(&d);
     for first_col in (0..d.value_size).step_by(chunk as usize) {
         // The chunk before has been read (the key loop's last barrier
@@ -356,7 +347,9 @@ pub(super) fn attention_rows(
             let col = local + Ix::constant(first_col);
             let ragged_cols = first_col + chunk > d.value_size;
             let cond = inside(kb, ragged_cols.then_some(&col));
-            guarded(kb, cond, &mut |kb| put(kb, col.clone(), sum, query_total))?;
+            guarded(kb, cond, &mut |kb| {
+                put(kb, col.clone(), sum, query_total, any)
+            })?;
         }
     }
     finish(kb, tiles, blocks, &d);

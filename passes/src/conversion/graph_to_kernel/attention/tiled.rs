@@ -170,22 +170,8 @@ pub(super) fn attention_tiled(
             Ok(vec![acc])
         })?[0];
         let j = first_key.clone() + lane.clone();
-        let (qi, kj) = (
-            wrap(&i, d.queries, d.queries % rows != 0),
-            wrap(&j, d.keys, ragged),
-        );
-        let (s, mut allowed) = scorer.score(kb, dot, [&b, &h, &qi, &kj])?;
-        if ragged {
-            let inside = kb.index_cmp(CmpPred::Lt, &j, d.keys);
-            allowed = Some(match allowed {
-                Some(a) => kb.ir.all(vec![a, inside]),
-                None => inside,
-            });
-        }
-        let seen = match allowed {
-            Some(flag) => kb.ir.select(flag, s, lowest),
-            None => s,
-        };
+        let qi = wrap(&i, d.queries, d.queries % rows != 0);
+        let (seen, allowed) = scorer.score_key(kb, dot, [&b, &h, &qi], &j, ragged, lowest)?;
         let slot = row.clone() * Ix::constant(lanes);
         kb.store(seen, scores, &tid);
         kb.ir.barrier();
@@ -196,7 +182,7 @@ pub(super) fn attention_tiled(
                     .fold(m[0], |m, s| kb.ir.binary(BinaryFn::Max, m, s)),
             ])
         })?[0];
-        let shift = kb.ir.binary(BinaryFn::Sub, s, next_max);
+        let shift = kb.ir.binary(BinaryFn::Sub, seen, next_max);
         let mut weight = kb.ir.unary(UnaryFn::Exp, shift);
         if let Some(flag) = allowed {
             weight = kb.ir.select(flag, weight, zero);
