@@ -274,8 +274,9 @@ pub const SPLIT_K: TemplateCase = TemplateCase {
         ("a", &[49, 2168]),
         ("m", &[64, 2168]),
         ("c", &[64]),
+        ("r", &[1, 49, 64]),
     ],
-    results: 3,
+    results: 7,
 };
 
 /// The register attention template (`--attention rows`): ragged blocks of

@@ -2,6 +2,8 @@
 //! values, its outputs, and how each input is read (through views, or as
 //! a splat folded into the code).
 
+use std::collections::HashMap;
+
 use ircc_core::pass::PassContext;
 use ircc_core::{AffineMap, Module, OpId, ValueId};
 use ircc_dialects::graph::{self, GraphOp};
@@ -82,17 +84,43 @@ pub(crate) fn group_of(m: &Module, op: OpId) -> Group {
     }
 }
 
-/// How a kernel reads host value `host`: through the views above it, or
-/// as a splat folded into the code.
-pub(crate) fn resolve_input(m: &Module, host: ValueId) -> Input {
+/// A product split along K whose sum no kernel of its own computes: its
+/// partial products, and the product op (for its epilogue).
+#[derive(Clone, Copy)]
+pub(crate) struct SplitProduct {
+    pub partials: ValueId,
+    pub anchor: OpId,
+}
+
+/// How a kernel reads host value `host`: through the views above it, as
+/// the sum of a split product's partials (`split`, by the product's
+/// result), or as a splat folded into the code.
+pub(crate) fn resolve_input(
+    m: &Module,
+    split: &HashMap<ValueId, SplitProduct>,
+    host: ValueId,
+) -> Input {
     let (stored, map) = index::through_views(m, host);
+    let shape_of = |v: ValueId| {
+        m.value_type(v)
+            .as_tensor()
+            .map(|t| t.shape.clone())
+            .unwrap_or_default()
+    };
+    if let Some(s) = split.get(&stored) {
+        return Input::Partials {
+            stored: s.partials,
+            shape: shape_of(s.partials),
+            map,
+            anchor: s.anchor,
+        };
+    }
     if let Some(x) = ircc_dialects::constant_of(m, stored).and_then(|d| d.splat()) {
         return Input::Splat(x);
     }
-    let shape = m
-        .value_type(stored)
-        .as_tensor()
-        .map(|t| t.shape.clone())
-        .unwrap_or_default();
-    Input::Memory { stored, shape, map }
+    Input::Memory {
+        stored,
+        shape: shape_of(stored),
+        map,
+    }
 }

@@ -15,7 +15,7 @@ use std::collections::HashMap;
 
 use egg::Rewrite;
 use ircc_core::pass::PassContext;
-use ircc_core::{AffineExpr, AffineMap, ElemType, Module, TensorType, Type, ValueId};
+use ircc_core::{AffineExpr, AffineMap, ElemType, Module, OpId, TensorType, Type, ValueId};
 use ircc_dialects::kernel::TextureArg;
 use ircc_dialects::kernel::builder::{FuncBuilder, Launch};
 use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
@@ -55,11 +55,16 @@ pub enum Input {
     },
     /// A splat constant, folded into the code.
     Splat(f64),
-    /// The partial products of a product split along K (`stored`, of
-    /// `shape`: the splits, then the product's shape): the product is
-    /// their sum over the first axis (in f32), then the product's
-    /// epilogue.
-    Partials { stored: ValueId, shape: Vec<i64> },
+    /// The partial products of `anchor`, a product split along K
+    /// (`stored`, of `shape`: the splits, then the product's shape), read
+    /// through `map` as `Memory` is: the product is their sum over the
+    /// first axis (in f32), then the product's epilogue.
+    Partials {
+        stored: ValueId,
+        shape: Vec<i64>,
+        map: Option<AffineMap>,
+        anchor: OpId,
+    },
 }
 
 /// A kernel argument: which host value it is bound to.

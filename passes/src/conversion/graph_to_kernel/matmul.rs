@@ -16,12 +16,14 @@ use crate::tuning::space::{MatmulConfig, ProductShape};
 
 type R<T> = Result<T, String>;
 
-/// How the matmul template tiles a product: each invocation computes a
-/// `register_tile` squared block of results, and `splits` workgroups share
-/// each output tile, each summing its own range of K (split-K).
+/// How the matmul template tiles a product: workgroups of
+/// `workgroup_rows` by the target's side, each invocation computing a
+/// `register_tile` squared block of results, and `splits` workgroups
+/// sharing each output tile, each summing its own range of K (split-K).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) struct Tiling {
     pub register_tile: i64,
+    pub workgroup_rows: i64,
     pub splits: i64,
 }
 
@@ -33,53 +35,79 @@ impl Tiling {
     /// walk a long K (Swin's and ViT's products of 49 or 197 rows), the
     /// full register tile is kept and K is split over enough workgroups to
     /// fill it, each taking at least `matmul_split_min_steps` steps.
-    pub fn choose(m: i64, n: i64, k: i64, batches: i64, compute_units: i64) -> Tiling {
+    ///
+    /// Unless `sum_in_consumers` (the kernels reading the product sum its
+    /// partials where they read them), a kernel of its own sums the
+    /// partials: a dispatch, so where workgroups half as tall give every
+    /// compute unit one (ViT's qkv and first MLP products), the product is
+    /// not split but takes those.
+    pub fn choose(
+        m: i64,
+        n: i64,
+        k: i64,
+        batches: i64,
+        compute_units: i64,
+        sum_in_consumers: bool,
+    ) -> Tiling {
         let t = target();
-        let workgroups = |reg: i64| {
-            let tile = t.matmul_workgroup * reg;
-            ((n + tile - 1) / tile) * ((m + tile - 1) / tile) * batches
+        let side = t.matmul_workgroup;
+        let workgroups = |reg: i64, rows: i64| {
+            let (tile_m, tile_n) = (rows * reg, side * reg);
+            ((n + tile_n - 1) / tile_n) * ((m + tile_m - 1) / tile_m) * batches
         };
         let steps = |reg: i64| {
-            let bk = t.matmul_tile_words / (t.matmul_workgroup * reg);
+            let bk = t.matmul_tile_words / (side * reg);
             (k + bk - 1) / bk
         };
         let mut reg = t.matmul_max_register_tile;
-        while reg > 1 && workgroups(reg) < t.matmul_min_workgroups {
+        while reg > 1 && workgroups(reg, side) < t.matmul_min_workgroups {
             reg /= 2;
         }
         let unsplit = Tiling {
             register_tile: reg,
+            workgroup_rows: side,
             splits: 1,
         };
         let wanted = compute_units * t.matmul_workgroups_per_unit;
-        if workgroups(reg) >= wanted || steps(reg) <= 2 * t.matmul_split_min_steps {
+        if workgroups(reg, side) >= wanted || steps(reg) <= 2 * t.matmul_split_min_steps {
             return unsplit;
         }
         let full = t.matmul_max_register_tile;
-        let tiles = workgroups(full).max(1);
+        let tiles = workgroups(full, side).max(1);
         let most = ((wanted + tiles - 1) / tiles)
             .min(steps(full) / t.matmul_split_min_steps)
             .min(t.max_workgroups_per_dimension / batches.max(1));
         // Splits that divide the steps evenly, so that every split takes
         // as many; only worth it where the grid grows beyond the unsplit
         // one (K's steps may have no divisor in range, or a small one).
-        match (2..=most).rev().find(|s| steps(full) % s == 0) {
-            Some(splits) if splits * tiles > workgroups(reg) => Tiling {
+        let splits = match (2..=most).rev().find(|s| steps(full) % s == 0) {
+            Some(splits) if splits * tiles > workgroups(reg, side) => splits,
+            _ => return unsplit,
+        };
+        let half = side / 2;
+        if !sum_in_consumers && workgroups(full, half) >= compute_units {
+            return Tiling {
                 register_tile: full,
-                splits,
-            },
-            _ => unsplit,
+                workgroup_rows: half,
+                splits: 1,
+            };
+        }
+        Tiling {
+            register_tile: full,
+            workgroup_rows: side,
+            splits,
         }
     }
 
-    /// The template's parameters for this tiling: square workgroups of
-    /// the target's side, a square register tile, and K steps whose
-    /// operand tiles fill the target's `matmul_tile_words`.
+    /// The template's parameters for this tiling: workgroups of the
+    /// target's side (as tall, or `workgroup_rows`), a square register
+    /// tile, and K steps whose operand tiles, at the full height, fill the
+    /// target's `matmul_tile_words`.
     pub fn config(&self) -> MatmulConfig {
         let side = target().matmul_workgroup;
         MatmulConfig {
             workgroup_x: side,
-            workgroup_y: side,
+            workgroup_y: self.workgroup_rows,
             rows: self.register_tile,
             cols: self.register_tile,
             k_step: target().matmul_tile_words / (side * self.register_tile),
@@ -130,6 +158,7 @@ fn configure(
     lowering: &Lowering,
     key: &str,
     shape: ProductShape,
+    sum_in_consumers: bool,
 ) -> R<(MatmulConfig, bool)> {
     let default = Tiling::choose(
         shape.m,
@@ -137,6 +166,7 @@ fn configure(
         shape.k,
         shape.batches,
         lowering.compute_units,
+        sum_in_consumers,
     )
     .config();
     let Some(tuning) = &lowering.tuning else {
@@ -169,13 +199,15 @@ fn configure(
 
 /// A tiled matrix product (matmul or gemm) with its epilogue; where the
 /// configuration splits K, its partial products only (an element-wise
-/// kernel sums them and computes the outputs). Returns the kernel's
+/// kernel sums them and computes the outputs, or where
+/// `sum_in_consumers`, the product's readers do). Returns the kernel's
 /// tuning signature.
 pub(super) fn matmul(
     kb: &mut KernelBuilder,
     anchor: OpId,
     outputs: &[(ValueId, ValueId)],
     lowering: &Lowering,
+    sum_in_consumers: bool,
 ) -> R<String> {
     let product = Product::of(kb, anchor)?;
     let c = kb.m().op(anchor).results[0];
@@ -191,7 +223,7 @@ pub(super) fn matmul(
         batches,
     };
     let key = tuning_key(kb, anchor, &shape);
-    let (config, tuned) = configure(kb, lowering, &key, shape)?;
+    let (config, tuned) = configure(kb, lowering, &key, shape, sum_in_consumers)?;
     let MatmulConfig {
         workgroup_x: wgx,
         workgroup_y: wgy,
@@ -453,7 +485,7 @@ mod tests {
     const H100_UNITS: i64 = 132;
 
     fn tiling(m: i64, n: i64, k: i64, batches: i64, units: i64) -> (i64, i64) {
-        let t = Tiling::choose(m, n, k, batches, units);
+        let t = Tiling::choose(m, n, k, batches, units, true);
         (t.register_tile, t.splits)
     }
 
@@ -465,6 +497,22 @@ mod tests {
         // ViT-B/16 (197 rows): qkv and the second MLP product.
         assert_eq!(tiling(197, 2304, 768, 1, H100_UNITS), (4, 4));
         assert_eq!(tiling(197, 768, 3072, 1, H100_UNITS), (4, 8));
+    }
+
+    #[test]
+    fn a_split_needing_a_kernel_to_sum_it_gives_way_to_shorter_workgroups_that_fill_the_units() {
+        let own = |m, n, k| {
+            let t = Tiling::choose(m, n, k, 1, H100_UNITS, false);
+            (t.register_tile, t.workgroup_rows, t.splits)
+        };
+        // ViT-B/16's qkv and first MLP products: 252 and 336 tiles of
+        // 32 x 64 for 132 units, where their readers would split K 4 and 3
+        // ways.
+        assert_eq!(tiling(197, 2304, 768, 1, H100_UNITS), (4, 4));
+        assert_eq!(own(197, 2304, 768), (4, 8, 1));
+        assert_eq!(own(197, 3072, 768), (4, 8, 1));
+        // Swin-T stage 4's first MLP product: 96 such tiles, too few.
+        assert_eq!(own(49, 3072, 768), (4, 16, 6));
     }
 
     #[test]
@@ -492,14 +540,14 @@ mod tests {
             (7, 10, 4096, 3),
             (49, 768, 65_536, 2_000), // the grid's z limit bounds the splits
         ] {
-            let t = Tiling::choose(m, n, k, batches, 10_000);
+            let t = Tiling::choose(m, n, k, batches, 10_000, true);
             let bk = target.matmul_tile_words / (target.matmul_workgroup * t.register_tile);
             let steps = (k + bk - 1) / bk;
             assert_eq!(steps % t.splits, 0, "{m}x{n}x{k}: {t:?}");
             assert!(batches * t.splits <= target.max_workgroups_per_dimension);
             if t.splits > 1 {
                 assert!(steps / t.splits >= target.matmul_split_min_steps);
-                let unsplit = Tiling::choose(m, n, k, batches, 1);
+                let unsplit = Tiling::choose(m, n, k, batches, 1, true);
                 assert!(
                     workgroups(m, n, batches, t.register_tile) * t.splits
                         > workgroups(m, n, batches, unsplit.register_tile),
@@ -507,8 +555,8 @@ mod tests {
                 );
             }
         }
-        assert_eq!(Tiling::choose(49, 768, 1184, 1, H100_UNITS).splits, 1);
-        assert_eq!(Tiling::choose(49, 768, 1168, 1, H100_UNITS).splits, 1);
-        assert!(Tiling::choose(49, 768, 65_536, 2_000, 10_000).splits * 2_000 <= 65_535);
+        assert_eq!(Tiling::choose(49, 768, 1184, 1, H100_UNITS, true).splits, 1);
+        assert_eq!(Tiling::choose(49, 768, 1168, 1, H100_UNITS, true).splits, 1);
+        assert!(Tiling::choose(49, 768, 65_536, 2_000, 10_000, true).splits * 2_000 <= 65_535);
     }
 }

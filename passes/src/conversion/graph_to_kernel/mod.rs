@@ -32,7 +32,7 @@ use crate::decl::{KernelLowerAttention, KernelLowerOptions, KernelLowerPrecision
 use ircc_core::diag::{Diagnostic, Diagnostics};
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::{Pass, PassContext};
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 
 use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::GraphOp;
@@ -113,6 +113,9 @@ fn lower_function(
     lowering.textures = take_textures(m, block)?;
     materialize_returns(m, block);
     let ops = m.blocks[block].ops.clone();
+    // Split products whose consumers read their partials: they stay, for
+    // their epilogue's operands, until those consumers are lowered.
+    let mut kept = Vec::new();
     for op in ops {
         if is_data(m, op) || GraphOp::of(m, op).is_none() {
             continue;
@@ -135,12 +138,16 @@ fn lower_function(
                 ),
             ));
         }
-        templates::lower_group(m, lowering, &group).map_err(|e| {
+        let read_by_consumers = templates::lower_group(m, lowering, &group).map_err(|e| {
             Diagnostic::error(loc, format!("{}: '{name}': {e}", KernelLowerOptions::NAME))
         })?;
-        m.erase_op(op);
+        if read_by_consumers {
+            kept.push(op);
+        } else {
+            m.erase_op(op);
+        }
     }
-    remove_dead_data(m, block);
+    remove_dead(m, block, &kept);
     Ok(())
 }
 
@@ -239,10 +246,13 @@ fn materialize_returns(m: &mut Module, block: ircc_core::BlockId) {
     }
 }
 
-fn remove_dead_data(m: &mut Module, block: ircc_core::BlockId) {
+/// Erases the data ops no kernel reads any more, and the `kept` ops
+/// (whose readers are all lowered by now), last user first.
+fn remove_dead(m: &mut Module, block: ircc_core::BlockId, kept: &[OpId]) {
     let ops = m.blocks[block].ops.clone();
     for &op in ops.iter().rev() {
-        if is_data(m, op) && m.op(op).results.iter().all(|&r| m.value(r).uses.is_empty()) {
+        let removable = is_data(m, op) || kept.contains(&op);
+        if removable && m.op(op).results.iter().all(|&r| m.value(r).uses.is_empty()) {
             m.erase_op(op);
         }
     }
@@ -264,7 +274,7 @@ impl Pass for KernelLower {
             float: self.float,
             counter: 0,
             textures: HashMap::new(),
-            partials: HashSet::new(),
+            split: HashMap::new(),
             compute_units: i64::from(device.compute_units),
             attention: self.attention,
             tuning: self

@@ -8,6 +8,7 @@ use std::collections::{HashMap, HashSet};
 use egg::Rewrite;
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
+use ircc_core::registry::MappingType;
 use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::{self, GraphOp, shape};
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
@@ -15,7 +16,7 @@ use ircc_dialects::kernel::{KernelOp, Target};
 use ircc_dialects::texture::{LANES, TextureLayout};
 
 use super::attention;
-use super::group::{Group, resolve_input};
+use super::group::{Group, SplitProduct, resolve_input};
 use super::lowering::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
 use super::values::{Reduction, is_pointwise, tensor_shape};
 use crate::decl::KernelLowerAttention;
@@ -31,7 +32,11 @@ pub(super) fn target() -> &'static Target {
 
 enum Template {
     Elementwise,
-    Matmul,
+    /// The tiled product; where its consumers read the sum of its partial
+    /// products themselves, a split along K costs no kernel of its own.
+    Matmul {
+        sum_in_consumers: bool,
+    },
     Row,
     Attention,
 }
@@ -61,15 +66,26 @@ fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
         return (Template::Elementwise, result);
     };
     match kind {
-        G::Matmul if o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => {
-            (Template::Matmul, result)
-        }
-        G::Gemm => (Template::Matmul, result),
+        G::Matmul if o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => (
+            Template::Matmul {
+                sum_in_consumers: false,
+            },
+            result,
+        ),
+        G::Gemm => (
+            Template::Matmul {
+                sum_in_consumers: false,
+            },
+            result,
+        ),
         // One group: an implicit GEMM. Grouped and depthwise convolutions
         // reuse too little to pay for tiles, and run per element.
-        G::Conv if graph::ops::Conv::new(m, anchor).is_some_and(|c| c.group() == 1) => {
-            (Template::Matmul, result)
-        }
+        G::Conv if graph::ops::Conv::new(m, anchor).is_some_and(|c| c.group() == 1) => (
+            Template::Matmul {
+                sum_in_consumers: false,
+            },
+            result,
+        ),
         G::Softmax | G::LayerNorm | G::InstanceNorm => (Template::Row, shape_of(m, o.operands[0])),
         G::Attention if attention::fits(m, anchor, target()) => (Template::Attention, result),
         G::ReduceSum
@@ -98,9 +114,9 @@ pub(crate) struct Lowering<'a> {
     pub counter: usize,
     /// Host tensors placed in textures (by texture.map), by layout.
     pub textures: HashMap<ValueId, TextureLayout>,
-    /// Host tensors of partial products (a product split along K), which
-    /// kernels read as the sum over their first axis.
-    pub partials: HashSet<ValueId>,
+    /// Products split along K, by result: their partial products, which
+    /// kernels read as the sum over the first axis, then the epilogue.
+    pub split: HashMap<ValueId, SplitProduct>,
     /// The device's compute units (its profile's), which split-K and the
     /// attention template's grid fill.
     pub compute_units: i64,
@@ -119,8 +135,20 @@ pub fn writes_texels(m: &Module, op: OpId) -> bool {
     matches!(template_of(m, group.anchor).0, Template::Elementwise)
 }
 
-pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group) -> R<()> {
-    let (template, space) = template_of(m, group.anchor);
+/// Lowers `group` to kernels. Returns whether the group's op must stay
+/// until its consumers are lowered: a lone product split along K whose
+/// consumers sum its partials themselves (and compute its epilogue from
+/// the op's operands), so that no kernel of its own does.
+pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group) -> R<bool> {
+    let (mut template, space) = template_of(m, group.anchor);
+    let sum_in_consumers =
+        matches!(template, Template::Matmul { .. }) && consumers_sum_partials(m, lowering, group);
+    if let Template::Matmul {
+        sum_in_consumers: s,
+    } = &mut template
+    {
+        *s = sum_in_consumers;
+    }
     let anchor_result = m.op(group.anchor).results[0];
     // The template computes the outputs that read the anchor at their own
     // index. An output that reads it elsewhere (Swin's roll of a
@@ -145,10 +173,17 @@ pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group
     if !primary.is_empty() {
         let mut built = build(m, lowering, &group_inputs, group, template, &primary)?;
         if let Some(partials) = built.partials {
-            // The product was split along K: an element-wise kernel sums
-            // the partial products and computes the outputs from them
-            // (timed with the product when tuning).
-            group_inputs.push((anchor_result, partials));
+            let anchor = group.anchor;
+            lowering
+                .split
+                .insert(anchor_result, SplitProduct { partials, anchor });
+            if sum_in_consumers {
+                return Ok(true);
+            }
+            // An element-wise kernel sums the partial products and
+            // computes the outputs from them (timed with the product when
+            // tuning).
+            group_inputs.push((anchor_result, anchor_result));
             let key = built.tuning_key.take();
             let counter = lowering.counter;
             built = build(
@@ -187,7 +222,78 @@ pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group
         )?;
         rest = other;
     }
-    Ok(())
+    Ok(false)
+}
+
+/// Whether every kernel that reads lone product `group`'s result can sum
+/// its partial products itself where it reads an element: kernels that
+/// read each element a bounded number of times (element-wise ones, and
+/// row reductions such as a layer norm's), not products, attention or
+/// windows, which would sum the partials again at every reuse; and that
+/// read it along its rows (ViT's patch convolution, read transposed, would
+/// read every partial product a column at a time). The result must also
+/// be stored in a buffer, not returned nor placed in a texture.
+fn consumers_sum_partials(m: &Module, lowering: &Lowering, group: &Group) -> bool {
+    let [(inner, host)] = group.outputs[..] else {
+        return false;
+    };
+    if group.op != group.anchor || inner != host || lowering.textures.contains_key(&host) {
+        return false;
+    }
+    let mut values = vec![host];
+    while let Some(v) = values.pop() {
+        for u in &m.value(v).uses {
+            let user = u.op;
+            if ircc_dialects::index::ops::View::new(m, user).is_some() {
+                values.extend(m.op(user).results.iter().copied());
+                continue;
+            }
+            if GraphOp::of(m, user).is_none()
+                || ircc_dialects::is_data(m, user)
+                || !reads_along_rows(m, v)
+            {
+                return false;
+            }
+            let anchor = super::group::group_of(m, user).anchor;
+            let cheap = match template_of(m, anchor).0 {
+                Template::Row => true,
+                Template::Elementwise => GraphOp::of(m, anchor)
+                    .is_some_and(|k| k.mapping() != Some(MappingType::ManyToMany)),
+                Template::Matmul { .. } | Template::Attention => false,
+            };
+            if !cheap {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Whether reading `v` (a stored tensor, or a view of one) along its last
+/// axis reads the stored tensor's consecutive elements.
+fn reads_along_rows(m: &Module, v: ValueId) -> bool {
+    let (stored, map) = ircc_dialects::index::through_views(m, v);
+    let Some(map) = map else {
+        return true;
+    };
+    let (shape, stored_shape) = (shape_of(m, v), shape_of(m, stored));
+    if shape.last().is_none_or(|&n| n < 2) {
+        return true;
+    }
+    let mut next = vec![0; shape.len()];
+    next[shape.len() - 1] = 1;
+    let offset = |idx: &[i64]| {
+        map.eval(idx, &[]).ok().map(|at| {
+            at.iter()
+                .zip(super::address::strides(&stored_shape))
+                .map(|(i, s)| i * s)
+                .sum::<i64>()
+        })
+    };
+    match (offset(&vec![0; shape.len()]), offset(&next)) {
+        (Some(a), Some(b)) => b - a == 1,
+        _ => false,
+    }
 }
 
 /// What building a group's kernel gave: the launch results that replaced
@@ -234,20 +340,24 @@ fn build(
     }
     let name = format!("k{}_{}", lowering.counter, short(m, group.anchor));
     lowering.counter += 1;
-    let inputs: Vec<(ValueId, Input)> = bindings
+    let mut inputs: Vec<(ValueId, Input)> = bindings
         .iter()
-        .map(|&(inner, host)| {
-            let input = if lowering.partials.contains(&host) {
-                Input::Partials {
-                    stored: host,
-                    shape: shape_of(m, host),
-                }
-            } else {
-                resolve_input(m, host)
-            };
-            (inner, input)
-        })
+        .map(|&(inner, host)| (inner, resolve_input(m, &lowering.split, host)))
         .collect();
+    // A lone product's epilogue (gemm's C, a convolution's bias), computed
+    // where its partials are summed, reads the product's own operands.
+    let epilogue_operands: Vec<ValueId> = inputs
+        .iter()
+        .filter_map(|(_, input)| match input {
+            Input::Partials { anchor, .. } => Some(m.op(*anchor).operands.clone()),
+            _ => None,
+        })
+        .flatten()
+        .filter(|v| !bindings.iter().any(|&(inner, _)| inner == *v))
+        .collect();
+    for v in epilogue_operands {
+        inputs.push((v, resolve_input(m, &lowering.split, v)));
+    }
     // The layouts of the textures this kernel reads and writes.
     let stored = inputs.iter().filter_map(|(_, input)| match input {
         Input::Memory { stored, .. } => Some(*stored),
@@ -271,12 +381,13 @@ fn build(
         kb.textures = textures.clone();
         match template {
             Template::Elementwise => elementwise(&mut kb, outputs)?,
-            Template::Matmul => {
+            Template::Matmul { sum_in_consumers } => {
                 tuning_key = Some(super::matmul::matmul(
                     &mut kb,
                     group.anchor,
                     outputs,
                     lowering,
+                    sum_in_consumers,
                 )?);
             }
             Template::Row => row(&mut kb, group.anchor, outputs)?,
@@ -329,7 +440,6 @@ fn build(
     for (i, h) in launch_outputs.into_iter().enumerate() {
         let r = m.op(launch).results[i];
         let Some(h) = h else {
-            lowering.partials.insert(r);
             built.partials = Some(r);
             continue;
         };
@@ -352,7 +462,7 @@ fn record_kernel(tuning: &SharedTuning, key: &str, name: &str) {
 /// Whether `v` is computed from `target` within its group.
 fn depends_on(m: &Module, v: ValueId, target: ValueId) -> bool {
     let mut stack = vec![v];
-    let mut seen = std::collections::HashSet::new();
+    let mut seen = HashSet::new();
     while let Some(x) = stack.pop() {
         if x == target {
             return true;

@@ -149,14 +149,16 @@ impl KernelBuilder<'_> {
     }
 
     fn read_input(&mut self, v: ValueId, input: Input, idx: &[Ix]) -> R<ValueId> {
+        // The index into the stored tensor, through the views above it.
+        let through = |map: &Option<ircc_core::AffineMap>, idx: &[Ix]| match map {
+            Some(map) => map.results.iter().map(|e| e.substitute(idx, &[])).collect(),
+            None => idx.to_vec(),
+        };
         let elem = kernel_elem(graph_elem(self, v), self.float);
         match input {
             Input::Splat(x) => Ok(self.ir.constant(x, elem)),
             Input::Memory { stored, shape, map } => {
-                let idx = match &map {
-                    Some(map) => map.results.iter().map(|e| e.substitute(idx, &[])).collect(),
-                    None => idx.to_vec(),
-                };
+                let idx = through(&map, idx);
                 let memory = self.arg(super::lowering::ArgRole::Input(stored));
                 let x = match self.textures.get(&stored) {
                     Some(layout) => {
@@ -167,9 +169,15 @@ impl KernelBuilder<'_> {
                 };
                 Ok(self.ir.cast(x, Type::Scalar(elem)))
             }
-            Input::Partials { stored, shape } => {
+            Input::Partials {
+                stored,
+                shape,
+                map,
+                anchor,
+            } => {
+                let idx = through(&map, idx);
                 let memory = self.arg(super::lowering::ArgRole::Input(stored));
-                let at = linearize(idx, &shape[1..]);
+                let at = linearize(&idx, &shape[1..]);
                 let stride: i64 = shape[1..].iter().product();
                 let mut sum = None;
                 for split in 0..shape[0] {
@@ -182,8 +190,7 @@ impl KernelBuilder<'_> {
                 }
                 let sum = sum.ok_or("partial products without a split")?;
                 let y = self.ir.cast(sum, Type::Scalar(elem));
-                let anchor = self.m().defining_op(v).ok_or("partials of no product")?;
-                super::product::Product::of(self, anchor)?.epilogue(self, y, idx)
+                super::product::Product::of(self, anchor)?.epilogue(self, y, &idx)
             }
         }
     }
