@@ -10,6 +10,7 @@ use ircc_dialects::graph::{self, GraphOp};
 use ircc_dialects::index;
 
 use super::lowering::{Input, Ix, delinearize, linearize};
+use super::templates::shape_of;
 
 /// The index map of a layout op (result index to source index); reshapes
 /// that no split/merge grouping describes go through the flat offset.
@@ -101,16 +102,10 @@ pub(crate) fn resolve_input(
     host: ValueId,
 ) -> Input {
     let (stored, map) = index::through_views(m, host);
-    let shape_of = |v: ValueId| {
-        m.value_type(v)
-            .as_tensor()
-            .map(|t| t.shape.clone())
-            .unwrap_or_default()
-    };
     if let Some(s) = split.get(&stored) {
         return Input::Partials {
             stored: s.partials,
-            shape: shape_of(s.partials),
+            shape: shape_of(m, s.partials),
             map,
             anchor: s.anchor,
         };
@@ -120,7 +115,7 @@ pub(crate) fn resolve_input(
     }
     Input::Memory {
         stored,
-        shape: shape_of(stored),
+        shape: shape_of(m, stored),
         map,
     }
 }

@@ -30,6 +30,7 @@ pub(super) fn target() -> &'static Target {
     Target::webgpu()
 }
 
+#[derive(Clone, Copy)]
 enum Template {
     Elementwise,
     /// The tiled product; where its consumers read the sum of its partial
@@ -40,6 +41,12 @@ enum Template {
     Row,
     Attention,
 }
+
+/// The tiled product, its partials (where split) summed by a kernel of its
+/// own unless `lower_group` finds its consumers can.
+const MATMUL: Template = Template::Matmul {
+    sum_in_consumers: false,
+};
 
 /// The op's name without its dialect, for kernel names.
 pub(super) fn short(m: &Module, op: OpId) -> &'static str {
@@ -66,26 +73,13 @@ fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
         return (Template::Elementwise, result);
     };
     match kind {
-        G::Matmul if o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => (
-            Template::Matmul {
-                sum_in_consumers: false,
-            },
-            result,
-        ),
-        G::Gemm => (
-            Template::Matmul {
-                sum_in_consumers: false,
-            },
-            result,
-        ),
+        G::Matmul if o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => (MATMUL, result),
+        G::Gemm => (MATMUL, result),
         // One group: an implicit GEMM. Grouped and depthwise convolutions
         // reuse too little to pay for tiles, and run per element.
-        G::Conv if graph::ops::Conv::new(m, anchor).is_some_and(|c| c.group() == 1) => (
-            Template::Matmul {
-                sum_in_consumers: false,
-            },
-            result,
-        ),
+        G::Conv if graph::ops::Conv::new(m, anchor).is_some_and(|c| c.group() == 1) => {
+            (MATMUL, result)
+        }
         G::Softmax | G::LayerNorm | G::InstanceNorm => (Template::Row, shape_of(m, o.operands[0])),
         G::Attention if attention::fits(m, anchor, target()) => (Template::Attention, result),
         G::ReduceSum
