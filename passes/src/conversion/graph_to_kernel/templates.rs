@@ -274,18 +274,14 @@ fn reads_along_rows(m: &Module, v: ValueId) -> bool {
     if shape.last().is_none_or(|&n| n < 2) {
         return true;
     }
+    let offset = super::address::linearize(&map.results, &stored_shape);
     let mut next = vec![0; shape.len()];
     next[shape.len() - 1] = 1;
-    let offset = |idx: &[i64]| {
-        map.eval(idx, &[]).ok().map(|at| {
-            at.iter()
-                .zip(super::address::strides(&stored_shape))
-                .map(|(i, s)| i * s)
-                .sum::<i64>()
-        })
-    };
-    match (offset(&vec![0; shape.len()]), offset(&next)) {
-        (Some(a), Some(b)) => b - a == 1,
+    match (
+        offset.eval(&vec![0; shape.len()], &[]),
+        offset.eval(&next, &[]),
+    ) {
+        (Ok(a), Ok(b)) => b - a == 1,
         _ => false,
     }
 }
@@ -338,16 +334,18 @@ fn build(
         .iter()
         .map(|&(inner, host)| (inner, resolve_input(m, &lowering.split, host)))
         .collect();
-    // A lone product's epilogue (gemm's C, a convolution's bias), computed
-    // where its partials are summed, reads the product's own operands.
+    // Another group's lone product, whose partials this kernel sums,
+    // computes its epilogue (gemm's C, a convolution's bias) from its own
+    // operands, host values; this group's product reads its bound ones.
     let epilogue_operands: Vec<ValueId> = inputs
         .iter()
         .filter_map(|(_, input)| match input {
-            Input::Partials { anchor, .. } => Some(m.op(*anchor).operands.clone()),
+            Input::Partials { anchor, .. } if *anchor != group.anchor => {
+                Some(m.op(*anchor).operands.clone())
+            }
             _ => None,
         })
         .flatten()
-        .filter(|v| !bindings.iter().any(|&(inner, _)| inner == *v))
         .collect();
     for v in epilogue_operands {
         inputs.push((v, resolve_input(m, &lowering.split, v)));
