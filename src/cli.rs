@@ -20,6 +20,9 @@ pub struct Cli {
     /// List every registered operation with its classes, and exit.
     #[arg(long)]
     pub list_ops: bool,
+    /// List the ONNX operators the importer reads, from which opset, and whether each runs as kernels or only at import, and exit.
+    #[arg(long)]
+    pub list_onnx_ops: bool,
     /// List every registered pass, and exit.
     #[arg(long)]
     pub list_passes: bool,
@@ -481,7 +484,7 @@ impl PipelineArgs {
 #[derive(Args, Debug)]
 pub struct CompileArgs {
     /// The input: a .ir file (pretty or generic form, '-' for stdin) or an ONNX model.
-    #[arg(value_name = "FILE", required_unless_present_any = ["list_ops", "list_passes", "describe_op", "list_fusion_tables", "list_devices"])]
+    #[arg(value_name = "FILE", required_unless_present_any = ["list_ops", "list_onnx_ops", "list_passes", "describe_op", "list_fusion_tables", "list_devices"])]
     pub file: Option<PathBuf>,
     #[command(flatten)]
     pub onnx: OnnxArgs,

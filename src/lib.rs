@@ -252,6 +252,8 @@ impl Driver {
     fn dispatch(&self, cli: &Cli, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32 {
         let result = if cli.list_ops {
             write!(stdout, "{}", self.registry.ops_table()).map_err(stdout_err)
+        } else if cli.list_onnx_ops {
+            write!(stdout, "{}", ircc_onnx::operators::table()).map_err(stdout_err)
         } else if cli.list_passes {
             write!(stdout, "{}", self.passes.table()).map_err(stdout_err)
         } else if let Some(op) = &cli.describe_op {

@@ -313,10 +313,12 @@ fn onnx_node_tests() {
         }
         tallies.push((available, missing, tally));
     }
+    let mut unlisted = BTreeSet::new();
     for case in &cases {
         let name = case.file_name().unwrap().to_string_lossy().into_owned();
         // A panic in one case must not hide the others.
         let (on_interpreter, mut on_devices) = run_case(case, &registry, &driver, &devices);
+        check_operator_table(case, &on_interpreter, &mut unlisted);
         interpreter.record(&name, on_interpreter);
         let mut ran = on_devices.drain(..);
         for (available, missing, tally) in &mut tallies {
@@ -336,6 +338,36 @@ fn onnx_node_tests() {
         regressions.is_empty(),
         "cases in a tests/onnx pass list that no longer pass: {regressions:?}"
     );
+    assert!(
+        unlisted.is_empty(),
+        "compiler/onnx/src/operators.rs disagrees with the importer: {unlisted:?}"
+    );
+}
+
+/// Checks the operator table (`ircc --list-onnx-ops`) against what the
+/// importer did with `case`: every operator of a case that passed is
+/// listed, and an operator refused as unsupported is not.
+fn check_operator_table(case: &Path, outcome: &Outcome, unlisted: &mut BTreeSet<String>) {
+    use ircc_onnx::operators::is_imported;
+    if let Outcome::Skipped(reason) = outcome
+        && let Some(op) = reason
+            .split("operator '")
+            .nth(1)
+            .and_then(|r| r.strip_suffix("' is not supported"))
+            .filter(|op| is_imported(op))
+    {
+        unlisted.insert(format!("{op} is listed but refused"));
+    }
+    if !matches!(outcome, Outcome::Passed) {
+        return;
+    }
+    let bytes = std::fs::read(case.join("model.onnx")).unwrap();
+    let model = ircc_onnx::proto::ModelProto::decode(&bytes[..]).unwrap();
+    for node in model.graph.iter().flat_map(|g| &g.node) {
+        if node.domain.is_empty() && !is_imported(&node.op_type) {
+            unlisted.insert(format!("{} is imported but not listed", node.op_type));
+        }
+    }
 }
 
 /// The outcomes of one way of running the suite, its report table and the

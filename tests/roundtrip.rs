@@ -88,12 +88,13 @@ fn dense() -> impl Strategy<Value = DenseAttr> {
                 .prop_map(|v| DenseValues::Bool(v.into()))
                 .boxed()
         } else {
-            let bits = elem.byte_size() as u32 * 8;
+            // Values of the type: wrapped to its width and signedness (u64
+            // held as its bit pattern).
             proptest::collection::vec(any::<i64>(), n)
                 .prop_map(move |v| {
                     DenseValues::Int(
                         v.iter()
-                            .map(|&x| (x << (64 - bits)) >> (64 - bits))
+                            .map(|&x| ircc_core::tensor::wrap_int(x, elem))
                             .collect::<Vec<_>>()
                             .into(),
                     )

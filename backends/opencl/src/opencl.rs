@@ -236,7 +236,10 @@ impl Language for OpenCl {
     fn unary(&mut self, f: UnaryFn, x: &str, ty: &str) -> String {
         match f {
             UnaryFn::Neg => format!("-{x}"),
-            UnaryFn::Not => format!("!{x}"),
+            UnaryFn::Not if ty == "bool" => format!("!{x}"),
+            UnaryFn::Not => format!("~{x}"),
+            // sign() is for floats only in OpenCL C.
+            UnaryFn::Sign if ty == "int" => format!("(({x} > 0) - ({x} < 0))"),
             // abs of an int is a uint in OpenCL C.
             UnaryFn::Abs if ty == "int" => format!("(int)abs({x})"),
             UnaryFn::Abs => format!("fabs({x})"),
@@ -249,7 +252,19 @@ impl Language for OpenCl {
             | UnaryFn::Tanh
             | UnaryFn::Erf
             | UnaryFn::Floor
-            | UnaryFn::Ceil => format!("{}({x})", f.name()),
+            | UnaryFn::Ceil
+            | UnaryFn::Sin
+            | UnaryFn::Cos
+            | UnaryFn::Tan
+            | UnaryFn::Asin
+            | UnaryFn::Acos
+            | UnaryFn::Atan
+            | UnaryFn::Sinh
+            | UnaryFn::Cosh
+            | UnaryFn::Asinh
+            | UnaryFn::Acosh
+            | UnaryFn::Atanh
+            | UnaryFn::Sign => format!("{}({x})", f.name()),
         }
     }
 
@@ -264,8 +279,15 @@ impl Language for OpenCl {
                 format!("int_div({a}, {b})")
             }
             BinaryFn::Div => format!("{a} / {b}"),
-            BinaryFn::And => format!("{a} && {b}"),
-            BinaryFn::Or => format!("{a} || {b}"),
+            BinaryFn::And if ty == "bool" => format!("{a} && {b}"),
+            BinaryFn::Or if ty == "bool" => format!("{a} || {b}"),
+            BinaryFn::Xor if ty == "bool" => format!("{a} != {b}"),
+            BinaryFn::And => format!("{a} & {b}"),
+            BinaryFn::Or => format!("{a} | {b}"),
+            BinaryFn::Xor => format!("{a} ^ {b}"),
+            // OpenCL C takes the shift count modulo the width.
+            BinaryFn::Shl => format!("{a} << {b}"),
+            BinaryFn::Shr => format!("{a} >> {b}"),
             BinaryFn::Pow if int => {
                 self.helpers.insert(Helper::IntPow);
                 format!("int_pow({a}, {b})")

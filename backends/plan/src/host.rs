@@ -20,10 +20,25 @@ pub fn to_bytes(t: &Tensor, dtype: &str, bytes: u64) -> R<Vec<u8>> {
             .to_f64()
             .iter()
             .for_each(|&x| out.extend(half::f16::from_f64(x).to_le_bytes())),
-        "i32" => t
-            .to_i64()
-            .iter()
-            .for_each(|&x| out.extend((x as i32).to_le_bytes())),
+        // Kernels compute integers of every width in i32; a value outside
+        // its range would be silently mis-read, so it is refused.
+        "i32" => {
+            for &x in t.to_i64().iter() {
+                let fits = i32::try_from(x).is_ok() && !(t.elem == ElemType::U64 && x < 0);
+                if !fits {
+                    let x = if t.elem == ElemType::U64 {
+                        (x as u64).to_string()
+                    } else {
+                        x.to_string()
+                    };
+                    return Err(format!(
+                        "{} value {x} does not fit the GPU's 32-bit integers",
+                        t.elem
+                    ));
+                }
+                out.extend((x as i32).to_le_bytes());
+            }
+        }
         other => return Err(format!("no upload for element type {other}")),
     }
     if out.len() as u64 > bytes {

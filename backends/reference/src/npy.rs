@@ -22,14 +22,29 @@ pub fn read_npy(path: &Path) -> Result<Tensor, String> {
     if let Ok(a) = ArrayD::<i32>::read_npy(b) {
         return Ok(Tensor::int(ElemType::I32, a.mapv(i64::from)));
     }
+    if let Ok(a) = ArrayD::<i16>::read_npy(b) {
+        return Ok(Tensor::int(ElemType::I16, a.mapv(i64::from)));
+    }
     if let Ok(a) = ArrayD::<i8>::read_npy(b) {
         return Ok(Tensor::int(ElemType::I8, a.mapv(i64::from)));
+    }
+    if let Ok(a) = ArrayD::<u64>::read_npy(b) {
+        return Ok(Tensor::int(ElemType::U64, a.mapv(|x| x as i64)));
+    }
+    if let Ok(a) = ArrayD::<u32>::read_npy(b) {
+        return Ok(Tensor::int(ElemType::U32, a.mapv(i64::from)));
+    }
+    if let Ok(a) = ArrayD::<u16>::read_npy(b) {
+        return Ok(Tensor::int(ElemType::U16, a.mapv(i64::from)));
+    }
+    if let Ok(a) = ArrayD::<u8>::read_npy(b) {
+        return Ok(Tensor::int(ElemType::U8, a.mapv(i64::from)));
     }
     if let Ok(a) = ArrayD::<bool>::read_npy(b) {
         return Ok(Tensor::bool(a));
     }
     Err(format!(
-        "{}: not a .npy file of a supported type (float32, float64, int64, int32, int8, bool)",
+        "{}: not a .npy file of a supported type (float32, float64, int64, int32, int16, int8, uint64, uint32, uint16, uint8, bool)",
         path.display()
     ))
 }
@@ -43,7 +58,12 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
         (TensorData::Float(a), ElemType::F64) => a.write_npy(w),
         (TensorData::Float(a), _) => a.mapv(|x| x as f32).write_npy(w),
         (TensorData::Int(a), ElemType::I32) => a.mapv(|x| x as i32).write_npy(w),
+        (TensorData::Int(a), ElemType::I16) => a.mapv(|x| x as i16).write_npy(w),
         (TensorData::Int(a), ElemType::I8) => a.mapv(|x| x as i8).write_npy(w),
+        (TensorData::Int(a), ElemType::U64) => a.mapv(|x| x as u64).write_npy(w),
+        (TensorData::Int(a), ElemType::U32) => a.mapv(|x| x as u32).write_npy(w),
+        (TensorData::Int(a), ElemType::U16) => a.mapv(|x| x as u16).write_npy(w),
+        (TensorData::Int(a), ElemType::U8) => a.mapv(|x| x as u8).write_npy(w),
         (TensorData::Int(a), _) => a.write_npy(w),
         (TensorData::Bool(a), _) => a.write_npy(w),
     };

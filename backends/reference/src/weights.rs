@@ -56,15 +56,26 @@ impl Env for SafetensorsWeights {
                 ElemType::BF16,
                 arr(decode(d, |b| half::bf16::from_le_bytes(b).to_f64()))?,
             ),
-            Dtype::I64 => Tensor::int(ElemType::I64, iarr(decode(d, i64::from_le_bytes))?),
-            Dtype::I32 => Tensor::int(
-                ElemType::I32,
-                iarr(decode(d, |b| i32::from_le_bytes(b) as i64))?,
-            ),
-            Dtype::I8 => Tensor::int(
-                ElemType::I8,
-                iarr(decode(d, |b: [u8; 1]| b[0] as i8 as i64))?,
-            ),
+            Dtype::I64
+            | Dtype::I32
+            | Dtype::I16
+            | Dtype::I8
+            | Dtype::U64
+            | Dtype::U32
+            | Dtype::U16
+            | Dtype::U8 => {
+                let elem = match view.dtype() {
+                    Dtype::I64 => ElemType::I64,
+                    Dtype::I32 => ElemType::I32,
+                    Dtype::I16 => ElemType::I16,
+                    Dtype::I8 => ElemType::I8,
+                    Dtype::U64 => ElemType::U64,
+                    Dtype::U32 => ElemType::U32,
+                    Dtype::U16 => ElemType::U16,
+                    _ => ElemType::U8,
+                };
+                Tensor::int(elem, iarr(ircc_core::tensor::ints_from_le(d, elem))?)
+            }
             Dtype::BOOL => Tensor::bool(
                 ArrayD::from_shape_vec(shape, d.iter().map(|&b| b != 0).collect())
                     .map_err(|e| e.to_string())?,

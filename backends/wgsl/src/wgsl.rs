@@ -214,7 +214,8 @@ impl Language for Wgsl {
     fn unary(&mut self, f: UnaryFn, x: &str, ty: &str) -> String {
         match f {
             UnaryFn::Neg => format!("-{x}"),
-            UnaryFn::Not => format!("!{x}"),
+            UnaryFn::Not if ty == "bool" => format!("!{x}"),
+            UnaryFn::Not => format!("~{x}"),
             UnaryFn::Rsqrt => format!("inverseSqrt({x})"),
             UnaryFn::Tanh => {
                 let c = Target::webgpu().tanh_input_clamp;
@@ -224,6 +225,10 @@ impl Language for Wgsl {
                     float_literal(c, ty)
                 )
             }
+            // Through atan2, which drivers compute more precisely than
+            // asin and acos (lavapipe's are off by 4e-4).
+            UnaryFn::Asin => format!("atan2({x}, sqrt((1.0 - {x}) * (1.0 + {x})))"),
+            UnaryFn::Acos => format!("atan2(sqrt((1.0 - {x}) * (1.0 + {x})), {x})"),
             UnaryFn::Erf => {
                 self.helpers.insert(Helper::Erf);
                 if ty == "f32" {
@@ -238,7 +243,17 @@ impl Language for Wgsl {
             | UnaryFn::Sqrt
             | UnaryFn::Floor
             | UnaryFn::Ceil
-            | UnaryFn::Round => format!("{}({x})", f.name()),
+            | UnaryFn::Round
+            | UnaryFn::Sin
+            | UnaryFn::Cos
+            | UnaryFn::Tan
+            | UnaryFn::Atan
+            | UnaryFn::Sinh
+            | UnaryFn::Cosh
+            | UnaryFn::Asinh
+            | UnaryFn::Acosh
+            | UnaryFn::Atanh
+            | UnaryFn::Sign => format!("{}({x})", f.name()),
         }
     }
 
@@ -248,8 +263,15 @@ impl Language for Wgsl {
             BinaryFn::Sub => format!("{a} - {b}"),
             BinaryFn::Mul => format!("{a} * {b}"),
             BinaryFn::Div => format!("{a} / {b}"),
-            BinaryFn::And => format!("{a} && {b}"),
-            BinaryFn::Or => format!("{a} || {b}"),
+            BinaryFn::And if ty == "bool" => format!("{a} && {b}"),
+            BinaryFn::Or if ty == "bool" => format!("{a} || {b}"),
+            BinaryFn::Xor if ty == "bool" => format!("{a} != {b}"),
+            BinaryFn::And => format!("{a} & {b}"),
+            BinaryFn::Or => format!("{a} | {b}"),
+            BinaryFn::Xor => format!("{a} ^ {b}"),
+            // WGSL shifts by a u32 count, taken modulo the width.
+            BinaryFn::Shl => format!("{a} << u32({b})"),
+            BinaryFn::Shr => format!("{a} >> u32({b})"),
             BinaryFn::Pow if ty == "i32" => {
                 self.helpers.insert(Helper::IntPow);
                 format!("ircc_ipow({a}, i32({b}))")

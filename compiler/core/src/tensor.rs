@@ -23,12 +23,46 @@ pub struct Tensor {
     pub data: TensorData,
 }
 
-fn wrap_int(v: i64, elem: ElemType) -> i64 {
+/// `v` wrapped to `elem`'s width, as two's-complement hardware wraps it
+/// (u64 is held as its bit pattern, so it wraps as i64 does).
+pub fn wrap_int(v: i64, elem: ElemType) -> i64 {
     match elem {
         ElemType::I32 => v as i32 as i64,
+        ElemType::I16 => v as i16 as i64,
         ElemType::I8 => v as i8 as i64,
+        ElemType::U32 => v as u32 as i64,
+        ElemType::U16 => v as u16 as i64,
+        ElemType::U8 => v as u8 as i64,
         _ => v,
     }
+}
+
+/// An integer of `elem` as f64 (u64's bit pattern read unsigned).
+fn int_to_f64(v: i64, elem: ElemType) -> f64 {
+    if elem == ElemType::U64 {
+        v as u64 as f64
+    } else {
+        v as f64
+    }
+}
+
+/// The integers of `elem` that little-endian `bytes` hold.
+pub fn ints_from_le(bytes: &[u8], elem: ElemType) -> Vec<i64> {
+    let n = elem.byte_size();
+    bytes
+        .chunks_exact(n)
+        .map(|c| {
+            let mut b = [0u8; 8];
+            b[..n].copy_from_slice(c);
+            wrap_int(i64::from_le_bytes(b), elem)
+        })
+        .collect()
+}
+
+/// The little-endian bytes of integers of `elem`.
+pub fn ints_to_le(values: impl Iterator<Item = i64>, elem: ElemType) -> Vec<u8> {
+    let n = elem.byte_size();
+    values.flat_map(|v| v.to_le_bytes()[..n].to_vec()).collect()
 }
 
 impl Tensor {
@@ -127,12 +161,13 @@ impl Tensor {
     pub fn to_f64(&self) -> ArrayD<f64> {
         match &self.data {
             TensorData::Float(a) => a.clone(),
-            TensorData::Int(a) => a.mapv(|x| x as f64),
+            TensorData::Int(a) => a.mapv(|x| int_to_f64(x, self.elem)),
             TensorData::Bool(a) => a.mapv(|x| x as u8 as f64),
         }
     }
 
-    /// The values as i64 (floats truncate towards zero, as ONNX's Cast does).
+    /// The values as i64 (floats truncate towards zero, as ONNX's Cast
+    /// does; a u64 is its bit pattern).
     pub fn to_i64(&self) -> ArrayD<i64> {
         match &self.data {
             TensorData::Float(a) => a.mapv(|x| if x.is_nan() { 0 } else { x as i64 }),

@@ -12,19 +12,29 @@ pub enum ElemType {
     BF16,
     I64,
     I32,
+    I16,
     I8,
+    U64,
+    U32,
+    U16,
+    U8,
     I1,
 }
 
 impl ElemType {
-    pub const ALL: [ElemType; 8] = [
+    pub const ALL: [ElemType; 13] = [
         ElemType::F64,
         ElemType::F32,
         ElemType::F16,
         ElemType::BF16,
         ElemType::I64,
         ElemType::I32,
+        ElemType::I16,
         ElemType::I8,
+        ElemType::U64,
+        ElemType::U32,
+        ElemType::U16,
+        ElemType::U8,
         ElemType::I1,
     ];
 
@@ -36,7 +46,13 @@ impl ElemType {
             ElemType::BF16 => "bf16",
             ElemType::I64 => "i64",
             ElemType::I32 => "i32",
+            ElemType::I16 => "i16",
             ElemType::I8 => "i8",
+            // MLIR's spelling of unsigned integers.
+            ElemType::U64 => "ui64",
+            ElemType::U32 => "ui32",
+            ElemType::U16 => "ui16",
+            ElemType::U8 => "ui8",
             ElemType::I1 => "i1",
         }
     }
@@ -53,7 +69,29 @@ impl ElemType {
     }
 
     pub fn is_int(self) -> bool {
-        matches!(self, ElemType::I64 | ElemType::I32 | ElemType::I8)
+        !self.is_float() && !self.is_bool()
+    }
+
+    pub fn is_unsigned(self) -> bool {
+        matches!(
+            self,
+            ElemType::U64 | ElemType::U32 | ElemType::U16 | ElemType::U8
+        )
+    }
+
+    /// The range of an integer type's values as held in an `i64`; u64
+    /// is held as its bit pattern, so its range is all of i64's.
+    pub fn int_range(self) -> (i64, i64) {
+        match self {
+            ElemType::I32 => (i32::MIN as i64, i32::MAX as i64),
+            ElemType::I16 => (i16::MIN as i64, i16::MAX as i64),
+            ElemType::I8 => (i8::MIN as i64, i8::MAX as i64),
+            ElemType::U32 => (0, u32::MAX as i64),
+            ElemType::U16 => (0, u16::MAX as i64),
+            ElemType::U8 => (0, u8::MAX as i64),
+            ElemType::I1 => (0, 1),
+            _ => (i64::MIN, i64::MAX),
+        }
     }
 
     pub fn is_bool(self) -> bool {
@@ -63,10 +101,10 @@ impl ElemType {
     /// Storage size of one element in bytes (i1 is stored as a byte).
     pub fn byte_size(self) -> usize {
         match self {
-            ElemType::F64 | ElemType::I64 => 8,
-            ElemType::F32 | ElemType::I32 => 4,
-            ElemType::F16 | ElemType::BF16 => 2,
-            ElemType::I8 | ElemType::I1 => 1,
+            ElemType::F64 | ElemType::I64 | ElemType::U64 => 8,
+            ElemType::F32 | ElemType::I32 | ElemType::U32 => 4,
+            ElemType::F16 | ElemType::BF16 | ElemType::I16 | ElemType::U16 => 2,
+            ElemType::I8 | ElemType::U8 | ElemType::I1 => 1,
         }
     }
 }

@@ -225,41 +225,6 @@ pub fn import_only(imp: &mut Importer, n: &NodeProto, a: &Attrs) -> Result<Val> 
                 }
             })?
         }
-        "Floor" | "Ceil" => {
-            a.only(&[])?;
-            let x = constant(imp, n, 0)?;
-            let f = if n.op_type == "Floor" {
-                f64::floor
-            } else {
-                f64::ceil
-            };
-            Tensor::float(x.elem, x.to_f64().mapv(f))
-        }
-        "And" | "Or" | "Xor" => {
-            a.only(&[])?;
-            let (x, y) = (constant(imp, n, 0)?, constant(imp, n, 1)?);
-            let (p, q) = (
-                x.as_bool()
-                    .ok_or_else(|| ImportError::invalid("needs bool"))?,
-                y.as_bool()
-                    .ok_or_else(|| ImportError::invalid("needs bool"))?,
-            );
-            let shape = broadcast_shape(p.shape(), q.shape())?;
-            let (p, q) = (
-                p.broadcast(IxDyn(&shape)).expect("broadcast"),
-                q.broadcast(IxDyn(&shape)).expect("broadcast"),
-            );
-            let op = n.op_type.clone();
-            Tensor::bool(
-                ndarray::Zip::from(&p)
-                    .and(&q)
-                    .map_collect(|&u, &v| match op.as_str() {
-                        "And" => u && v,
-                        "Or" => u || v,
-                        _ => u != v,
-                    }),
-            )
-        }
         other => {
             return Err(ImportError::unsupported(format!(
                 "operator '{other}' is not supported"

@@ -10,8 +10,11 @@
 
 mod attention;
 mod attrs;
+mod composite;
 mod fold;
 mod import;
+mod loss;
+pub mod operators;
 mod ops;
 pub mod proto;
 pub mod tensor;
@@ -126,15 +129,19 @@ pub fn write_weights(path: &Path, weights: &[(String, Tensor)]) -> std::result::
                 Dtype::F32,
                 a.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
             ),
-            (TensorData::Int(a), ElemType::I32) => (
-                Dtype::I32,
-                a.iter().flat_map(|&x| (x as i32).to_le_bytes()).collect(),
-            ),
-            (TensorData::Int(a), ElemType::I8) => {
-                (Dtype::I8, a.iter().map(|&x| x as i8 as u8).collect())
-            }
-            (TensorData::Int(a), _) => {
-                (Dtype::I64, a.iter().flat_map(|x| x.to_le_bytes()).collect())
+            (TensorData::Int(a), elem) => {
+                let dtype = match elem {
+                    ElemType::I32 => Dtype::I32,
+                    ElemType::I16 => Dtype::I16,
+                    ElemType::I8 => Dtype::I8,
+                    ElemType::U64 => Dtype::U64,
+                    ElemType::U32 => Dtype::U32,
+                    ElemType::U16 => Dtype::U16,
+                    ElemType::U8 => Dtype::U8,
+                    _ => Dtype::I64,
+                };
+                let bytes = ircc_core::tensor::ints_to_le(a.iter().copied(), elem);
+                (dtype, bytes)
             }
             (TensorData::Bool(a), _) => (Dtype::BOOL, a.iter().map(|&b| b as u8).collect()),
         };

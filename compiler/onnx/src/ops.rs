@@ -172,7 +172,9 @@ impl Importer<'_> {
                 }
             }
             "Neg" | "Abs" | "Exp" | "Log" | "Sqrt" | "Reciprocal" | "Erf" | "Tanh" | "Sigmoid"
-            | "Relu" | "Not" | "Identity" | "HardSwish" => {
+            | "Relu" | "Not" | "Identity" | "HardSwish" | "Sin" | "Cos" | "Tan" | "Asin"
+            | "Acos" | "Atan" | "Sinh" | "Cosh" | "Asinh" | "Acosh" | "Atanh" | "Sign"
+            | "Floor" | "Ceil" | "Round" | "BitwiseNot" => {
                 a.only(&[])?;
                 let name = match op {
                     "Neg" => GraphOp::Neg,
@@ -185,11 +187,50 @@ impl Importer<'_> {
                     "Tanh" => GraphOp::Tanh,
                     "Sigmoid" => GraphOp::Sigmoid,
                     "Relu" => GraphOp::Relu,
-                    "Not" => GraphOp::Not,
+                    "Not" | "BitwiseNot" => GraphOp::Not,
                     "Identity" => GraphOp::Identity,
+                    "Sin" => GraphOp::Sin,
+                    "Cos" => GraphOp::Cos,
+                    "Tan" => GraphOp::Tan,
+                    "Asin" => GraphOp::Asin,
+                    "Acos" => GraphOp::Acos,
+                    "Atan" => GraphOp::Atan,
+                    "Sinh" => GraphOp::Sinh,
+                    "Cosh" => GraphOp::Cosh,
+                    "Asinh" => GraphOp::Asinh,
+                    "Acosh" => GraphOp::Acosh,
+                    "Atanh" => GraphOp::Atanh,
+                    "Sign" => GraphOp::Sign,
+                    "Floor" => GraphOp::Floor,
+                    "Ceil" => GraphOp::Ceil,
+                    "Round" => GraphOp::Round,
                     _ => GraphOp::HardSwish,
                 };
                 self.emit(name, vec![self.required(n, 0)?], Attributes::new(), 1)?
+            }
+            "And" | "Or" | "Xor" | "BitwiseAnd" | "BitwiseOr" | "BitwiseXor" => {
+                a.only(&[])?;
+                let name = match op {
+                    "And" | "BitwiseAnd" => GraphOp::And,
+                    "Or" | "BitwiseOr" => GraphOp::Or,
+                    _ => GraphOp::Xor,
+                };
+                let (x, y) = (self.required(n, 0)?, self.required(n, 1)?);
+                self.emit(name, vec![x, y], Attributes::new(), 1)?
+            }
+            "BitShift" => {
+                a.only(&["direction"])?;
+                let name = match a.s("direction", "").as_str() {
+                    "LEFT" => GraphOp::ShiftLeft,
+                    "RIGHT" => GraphOp::ShiftRight,
+                    other => {
+                        return Err(ImportError::invalid(format!(
+                            "BitShift's direction must be LEFT or RIGHT, not '{other}'"
+                        )));
+                    }
+                };
+                let (x, y) = (self.required(n, 0)?, self.required(n, 1)?);
+                self.emit(name, vec![x, y], Attributes::new(), 1)?
             }
             "Dropout" => {
                 a.only(&["seed", "ratio"])?;
@@ -295,8 +336,28 @@ impl Importer<'_> {
                 self.emit(GraphOp::Log, s, Attributes::new(), 1)?
             }
             "PRelu" | "Softplus" | "Softsign" | "Elu" | "Selu" | "Celu" | "ThresholdedRelu"
-            | "Mish" => self.activation(n, a)?,
+            | "Mish" | "Swish" | "Shrink" => self.activation(n, a)?,
             "RMSNormalization" => self.rms_norm(n, a)?,
+            "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => self.loss(n, a)?,
+            "Trilu" => self.trilu(n, a)?,
+            "ArgMax" | "ArgMin" => {
+                a.only(&["axis", "keepdims", "select_last_index"])?;
+                let name = if op == "ArgMax" {
+                    GraphOp::ArgMax
+                } else {
+                    GraphOp::ArgMin
+                };
+                let at = attrs(vec![
+                    ("axis", Attribute::i64(a.i("axis", 0))),
+                    ("keepdims", Attribute::i64(a.i("keepdims", 1))),
+                    (
+                        "select_last_index",
+                        Attribute::i64(a.i("select_last_index", 0)),
+                    ),
+                ]);
+                self.emit(name, vec![self.required(n, 0)?], at, 1)?
+            }
+            "LpNormalization" => self.lp_normalization(n, a)?,
             "MatMul" => {
                 a.only(&[])?;
                 self.emit(
@@ -891,7 +952,7 @@ impl Importer<'_> {
         Ok(self.emit(name, vec![x], Attributes::new(), 1)?.remove(0))
     }
 
-    fn scalar_like(&self, x: &Val, v: f64) -> Val {
+    pub(crate) fn scalar_like(&self, x: &Val, v: f64) -> Val {
         Val::constant(fold::scalar(v, self.type_of(x).elem))
     }
 
@@ -955,6 +1016,34 @@ impl Importer<'_> {
                 } else {
                     self.bin(GraphOp::Mul, y, self.scalar_like(&x, gamma))?
                 }
+            }
+            "Swish" => {
+                a.only(&["alpha"])?;
+                // x * sigmoid(alpha * x)
+                let alpha = self.scalar_like(&x, a.f("alpha", 1.0) as f64);
+                let ax = self.bin(GraphOp::Mul, x.clone(), alpha)?;
+                let s = self.un(GraphOp::Sigmoid, ax)?;
+                self.bin(GraphOp::Mul, x, s)?
+            }
+            "Shrink" => {
+                a.only(&["lambd", "bias"])?;
+                // x + bias below -lambd, x - bias above lambd, 0 between.
+                let lambd = a.f("lambd", 0.5) as f64;
+                let bias = self.scalar_like(&x, a.f("bias", 0.0) as f64);
+                let below = self.bin(GraphOp::Less, x.clone(), self.scalar_like(&x, -lambd))?;
+                let above = self.bin(GraphOp::Greater, x.clone(), self.scalar_like(&x, lambd))?;
+                let up = self.bin(GraphOp::Add, x.clone(), bias.clone())?;
+                let down = self.bin(GraphOp::Sub, x, bias)?;
+                let y = self
+                    .emit(
+                        GraphOp::Where,
+                        vec![above, down, zero],
+                        Attributes::new(),
+                        1,
+                    )?
+                    .remove(0);
+                self.emit(GraphOp::Where, vec![below, up, y], Attributes::new(), 1)?
+                    .remove(0)
             }
             "ThresholdedRelu" => {
                 a.only(&["alpha"])?;

@@ -18,7 +18,12 @@ pub fn elem_type(data_type: i32) -> Result<ElemType> {
         dt::BFLOAT16 => ElemType::BF16,
         dt::INT64 => ElemType::I64,
         dt::INT32 => ElemType::I32,
+        dt::INT16 => ElemType::I16,
         dt::INT8 => ElemType::I8,
+        dt::UINT64 => ElemType::U64,
+        dt::UINT32 => ElemType::U32,
+        dt::UINT16 => ElemType::U16,
+        dt::UINT8 => ElemType::U8,
         dt::BOOL => ElemType::I1,
         other => {
             return Err(ImportError::unsupported(format!(
@@ -143,15 +148,18 @@ pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
             .collect(),
         _ => Vec::new(),
     };
+    // Without raw data, ONNX keeps int64 in int64_data, uint32 and uint64
+    // in uint64_data, and narrower integers and bool in int32_data.
     let ints: Vec<i64> = match (&raw, elem) {
-        (Some(r), ElemType::I64) => from_le(r, i64::from_le_bytes),
-        (Some(r), ElemType::I32) => from_le(r, |b| i32::from_le_bytes(b) as i64),
-        (Some(r), ElemType::I8 | ElemType::I1) => r.iter().map(|&b| b as i8 as i64).collect(),
+        (_, e) if e.is_float() => Vec::new(),
+        (Some(r), e) => ircc_core::tensor::ints_from_le(r, e),
         (None, ElemType::I64) => t.int64_data.clone(),
-        (None, ElemType::I32 | ElemType::I8 | ElemType::I1) => {
-            t.int32_data.iter().map(|&x| x as i64).collect()
-        }
-        _ => Vec::new(),
+        (None, ElemType::U64 | ElemType::U32) => t.uint64_data.iter().map(|&x| x as i64).collect(),
+        (None, e) => t
+            .int32_data
+            .iter()
+            .map(|&x| ircc_core::tensor::wrap_int(x as i64, e))
+            .collect(),
     };
     let count = if elem.is_float() {
         floats.len()

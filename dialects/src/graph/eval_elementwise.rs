@@ -4,7 +4,7 @@
 use super::{GraphOp as G, kind};
 use ircc_core::interp::Env;
 use ircc_core::registry::OpView;
-use ircc_core::{Tensor, TensorData, Type};
+use ircc_core::{ElemType, Tensor, TensorData, Type};
 use ndarray::{ArrayD, IxDyn, Zip};
 
 pub type Eval = Result<Vec<Tensor>, String>;
@@ -52,6 +52,7 @@ pub fn unary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
             G::Neg => |x| x.wrapping_neg(),
             G::Abs => |x| x.wrapping_abs(),
             G::Relu => |x| x.max(0),
+            G::Sign => i64::signum,
             G::Identity => |x| x,
             _ => return Err(format!("'{name}' needs a float tensor")),
         };
@@ -71,6 +72,27 @@ pub fn unary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
         G::Reciprocal => a.mapv(|x| 1.0 / x),
         G::Erf => a.mapv(erf),
         G::Tanh => a.mapv(f64::tanh),
+        G::Sin => a.mapv(f64::sin),
+        G::Cos => a.mapv(f64::cos),
+        G::Tan => a.mapv(f64::tan),
+        G::Asin => a.mapv(f64::asin),
+        G::Acos => a.mapv(f64::acos),
+        G::Atan => a.mapv(f64::atan),
+        G::Sinh => a.mapv(f64::sinh),
+        G::Cosh => a.mapv(f64::cosh),
+        G::Asinh => a.mapv(f64::asinh),
+        G::Acosh => a.mapv(f64::acosh),
+        G::Atanh => a.mapv(f64::atanh),
+        G::Sign => a.mapv(|x| {
+            if x == 0.0 || x.is_nan() {
+                x
+            } else {
+                x.signum()
+            }
+        }),
+        G::Floor => a.mapv(f64::floor),
+        G::Ceil => a.mapv(f64::ceil),
+        G::Round => a.mapv(f64::round_ties_even),
         G::Sigmoid => a.mapv(|x| 1.0 / (1.0 + (-x).exp())),
         G::Relu => a.mapv(|x| if x > 0.0 { x } else { 0.0 }),
         G::HardSwish => a.mapv(|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0)),
@@ -185,13 +207,19 @@ pub fn binary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
             if name == G::Div && y.iter().any(|&d| d == 0) {
                 return Err("integer division by zero".to_string());
             }
+            // u64 is held as its bit pattern: what depends on the sign
+            // reads it unsigned.
+            let unsigned = a.elem == ElemType::U64;
             let f: fn(i64, i64) -> i64 = match name {
                 G::Add => i64::wrapping_add,
                 G::Sub => i64::wrapping_sub,
                 G::Mul => i64::wrapping_mul,
+                G::Div if unsigned => |a, b| (a as u64 / b as u64) as i64,
                 G::Div => i64::wrapping_div,
                 G::Pow => int_pow,
+                G::Max if unsigned => |a, b| (a as u64).max(b as u64) as i64,
                 G::Max => i64::max,
+                G::Min if unsigned => |a, b| (a as u64).min(b as u64) as i64,
                 G::Min => i64::min,
                 other => return Err(format!("'{other}' is not a binary op")),
             };
@@ -211,6 +239,11 @@ pub fn compare(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
             G::Less => zip_with(x, y, &shape, |a, b| a < b)?,
             _ => zip_with(x, y, &shape, |a, b| a > b)?,
         },
+        (TensorData::Int(x), TensorData::Int(y)) if a.elem == ElemType::U64 => match name {
+            G::Equal => zip_with(x, y, &shape, |a, b| a == b)?,
+            G::Less => zip_with(x, y, &shape, |a, b| (a as u64) < (b as u64))?,
+            _ => zip_with(x, y, &shape, |a, b| (a as u64) > (b as u64))?,
+        },
         (TensorData::Int(x), TensorData::Int(y)) => match name {
             G::Equal => zip_with(x, y, &shape, |a, b| a == b)?,
             G::Less => zip_with(x, y, &shape, |a, b| a < b)?,
@@ -227,8 +260,51 @@ pub fn compare(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
 }
 
 pub fn not(_v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
-    let x = args[0].as_bool().ok_or("not needs an i1 tensor")?;
-    Ok(vec![Tensor::bool(x.mapv(|b| !b))])
+    let x = &args[0];
+    match &x.data {
+        TensorData::Bool(a) => Ok(vec![Tensor::bool(a.mapv(|b| !b))]),
+        TensorData::Int(a) => Ok(vec![Tensor::int(x.elem, a.mapv(|v| !v))]),
+        TensorData::Float(_) => Err("not needs an i1 or integer tensor".to_string()),
+    }
+}
+
+/// and, or, xor and the shifts; a shift by the type's width or more
+/// gives 0 (ONNX's reference shifts numpy's fixed-width integers).
+pub fn bitwise(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
+    let shape = out_shape(v)?;
+    let (a, b) = (&args[0], &args[1]);
+    let name = kind(v)?;
+    let width = a.elem.byte_size() as i64 * 8;
+    let unsigned = a.elem.is_unsigned();
+    match (&a.data, &b.data) {
+        (TensorData::Bool(x), TensorData::Bool(y)) => {
+            let f: fn(bool, bool) -> bool = match name {
+                G::And => |p, q| p & q,
+                G::Or => |p, q| p | q,
+                G::Xor => |p, q| p ^ q,
+                other => return Err(format!("'{other}' needs integer tensors")),
+            };
+            Ok(vec![Tensor::bool(zip_with(x, y, &shape, f)?)])
+        }
+        (TensorData::Int(x), TensorData::Int(y)) => {
+            let out = match name {
+                G::And => zip_with(x, y, &shape, |p, q| p & q)?,
+                G::Or => zip_with(x, y, &shape, |p, q| p | q)?,
+                G::Xor => zip_with(x, y, &shape, |p, q| p ^ q)?,
+                G::ShiftLeft => zip_with(x, y, &shape, |p, q| {
+                    if (0..width).contains(&q) { p << q } else { 0 }
+                })?,
+                _ => zip_with(x, y, &shape, |p, q| match (0..width).contains(&q) {
+                    true if unsigned => ((p as u64) >> q) as i64,
+                    true => p >> q,
+                    false if unsigned || p >= 0 => 0,
+                    false => -1,
+                })?,
+            };
+            Ok(vec![Tensor::int(a.elem, out)])
+        }
+        _ => Err(format!("'{name}' needs two i1 or two integer tensors")),
+    }
 }
 
 fn select<T: Clone>(

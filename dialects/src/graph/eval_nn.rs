@@ -5,7 +5,7 @@
 use super::{GraphOp as G, kind};
 use ircc_core::interp::Env;
 use ircc_core::registry::OpView;
-use ircc_core::{Tensor, TensorData};
+use ircc_core::{ElemType, Tensor, TensorData};
 use ndarray::{Array2, ArrayD, ArrayView2, Axis, Ix2, IxDyn, s};
 
 use super::eval_elementwise::Eval;
@@ -410,6 +410,29 @@ pub fn softmax(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let e = (x - &max).mapv(f64::exp);
     let sum = e.sum_axis(a).insert_axis(a);
     Ok(vec![Tensor::float(args[0].elem, &e / &sum)])
+}
+
+/// arg_max and arg_min.
+pub fn arg_reduce(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
+    let x = args[0].to_f64();
+    let a = shape::axis(v.i64("axis")?, x.ndim())?;
+    let last = v.i64("select_last_index")? != 0;
+    let max = kind(v)? == G::ArgMax;
+    let y = x.map_axis(Axis(a), |lane| {
+        let mut best = 0;
+        for (i, &e) in lane.iter().enumerate() {
+            let b = lane[best];
+            let better = if max { e > b } else { e < b };
+            if better || (last && e == b) {
+                best = i;
+            }
+        }
+        best as i64
+    });
+    let y = y
+        .into_shape_with_order(IxDyn(&usize_shape(v)?))
+        .map_err(|e| e.to_string())?;
+    Ok(vec![Tensor::int(ElemType::I64, y)])
 }
 
 pub fn reduce(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {

@@ -71,7 +71,25 @@ fn op_hooks(op: GraphOp) -> OpHooks {
         | G::LeakyRelu
         | G::Gelu
         | G::HardSigmoid
+        | G::Sin
+        | G::Cos
+        | G::Tan
+        | G::Asin
+        | G::Acos
+        | G::Atan
+        | G::Sinh
+        | G::Cosh
+        | G::Asinh
+        | G::Acosh
+        | G::Atanh
+        | G::Sign
+        | G::Floor
+        | G::Ceil
+        | G::Round
         | G::Identity => hooks(shape::elementwise_unary, ew::unary),
+        G::And | G::Or | G::Xor | G::ShiftLeft | G::ShiftRight => {
+            hooks(shape::bitwise, ew::bitwise)
+        }
         G::Clip => hooks(shape::elementwise_unary, ew::clip),
         G::Where => hooks(shape::where_, ew::where_),
         G::Not => hooks(shape::not, ew::not),
@@ -84,6 +102,7 @@ fn op_hooks(op: GraphOp) -> OpHooks {
         G::ReduceSum | G::ReduceMean | G::ReduceMax | G::ReduceMin | G::ReduceProd => {
             hooks(shape::reduce, nn::reduce)
         }
+        G::ArgMax | G::ArgMin => hooks(shape::arg_reduce, nn::arg_reduce),
         G::GlobalAveragePool => hooks(shape::global_average_pool, nn::global_average_pool),
         G::AveragePool | G::MaxPool => hooks(shape::pool, nn::pool),
         G::Reshape => hooks(shape::reshape, lay::reshape),

@@ -63,7 +63,10 @@ fn same_elem(v: &OpView, ts: &[&TensorType]) -> Result<ElemType, String> {
 
 pub fn elementwise_unary(v: &OpView) -> Infer {
     let x = v.tensor(0)?;
-    let float_only = !matches!(kind(v)?, G::Neg | G::Abs | G::Relu | G::Identity | G::Clip);
+    let float_only = !matches!(
+        kind(v)?,
+        G::Neg | G::Abs | G::Relu | G::Identity | G::Clip | G::Sign
+    );
     if float_only && !x.elem.is_float() {
         return Err(format!("needs a float tensor, not {x}"));
     }
@@ -72,10 +75,22 @@ pub fn elementwise_unary(v: &OpView) -> Infer {
 
 pub fn not(v: &OpView) -> Infer {
     let x = v.tensor(0)?;
-    if x.elem != ElemType::I1 {
-        return Err(format!("needs an i1 tensor, not {x}"));
+    if x.elem.is_float() {
+        return Err(format!("needs an i1 or integer tensor, not {x}"));
     }
-    one(x.shape.clone(), ElemType::I1)
+    one(x.shape.clone(), x.elem)
+}
+
+/// and, or, xor (i1 or integers) and the shifts (integers).
+pub fn bitwise(v: &OpView) -> Infer {
+    let (a, b) = (v.tensor(0)?, v.tensor(1)?);
+    let elem = same_elem(v, &[a, b])?;
+    let shift = matches!(kind(v)?, G::ShiftLeft | G::ShiftRight);
+    if elem.is_float() || (shift && elem == ElemType::I1) {
+        let needs = if shift { "integer" } else { "i1 or integer" };
+        return Err(format!("needs {needs} tensors, not {elem}"));
+    }
+    one(broadcast(&a.shape, &b.shape)?, elem)
 }
 
 pub fn elementwise_binary(v: &OpView) -> Infer {
@@ -399,6 +414,25 @@ pub fn reduce_axes(v: &OpView, rank: usize) -> Result<Vec<usize>, String> {
         return Err("an axis is reduced twice".to_string());
     }
     Ok(axes)
+}
+
+/// arg_max and arg_min: the searched axis dropped or kept as 1; i64.
+pub fn arg_reduce(v: &OpView) -> Infer {
+    let x = v.tensor(0)?;
+    let a = axis(v.i64("axis")?, x.rank())?;
+    if x.elem == ElemType::I1 {
+        return Err(format!("needs a numeric tensor, not {x}"));
+    }
+    if x.shape[a] == 0 {
+        return Err("the searched axis is empty".to_string());
+    }
+    let mut shape = x.shape.clone();
+    if v.i64("keepdims")? != 0 {
+        shape[a] = 1;
+    } else {
+        shape.remove(a);
+    }
+    one(shape, ElemType::I64)
 }
 
 pub fn reduce(v: &OpView) -> Infer {

@@ -624,7 +624,8 @@ fn unary(f: UnaryFn, x: &Col, elem: ElemType) -> R<Col> {
         return Ok(Col::Int(match f {
             UnaryFn::Neg => v.iter().map(|x| wrap(x.wrapping_neg())).collect(),
             UnaryFn::Abs => v.iter().map(|x| wrap(x.wrapping_abs())).collect(),
-            UnaryFn::Not => v.iter().map(|&x| i64::from(x == 0)).collect(),
+            UnaryFn::Not => v.iter().map(|&x| !x).collect(),
+            UnaryFn::Sign => v.iter().map(|&x| x.signum()).collect(),
             _ => return Err(format!("{} of an integer", f.name())),
         }));
     }
@@ -637,6 +638,24 @@ fn unary(f: UnaryFn, x: &Col, elem: ElemType) -> R<Col> {
         UnaryFn::Rsqrt => |x| 1.0 / x.sqrt(),
         UnaryFn::Tanh => f64::tanh,
         UnaryFn::Erf => erf,
+        UnaryFn::Sin => f64::sin,
+        UnaryFn::Cos => f64::cos,
+        UnaryFn::Tan => f64::tan,
+        UnaryFn::Asin => f64::asin,
+        UnaryFn::Acos => f64::acos,
+        UnaryFn::Atan => f64::atan,
+        UnaryFn::Sinh => f64::sinh,
+        UnaryFn::Cosh => f64::cosh,
+        UnaryFn::Asinh => f64::asinh,
+        UnaryFn::Acosh => f64::acosh,
+        UnaryFn::Atanh => f64::atanh,
+        UnaryFn::Sign => |x| {
+            if x == 0.0 || x.is_nan() {
+                x
+            } else {
+                x.signum()
+            }
+        },
         UnaryFn::Floor => f64::floor,
         UnaryFn::Ceil => f64::ceil,
         // WGSL's round() rounds halves to even.
@@ -659,7 +678,9 @@ fn binary(f: BinaryFn, a: &Col, b: &Col, elem: ElemType) -> R<Col> {
                 BinaryFn::Max => f64::max,
                 BinaryFn::Min => f64::min,
                 BinaryFn::Pow => f64::powf,
-                BinaryFn::And | BinaryFn::Or => return Err(format!("{} of floats", f.name())),
+                BinaryFn::And | BinaryFn::Or | BinaryFn::Xor | BinaryFn::Shl | BinaryFn::Shr => {
+                    return Err(format!("{} of floats", f.name()));
+                }
             };
             Ok(Col::Float(
                 a.iter()
@@ -686,6 +707,10 @@ fn binary(f: BinaryFn, a: &Col, b: &Col, elem: ElemType) -> R<Col> {
                 },
                 BinaryFn::And => |x, y| x & y,
                 BinaryFn::Or => |x, y| x | y,
+                BinaryFn::Xor => |x, y| x ^ y,
+                // WGSL and OpenCL C take the shift count modulo the width.
+                BinaryFn::Shl => |x, y| x << (y & 31),
+                BinaryFn::Shr => |x, y| wrap(x) >> (y & 31),
             };
             Ok(Col::Int(
                 a.iter().zip(b).map(|(&x, &y)| wrap(g(x, y))).collect(),
@@ -695,6 +720,7 @@ fn binary(f: BinaryFn, a: &Col, b: &Col, elem: ElemType) -> R<Col> {
             let g: fn(bool, bool) -> bool = match f {
                 BinaryFn::And | BinaryFn::Min | BinaryFn::Mul => |x, y| x && y,
                 BinaryFn::Or | BinaryFn::Max | BinaryFn::Add => |x, y| x || y,
+                BinaryFn::Xor => |x, y| x != y,
                 _ => return Err(format!("{} of booleans", f.name())),
             };
             Ok(Col::Bool(a.iter().zip(b).map(|(&x, &y)| g(x, y)).collect()))

@@ -54,7 +54,11 @@ pub(super) fn unquote(pair: &Pair<Rule>) -> Result<String, String> {
 
 fn elem_type(text: &str) -> Result<ElemType, String> {
     ElemType::from_name(text).ok_or_else(|| {
-        format!("unsupported element type '{text}' (ircc supports f64, f32, f16, bf16, i64, i32, i8, i1)")
+        let known: Vec<&str> = ElemType::ALL.iter().map(|e| e.name()).collect();
+        format!(
+            "unsupported element type '{text}' (ircc supports {})",
+            known.join(", ")
+        )
     })
 }
 
@@ -270,12 +274,9 @@ impl Builder<'_> {
     /// range (it would otherwise wrap when the tensor is built).
     fn parse_int_of(&self, lit: &Pair<Rule>, elem: ElemType) -> PResult<i64> {
         let v = self.parse_i64(lit)?;
-        let fits = match elem {
-            ElemType::I8 => i8::try_from(v).is_ok(),
-            ElemType::I32 => i32::try_from(v).is_ok(),
-            ElemType::I1 => v == 0 || v == 1,
-            _ => true,
-        };
+        let (lo, hi) = elem.int_range();
+        let fits =
+            elem == ElemType::U64 && lit.as_str().starts_with("0x") || (lo..=hi).contains(&v);
         if fits {
             Ok(v)
         } else {

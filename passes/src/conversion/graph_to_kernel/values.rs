@@ -249,7 +249,8 @@ impl KernelBuilder<'_> {
                     let s = tensor_shape(self, x);
                     xs.push(self.value_at(x, &broadcast_index(idx, &s))?);
                 }
-                self.pointwise(op, k, &xs, out_elem)
+                let y = self.pointwise(op, k, &xs, out_elem)?;
+                Ok(self.wrap_narrow(y, graph_elem(self, out)))
             }
             G::BatchNorm => {
                 let mut xs = vec![self.value_at(self.operand(op, 0), idx)?];
@@ -281,6 +282,7 @@ impl KernelBuilder<'_> {
                 let axes: Vec<usize> = (2..s.len()).collect();
                 self.reduce_at(x, &axes, true, Reduction::Mean, idx, out_elem)
             }
+            G::ArgMax | G::ArgMin => self.arg_reduce_at(op, idx),
             G::ReduceSum | G::ReduceMean | G::ReduceMax | G::ReduceMin | G::ReduceProd => {
                 let x = self.operand(op, 0);
                 let rank = tensor_shape(self, x).len();
@@ -441,8 +443,71 @@ impl KernelBuilder<'_> {
                     self.ir.cast(xs[0], Type::Scalar(out))
                 }
             }
+            G::Sin => self.ir.unary(UnaryFn::Sin, xs[0]),
+            G::Cos => self.ir.unary(UnaryFn::Cos, xs[0]),
+            G::Tan => self.ir.unary(UnaryFn::Tan, xs[0]),
+            G::Asin => self.ir.unary(UnaryFn::Asin, xs[0]),
+            G::Acos => self.ir.unary(UnaryFn::Acos, xs[0]),
+            G::Atan => self.ir.unary(UnaryFn::Atan, xs[0]),
+            G::Sinh => self.ir.unary(UnaryFn::Sinh, xs[0]),
+            G::Cosh => self.ir.unary(UnaryFn::Cosh, xs[0]),
+            G::Asinh => self.ir.unary(UnaryFn::Asinh, xs[0]),
+            G::Acosh => self.ir.unary(UnaryFn::Acosh, xs[0]),
+            G::Atanh => self.ir.unary(UnaryFn::Atanh, xs[0]),
+            G::Sign => self.ir.unary(UnaryFn::Sign, xs[0]),
+            G::Floor => self.ir.unary(UnaryFn::Floor, xs[0]),
+            G::Ceil => self.ir.unary(UnaryFn::Ceil, xs[0]),
+            G::Round => self.ir.unary(UnaryFn::Round, xs[0]),
+            G::And => self.ir.binary(BinaryFn::And, xs[0], xs[1]),
+            G::Or => self.ir.binary(BinaryFn::Or, xs[0], xs[1]),
+            G::Xor => self.ir.binary(BinaryFn::Xor, xs[0], xs[1]),
+            G::ShiftLeft | G::ShiftRight => {
+                let elem = graph_elem(self, self.m().op(op).results[0]);
+                self.shift(f, xs[0], xs[1], elem)
+            }
             other => return Err(format!("no element-wise lowering for {other}")),
         })
+    }
+
+    /// `a` shifted by `b` bits as the interpreter shifts a value of `elem`:
+    /// a count outside [0, width) shifts every bit out, where the GPU
+    /// would take it modulo the width. Kernels hold unsigned values below
+    /// 2^31 (uploads refuse larger ones), so the arithmetic right shift
+    /// shifts in zeros for them too.
+    fn shift(&mut self, f: GraphOp, a: ValueId, b: ValueId, elem: ElemType) -> ValueId {
+        let width = (elem.byte_size() * 8).min(32);
+        let zero = self.ir.constant(0.0, ElemType::I32);
+        let w = self.ir.constant(width as f64, ElemType::I32);
+        let ge0 = self.ir.cmp(CmpPred::Ge, b, zero);
+        let below = self.ir.cmp(CmpPred::Lt, b, w);
+        let in_range = self.ir.binary(BinaryFn::And, ge0, below);
+        let (shifted, out) = if f == GraphOp::ShiftLeft {
+            (self.ir.binary(BinaryFn::Shl, a, b), zero)
+        } else {
+            let negative = self.ir.cmp(CmpPred::Lt, a, zero);
+            let all = self.ir.constant(-1.0, ElemType::I32);
+            let fill = self.ir.select(negative, all, zero);
+            (self.ir.binary(BinaryFn::Shr, a, b), fill)
+        };
+        self.ir.select(in_range, shifted, out)
+    }
+
+    /// `y`, computed in i32, wrapped to the width of an 8- or 16-bit
+    /// integer type `elem` as that type's arithmetic would wrap it.
+    fn wrap_narrow(&mut self, y: ValueId, elem: ElemType) -> ValueId {
+        let bits = match elem {
+            ElemType::I8 | ElemType::U8 => 8,
+            ElemType::I16 | ElemType::U16 => 16,
+            _ => return y,
+        };
+        if elem.is_unsigned() {
+            let mask = self.ir.constant(((1i64 << bits) - 1) as f64, ElemType::I32);
+            self.ir.binary(BinaryFn::And, y, mask)
+        } else {
+            let shift = self.ir.constant((32 - bits) as f64, ElemType::I32);
+            let up = self.ir.binary(BinaryFn::Shl, y, shift);
+            self.ir.binary(BinaryFn::Shr, up, shift)
+        }
     }
 
     /// A one-element input known at compile time (a splat bound as input).
@@ -767,6 +832,50 @@ impl KernelBuilder<'_> {
             y = self.ir.binary(BinaryFn::Div, y, n);
         }
         Ok(self.narrow(y, out))
+    }
+
+    /// arg_max or arg_min at output index `idx`: a loop along the axis
+    /// carrying the best value so far and its index.
+    fn arg_reduce_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
+        let x = self.operand(op, 0);
+        let sx = tensor_shape(self, x);
+        let view = self.view(op)?;
+        let axis = shape::axis(view.i64("axis")?, sx.len())?;
+        let keep = view.i64("keepdims")? != 0;
+        let last = view.i64("select_last_index")? != 0;
+        let max = GraphOp::of(self.m(), op) == Some(GraphOp::ArgMax);
+        let pred = match (max, last) {
+            (true, false) => CmpPred::Gt,
+            (true, true) => CmpPred::Ge,
+            (false, false) => CmpPred::Lt,
+            (false, true) => CmpPred::Le,
+        };
+        let worst = if graph_elem(self, x).is_float() {
+            let inf = if max {
+                f64::NEG_INFINITY
+            } else {
+                f64::INFINITY
+            };
+            self.ir.constant(inf, ACC)
+        } else {
+            let (lo, hi) = (i32::MIN as f64, i32::MAX as f64);
+            self.ir.constant(if max { lo } else { hi }, ElemType::I32)
+        };
+        let first = self.ir.constant(0.0, ElemType::I32);
+        let idx = idx.to_vec();
+        let r = self.for_loop(sx[axis], vec![worst, first], &mut |kb, k, c| {
+            let src = Self::reduction_source(&sx, &[axis], keep, &idx, std::slice::from_ref(&k));
+            let v = kb.value_at(x, &src)?;
+            let v = kb.widen(v);
+            let better = kb.ir.cmp(pred, v, c[0]);
+            let k = kb.apply(&k);
+            let k = kb.ir.cast(k, Type::Scalar(ElemType::I32));
+            Ok(vec![
+                kb.ir.select(better, v, c[0]),
+                kb.ir.select(better, k, c[1]),
+            ])
+        })?;
+        Ok(r[1])
     }
 
     fn softmax_at(&mut self, op: OpId, idx: &[Ix]) -> R<ValueId> {
