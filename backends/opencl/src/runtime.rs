@@ -400,13 +400,9 @@ impl Session {
         Ok(outs)
     }
 
-    /// Times `runs` runs after `warmup` untimed ones; per-kernel times come
-    /// from profiling events of up to ten more runs.
-    pub fn time(&mut self, inputs: &[Tensor], warmup: usize, runs: usize) -> R<Timing> {
-        self.time_with_progress(inputs, warmup, runs, &mut |_, _| {})
-    }
-
-    /// [`Self::time`], calling `progress(done, total)` after each run.
+    /// Times `runs` runs after `warmup` untimed ones, calling
+    /// `progress(done, total)` after each; per-kernel times come from
+    /// profiling events of up to ten more runs.
     pub fn time_with_progress(
         &mut self,
         inputs: &[Tensor],

@@ -46,18 +46,15 @@ impl Importer<'_> {
             ("axes", ints_attr(vec![a.i("axis", -1)])),
             ("keepdims", Attribute::i64(1)),
         ]);
-        let one = |s: &mut Self, op: GraphOp, v: Vec<Val>| -> Result<Val> {
-            Ok(s.emit(op, v, Attributes::new(), 1)?.remove(0))
-        };
         let norm = match a.i("p", 2) {
             1 => {
-                let m = one(self, GraphOp::Abs, vec![x.clone()])?;
+                let m = self.un(GraphOp::Abs, x.clone())?;
                 self.emit(GraphOp::ReduceSum, vec![m], at, 1)?.remove(0)
             }
             2 => {
-                let sq = one(self, GraphOp::Mul, vec![x.clone(), x.clone()])?;
+                let sq = self.bin(GraphOp::Mul, x.clone(), x.clone())?;
                 let s = self.emit(GraphOp::ReduceSum, vec![sq], at, 1)?.remove(0);
-                one(self, GraphOp::Sqrt, vec![s])?
+                self.un(GraphOp::Sqrt, s)?
             }
             p => {
                 return Err(ImportError::invalid(format!(
@@ -67,9 +64,16 @@ impl Importer<'_> {
         };
         // A zero norm divides zeros: by one, so they stay zero.
         let zero = self.scalar_like(&norm, 0.0);
-        let vanishes = one(self, GraphOp::Equal, vec![norm.clone(), zero])?;
+        let vanishes = self.bin(GraphOp::Equal, norm.clone(), zero)?;
         let unit = self.scalar_like(&norm, 1.0);
-        let norm = one(self, GraphOp::Where, vec![vanishes, unit, norm])?;
-        self.emit(GraphOp::Div, vec![x, norm], Attributes::new(), 1)
+        let norm = self
+            .emit(
+                GraphOp::Where,
+                vec![vanishes, unit, norm],
+                Attributes::new(),
+                1,
+            )?
+            .remove(0);
+        Ok(vec![self.bin(GraphOp::Div, x, norm)?])
     }
 }

@@ -35,7 +35,7 @@ impl Importer<'_> {
             let s = self
                 .emit(GraphOp::Softmax, vec![x.clone()], at, 1)?
                 .remove(0);
-            Some(self.op(GraphOp::Log, vec![s])?)
+            Some(self.un(GraphOp::Log, s)?)
         } else {
             None
         };
@@ -50,14 +50,14 @@ impl Importer<'_> {
         let ignored = match a.has("ignore_index") {
             true => {
                 let index = self.scalar_like(&target, a.i("ignore_index", 0) as f64);
-                Some(self.op(GraphOp::Equal, vec![target.clone(), index])?)
+                Some(self.bin(GraphOp::Equal, target.clone(), index)?)
             }
             false => None,
         };
         let class = match &ignored {
             Some(ign) => {
                 let zero = self.scalar_like(&target, 0.0);
-                self.op(GraphOp::Where, vec![ign.clone(), zero, target])?
+                self.select(ign.clone(), zero, target)?
             }
             None => target,
         };
@@ -83,13 +83,13 @@ impl Importer<'_> {
             let zero = Val::constant(crate::fold::scalar(0.0, elem));
             let one = Val::constant(crate::fold::scalar(1.0, elem));
             let w = weights.unwrap_or(one);
-            weights = Some(self.op(GraphOp::Where, vec![ign, zero, w])?);
+            weights = Some(self.select(ign, zero, w)?);
         }
         let weighted = match &weights {
-            Some(w) => self.op(GraphOp::Mul, vec![picked, w.clone()])?,
+            Some(w) => self.bin(GraphOp::Mul, picked, w.clone())?,
             None => picked,
         };
-        let loss = self.op(GraphOp::Neg, vec![weighted])?;
+        let loss = self.un(GraphOp::Neg, weighted)?;
         let all = attrs(vec![("keepdims", Attribute::i64(0))]);
         let loss = match (reduction.as_str(), weights) {
             ("none", _) => loss,
@@ -104,7 +104,7 @@ impl Importer<'_> {
                     .emit(GraphOp::ReduceSum, vec![loss], all.clone(), 1)?
                     .remove(0);
                 let norm = self.emit(GraphOp::ReduceSum, vec![w], all, 1)?.remove(0);
-                self.op(GraphOp::Div, vec![total, norm])?
+                self.bin(GraphOp::Div, total, norm)?
             }
         };
         Ok(match log_prob {
@@ -113,7 +113,11 @@ impl Importer<'_> {
         })
     }
 
-    fn op(&mut self, op: GraphOp, operands: Vec<Val>) -> Result<Val> {
-        Ok(self.emit(op, operands, Attributes::new(), 1)?.remove(0))
+    /// `where(condition, x, y)`.
+    fn select(&mut self, condition: Val, x: Val, y: Val) -> Result<Val> {
+        let operands = vec![condition, x, y];
+        Ok(self
+            .emit(GraphOp::Where, operands, Attributes::new(), 1)?
+            .remove(0))
     }
 }

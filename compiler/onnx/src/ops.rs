@@ -944,11 +944,11 @@ impl Importer<'_> {
         }
     }
 
-    fn bin(&mut self, name: GraphOp, x: Val, y: Val) -> Result<Val> {
+    pub(crate) fn bin(&mut self, name: GraphOp, x: Val, y: Val) -> Result<Val> {
         Ok(self.emit(name, vec![x, y], Attributes::new(), 1)?.remove(0))
     }
 
-    fn un(&mut self, name: GraphOp, x: Val) -> Result<Val> {
+    pub(crate) fn un(&mut self, name: GraphOp, x: Val) -> Result<Val> {
         Ok(self.emit(name, vec![x], Attributes::new(), 1)?.remove(0))
     }
 
