@@ -258,7 +258,7 @@ pub struct CheckArgs {
 /// The model a command works on and the pipeline it goes through.
 #[derive(Args, Debug)]
 pub struct ModelArgs {
-    /// The model: a .ir file or an ONNX model.
+    /// The model: a .ir file or an ONNX model; for `ircc run`, also a bundle's folder (--emit wgsl|opencl -o DIR).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     #[command(flatten)]
@@ -311,11 +311,16 @@ pub enum Emit {
     Generic,
     /// The graph for Graphviz: one cluster per kernel, eliminated layout ops dashed.
     Dot,
-    /// One .wgsl file per kernel and plan.json in the directory given by
-    /// -o; without -o, every shader to stdout.
+    /// One self-contained HTML page drawing the graph (no Graphviz needed):
+    /// a box per kernel with its ops, eliminated layout ops, shapes and bytes.
+    Html,
+    /// A bundle in the directory given by -o (spec/plan.md): one .wgsl
+    /// file per kernel, plan.json and weights.safetensors, which `ircc run
+    /// DIR` runs; without -o, every shader to stdout.
     Wgsl,
-    /// The OpenCL C program of the kernels (kernels.cl) and plan.json in
-    /// the directory given by -o; without -o, the program to stdout.
+    /// A bundle of the kernels' OpenCL C program (kernels.cl), plan.json
+    /// and weights.safetensors in the directory given by -o; without -o,
+    /// the program to stdout.
     Opencl,
 }
 
@@ -325,7 +330,7 @@ impl Emit {
         match self {
             Emit::Wgsl => Some(crate::gpu::Device::Wgpu),
             Emit::Opencl => Some(crate::gpu::Device::OpenCl),
-            Emit::Ir | Emit::Generic | Emit::Dot => None,
+            Emit::Ir | Emit::Generic | Emit::Dot | Emit::Html => None,
         }
     }
 }

@@ -40,7 +40,7 @@ impl Driver {
         let mut loaded =
             self.load_or_fail(file, &args.onnx, args.pipeline.allow_unregistered_dialect)?;
         let form = match args.emit {
-            Emit::Ir | Emit::Dot | Emit::Wgsl | Emit::Opencl => Form::Pretty,
+            Emit::Ir | Emit::Dot | Emit::Html | Emit::Wgsl | Emit::Opencl => Form::Pretty,
             Emit::Generic => Form::Generic,
         };
         if let Some(device) = args.emit.device() {
@@ -56,8 +56,19 @@ impl Driver {
             return self.emit_sources(&loaded, device, profile, args.output.as_deref(), stdout);
         }
         self.transform(&mut loaded, &args.pipeline, None, form, stderr)?;
+        if matches!(args.emit, Emit::Ir | Emit::Generic) {
+            self.name_weights(&mut loaded, args.output.as_deref())?;
+        }
         let text = match args.emit {
             Emit::Dot => crate::dot::to_dot(&loaded.module),
+            Emit::Html => crate::html::to_html(
+                &loaded.module,
+                &format!(
+                    "{} ({})",
+                    file.display(),
+                    args.pipeline.pipeline.as_deref().unwrap_or("no pipeline")
+                ),
+            ),
             _ => print_module(&loaded.module, form),
         };
         match &args.output {
@@ -70,12 +81,51 @@ impl Driver {
         Ok(())
     }
 
+    /// Where IR printed from an imported model finds its weights: written
+    /// beside `-o FILE.ir` as FILE.safetensors and named in the module's
+    /// `ircc.weights`; IR printed to stdout names none (the error for
+    /// running it says how to get IR that does).
+    fn name_weights(
+        &self,
+        loaded: &mut crate::Loaded,
+        output: Option<&std::path::Path>,
+    ) -> Outcome {
+        let Some(weights) = &loaded.weights else {
+            return Ok(());
+        };
+        let Some(path) = output else {
+            loaded.module.attrs.shift_remove("ircc.weights");
+            return Ok(());
+        };
+        let weights_path = path.with_extension("safetensors");
+        if weights_path == path {
+            return Err(Diagnostic::plain(format!(
+                "-o {}: IR of an imported model is written with its weights beside it, as FILE.safetensors; name the IR file otherwise (FILE.ir)",
+                path.display()
+            ))
+            .into());
+        }
+        ircc_onnx::write_weights(&weights_path, weights).map_err(Diagnostic::plain)?;
+        let name = weights_path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        loaded
+            .module
+            .attrs
+            .insert("ircc.weights".into(), Attribute::String(name));
+        Ok(())
+    }
+
     pub(crate) fn run_command(
         &self,
         args: &RunArgs,
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
+        if ircc_plan::bundle::is_bundle(&args.model.file) {
+            return self.run_bundle(args, stdout);
+        }
         if let (None, Some(p)) = (args.backend.device(), args.kernel.precision) {
             return Err(Diagnostic::plain(format!(
                 "--precision {} sets the precision of GPU kernels; the reference backend computes in the graph's own types (use --backend wgpu or opencl)",
@@ -110,14 +160,24 @@ impl Driver {
         let outputs = match args.backend.device() {
             None => {
                 let mut env = self.weights_env(&loaded)?;
-                ircc_reference::run_function(
+                let bar = crate::progress::bar(
+                    0,
+                    "interpreting {pos}/{len} ops [{bar:30}] {elapsed}",
+                    args.model.pipeline.quiet,
+                );
+                let outputs = ircc_reference::run_function_with_progress(
                     module,
                     &self.registry,
                     &args.entry,
                     inputs,
                     env.as_mut(),
-                )
-                .map_err(|d| Failure {
+                    &mut |done, total| {
+                        bar.set_length(total as u64);
+                        bar.set_position(done as u64);
+                    },
+                );
+                bar.finish_and_clear();
+                outputs.map_err(|d| Failure {
                     diagnostics: d.into(),
                     source: loaded.source.clone(),
                     closed_pipe: false,
@@ -136,22 +196,8 @@ impl Driver {
                 )?
             }
         };
-        let module = &loaded.module;
-        std::fs::create_dir_all(&args.output_dir)
-            .map_err(|e| io_err("create", &args.output_dir, e))?;
-        let names = ircc_reference::output_names(module, func);
-        let stems = ircc_core::files::unique_stems(names.iter().map(String::as_str));
-        for ((name, stem), t) in names.iter().zip(&stems).zip(&outputs) {
-            let path = args.output_dir.join(format!("{stem}.npy"));
-            ircc_reference::write_npy(&path, t).map_err(Diagnostic::plain)?;
-            let renamed = if stem == name {
-                String::new()
-            } else {
-                format!(", output '{name}'")
-            };
-            let _ = writeln!(stdout, "wrote {} ({}{renamed})", path.display(), t.ty());
-        }
-        Ok(())
+        let names = ircc_reference::output_names(&loaded.module, func);
+        crate::bundle::write_outputs(&args.output_dir, &names, &outputs, stdout)
     }
 
     pub(crate) fn import_command(&self, args: &ImportArgs, stdout: &mut dyn Write) -> Outcome {
@@ -172,16 +218,8 @@ impl Driver {
             .into());
         }
         let mut loaded = self.load_or_fail(&args.file, &args.onnx, false)?;
-        let weights = loaded.weights.take().unwrap_or_default();
-        let relative = weights_path
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        loaded
-            .module
-            .attrs
-            .insert("ircc.weights".into(), Attribute::String(relative));
-        ircc_onnx::write_weights(&weights_path, &weights).map_err(Diagnostic::plain)?;
+        let weights = loaded.weights.get_or_insert_default().len();
+        self.name_weights(&mut loaded, Some(&args.output))?;
         std::fs::write(&args.output, print_module(&loaded.module, Form::Pretty))
             .map_err(|e| io_err("write", &args.output, e))?;
         let _ = writeln!(
@@ -190,7 +228,7 @@ impl Driver {
             args.output.display(),
             graph_op_count(&loaded.module),
             weights_path.display(),
-            weights.len()
+            weights
         );
         Ok(())
     }

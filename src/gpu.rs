@@ -13,7 +13,7 @@ use ircc_dialects::graph::ops as graph_ops;
 use ircc_dialects::kernel::KernelOp;
 use ircc_plan::{Plan, Timing};
 
-use crate::{Driver, Failure, KernelArgs, Loaded, Outcome, io_err};
+use crate::{Driver, Failure, KernelArgs, Loaded, Outcome};
 
 pub(crate) fn plain(e: impl Into<String>) -> Failure {
     Diagnostic::plain(e).into()
@@ -318,17 +318,26 @@ impl Driver {
             }
             return Ok(());
         };
-        std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
-        for (file, text) in &plan.sources {
-            let path = dir.join(file);
-            std::fs::write(&path, text).map_err(|e| io_err("write", &path, e))?;
-        }
-        let path = dir.join("plan.json");
-        let json = serde_json::to_string_pretty(&plan).map_err(|e| plain(e.to_string()))?;
-        std::fs::write(&path, json + "\n").map_err(|e| io_err("write", &path, e))?;
+        let weights = self.weights_of(loaded, func).map_err(|mut f| {
+            if let Some(first) = f.diagnostics.0.pop() {
+                f.diagnostics.0.push(first.with_note(
+                    ircc_core::diag::Location::unknown(),
+                    "a bundle (-o DIR) holds every weight; without -o, --emit prints the kernels alone",
+                ));
+            }
+            f
+        })?;
+        let mut plan = plan;
+        ircc_plan::bundle::write(dir, &mut plan, &|name: &str| {
+            weights
+                .get(name)
+                .cloned()
+                .ok_or_else(|| format!("no weight '{name}'"))
+        })
+        .map_err(plain)?;
         let _ = writeln!(
             stdout,
-            "wrote {} kernels in {} and plan.json ({} buffers, {} pooled bytes) to {}",
+            "wrote {} kernels in {}, plan.json ({} buffers, {} pooled bytes) and weights.safetensors to {}",
             plan.dispatches.len(),
             plan.sources
                 .iter()

@@ -5,6 +5,7 @@
 //! and call [`Driver::main`] to get an `ircc` of its own, the way one
 //! builds a custom `mlir-opt`.
 
+mod bundle;
 mod check;
 mod cli;
 mod commands;
@@ -12,6 +13,7 @@ mod describe;
 pub mod dot;
 pub mod figures;
 mod gpu;
+mod html;
 mod inputs;
 mod plugin;
 mod probe;
@@ -71,6 +73,8 @@ pub struct Driver {
     /// Whether diagnostics are coloured: only `main` sets it, where stderr
     /// is a terminal (see [`stderr_wants_color`]).
     color: bool,
+    /// `--quiet`: no progress bars, for the command being run.
+    quiet: std::cell::Cell<bool>,
 }
 
 /// A failure with what to show the user. `source` lets diagnostics print
@@ -154,6 +158,7 @@ impl Driver {
             passes,
             phases: Default::default(),
             color: false,
+            quiet: Default::default(),
         })
     }
 
@@ -229,6 +234,10 @@ impl Driver {
                 return 0;
             }
         };
+        if let Some(e) = bundle::misapplied_option(&args) {
+            let _ = writeln!(stderr, "error: {e}");
+            return 2;
+        }
         let plugins = &cli.pipeline().load_pass_plugin;
         if plugins.is_empty() {
             return self.dispatch(&cli, stdout, stderr);
@@ -238,6 +247,7 @@ impl Driver {
             passes: self.passes.clone(),
             phases: Default::default(),
             color: self.color,
+            quiet: Default::default(),
         };
         for path in plugins {
             if let Err(d) = with_plugins.load_pass_plugin(path) {
@@ -250,6 +260,7 @@ impl Driver {
 
     /// Runs a parsed command line.
     fn dispatch(&self, cli: &Cli, stdout: &mut dyn Write, stderr: &mut dyn Write) -> i32 {
+        self.quiet.set(cli.pipeline().quiet);
         let result = if cli.list_ops {
             write!(stdout, "{}", self.registry.ops_table()).map_err(stdout_err)
         } else if cli.list_onnx_ops {
@@ -329,10 +340,21 @@ impl Driver {
         let plain =
             |m: String| -> (Diagnostics, Option<String>) { (Diagnostic::plain(m).into(), None) };
         if is_onnx(path) {
-            let options = onnx_options(onnx).map_err(plain)?;
+            let mut options = onnx_options(onnx).map_err(plain)?;
+            let bar = progress::bar(
+                0,
+                "importing {pos}/{len} initializers and nodes [{bar:30}] {elapsed}",
+                self.quiet.get(),
+            );
+            let reporter = bar.clone();
+            options.progress = ircc_onnx::Progress::new(move |done, total| {
+                reporter.set_length(total as u64);
+                reporter.set_position(done as u64);
+            });
             let start = std::time::Instant::now();
-            let imported = ircc_onnx::import_file(path, &self.registry, &options)
-                .map_err(|e| plain(format!("{}: {e}", path.display())))?;
+            let imported = ircc_onnx::import_file(path, &self.registry, &options);
+            bar.finish_and_clear();
+            let imported = imported.map_err(|e| plain(format!("{}: {e}", path.display())))?;
             let import = start.elapsed();
             let verified = verify(&imported.module, &self.registry, VerifyOptions::default());
             self.record("import (ONNX)", import, start.elapsed() - import);
@@ -486,6 +508,9 @@ impl Driver {
     /// (`gpu`), `kernel.lower` ends the pipeline, in the same pass manager
     /// so that `--print-ir-after`, `--dump-dir` and `--timing` show it; a
     /// pipeline that already lowers gets the options `gpu` sets.
+    /// Runs the pipeline `args` names on `loaded` (ending with kernel
+    /// lowering where `gpu` asks). With `--dump-dir`, the weights of an
+    /// imported model are written there first, as [`DUMP_WEIGHTS_FILE`].
     pub(crate) fn transform(
         &self,
         loaded: &mut Loaded,
@@ -501,6 +526,16 @@ impl Driver {
             );
         }
         let specs = self.device_pipeline_specs(args, gpu.map(|kernel| (kernel, &loaded.module)))?;
+        if let (Some(dir), Some(weights)) = (&args.dump_dir, &loaded.weights) {
+            // Dumped IR names the weights written beside it, so it runs.
+            std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
+            let path = dir.join(DUMP_WEIGHTS_FILE);
+            ircc_onnx::write_weights(&path, weights).map_err(Diagnostic::plain)?;
+            loaded.module.attrs.insert(
+                "ircc.weights".into(),
+                Attribute::String(DUMP_WEIGHTS_FILE.into()),
+            );
+        }
         if let Some(unknown) = args
             .print_ir_after
             .iter()
@@ -566,6 +601,10 @@ impl Driver {
         }
     }
 }
+
+/// The weights of an imported model in a `--dump-dir` folder, named by
+/// every IR file dumped there.
+const DUMP_WEIGHTS_FILE: &str = "weights.safetensors";
 
 /// The weights of a module that names no weights file: IR printed from an
 /// ONNX model, or dumped by --dump-dir, holds its weights' names only.

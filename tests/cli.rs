@@ -47,10 +47,26 @@ fn progress_stays_off_pipes() {
         (out.status.code(), text(out.stdout), text(out.stderr))
     };
     let example = example();
-    let mut commands = vec![(
-        vec!["check", &example, "--pipeline", "smartmem"],
-        "passes checked",
-    )];
+    let scratch = common::scratch_dir("progress-pipes");
+    let out_dir = scratch.join("out");
+    let (bert, bert_input) = bert();
+    let mut commands = vec![
+        (
+            vec!["check", &example, "--pipeline", "smartmem"],
+            "passes checked",
+        ),
+        (
+            vec![
+                "run",
+                &bert,
+                "--input",
+                &bert_input,
+                "--output-dir",
+                out_dir.to_str().unwrap(),
+            ],
+            "wrote",
+        ),
+    ];
     if common::gpu_available() {
         commands.push((
             vec!["bench", &example, "--runs", "2", "--warmup", "1"],
@@ -71,6 +87,55 @@ fn progress_stays_off_pipes() {
             assert_eq!(loud.1, quiet.1);
         }
     }
+}
+
+/// The small BERT and its input: an import and an interpreter run.
+fn bert() -> (String, String) {
+    let path = |f: &str| common::root().join(f).to_str().unwrap().to_string();
+    (
+        path("tests/models/bert_l2_w64.onnx"),
+        path("tests/models/bert_l2_w64.input.npy"),
+    )
+}
+
+/// On a terminal (a pseudo-terminal made by util-linux's `script`), `ircc
+/// run` on an ONNX model draws a bar for the import and one for the
+/// interpreter, and `--quiet` draws neither.
+#[test]
+fn progress_is_drawn_on_a_terminal() {
+    let scratch = common::scratch_dir("progress-terminal");
+    let (bert, input) = bert();
+    let command = |extra: &str| {
+        format!(
+            "{} run {bert} --input {input} --output-dir {} {extra}",
+            env!("CARGO_BIN_EXE_ircc"),
+            scratch.join("out").display()
+        )
+    };
+    let on_terminal = |extra: &str| {
+        std::process::Command::new("script")
+            .args(["-qec", &command(extra), "/dev/null"])
+            .output()
+            .map(|o| String::from_utf8_lossy(&o.stdout).into_owned())
+    };
+    let Ok(loud) = on_terminal("") else {
+        eprintln!("progress on a terminal: 0 passed, 0 failed, 1 skipped (no `script` here)");
+        return;
+    };
+    assert!(
+        loud.contains("importing") && loud.contains("initializers and nodes"),
+        "{loud}"
+    );
+    assert!(
+        loud.contains("interpreting") && loud.contains("/116 ops"),
+        "{loud}"
+    );
+    let quiet = on_terminal("--quiet").unwrap();
+    assert!(quiet.contains("wrote"), "{quiet}");
+    assert!(
+        !quiet.contains("importing") && !quiet.contains("interpreting"),
+        "{quiet}"
+    );
 }
 
 #[test]

@@ -160,3 +160,47 @@ fn fortran_order_inputs_read_correctly() {
     }
     assert_eq!(outputs[0], outputs[1]);
 }
+
+#[test]
+fn ir_saved_or_dumped_from_an_onnx_model_runs() {
+    let dir = scratch_dir("saved-ir");
+    let model = common::root().join("tests/models/bert_l2_w64.onnx");
+    let input = common::root().join("tests/models/bert_l2_w64.input.npy");
+    let (model, input) = (model.to_str().unwrap(), input.to_str().unwrap());
+    let (saved, dumps) = (path(&dir, "m.ir"), path(&dir, "dumps"));
+    let out = ircc(&[
+        model,
+        "--pipeline",
+        "smartmem",
+        "-o",
+        &saved,
+        "--dump-dir",
+        &dumps,
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(dir.join("m.safetensors").is_file());
+    assert!(dir.join("dumps/weights.safetensors").is_file());
+    let text = std::fs::read_to_string(dir.join("m.ir")).unwrap();
+    assert!(text.starts_with("module attributes {ircc.weights = \"m.safetensors\"}"));
+    let last_dump = common::files_under(&dir.join("dumps"))
+        .into_iter()
+        .rfind(|f| f.ends_with(".ir"))
+        .expect("dumped IR");
+    let last_dump = path(&dir, &format!("dumps/{last_dump}"));
+    // The saved IR, the last dump and the model under the same pipeline
+    // give one output.
+    let mut outputs = Vec::new();
+    let runs: [&[&str]; 3] = [&[&saved], &[&last_dump], &[model, "--pipeline", "smartmem"]];
+    for (i, file) in runs.iter().enumerate() {
+        let out_dir = path(&dir, &format!("out{i}"));
+        let mut args = vec!["run", "--input", input, "--output-dir", &out_dir];
+        args.extend_from_slice(file);
+        let out = ircc(&args);
+        assert_eq!(out.code, 0, "{file:?}: {}", out.stderr);
+        outputs.push(std::fs::read(dir.join(format!("out{i}/output.npy"))).unwrap());
+    }
+    assert!(outputs[0] == outputs[2] && outputs[1] == outputs[2]);
+    // Printed to stdout, the IR names no weights file.
+    let out = ircc(&[model, "--pipeline", "smartmem"]);
+    assert!(out.stdout.starts_with("module {"), "{}", &out.stdout[..80]);
+}

@@ -25,6 +25,7 @@ pub const PROGRAM_FILE: &str = "kernels.cl";
 /// function name in it.
 pub fn plan(m: &Module, func: OpId, options: Options) -> Result<Plan, String> {
     let mut plan = ircc_plan::plan(m, func)?;
+    plan.language = Some(ircc_plan::Language::Opencl);
     let mut taken = HashSet::new();
     let mut entries: HashMap<String, String> = HashMap::new();
     let mut kernels = Vec::new();

@@ -271,7 +271,7 @@ impl Session {
                 continue;
             }
             let size = b.bytes.div_ceil(4) * 4;
-            let mut memory = match (b.kind.clone(), b.pool_offset, &pool) {
+            let mut memory = match (b.kind, b.pool_offset, &pool) {
                 (BufferKind::Intermediate | BufferKind::Output, Some(offset), Some(pool))
                     if offset % align.max(1) == 0 =>
                 {

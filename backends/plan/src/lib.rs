@@ -3,22 +3,29 @@
 //! outputs), and the dispatches in order with their bindings and grids.
 //! It knows nothing of a shading language: a backend prints each kernel
 //! and records its source in [`Plan::sources`]. It is what the wgpu
-//! runtime executes and what `--emit wgsl` writes as `plan.json`, so a
-//! host other than ircc can run the shaders.
+//! runtime executes and what `--emit wgsl|opencl -o DIR` writes as a
+//! bundle ([`bundle`]: `plan.json`, the sources and `weights.safetensors`),
+//! so a host other than ircc can run the shaders. `spec/plan.md` documents
+//! the format and `spec/plan.schema.json` is its JSON Schema.
 
+pub mod bundle;
 pub mod host;
 
 use std::collections::HashMap;
 
-use ircc_core::builtin::FuncOp;
+use ircc_core::builtin::{FuncOp, input_names, output_names};
 use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::ops as graph_ops;
 use ircc_dialects::kernel::{KernelOp, Target, ops as kernel_ops, texture_args};
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 type R<T> = Result<T, String>;
 
-#[derive(Clone, Debug, Serialize, PartialEq, Eq)]
+/// The version of the plan format, `plan.json`'s `version`: a reader
+/// refuses any other. Raise it with every change a reader would misread.
+pub const PLAN_VERSION: u32 = 1;
+
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
 #[serde(rename_all = "snake_case")]
 pub enum BufferKind {
     Input,
@@ -30,7 +37,52 @@ pub enum BufferKind {
     Output,
 }
 
-#[derive(Clone, Debug, Serialize)]
+/// The texel format of a texture.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum TexelFormat {
+    /// Four f32 lanes: WGSL's rgba32float, OpenCL's CL_RGBA / CL_FLOAT.
+    Rgba32f,
+    /// Four f16 lanes, at f16 precision: rgba16float, CL_RGBA / CL_HALF_FLOAT.
+    Rgba16f,
+}
+
+/// How a dispatch binds a tensor.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Access {
+    /// A storage buffer the kernel only reads.
+    Read,
+    /// A storage buffer the kernel may write (every intermediate: the
+    /// pool is bound writable wherever it is bound).
+    ReadWrite,
+    /// A texture the kernel samples.
+    Texture,
+    /// A texture the kernel writes.
+    StorageTexture,
+}
+
+/// The language of a plan's sources.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "snake_case")]
+pub enum Language {
+    /// A WGSL module per dispatch, entry point `main`.
+    Wgsl,
+    /// One OpenCL C program, a kernel function per entry.
+    Opencl,
+}
+
+impl std::fmt::Display for Language {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Language::Wgsl => "WGSL",
+            Language::Opencl => "OpenCL C",
+        })
+    }
+}
+
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct BufferPlan {
     pub id: usize,
     pub name: String,
@@ -38,47 +90,49 @@ pub struct BufferPlan {
     pub shape: Vec<i64>,
     /// Element type in memory: f32, f16 or i32.
     pub dtype: String,
+    /// The graph's element type of the tensor (`i64`, `i1`, `ui8`, ...),
+    /// which `dtype` stores: every integer and boolean as i32.
+    pub elem: String,
     pub bytes: u64,
     /// Offset in the pool, for intermediates.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pool_offset: Option<u64>,
     /// The name of the tensor in the weights file, for weights and constants.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tensor: Option<String>,
     /// Width and height in texels, for textures.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub texels: Option<[u32; 2]>,
-    /// The texel format of a texture: `rgba32f` (four f32 lanes; WGSL's
-    /// rgba32float, OpenCL's CL_RGBA / CL_FLOAT) or `rgba16f` at f16
-    /// precision (rgba16float, CL_RGBA / CL_HALF_FLOAT).
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub texel_format: Option<&'static str>,
+    /// The texel format, for textures.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub texel_format: Option<TexelFormat>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Binding {
     pub binding: usize,
     pub buffer: usize,
-    /// `read`, `read_write`, `texture` (sampled) or `storage_texture`.
-    pub access: &'static str,
+    pub access: Access,
 }
 
 impl Binding {
     /// Whether the kernel may declare the binding read-only.
     pub fn read_only(&self) -> bool {
-        self.access == "read"
+        self.access == Access::Read
     }
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Dispatch {
     pub kernel: String,
     /// The file the backend wrote the kernel's source to.
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub shader: Option<String>,
     /// The kernel's function in that file (`main` in WGSL, where each
     /// file holds one kernel; the kernel's name in an OpenCL program).
-    #[serde(skip_serializing_if = "Option::is_none")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub entry: Option<String>,
     pub template: String,
     pub workgroup_size: Vec<i64>,
@@ -86,20 +140,33 @@ pub struct Dispatch {
     pub bindings: Vec<Binding>,
 }
 
-#[derive(Clone, Debug, Serialize)]
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct Plan {
+    /// [`PLAN_VERSION`].
+    pub version: u32,
+    /// The language of the sources; none until a backend prints them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub language: Option<Language>,
+    /// The safetensors file beside plan.json holding every weight and
+    /// constant buffer's data, by its `tensor` name, in its `dtype`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub weights: Option<String>,
     pub precision: String,
     pub pool_bytes: u64,
     pub buffers: Vec<BufferPlan>,
     pub inputs: Vec<usize>,
     pub outputs: Vec<usize>,
+    /// The function's name of each output (`ircc.name`, else `resultN`),
+    /// in the order of `outputs`.
+    pub output_names: Vec<String>,
     pub dispatches: Vec<Dispatch>,
     /// The source files the backend printed, `(file, text)`, written
     /// beside plan.json: a WGSL module per dispatch, in order, or one
     /// OpenCL C program.
     #[serde(skip)]
     pub sources: Vec<(String, String)>,
-    /// Data of each constant buffer, in graph element order (f64).
+    /// Data of each constant buffer (in a bundle, in weights.safetensors).
     #[serde(skip)]
     pub constants: HashMap<usize, ircc_core::Tensor>,
 }
@@ -205,6 +272,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
             kind,
             shape: t.shape.clone(),
             dtype: elem.name().to_string(),
+            elem: t.elem.name().to_string(),
             bytes: (t.num_elements().max(1) as u64) * elem.byte_size() as u64,
             pool_offset: None,
             tensor,
@@ -290,7 +358,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                         bindings.push(Binding {
                             binding: i,
                             buffer,
-                            access: "texture",
+                            access: Access::Texture,
                         });
                         continue;
                     }
@@ -306,7 +374,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                     bindings.push(Binding {
                         binding: i,
                         buffer,
-                        access: if own { "read" } else { "read_write" },
+                        access: if own { Access::Read } else { Access::ReadWrite },
                     });
                 }
                 for (j, &r) in o.results.iter().enumerate() {
@@ -327,13 +395,13 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                             buffers[buffer].kind = BufferKind::Texture;
                             buffers[buffer].texels = Some(t);
                             buffers[buffer].texel_format = Some(if elem_is_f16(&buffers[buffer]) {
-                                "rgba16f"
+                                TexelFormat::Rgba16f
                             } else {
-                                "rgba32f"
+                                TexelFormat::Rgba32f
                             });
-                            "storage_texture"
+                            Access::StorageTexture
                         }
-                        None => "read_write",
+                        None => Access::ReadWrite,
                     };
                     bindings.push(Binding {
                         binding,
@@ -374,10 +442,8 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
             ));
         }
     }
-    for (i, &a) in m.blocks[block].args.iter().enumerate() {
-        if let Some(name) = m.value(a).name.clone() {
-            buffers[inputs[i]].name = name;
-        }
+    for (&id, name) in inputs.iter().zip(input_names(m, func)) {
+        buffers[id].name = name;
     }
     let pooled: Vec<usize> = buffers
         .iter()
@@ -393,11 +459,15 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
         buffers[id].pool_offset = Some(off);
     }
     Ok(Plan {
+        version: PLAN_VERSION,
+        language: None,
+        weights: None,
         precision: float.name().to_string(),
         pool_bytes,
         buffers,
         inputs,
         outputs,
+        output_names: output_names(m, func),
         dispatches,
         sources: Vec::new(),
         constants,

@@ -8,6 +8,7 @@
 mod npy;
 mod weights;
 
+pub use ircc_core::builtin::{input_names, output_names};
 pub use npy::{read_npy, write_npy};
 pub use weights::{MemoryWeights, SafetensorsWeights};
 
@@ -15,7 +16,7 @@ use std::collections::HashMap;
 
 use ircc_core::interp::Env;
 use ircc_core::ir::ValueId;
-use ircc_core::{Attribute, Diagnostic, Module, OpId, Registry, Tensor, Type};
+use ircc_core::{Diagnostic, Module, OpId, Registry, Tensor, Type};
 
 use ircc_core::limits::MAX_INTERPRETED_ELEMENTS;
 
@@ -26,6 +27,19 @@ pub fn run_function(
     func: &str,
     inputs: Vec<Tensor>,
     env: &mut dyn Env,
+) -> Result<Vec<Tensor>, Diagnostic> {
+    run_function_with_progress(module, registry, func, inputs, env, &mut |_, _| {})
+}
+
+/// [`run_function`], calling `progress(done, total)` after each op of the
+/// function's body (ops inside regions count with the op holding them).
+pub fn run_function_with_progress(
+    module: &Module,
+    registry: &Registry,
+    func: &str,
+    inputs: Vec<Tensor>,
+    env: &mut dyn Env,
+    progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<Tensor>, Diagnostic> {
     let f = module
         .lookup_symbol(func)
@@ -62,7 +76,7 @@ pub fn run_function(
         registry,
         weights: env,
     };
-    run_block(module, registry, entry, inputs, &mut regions)
+    run_block(module, registry, entry, inputs, &mut regions, progress)
 }
 
 /// The interpreter's environment: weights from the caller, and regions
@@ -88,7 +102,7 @@ impl Env for Regions<'_> {
             .first()
             .ok_or("the region has no block")?;
         let registry = self.registry;
-        run_block(module, registry, block, args, self).map_err(|d| d.to_string())
+        run_block(module, registry, block, args, self, &mut |_, _| {}).map_err(|d| d.to_string())
     }
 }
 
@@ -100,6 +114,7 @@ fn run_block(
     block: ircc_core::BlockId,
     args: Vec<Tensor>,
     env: &mut dyn Env,
+    progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<Tensor>, Diagnostic> {
     let b = &module.blocks[block];
     let mut values: HashMap<ValueId, Tensor> = b.args.iter().copied().zip(args).collect();
@@ -113,7 +128,8 @@ fn run_block(
     let Some((&last, body)) = b.ops.split_last() else {
         return Ok(Vec::new());
     };
-    for &op in body {
+    for (done, &op) in body.iter().enumerate() {
+        progress(done, body.len());
         let o = module.op(op);
         let outputs = run_op(module, registry, op, &values, env)?;
         for &v in &o.operands {
@@ -211,57 +227,4 @@ pub fn run_op(
         }
     }
     Ok(outputs)
-}
-
-/// The names of a function's inputs: `ircc.name` of the argument where set,
-/// else the argument's name in the source, else its position.
-pub fn input_names(module: &Module, func: OpId) -> Vec<String> {
-    let args = module
-        .entry_block(func)
-        .map(|b| module.blocks[b].args.clone())
-        .unwrap_or_default();
-    let attrs = per_item_attrs(module, func, "arg_attrs");
-    args.iter()
-        .enumerate()
-        .map(|(i, &a)| {
-            attrs
-                .get(i)
-                .and_then(|d| d.clone())
-                .or_else(|| module.value(a).name.clone())
-                .unwrap_or_else(|| format!("arg{i}"))
-        })
-        .collect()
-}
-
-/// The names of a function's results: `ircc.name` where set, else `resultN`.
-pub fn output_names(module: &Module, func: OpId) -> Vec<String> {
-    let n = match module.op(func).attr("function_type") {
-        Some(Attribute::Type(Type::Function { results, .. })) => results.len(),
-        _ => 0,
-    };
-    let attrs = per_item_attrs(module, func, "res_attrs");
-    (0..n)
-        .map(|i| {
-            attrs
-                .get(i)
-                .and_then(|d| d.clone())
-                .unwrap_or_else(|| format!("result{i}"))
-        })
-        .collect()
-}
-
-fn per_item_attrs(module: &Module, func: OpId, key: &str) -> Vec<Option<String>> {
-    match module.op(func).attr(key) {
-        Some(Attribute::Array(items)) => items
-            .iter()
-            .map(|d| match d {
-                Attribute::Dict(d) => d
-                    .get("ircc.name")
-                    .and_then(Attribute::as_str)
-                    .map(str::to_string),
-                _ => None,
-            })
-            .collect(),
-        _ => Vec::new(),
-    }
 }

@@ -22,6 +22,7 @@ use ircc_core::{Module, OpId};
 /// every dispatch (`kernel.wgsl`) in [`Plan::sources`].
 pub fn plan(m: &Module, func: OpId, options: Options) -> Result<Plan, String> {
     let mut plan = ircc_plan::plan(m, func)?;
+    plan.language = Some(ircc_plan::Language::Wgsl);
     // Kernel symbols become file names: never outside the output directory.
     let stems = ircc_core::files::unique_stems(plan.dispatches.iter().map(|d| d.kernel.as_str()));
     for (d, stem) in plan.dispatches.iter_mut().zip(stems) {

@@ -115,7 +115,8 @@ pub struct Gpu {
     info: wgpu::AdapterInfo,
     features: wgpu::Features,
     errors: ErrorSink,
-    pipelines: Mutex<HashMap<String, wgpu::ComputePipeline>>,
+    /// Compiled pipelines by source and whether it was trusted.
+    pipelines: Mutex<HashMap<(String, bool), wgpu::ComputePipeline>>,
 }
 
 impl Gpu {
@@ -152,13 +153,15 @@ impl Gpu {
     }
 
     /// The pipeline of kernel `name`, compiled from `wgsl` unless a
-    /// session on this device compiled the same source before.
-    fn pipeline(&self, name: &str, wgsl: &str) -> wgpu::ComputePipeline {
+    /// session on this device compiled the same source before. Shaders
+    /// ircc did not print just now (`trusted` false: a bundle's) keep
+    /// every check wgpu adds.
+    fn pipeline(&self, name: &str, wgsl: &str, trusted: bool) -> wgpu::ComputePipeline {
         if let Some(p) = self
             .pipelines
             .lock()
             .ok()
-            .and_then(|m| m.get(wgsl).cloned())
+            .and_then(|m| m.get(&(wgsl.to_string(), trusted)).cloned())
         {
             return p;
         }
@@ -170,18 +173,23 @@ impl Gpu {
         // reads kernels make past a tensor's end (the last tile's rows,
         // the prefetch past K) inside the binding: there the shader's
         // own bounds clamps go too. Integer-division checks stay.
-        let module = unsafe {
-            self.device.create_shader_module_trusted(
-                wgpu::ShaderModuleDescriptor {
-                    label: Some(name),
-                    source: wgpu::ShaderSource::Wgsl(wgsl.into()),
-                },
-                wgpu::ShaderRuntimeChecks {
-                    force_loop_bounding: false,
-                    bounds_checks: self.info.backend != wgpu::Backend::Vulkan,
-                    ..wgpu::ShaderRuntimeChecks::checked()
-                },
-            )
+        let source = wgpu::ShaderModuleDescriptor {
+            label: Some(name),
+            source: wgpu::ShaderSource::Wgsl(wgsl.into()),
+        };
+        let module = if !trusted {
+            self.device.create_shader_module(source)
+        } else {
+            unsafe {
+                self.device.create_shader_module_trusted(
+                    source,
+                    wgpu::ShaderRuntimeChecks {
+                        force_loop_bounding: false,
+                        bounds_checks: self.info.backend != wgpu::Backend::Vulkan,
+                        ..wgpu::ShaderRuntimeChecks::checked()
+                    },
+                )
+            }
         };
         let pipeline = self
             .device
@@ -199,7 +207,7 @@ impl Gpu {
                 cache: None,
             });
         if let Ok(mut m) = self.pipelines.lock() {
-            m.insert(wgsl.to_string(), pipeline.clone());
+            m.insert((wgsl.to_string(), trusted), pipeline.clone());
         }
         pipeline
     }
@@ -218,6 +226,31 @@ impl Session {
         plan: Plan,
         output_elems: Vec<ElemType>,
         weights: &Weights,
+    ) -> R<Session> {
+        Session::build(gpu, plan, output_elems, weights, true)
+    }
+
+    /// Compiles a plan read from a bundle ([`ircc_plan::bundle::read`]),
+    /// whose shaders keep wgpu's loop and bounds checks: ircc did not
+    /// print them in this process, so nothing vouches for their loops.
+    pub fn from_bundle(bundle: ircc_plan::bundle::Bundle) -> R<Session> {
+        let gpu = Arc::new(Gpu::open(bundle.plan.precision == "f16")?);
+        let weights = bundle.weights;
+        let lookup = |name: &str| {
+            weights
+                .get(name)
+                .cloned()
+                .ok_or_else(|| format!("no weight '{name}'"))
+        };
+        Session::build(gpu, bundle.plan, bundle.output_elems, &lookup, false)
+    }
+
+    fn build(
+        gpu: Arc<Gpu>,
+        plan: Plan,
+        output_elems: Vec<ElemType>,
+        weights: &Weights,
+        trusted: bool,
     ) -> R<Session> {
         if plan.precision == "f16" && !gpu.features.contains(wgpu::Features::SHADER_F16) {
             return Err(format!(
@@ -301,7 +334,7 @@ impl Session {
         let mut bind_groups = Vec::new();
         for (d, (name, wgsl)) in plan.dispatches.iter().zip(&plan.sources) {
             let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
-            let pipeline = gpu.pipeline(name, wgsl);
+            let pipeline = gpu.pipeline(name, wgsl, trusted);
             let entries: Vec<wgpu::BindGroupEntry> = d
                 .bindings
                 .iter()

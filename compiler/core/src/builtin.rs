@@ -111,3 +111,56 @@ pub fn register(registry: &mut Registry) -> Result<(), crate::diag::Diagnostic> 
     });
     registry.add_dialect(FUNC_SPEC, &hooks)
 }
+
+/// The names of a function's inputs: `ircc.name` of the argument where set,
+/// else the argument's name in the source, else its position.
+pub fn input_names(module: &crate::Module, func: crate::OpId) -> Vec<String> {
+    let args = module
+        .entry_block(func)
+        .map(|b| module.blocks[b].args.clone())
+        .unwrap_or_default();
+    let attrs = per_item_attrs(module, func, "arg_attrs");
+    args.iter()
+        .enumerate()
+        .map(|(i, &a)| {
+            attrs
+                .get(i)
+                .and_then(|d| d.clone())
+                .or_else(|| module.value(a).name.clone())
+                .unwrap_or_else(|| format!("arg{i}"))
+        })
+        .collect()
+}
+
+/// The names of a function's results: `ircc.name` where set, else `resultN`.
+pub fn output_names(module: &crate::Module, func: crate::OpId) -> Vec<String> {
+    let n = match module.op(func).attr("function_type") {
+        Some(Attribute::Type(Type::Function { results, .. })) => results.len(),
+        _ => 0,
+    };
+    let attrs = per_item_attrs(module, func, "res_attrs");
+    (0..n)
+        .map(|i| {
+            attrs
+                .get(i)
+                .and_then(|d| d.clone())
+                .unwrap_or_else(|| format!("result{i}"))
+        })
+        .collect()
+}
+
+fn per_item_attrs(module: &crate::Module, func: crate::OpId, key: &str) -> Vec<Option<String>> {
+    match module.op(func).attr(key) {
+        Some(Attribute::Array(items)) => items
+            .iter()
+            .map(|d| match d {
+                Attribute::Dict(d) => d
+                    .get("ircc.name")
+                    .and_then(Attribute::as_str)
+                    .map(str::to_string),
+                _ => None,
+            })
+            .collect(),
+        _ => Vec::new(),
+    }
+}

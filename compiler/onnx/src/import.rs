@@ -158,7 +158,9 @@ pub fn import_model(
             imp.known.insert(v, t.clone());
         }
     }
-    for t in &graph.initializer {
+    let steps = graph.initializer.len() + graph.node.len();
+    for (i, t) in graph.initializer.iter().enumerate() {
+        options.progress.report(i, steps);
         let tensor =
             to_tensor(t, base).map_err(|e| e.context(format!("initializer '{}'", t.name)))?;
         let c = Arc::new(tensor);
@@ -166,6 +168,7 @@ pub fn import_model(
         imp.values.insert(t.name.clone(), Val::Const(c));
     }
     for (i, node) in graph.node.iter().enumerate() {
+        options.progress.report(graph.initializer.len() + i, steps);
         let place = if node.name.is_empty() {
             format!("node #{i} ({})", node.op_type)
         } else {

@@ -84,6 +84,35 @@ pub struct ImportOptions {
     /// Values of the model's first inputs, in their order (inputs given
     /// by position), used as `known_inputs` are.
     pub known_in_order: Vec<Tensor>,
+    /// Told how far the import is, as it goes.
+    pub progress: Progress,
+}
+
+/// A callback told `(done, total)` as an import reads initializers and
+/// nodes: what a progress bar over a large model's import shows.
+#[derive(Clone, Default)]
+pub struct Progress(Option<std::sync::Arc<dyn Fn(usize, usize)>>);
+
+impl Progress {
+    pub fn new(report: impl Fn(usize, usize) + 'static) -> Progress {
+        Progress(Some(std::sync::Arc::new(report)))
+    }
+
+    pub(crate) fn report(&self, done: usize, total: usize) {
+        if let Some(f) = &self.0 {
+            f(done, total);
+        }
+    }
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(if self.0.is_some() {
+            "Progress(..)"
+        } else {
+            "Progress(none)"
+        })
+    }
 }
 
 /// An imported model: the module and the weights its `graph.param`s name.

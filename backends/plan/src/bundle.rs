@@ -1,0 +1,419 @@
+//! A deployable bundle: a folder holding `plan.json`, the sources it names
+//! and `weights.safetensors`, everything a host needs to run a compiled
+//! model (`spec/plan.md`). [`write`] makes one; [`read`] loads one and
+//! checks it whole before anything is allocated on a device, since a
+//! bundle is input like any other: it may come from elsewhere.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+
+use ircc_core::{ElemType, Tensor};
+use safetensors::Dtype;
+use safetensors::tensor::TensorView;
+
+use crate::host::{from_bytes, to_bytes};
+use crate::{Access, BufferKind, Language, PLAN_VERSION, Plan, TexelFormat};
+
+type R<T> = Result<T, String>;
+
+/// The plan's file in a bundle.
+pub const PLAN_FILE: &str = "plan.json";
+/// The weights' file in a bundle.
+pub const WEIGHTS_FILE: &str = "weights.safetensors";
+/// The largest plan.json or source file read, so a stray file cannot fill
+/// memory.
+const MAX_TEXT_BYTES: u64 = 256 << 20;
+
+/// Writes `plan` as a bundle into `dir`: its sources, every weight
+/// (`weight(name)`) and constant in weights.safetensors in its storage
+/// type, and plan.json naming them. A constant whose name a weight
+/// already has is renamed in the plan.
+pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<Tensor>) -> R<()> {
+    let io = |what: &str, path: &Path, e: std::io::Error| {
+        format!("cannot {what} {}: {e}", path.display())
+    };
+    std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
+    let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut taken: HashSet<String> = plan
+        .buffers
+        .iter()
+        .filter(|b| b.kind == BufferKind::Weight)
+        .map(|b| b.tensor.clone().unwrap_or_else(|| b.name.clone()))
+        .collect();
+    let mut written: HashSet<String> = HashSet::new();
+    for b in &mut plan.buffers {
+        let data = match b.kind {
+            BufferKind::Weight => {
+                let name = b.tensor.clone().unwrap_or_else(|| b.name.clone());
+                b.tensor = Some(name.clone());
+                if written.contains(&name) {
+                    continue; // one weight bound twice
+                }
+                weight(&name)?
+            }
+            BufferKind::Constant => {
+                let base = b.tensor.clone().unwrap_or_else(|| b.name.clone());
+                let mut name = base.clone();
+                for i in 1.. {
+                    if !taken.contains(&name) {
+                        break;
+                    }
+                    name = format!("{base}#{i}");
+                }
+                taken.insert(name.clone());
+                b.tensor = Some(name);
+                plan.constants
+                    .get(&b.id)
+                    .cloned()
+                    .ok_or_else(|| format!("constant '{}' has no data", b.name))?
+            }
+            _ => continue,
+        };
+        written.insert(b.tensor.clone().unwrap_or_default());
+        let shape = b.dims()?;
+        let exact = shape.iter().product::<usize>() * storage_size(&b.dtype)?;
+        let mut bytes = to_bytes(&data, &b.dtype, b.bytes)
+            .map_err(|e| format!("{} '{}': {e}", kind_name(b.kind), b.name))?;
+        bytes.truncate(exact);
+        tensors.push((
+            b.tensor.clone().unwrap_or_default(),
+            storage_dtype(&b.dtype)?,
+            shape,
+            bytes,
+        ));
+    }
+    let views = tensors
+        .iter()
+        .map(|(name, dtype, shape, bytes)| {
+            TensorView::new(*dtype, shape.clone(), bytes)
+                .map(|v| (name.clone(), v))
+                .map_err(|e| format!("weight '{name}': {e}"))
+        })
+        .collect::<R<Vec<_>>>()?;
+    let path = dir.join(WEIGHTS_FILE);
+    let bytes = safetensors::serialize(views, None).map_err(|e| e.to_string())?;
+    std::fs::write(&path, bytes).map_err(|e| io("write", &path, e))?;
+    plan.weights = Some(WEIGHTS_FILE.to_string());
+    for (file, text) in &plan.sources {
+        let path = dir.join(file);
+        std::fs::write(&path, text).map_err(|e| io("write", &path, e))?;
+    }
+    let path = dir.join(PLAN_FILE);
+    let json = serde_json::to_string_pretty(plan).map_err(|e| e.to_string())?;
+    std::fs::write(&path, json + "\n").map_err(|e| io("write", &path, e))
+}
+
+/// A bundle read back: its plan (sources and constants filled in) and
+/// its weights by name, each in its buffer's storage type.
+pub struct Bundle {
+    pub plan: Plan,
+    pub weights: HashMap<String, Tensor>,
+    /// The graph element type of each output, to convert results back.
+    pub output_elems: Vec<ElemType>,
+}
+
+/// Whether `dir` is a folder holding a bundle's plan.json.
+pub fn is_bundle(dir: &Path) -> bool {
+    dir.is_dir() && dir.join(PLAN_FILE).is_file()
+}
+
+/// Reads the bundle in `dir`, refusing one whose plan is of another
+/// version or inconsistent, whose files lie outside `dir`, or whose
+/// weights are missing or of another type or shape than the plan's.
+pub fn read(dir: &Path) -> R<Bundle> {
+    let text = read_text(dir, PLAN_FILE)?;
+    let mut plan: Plan = serde_json::from_str(&text).map_err(|e| {
+        let version = serde_json::from_str::<serde_json::Value>(&text)
+            .ok()
+            .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
+        match version {
+            Some(v) if v != u64::from(PLAN_VERSION) => format!(
+                "{PLAN_FILE}: version {v} of the plan format; this ircc reads version {PLAN_VERSION}"
+            ),
+            _ => format!("{PLAN_FILE}: {e}"),
+        }
+    })?;
+    plan.check().map_err(|e| format!("{PLAN_FILE}: {e}"))?;
+    let mut files: Vec<&str> = Vec::new();
+    for d in &plan.dispatches {
+        let file = d.shader.as_deref().unwrap_or_default();
+        if !files.contains(&file) {
+            files.push(file);
+        }
+    }
+    plan.sources = files
+        .iter()
+        .map(|f| Ok((f.to_string(), read_text(dir, f)?)))
+        .collect::<R<_>>()?;
+    let weights = read_weights(dir, &mut plan)?;
+    let output_elems = plan
+        .outputs
+        .iter()
+        .map(|&o| ElemType::from_name(&plan.buffers[o].elem).unwrap_or(ElemType::F32))
+        .collect();
+    Ok(Bundle {
+        plan,
+        weights,
+        output_elems,
+    })
+}
+
+fn read_text(dir: &Path, file: &str) -> R<String> {
+    let path = ircc_core::files::file_inside(dir, file)?;
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if size > MAX_TEXT_BYTES {
+        return Err(format!(
+            "{} is {size} bytes, more than the {MAX_TEXT_BYTES} a bundle's text file may have",
+            path.display()
+        ));
+    }
+    std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+}
+
+/// The weights and constants of `plan` from its weights file; constants
+/// go into `plan.constants`.
+fn read_weights(dir: &Path, plan: &mut Plan) -> R<HashMap<String, Tensor>> {
+    let mut weights = HashMap::new();
+    let needed: Vec<usize> = plan
+        .buffers
+        .iter()
+        .filter(|b| matches!(b.kind, BufferKind::Weight | BufferKind::Constant))
+        .map(|b| b.id)
+        .collect();
+    if needed.is_empty() {
+        return Ok(weights);
+    }
+    let file = plan
+        .weights
+        .clone()
+        .ok_or("the plan has weights or constants but names no weights file")?;
+    let path = ircc_core::files::file_inside(dir, &file)?;
+    // The header (names, types, shapes) is small beside the data, which
+    // is at most what the plan's buffers hold.
+    let expected: u64 = needed.iter().map(|&id| plan.buffers[id].bytes).sum();
+    let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
+    if size > expected.saturating_add(MAX_TEXT_BYTES) {
+        return Err(format!(
+            "{} is {size} bytes, far more than the {expected} bytes of the plan's weights",
+            path.display()
+        ));
+    }
+    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let st = safetensors::SafeTensors::deserialize(&bytes)
+        .map_err(|e| format!("{}: not a valid safetensors file: {e}", path.display()))?;
+    for id in needed {
+        let b = &plan.buffers[id];
+        let name = b.tensor.as_deref().unwrap_or(&b.name);
+        let view = st
+            .tensor(name)
+            .map_err(|_| format!("{file} has no tensor '{name}', which the plan names"))?;
+        let shape = b.dims()?;
+        if view.dtype() != storage_dtype(&b.dtype)? || view.shape() != shape.as_slice() {
+            return Err(format!(
+                "{file}: tensor '{name}' is {:?} {:?}; the plan stores it as {} {:?}",
+                view.dtype(),
+                view.shape(),
+                b.dtype,
+                shape
+            ));
+        }
+        let elem = ElemType::from_name(&b.dtype).unwrap_or(ElemType::F32);
+        let t = from_bytes(view.data(), &b.dtype, &shape, elem)?;
+        if b.kind == BufferKind::Constant {
+            plan.constants.insert(id, t);
+        } else {
+            weights.insert(name.to_string(), t);
+        }
+    }
+    Ok(weights)
+}
+
+fn kind_name(kind: BufferKind) -> &'static str {
+    match kind {
+        BufferKind::Weight => "weight",
+        BufferKind::Constant => "constant",
+        _ => "buffer",
+    }
+}
+
+fn storage_dtype(dtype: &str) -> R<Dtype> {
+    match dtype {
+        "f32" => Ok(Dtype::F32),
+        "f16" => Ok(Dtype::F16),
+        "i32" => Ok(Dtype::I32),
+        other => Err(format!("storage type '{other}' is not f32, f16 or i32")),
+    }
+}
+
+fn storage_size(dtype: &str) -> R<usize> {
+    Ok(match storage_dtype(dtype)? {
+        Dtype::F16 => 2,
+        _ => 4,
+    })
+}
+
+impl crate::BufferPlan {
+    /// The shape as sizes, refusing a negative one.
+    pub fn dims(&self) -> R<Vec<usize>> {
+        self.shape
+            .iter()
+            .map(|&d| {
+                usize::try_from(d)
+                    .map_err(|_| format!("buffer '{}' has a negative size {d}", self.name))
+            })
+            .collect()
+    }
+}
+
+impl Plan {
+    /// Checks that the plan is one a runtime can execute as written:
+    /// every index in range, every buffer's bytes those of its shape and
+    /// type, intermediates inside the pool, textures and accesses
+    /// consistent, every dispatch naming a source file inside the bundle.
+    pub fn check(&self) -> R<()> {
+        if self.version != PLAN_VERSION {
+            return Err(format!(
+                "version {} of the plan format; this ircc reads version {PLAN_VERSION}",
+                self.version
+            ));
+        }
+        if !matches!(self.precision.as_str(), "f32" | "f16") {
+            return Err(format!("precision '{}' is not f32 or f16", self.precision));
+        }
+        let language = self.language.ok_or("the plan names no source language")?;
+        for (i, b) in self.buffers.iter().enumerate() {
+            let at = |e: String| format!("buffer {i} ('{}'): {e}", b.name);
+            if b.id != i {
+                return Err(at(format!("its id is {}", b.id)));
+            }
+            let elem = ElemType::from_name(&b.elem)
+                .ok_or_else(|| at(format!("unknown element type '{}'", b.elem)))?;
+            let dtype = if elem.is_float() {
+                self.precision.as_str()
+            } else {
+                "i32"
+            };
+            if b.dtype != dtype {
+                return Err(at(format!(
+                    "{} stored as {}; at {} precision it is stored as {dtype}",
+                    b.elem, b.dtype, self.precision
+                )));
+            }
+            let elements = b
+                .dims()
+                .map_err(at)?
+                .iter()
+                .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
+                .ok_or_else(|| at("its size overflows".to_string()))?;
+            let size = elements
+                .max(1)
+                .checked_mul(storage_size(&b.dtype)? as u64)
+                .ok_or_else(|| at("its size overflows".to_string()))?;
+            if b.bytes != size {
+                return Err(at(format!(
+                    "{} bytes, where its shape and type take {size}",
+                    b.bytes
+                )));
+            }
+            match (b.kind, b.pool_offset) {
+                (BufferKind::Intermediate, Some(offset))
+                    if offset
+                        .checked_add(b.bytes)
+                        .is_none_or(|end| end > self.pool_bytes) =>
+                {
+                    return Err(at(format!(
+                        "at pool offset {offset} it ends past the {}-byte pool",
+                        self.pool_bytes
+                    )));
+                }
+                (BufferKind::Intermediate, Some(_)) => {}
+                (BufferKind::Intermediate, None) => {
+                    return Err(at("an intermediate without a pool offset".to_string()));
+                }
+                (_, Some(_)) => return Err(at("only intermediates lie in the pool".to_string())),
+                _ => {}
+            }
+            let format = match b.dtype.as_str() {
+                "f16" => TexelFormat::Rgba16f,
+                _ => TexelFormat::Rgba32f,
+            };
+            let texture = b.kind == BufferKind::Texture;
+            if texture != b.texels.is_some()
+                || texture != b.texel_format.is_some()
+                || b.texel_format.is_some_and(|f| f != format)
+                || b.texels.is_some_and(|[w, h]| w == 0 || h == 0)
+            {
+                return Err(at(
+                    "a texture needs texels and the texel format of its dtype; only a texture has them"
+                        .to_string(),
+                ));
+            }
+            if matches!(b.kind, BufferKind::Weight | BufferKind::Constant) && b.tensor.is_none() {
+                return Err(at("a weight or constant names no tensor".to_string()));
+            }
+        }
+        let buffer = |id: usize, what: &str| {
+            self.buffers
+                .get(id)
+                .ok_or_else(|| format!("{what} names buffer {id}, which does not exist"))
+        };
+        for &id in &self.inputs {
+            if buffer(id, "inputs")?.kind != BufferKind::Input {
+                return Err(format!("inputs names buffer {id}, which is not an input"));
+            }
+        }
+        if self.output_names.len() != self.outputs.len() {
+            return Err(format!(
+                "{} outputs but {} output names",
+                self.outputs.len(),
+                self.output_names.len()
+            ));
+        }
+        for &id in &self.outputs {
+            if buffer(id, "outputs")?.kind == BufferKind::Texture {
+                return Err(format!("output buffer {id} is a texture"));
+            }
+        }
+        for (k, d) in self.dispatches.iter().enumerate() {
+            let at = |e: String| format!("dispatch {k} ({}): {e}", d.kernel);
+            match (&d.shader, &d.entry) {
+                (Some(file), Some(entry)) if !file.is_empty() && !entry.is_empty() => {
+                    if language == Language::Wgsl && entry != "main" {
+                        return Err(at(format!("a WGSL entry point is main, not '{entry}'")));
+                    }
+                }
+                _ => return Err(at("it names no source file and entry point".to_string())),
+            }
+            for (what, dims) in [
+                ("workgroup_size", &d.workgroup_size),
+                ("workgroups", &d.workgroups),
+            ] {
+                if dims.len() != 3 || dims.iter().any(|&n| n < 1 || n > i64::from(u32::MAX)) {
+                    return Err(at(format!(
+                        "{what} {dims:?} is not three counts (x, y, z) of at least 1"
+                    )));
+                }
+            }
+            let mut seen = HashSet::new();
+            for bd in &d.bindings {
+                let b = buffer(bd.buffer, &format!("dispatch {k}"))?;
+                if !seen.insert(bd.binding) {
+                    return Err(at(format!("binding {} is bound twice", bd.binding)));
+                }
+                let texture = matches!(bd.access, Access::Texture | Access::StorageTexture);
+                let own = matches!(
+                    b.kind,
+                    BufferKind::Input | BufferKind::Weight | BufferKind::Constant
+                );
+                if texture != (b.kind == BufferKind::Texture) || (bd.access == Access::Read && !own)
+                {
+                    return Err(at(format!(
+                        "binding {} accesses '{}' ({:?}) as {:?}",
+                        bd.binding, b.name, b.kind, bd.access
+                    )));
+                }
+            }
+        }
+        Ok(())
+    }
+}

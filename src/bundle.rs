@@ -1,0 +1,171 @@
+//! `ircc run DIR`: running a bundle that `--emit wgsl|opencl -o DIR` wrote
+//! (`spec/plan.md`), on the device its sources are for.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::Path;
+
+use clap::CommandFactory;
+use clap::parser::ValueSource;
+use ircc_core::Diagnostic;
+use ircc_plan::Language;
+use ircc_plan::bundle::{self, Bundle};
+
+use crate::gpu::plain;
+use crate::inputs::read_inputs;
+use crate::{Backend, Cli, Driver, Outcome, RunArgs, io_err};
+
+/// The options of `ircc run` a bundle takes: everything else was decided
+/// when it was compiled.
+const BUNDLE_OPTIONS: &[&str] = &[
+    "file",
+    "inputs",
+    "output_dir",
+    "backend",
+    "cl_options",
+    "timing",
+    "quiet",
+];
+
+/// The error for an `ircc run DIR` command line that gives a bundle an
+/// option it cannot take (a pipeline, a precision: compiling options), or
+/// a backend other than the one its sources are for; `None` where the
+/// command is not a run of a bundle or is fine.
+pub(crate) fn misapplied_option(args: &[OsString]) -> Option<String> {
+    let matches = Cli::command().try_get_matches_from(args).ok()?;
+    let run = matches.subcommand_matches("run")?;
+    let dir = run.try_get_one::<std::path::PathBuf>("file").ok()??;
+    if !bundle::is_bundle(dir) {
+        return None;
+    }
+    let command = Cli::command();
+    let run_command = command.find_subcommand("run")?;
+    for id in run.ids() {
+        let id = id.as_str();
+        if run.value_source(id) != Some(ValueSource::CommandLine) || BUNDLE_OPTIONS.contains(&id) {
+            continue;
+        }
+        // Ids without an argument are the groups of flattened options.
+        let Some(long) = run_command
+            .get_arguments()
+            .find(|a| a.get_id() == id)
+            .and_then(|a| a.get_long())
+        else {
+            continue;
+        };
+        return Some(format!(
+            "--{long} does not apply to a bundle: {} was compiled when it was written (options a bundle takes: --input, --output-dir, --backend, --cl-options)",
+            dir.display()
+        ));
+    }
+    None
+}
+
+impl Driver {
+    /// Runs the bundle in `args.model.file` on its inputs and writes its
+    /// outputs as `ircc run` does.
+    pub(crate) fn run_bundle(&self, args: &RunArgs, stdout: &mut dyn Write) -> Outcome {
+        let dir = &args.model.file;
+        let Bundle {
+            plan,
+            weights,
+            output_elems,
+        } = self
+            .phase("read the bundle", || bundle::read(dir))
+            .map_err(|e| plain(format!("bundle {}: {e}", dir.display())))?;
+        let language = plan.language.unwrap_or(Language::Wgsl);
+        let expected = match language {
+            Language::Wgsl => Backend::Wgpu,
+            Language::Opencl => Backend::Opencl,
+        };
+        if args.backend != Backend::Reference && args.backend != expected {
+            return Err(plain(format!(
+                "bundle {} holds {language} sources, which run on --backend {}",
+                dir.display(),
+                if expected == Backend::Wgpu {
+                    "wgpu"
+                } else {
+                    "opencl"
+                }
+            )));
+        }
+        if language == Language::Wgsl && !args.opencl.cl_options.is_empty() {
+            return Err(plain(format!(
+                "--cl-options does not apply: bundle {} holds WGSL sources",
+                dir.display()
+            )));
+        }
+        let names: Vec<String> = plan
+            .inputs
+            .iter()
+            .map(|&id| plan.buffers[id].name.clone())
+            .collect();
+        let inputs = read_inputs(&args.inputs, &names)?;
+        let output_names = plan.output_names.clone();
+        let bundle = Bundle {
+            plan,
+            weights,
+            output_elems,
+        };
+        let outputs = self
+            .phase("GPU setup and run", || {
+                run(bundle, language, &args.opencl.cl_options, &inputs)
+            })
+            .map_err(plain)?;
+        write_outputs(&args.output_dir, &output_names, &outputs, stdout)
+    }
+}
+
+#[cfg_attr(
+    not(all(feature = "wgpu", feature = "opencl")),
+    allow(unused_variables)
+)]
+fn run(
+    bundle: Bundle,
+    language: Language,
+    cl_options: &str,
+    inputs: &[ircc_core::Tensor],
+) -> Result<Vec<ircc_core::Tensor>, String> {
+    match language {
+        #[cfg(feature = "wgpu")]
+        Language::Wgsl => ircc_wgsl::Session::from_bundle(bundle)?.run(inputs),
+        #[cfg(feature = "opencl")]
+        Language::Opencl => {
+            let weights = bundle.weights;
+            let lookup = |name: &str| {
+                weights
+                    .get(name)
+                    .cloned()
+                    .ok_or_else(|| format!("no weight '{name}'"))
+            };
+            ircc_opencl::Session::new(bundle.plan, bundle.output_elems, &lookup, cl_options)?
+                .run(inputs)
+        }
+        #[allow(unreachable_patterns)]
+        other => Err(format!(
+            "this ircc was built without the runtime that runs {other}"
+        )),
+    }
+}
+
+/// Writes each output as `DIR/NAME.npy` and says so on `stdout`.
+pub(crate) fn write_outputs(
+    dir: &Path,
+    names: &[String],
+    outputs: &[ircc_core::Tensor],
+    stdout: &mut dyn Write,
+) -> Outcome {
+    std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
+    let stems = ircc_core::files::unique_stems(names.iter().map(String::as_str));
+    for ((name, stem), t) in names.iter().zip(&stems).zip(outputs) {
+        let path = dir.join(format!("{stem}.npy"));
+        ircc_reference::write_npy(&path, t).map_err(Diagnostic::plain)?;
+        let renamed = if stem == name {
+            String::new()
+        } else {
+            format!(", output '{name}'")
+        };
+        let _ = writeln!(stdout, "wrote {} ({}{renamed})", path.display(), t.ty());
+    }
+    Ok(())
+}

@@ -1,0 +1,341 @@
+//! Bundles (`--emit wgsl|opencl -o DIR`, spec/plan.md): their plan.json
+//! follows spec/plan.schema.json, they are written deterministically, they
+//! run with `ircc run DIR` as the model does, and a damaged or hostile one
+//! is refused with an error naming what is wrong.
+
+mod common;
+
+use std::path::{Path, PathBuf};
+
+use common::{ircc, root, scratch_dir};
+use serde_json::Value;
+
+const BERT: &str = "tests/models/bert_l2_w64.onnx";
+const SWIN: &str = "tests/models/swin_t_w24_dynamo.onnx";
+
+/// Compiles `model` into the bundle `dir` with `extra` options.
+fn bundle(model: &str, dir: &Path, extra: &[&str]) {
+    let model = root().join(model);
+    let mut args = vec![
+        model.to_str().unwrap(),
+        "--pipeline",
+        "smartmem",
+        "-o",
+        dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = ircc(&args);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+}
+
+fn plan(dir: &Path) -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir.join("plan.json")).unwrap()).unwrap()
+}
+
+fn files(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files: Vec<(String, Vec<u8>)> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| {
+            let e = e.unwrap();
+            (
+                e.file_name().to_string_lossy().into_owned(),
+                std::fs::read(e.path()).unwrap(),
+            )
+        })
+        .collect();
+    files.sort();
+    files
+}
+
+#[test]
+fn plans_follow_the_checked_in_schema() {
+    let schema: Value = serde_json::from_str(
+        &std::fs::read_to_string(root().join("spec/plan.schema.json")).unwrap(),
+    )
+    .unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("the schema is a valid schema");
+    let scratch = scratch_dir("bundle-schema");
+    let cases: [(&str, &[&str]); 4] = [
+        (BERT, &["--emit", "wgsl"]),
+        (SWIN, &["--emit", "wgsl"]),
+        (SWIN, &["--emit", "wgsl", "--precision", "f16"]),
+        (SWIN, &["--emit", "opencl"]),
+    ];
+    let mut kinds = std::collections::BTreeSet::new();
+    for (i, (model, extra)) in cases.iter().enumerate() {
+        let dir = scratch.join(format!("b{i}"));
+        bundle(model, &dir, extra);
+        let plan = plan(&dir);
+        let errors: Vec<String> = validator
+            .iter_errors(&plan)
+            .map(|e| format!("{}: {e}", e.instance_path()))
+            .collect();
+        assert!(errors.is_empty(), "{model} {extra:?}: {errors:#?}");
+        for b in plan["buffers"].as_array().unwrap() {
+            kinds.insert(b["kind"].as_str().unwrap().to_string());
+        }
+    }
+    // The plans cover every kind of buffer the schema describes.
+    assert_eq!(
+        kinds.into_iter().collect::<Vec<_>>(),
+        [
+            "constant",
+            "input",
+            "intermediate",
+            "output",
+            "texture",
+            "weight"
+        ]
+    );
+    // And the schema is strict: an unknown field or version fails it.
+    let dir = scratch.join("b0");
+    for (key, value) in [("extra", Value::Bool(true)), ("version", Value::from(2))] {
+        let mut p = plan(&dir);
+        p[key] = value;
+        assert!(!validator.is_valid(&p), "the schema accepts {key}");
+    }
+}
+
+#[test]
+fn a_bundle_is_written_byte_for_byte_the_same_twice() {
+    let scratch = scratch_dir("bundle-deterministic");
+    let (a, b) = (scratch.join("a"), scratch.join("b"));
+    bundle(SWIN, &a, &["--emit", "wgsl"]);
+    bundle(SWIN, &b, &["--emit", "wgsl"]);
+    let (fa, fb) = (files(&a), files(&b));
+    assert!(fa.iter().any(|(f, _)| f == "weights.safetensors"));
+    assert_eq!(fa.len(), fb.len());
+    for ((na, da), (nb, db)) in fa.iter().zip(&fb) {
+        assert_eq!(na, nb);
+        assert!(da == db, "{na} differs between two writes");
+    }
+}
+
+/// `ircc run DIR` on a bundle gives what `ircc run MODEL --backend B`
+/// gives, bit for bit: the same kernels on the same device.
+fn bundle_runs_as_the_model(emit: &str, backend: &str) {
+    let scratch = scratch_dir(&format!("bundle-run-{emit}"));
+    let dir = scratch.join("bundle");
+    bundle(SWIN, &dir, &["--emit", emit]);
+    let input = root().join("tests/models/swin_t_w24_dynamo.input.npy");
+    let input = input.to_str().unwrap();
+    let (by_bundle, by_model) = (scratch.join("o1"), scratch.join("o2"));
+    let out = ircc(&[
+        "run",
+        dir.to_str().unwrap(),
+        "--input",
+        input,
+        "--output-dir",
+        by_bundle.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let model = root().join(SWIN);
+    let out = ircc(&[
+        "run",
+        model.to_str().unwrap(),
+        "--pipeline",
+        "smartmem",
+        "--backend",
+        backend,
+        "--input",
+        input,
+        "--output-dir",
+        by_model.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let names = common::files_under(&by_model);
+    assert_eq!(common::files_under(&by_bundle), names);
+    for name in names {
+        let a = std::fs::read(by_bundle.join(&name)).unwrap();
+        let b = std::fs::read(by_model.join(&name)).unwrap();
+        assert!(
+            a == b,
+            "{name}: the bundle's output differs from the model's"
+        );
+    }
+}
+
+#[test]
+fn a_wgsl_bundle_runs_as_the_model_does() {
+    if common::gpu_available() {
+        bundle_runs_as_the_model("wgsl", "wgpu");
+    }
+}
+
+#[test]
+fn an_opencl_bundle_runs_as_the_model_does() {
+    if common::opencl_available() {
+        bundle_runs_as_the_model("opencl", "opencl");
+    }
+}
+
+/// The BERT bundle, written once, copied for each damage done to it.
+fn damaged(name: &str, damage: impl FnOnce(&Path, &mut Value)) -> (common::Scratch, PathBuf) {
+    let scratch = scratch_dir(&format!("bundle-damaged-{name}"));
+    let dir = scratch.join("bundle");
+    bundle(BERT, &dir, &["--emit", "wgsl"]);
+    let mut p = plan(&dir);
+    damage(&dir, &mut p);
+    std::fs::write(dir.join("plan.json"), p.to_string()).unwrap();
+    (scratch, dir)
+}
+
+fn run_fails(dir: &Path, extra: &[&str], expected: &str, code: i32) {
+    let input = root().join("tests/models/bert_l2_w64.input.npy");
+    let out_dir = dir.with_file_name("out");
+    let mut args = vec![
+        "run",
+        dir.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    let out = ircc(&args);
+    assert_eq!(out.code, code, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(expected),
+        "expected '{expected}' in: {}",
+        out.stderr
+    );
+    assert!(!out_dir.exists(), "a refused bundle wrote outputs");
+}
+
+#[test]
+fn a_damaged_or_hostile_bundle_is_refused_with_what_is_wrong() {
+    type Damage = Box<dyn FnOnce(&Path, &mut Value)>;
+    let cases: Vec<(&str, Damage, &str)> = vec![
+        (
+            "version",
+            Box::new(|_, p| p["version"] = 2.into()),
+            "plan.json: version 2 of the plan format; this ircc reads version 1",
+        ),
+        (
+            "unknown-field",
+            Box::new(|_, p| p["buffers"][0]["layout"] = "nchw".into()),
+            "unknown field `layout`",
+        ),
+        (
+            "binding",
+            Box::new(|_, p| p["dispatches"][0]["bindings"][0]["buffer"] = 9999.into()),
+            "names buffer 9999, which does not exist",
+        ),
+        (
+            "bytes",
+            Box::new(|_, p| p["buffers"][0]["bytes"] = (1u64 << 40).into()),
+            "bytes, where its shape and type take 32768",
+        ),
+        (
+            "pool",
+            Box::new(|_, p| {
+                let b = p["buffers"]
+                    .as_array_mut()
+                    .unwrap()
+                    .iter_mut()
+                    .find(|b| b["kind"] == "intermediate")
+                    .unwrap();
+                b["pool_offset"] = (1u64 << 50).into();
+            }),
+            "ends past the",
+        ),
+        (
+            "shader-path",
+            Box::new(|_, p| p["dispatches"][0]["shader"] = "../../etc/passwd".into()),
+            "leaves the folder",
+        ),
+        (
+            "grid",
+            Box::new(|_, p| p["dispatches"][0]["workgroups"] = serde_json::json!([1, 0, 1])),
+            "is not three counts (x, y, z) of at least 1",
+        ),
+        (
+            "weight-missing",
+            Box::new(|_, p| {
+                let b = p["buffers"]
+                    .as_array_mut()
+                    .unwrap()
+                    .iter_mut()
+                    .find(|b| b["kind"] == "weight")
+                    .unwrap();
+                b["tensor"] = "no-such-weight".into();
+            }),
+            "weights.safetensors has no tensor 'no-such-weight', which the plan names",
+        ),
+        (
+            "weight-type",
+            Box::new(|dir, p| {
+                // The weights written at f16 for a plan that says f32.
+                let f16 = dir.with_file_name("f16");
+                bundle(BERT, &f16, &["--emit", "wgsl", "--precision", "f16"]);
+                std::fs::copy(
+                    f16.join("weights.safetensors"),
+                    dir.join("weights.safetensors"),
+                )
+                .unwrap();
+                p["precision"] = "f32".into();
+            }),
+            "the plan stores it as f32",
+        ),
+    ];
+    for (name, damage, expected) in cases {
+        let (_scratch, dir) = damaged(name, damage);
+        run_fails(&dir, &[], expected, 1);
+    }
+}
+
+#[test]
+fn options_fixed_when_compiling_are_errors_with_a_bundle() {
+    let (_scratch, dir) = damaged("options", |_, _| {});
+    run_fails(
+        &dir,
+        &["--pipeline", "none"],
+        "--pipeline does not apply to a bundle",
+        2,
+    );
+    run_fails(
+        &dir,
+        &["--precision", "f16"],
+        "--precision does not apply to a bundle",
+        2,
+    );
+    run_fails(
+        &dir,
+        &["--cl-options", "-cl-fast-relaxed-math"],
+        "--cl-options does not apply: bundle",
+        1,
+    );
+    run_fails(
+        &dir,
+        &["--backend", "opencl"],
+        "holds WGSL sources, which run on --backend wgpu",
+        1,
+    );
+}
+
+#[test]
+fn a_bundle_needs_every_weight() {
+    // IR naming a weight that no file holds cannot make a bundle.
+    let scratch = scratch_dir("bundle-no-weights");
+    let ir = scratch.join("m.ir");
+    std::fs::write(
+        &ir,
+        "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %w = graph.param {name = \"w\"} : () -> tensor<4xf32>\n  %y = graph.add %x, %w : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>\n  func.return %y : tensor<4xf32>\n}\n",
+    )
+    .unwrap();
+    let dir = scratch.join("bundle");
+    let out = ircc(&[
+        ir.to_str().unwrap(),
+        "--emit",
+        "wgsl",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("weight 'w' is not available"),
+        "{}",
+        out.stderr
+    );
+    assert!(!dir.join("plan.json").exists());
+}
