@@ -40,6 +40,14 @@ pub(crate) fn misapplied_option(args: &[OsString]) -> Option<String> {
     }
     let command = Cli::command();
     let run_command = command.find_subcommand("run")?;
+    if run.value_source("backend") == Some(ValueSource::CommandLine)
+        && run.get_one::<Backend>("backend") == Some(&Backend::Reference)
+    {
+        return Some(format!(
+            "--backend reference does not apply to a bundle: {} holds kernels for a GPU",
+            dir.display()
+        ));
+    }
     for id in run.ids() {
         let id = id.as_str();
         if run.value_source(id) != Some(ValueSource::CommandLine) || BUNDLE_OPTIONS.contains(&id) {
@@ -54,7 +62,7 @@ pub(crate) fn misapplied_option(args: &[OsString]) -> Option<String> {
             continue;
         };
         return Some(format!(
-            "--{long} does not apply to a bundle: {} was compiled when it was written (options a bundle takes: --input, --output-dir, --backend, --cl-options)",
+            "--{long} does not apply to a bundle: {} was compiled when it was written (options a bundle takes: --input, --output-dir, --backend, --cl-options, --timing, --quiet)",
             dir.display()
         ));
     }
@@ -66,18 +74,16 @@ impl Driver {
     /// outputs as `ircc run` does.
     pub(crate) fn run_bundle(&self, args: &RunArgs, stdout: &mut dyn Write) -> Outcome {
         let dir = &args.model.file;
-        let Bundle {
-            plan,
-            weights,
-            output_elems,
-        } = self
+        let bundle = self
             .phase("read the bundle", || bundle::read(dir))
             .map_err(|e| plain(format!("bundle {}: {e}", dir.display())))?;
-        let language = plan.language.unwrap_or(Language::Wgsl);
+        let language = bundle.language();
         let expected = match language {
             Language::Wgsl => Backend::Wgpu,
             Language::Opencl => Backend::Opencl,
         };
+        // --backend reference was refused with the command line; the
+        // default (reference) means the bundle's own device.
         if args.backend != Backend::Reference && args.backend != expected {
             return Err(plain(format!(
                 "bundle {} holds {language} sources, which run on --backend {}",
@@ -95,21 +101,17 @@ impl Driver {
                 dir.display()
             )));
         }
-        let names: Vec<String> = plan
+        let names: Vec<String> = bundle
+            .plan
             .inputs
             .iter()
-            .map(|&id| plan.buffers[id].name.clone())
+            .map(|&id| bundle.plan.buffers[id].name.clone())
             .collect();
         let inputs = read_inputs(&args.inputs, &names)?;
-        let output_names = plan.output_names.clone();
-        let bundle = Bundle {
-            plan,
-            weights,
-            output_elems,
-        };
+        let output_names = bundle.plan.output_names.clone();
         let outputs = self
             .phase("GPU setup and run", || {
-                run(bundle, language, &args.opencl.cl_options, &inputs)
+                run(bundle, &args.opencl.cl_options, &inputs)
             })
             .map_err(plain)?;
         write_outputs(&args.output_dir, &output_names, &outputs, stdout)
@@ -122,24 +124,21 @@ impl Driver {
 )]
 fn run(
     bundle: Bundle,
-    language: Language,
     cl_options: &str,
     inputs: &[ircc_core::Tensor],
 ) -> Result<Vec<ircc_core::Tensor>, String> {
-    match language {
+    match bundle.language() {
         #[cfg(feature = "wgpu")]
         Language::Wgsl => ircc_wgsl::Session::from_bundle(bundle)?.run(inputs),
         #[cfg(feature = "opencl")]
         Language::Opencl => {
-            let weights = bundle.weights;
-            let lookup = |name: &str| {
-                weights
-                    .get(name)
-                    .cloned()
-                    .ok_or_else(|| format!("no weight '{name}'"))
-            };
-            ircc_opencl::Session::new(bundle.plan, bundle.output_elems, &lookup, cl_options)?
-                .run(inputs)
+            let Bundle {
+                plan,
+                weights,
+                output_elems,
+            } = bundle;
+            let weight = |name: &str| bundle::weight_named(&weights, name);
+            ircc_opencl::Session::new(plan, output_elems, &weight, cl_options)?.run(inputs)
         }
         #[allow(unreachable_patterns)]
         other => Err(format!(

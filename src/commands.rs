@@ -3,7 +3,7 @@
 use std::io::Write;
 use std::time::Instant;
 
-use ircc_core::{Attribute, Diagnostic, Form, print_module};
+use ircc_core::{Diagnostic, Form, print_module};
 
 use crate::figures::{self, graph_op_count};
 use crate::inputs::read_inputs;
@@ -81,40 +81,34 @@ impl Driver {
         Ok(())
     }
 
-    /// Where IR printed from an imported model finds its weights: written
-    /// beside `-o FILE.ir` as FILE.safetensors and named in the module's
-    /// `ircc.weights`; IR printed to stdout names none (the error for
+    /// Where printed IR finds its weights: written beside `-o FILE.ir`
+    /// as FILE.safetensors and named in the module's `ircc.weights`. IR
+    /// of an imported model printed to stdout names none (the error for
     /// running it says how to get IR that does).
     fn name_weights(
         &self,
         loaded: &mut crate::Loaded,
         output: Option<&std::path::Path>,
     ) -> Outcome {
-        let Some(weights) = &loaded.weights else {
-            return Ok(());
-        };
-        let Some(path) = output else {
-            loaded.module.attrs.shift_remove("ircc.weights");
-            return Ok(());
-        };
-        let weights_path = path.with_extension("safetensors");
-        if weights_path == path {
-            return Err(Diagnostic::plain(format!(
-                "-o {}: IR of an imported model is written with its weights beside it, as FILE.safetensors; name the IR file otherwise (FILE.ir)",
-                path.display()
-            ))
-            .into());
+        match output {
+            Some(path) => {
+                let weights_path = path.with_extension("safetensors");
+                if weights_path == path {
+                    return Err(Diagnostic::plain(format!(
+                        "-o {} must name the IR file to write (FILE.ir); its weights go beside it as FILE.safetensors",
+                        path.display()
+                    ))
+                    .into());
+                }
+                self.place_weights(loaded, &weights_path)
+            }
+            None => {
+                if loaded.weights.is_some() {
+                    loaded.module.attrs.shift_remove("ircc.weights");
+                }
+                Ok(())
+            }
         }
-        ircc_onnx::write_weights(&weights_path, weights).map_err(Diagnostic::plain)?;
-        let name = weights_path
-            .file_name()
-            .map(|f| f.to_string_lossy().into_owned())
-            .unwrap_or_default();
-        loaded
-            .module
-            .attrs
-            .insert("ircc.weights".into(), Attribute::String(name));
-        Ok(())
     }
 
     pub(crate) fn run_command(
@@ -209,7 +203,7 @@ impl Driver {
         let weights_path = args.output.with_extension("safetensors");
         let names_a_dir =
             args.output.is_dir() || args.output.to_string_lossy().ends_with(['/', '\\']);
-        if weights_path == args.output || names_a_dir || args.output.as_os_str().is_empty() {
+        if names_a_dir || args.output.as_os_str().is_empty() {
             return Err(Diagnostic::plain(format!(
                 "-o {} must name the IR file to write (MODEL.ir); the weights go beside it as {}",
                 args.output.display(),

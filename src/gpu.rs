@@ -329,10 +329,7 @@ impl Driver {
         })?;
         let mut plan = plan;
         ircc_plan::bundle::write(dir, &mut plan, &|name: &str| {
-            weights
-                .get(name)
-                .cloned()
-                .ok_or_else(|| format!("no weight '{name}'"))
+            ircc_plan::bundle::weight_named(&weights, name)
         })
         .map_err(plain)?;
         let _ = writeln!(
@@ -411,12 +408,7 @@ fn start(
     weights: &HashMap<String, Tensor>,
     cl_options: &str,
 ) -> Result<Session, String> {
-    let lookup = |name: &str| {
-        weights
-            .get(name)
-            .cloned()
-            .ok_or_else(|| format!("no weight '{name}'"))
-    };
+    let lookup = |name: &str| ircc_plan::bundle::weight_named(weights, name);
     match device {
         #[cfg(feature = "wgpu")]
         Device::Wgpu => ircc_wgsl::Session::new(plan, outputs, &lookup).map(Session::Wgpu),

@@ -54,11 +54,22 @@ struct Node {
     preds: Vec<(usize, String)>,
 }
 
+/// Text safe in XML content and double-quoted attributes: the markup
+/// characters as entities, and control characters, which XML forbids, as
+/// U+FFFD.
 fn escape(s: &str) -> String {
-    s.replace('&', "&amp;")
-        .replace('<', "&lt;")
-        .replace('>', "&gt;")
-        .replace('"', "&quot;")
+    let mut out = String::with_capacity(s.len());
+    for c in s.chars() {
+        match c {
+            '&' => out.push_str("&amp;"),
+            '<' => out.push_str("&lt;"),
+            '>' => out.push_str("&gt;"),
+            '"' => out.push_str("&quot;"),
+            c if c.is_control() && !matches!(c, '\t' | '\n') => out.push('\u{FFFD}'),
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 fn bytes_text(bytes: i64) -> String {

@@ -507,10 +507,9 @@ impl Driver {
     /// Runs the pipeline chosen by `args` over `module`. For the GPU
     /// (`gpu`), `kernel.lower` ends the pipeline, in the same pass manager
     /// so that `--print-ir-after`, `--dump-dir` and `--timing` show it; a
-    /// pipeline that already lowers gets the options `gpu` sets.
-    /// Runs the pipeline `args` names on `loaded` (ending with kernel
-    /// lowering where `gpu` asks). With `--dump-dir`, the weights of an
-    /// imported model are written there first, as [`DUMP_WEIGHTS_FILE`].
+    /// pipeline that already lowers gets the options `gpu` sets. With
+    /// `--dump-dir`, the module's weights are written there first, as
+    /// [`DUMP_WEIGHTS_FILE`], for the dumped IR to name.
     pub(crate) fn transform(
         &self,
         loaded: &mut Loaded,
@@ -526,15 +525,12 @@ impl Driver {
             );
         }
         let specs = self.device_pipeline_specs(args, gpu.map(|kernel| (kernel, &loaded.module)))?;
-        if let (Some(dir), Some(weights)) = (&args.dump_dir, &loaded.weights) {
-            // Dumped IR names the weights written beside it, so it runs.
+        // Dumped IR names the weights written beside it, so it runs; the
+        // module names its own again once the pipeline is done.
+        let own_weights = loaded.module.attrs.get("ircc.weights").cloned();
+        if let Some(dir) = &args.dump_dir {
             std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
-            let path = dir.join(DUMP_WEIGHTS_FILE);
-            ircc_onnx::write_weights(&path, weights).map_err(Diagnostic::plain)?;
-            loaded.module.attrs.insert(
-                "ircc.weights".into(),
-                Attribute::String(DUMP_WEIGHTS_FILE.into()),
-            );
+            self.place_weights(loaded, &dir.join(DUMP_WEIGHTS_FILE))?;
         }
         if let Some(unknown) = args
             .print_ir_after
@@ -572,6 +568,40 @@ impl Driver {
                 closed_pipe: false,
             })?;
         self.phases.borrow_mut().extend(timings);
+        match own_weights {
+            Some(w) => loaded.module.attrs.insert("ircc.weights".into(), w),
+            None => loaded.module.attrs.shift_remove("ircc.weights"),
+        };
+        Ok(())
+    }
+
+    /// Writes the weights of `loaded` to `path` (an import's, or a copy of
+    /// the file its `ircc.weights` names) and names that file in the
+    /// module, relative to IR written beside it; nothing where it has
+    /// none.
+    pub(crate) fn place_weights(&self, loaded: &mut Loaded, path: &Path) -> Outcome {
+        if let Some(weights) = &loaded.weights {
+            ircc_onnx::write_weights(path, weights).map_err(Diagnostic::plain)?;
+        } else if let Some(Attribute::String(rel)) = loaded.module.attrs.get("ircc.weights") {
+            let base = loaded.path.parent().unwrap_or(Path::new("."));
+            let source = ircc_core::files::file_inside(base, rel).map_err(|e| {
+                Diagnostic::plain(format!("the weights named by ircc.weights: {e}"))
+            })?;
+            let same = std::fs::canonicalize(path).is_ok_and(|p| p == source);
+            if !same {
+                std::fs::copy(&source, path).map_err(|e| io_err("write", path, e))?;
+            }
+        } else {
+            return Ok(());
+        }
+        let name = path
+            .file_name()
+            .map(|f| f.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        loaded
+            .module
+            .attrs
+            .insert("ircc.weights".into(), Attribute::String(name));
         Ok(())
     }
 

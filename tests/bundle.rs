@@ -94,6 +94,27 @@ fn plans_follow_the_checked_in_schema() {
         p[key] = value;
         assert!(!validator.is_valid(&p), "the schema accepts {key}");
     }
+    // ... as are its rules within a buffer.
+    let buffer_of = |p: &mut Value, kind: &str| -> usize {
+        p["buffers"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .position(|b| b["kind"] == kind)
+            .unwrap()
+    };
+    let mut p = plan(&dir);
+    let w = buffer_of(&mut p, "weight");
+    p["buffers"][w].as_object_mut().unwrap().remove("tensor");
+    assert!(!validator.is_valid(&p), "a weight without a tensor");
+    let mut p = plan(&dir);
+    let i = buffer_of(&mut p, "intermediate");
+    p["buffers"][i]["pool_offset"] = 100.into();
+    assert!(!validator.is_valid(&p), "an unaligned pool offset");
+    let mut p = plan(&dir);
+    let i = buffer_of(&mut p, "input");
+    p["buffers"][i]["texels"] = serde_json::json!([4, 4]);
+    assert!(!validator.is_valid(&p), "texels on an input");
 }
 
 #[test]
@@ -263,6 +284,43 @@ fn a_damaged_or_hostile_bundle_is_refused_with_what_is_wrong() {
             "weights.safetensors has no tensor 'no-such-weight', which the plan names",
         ),
         (
+            "weights-absolute",
+            Box::new(|_, p| p["weights"] = "/etc/passwd".into()),
+            "leaves the folder",
+        ),
+        (
+            "shader-link",
+            Box::new(|dir, p| {
+                std::os::unix::fs::symlink("/etc/hostname", dir.join("k.wgsl")).unwrap();
+                p["dispatches"][0]["shader"] = "k.wgsl".into();
+            }),
+            "outside the folder",
+        ),
+        (
+            "output-names",
+            Box::new(|_, p| p["output_names"] = serde_json::json!([])),
+            "1 outputs but 0 output names",
+        ),
+        (
+            "read-write-weight",
+            Box::new(|_, p| {
+                let weight = p["buffers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .position(|b| b["kind"] == "weight")
+                    .unwrap();
+                for d in p["dispatches"].as_array_mut().unwrap() {
+                    for b in d["bindings"].as_array_mut().unwrap() {
+                        if b["buffer"] == weight {
+                            b["access"] = "read_write".into();
+                        }
+                    }
+                }
+            }),
+            "as ReadWrite",
+        ),
+        (
             "weight-type",
             Box::new(|dir, p| {
                 // The weights written at f16 for a plan that says f32.
@@ -338,4 +396,107 @@ fn a_bundle_needs_every_weight() {
         out.stderr
     );
     assert!(!dir.join("plan.json").exists());
+}
+
+/// Functionally identical kernels may share one file: each dispatch runs
+/// the source its `shader` names, not the n-th file read.
+#[test]
+fn dispatches_sharing_a_shader_file_each_run_it() {
+    if !common::gpu_available() {
+        return;
+    }
+    let scratch = scratch_dir("bundle-shared-shader");
+    let ir = scratch.join("e.ir");
+    std::fs::write(
+        &ir,
+        "func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {\n  %a = graph.exp %x : tensor<64xf32> -> tensor<64xf32>\n  %b = graph.exp %a : tensor<64xf32> -> tensor<64xf32>\n  %c = graph.exp %b : tensor<64xf32> -> tensor<64xf32>\n  func.return %c : tensor<64xf32>\n}\n",
+    )
+    .unwrap();
+    let dir = scratch.join("bundle");
+    let out = ircc(&[
+        ir.to_str().unwrap(),
+        "--emit",
+        "wgsl",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    // The second and third kernels read and write the pool alike: the
+    // third dispatch takes the second's file, and its own goes.
+    let mut p = plan(&dir);
+    let second = p["dispatches"][1]["shader"].clone();
+    let third = p["dispatches"][2]["shader"].as_str().unwrap().to_string();
+    p["dispatches"][2]["shader"] = second;
+    std::fs::write(dir.join("plan.json"), p.to_string()).unwrap();
+    std::fs::remove_file(dir.join(third)).unwrap();
+    let x = ircc_core::Tensor::float(
+        ircc_core::ElemType::F32,
+        ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(&[64]), |i| i[0] as f64 / 64.0 - 0.5),
+    );
+    let input = scratch.join("x.npy");
+    ircc_reference::write_npy(&input, &x).unwrap();
+    let (by_bundle, by_ir) = (scratch.join("o1"), scratch.join("o2"));
+    for (file, out_dir) in [(&dir, &by_bundle), (&ir, &by_ir)] {
+        let out = ircc(&[
+            "run",
+            file.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--output-dir",
+            out_dir.to_str().unwrap(),
+        ]);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+    }
+    let diff = common::max_relative(&by_bundle.join("result0.npy"), &by_ir.join("result0.npy"));
+    assert!(diff < 1e-5, "exp(exp(exp(x))) off by {diff}");
+}
+
+/// A plan may return its input as it is, with no dispatch: an OpenCL
+/// bundle with no kernel to build still runs (ircc itself copies the
+/// input with a kernel; another producer of plans need not).
+#[test]
+fn a_bundle_without_dispatches_runs() {
+    if !common::opencl_available() {
+        return;
+    }
+    let scratch = scratch_dir("bundle-empty");
+    let ir = scratch.join("id.ir");
+    std::fs::write(
+        &ir,
+        "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  func.return %x : tensor<4xf32>\n}\n",
+    )
+    .unwrap();
+    let x = ircc_core::Tensor::float(
+        ircc_core::ElemType::F32,
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[4]), vec![1.0, -2.0, 3.5, 0.0]).unwrap(),
+    );
+    let input = scratch.join("x.npy");
+    ircc_reference::write_npy(&input, &x).unwrap();
+    let dir = scratch.join("bundle");
+    let out = ircc(&[
+        ir.to_str().unwrap(),
+        "--emit",
+        "opencl",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let mut p = plan(&dir);
+    p["dispatches"] = serde_json::json!([]);
+    p["outputs"] = p["inputs"].clone();
+    std::fs::write(dir.join("plan.json"), p.to_string()).unwrap();
+    let out_dir = scratch.join("out");
+    let out = ircc(&[
+        "run",
+        dir.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output-dir",
+        out_dir.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        common::max_relative(&out_dir.join("result0.npy"), &input),
+        0.0
+    );
 }

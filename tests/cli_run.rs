@@ -204,3 +204,41 @@ fn ir_saved_or_dumped_from_an_onnx_model_runs() {
     let out = ircc(&[model, "--pipeline", "smartmem"]);
     assert!(out.stdout.starts_with("module {"), "{}", &out.stdout[..80]);
 }
+
+/// IR that names a weights file, saved in another folder or dumped, takes
+/// a copy of its weights along, so it still runs.
+#[test]
+fn ir_with_a_weights_file_saved_elsewhere_runs() {
+    let dir = setup("saved-elsewhere");
+    std::fs::create_dir(dir.join("sub")).unwrap();
+    let out = ircc(&[
+        &path(&dir, "model.ir"),
+        "--pipeline",
+        "canonicalize",
+        "-o",
+        &path(&dir, "sub/out.ir"),
+        "--dump-dir",
+        &path(&dir, "dumps"),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for (i, ir) in ["sub/out.ir", "dumps/01-canonicalize.ir"]
+        .iter()
+        .enumerate()
+    {
+        let out_dir = path(&dir, &format!("out{i}"));
+        let out = ircc(&[
+            "run",
+            &path(&dir, ir),
+            "--input",
+            &format!("x={}", path(&dir, "x.npy")),
+            "--output-dir",
+            &out_dir,
+        ]);
+        assert_eq!(out.code, 0, "{ir}: {}", out.stderr);
+        let logits = ircc_reference::read_npy(&dir.join(format!("out{i}/logits.npy"))).unwrap();
+        assert_eq!(
+            logits.to_f64().iter().copied().collect::<Vec<_>>(),
+            vec![-1.5, -102.0]
+        );
+    }
+}

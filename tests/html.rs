@@ -117,3 +117,23 @@ fn the_page_draws_every_kernel_and_eliminated_layout_op_of_swin() {
 fn the_page_is_the_same_every_time() {
     assert!(page(SWIN) == page(SWIN));
 }
+
+/// Names with markup and control characters stay text: the page still
+/// parses, and shows them.
+#[test]
+fn names_with_markup_stay_text() {
+    let scratch = common::scratch_dir("html-names");
+    let ir = scratch.join("h.ir");
+    std::fs::write(
+        &ir,
+        "func.func @main(%x: tensor<4xf32> {ircc.name = \"a<&\\\"b\\01c>\"}) -> (tensor<4xf32> {ircc.name = \"out</svg>\"}) {\n  %y = graph.exp %x : tensor<4xf32> -> tensor<4xf32>\n  func.return %y : tensor<4xf32>\n}\n",
+    )
+    .unwrap();
+    let out = ircc(&[ir.to_str().unwrap(), "--emit", "html"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let doc = roxmltree::Document::parse(out.stdout.trim_start_matches("<!DOCTYPE html>\n"))
+        .expect("the page is well-formed XML");
+    let texts: Vec<&str> = doc.descendants().filter_map(|n| n.text()).collect();
+    assert!(texts.contains(&"input a<&\"b\u{FFFD}c>"), "{texts:?}");
+    assert!(texts.contains(&"return out</svg>"), "{texts:?}");
+}

@@ -56,7 +56,7 @@ pub struct Session {
     kernels: Vec<Kernel>,
     /// Kept alive for the kernels and sub-buffers made from them.
     _pool: Option<Buffer<u8>>,
-    _program: Program,
+    _program: Option<Program>,
     output_elems: Vec<ElemType>,
     pub device: String,
     pub platform: String,
@@ -196,12 +196,13 @@ impl Session {
         #[allow(deprecated)] // clCreateCommandQueue: what OpenCL 1.2 devices have.
         let queue = CommandQueue::create_default(context, CL_QUEUE_PROFILING_ENABLE)
             .map_err(cl_err("OpenCL queue"))?;
-        let source = plan
-            .sources
-            .first()
-            .map(|(_, s)| s.as_str())
-            .ok_or("the plan has no OpenCL program")?;
-        let program = build(context, source, options)?;
+        // A plan without dispatches (a model returning an input or a
+        // weight) has no program to build.
+        let program = match plan.sources.first() {
+            Some((_, source)) => Some(build(context, source, options)?),
+            None if plan.dispatches.is_empty() => None,
+            None => return Err("the plan has no OpenCL program".to_string()),
+        };
         let has_images = plan.buffers.iter().any(|b| b.texels.is_some());
         if has_images && !device.image_support().unwrap_or(false) {
             return Err(format!("OpenCL device '{name}' has no image support"));
@@ -283,7 +284,7 @@ impl Session {
                 _ => create(size)?,
             };
             let data = match b.kind {
-                BufferKind::Weight => Some(weights(b.tensor.as_deref().unwrap_or(&b.name))?),
+                BufferKind::Weight => Some(weights(b.tensor_name())?),
                 BufferKind::Constant => plan.constants.get(&b.id).cloned(),
                 _ => None,
             };
@@ -300,8 +301,8 @@ impl Session {
                 .entry
                 .as_deref()
                 .ok_or("a dispatch without an entry point")?;
-            let kernel =
-                Kernel::create(&program, entry).map_err(cl_err(&format!("kernel {entry}")))?;
+            let kernel = Kernel::create(program.as_ref().ok_or("no program")?, entry)
+                .map_err(cl_err(&format!("kernel {entry}")))?;
             for b in &d.bindings {
                 let mem = memories[b.buffer].cl_mem();
                 unsafe { kernel.set_arg(b.binding as u32, &mem) }

@@ -20,6 +20,11 @@ type R<T> = Result<T, String>;
 pub const PLAN_FILE: &str = "plan.json";
 /// The weights' file in a bundle.
 pub const WEIGHTS_FILE: &str = "weights.safetensors";
+/// The largest binding number a plan may use (WGSL's @binding and OpenCL's
+/// argument index are 32-bit; no device binds more than a few thousand).
+const MAX_BINDING: usize = 1 << 16;
+/// Pool offsets are multiples of WebGPU's storage offset alignment.
+const POOL_ALIGNMENT: u64 = 256;
 /// The largest plan.json or source file read, so a stray file cannot fill
 /// memory.
 const MAX_TEXT_BYTES: u64 = 256 << 20;
@@ -38,13 +43,13 @@ pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<Tensor>) ->
         .buffers
         .iter()
         .filter(|b| b.kind == BufferKind::Weight)
-        .map(|b| b.tensor.clone().unwrap_or_else(|| b.name.clone()))
+        .map(|b| b.tensor_name().to_string())
         .collect();
     let mut written: HashSet<String> = HashSet::new();
     for b in &mut plan.buffers {
         let data = match b.kind {
             BufferKind::Weight => {
-                let name = b.tensor.clone().unwrap_or_else(|| b.name.clone());
+                let name = b.tensor_name().to_string();
                 b.tensor = Some(name.clone());
                 if written.contains(&name) {
                     continue; // one weight bound twice
@@ -52,7 +57,7 @@ pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<Tensor>) ->
                 weight(&name)?
             }
             BufferKind::Constant => {
-                let base = b.tensor.clone().unwrap_or_else(|| b.name.clone());
+                let base = b.tensor_name().to_string();
                 let mut name = base.clone();
                 for i in 1.. {
                     if !taken.contains(&name) {
@@ -73,7 +78,7 @@ pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<Tensor>) ->
         let shape = b.dims()?;
         let exact = shape.iter().product::<usize>() * storage_size(&b.dtype)?;
         let mut bytes = to_bytes(&data, &b.dtype, b.bytes)
-            .map_err(|e| format!("{} '{}': {e}", kind_name(b.kind), b.name))?;
+            .map_err(|e| format!("{:?} '{}': {e}", b.kind, b.name))?;
         bytes.truncate(exact);
         tensors.push((
             b.tensor.clone().unwrap_or_default(),
@@ -112,6 +117,22 @@ pub struct Bundle {
     pub output_elems: Vec<ElemType>,
 }
 
+impl Bundle {
+    /// The language of its sources ([`Plan::check`] requires one).
+    pub fn language(&self) -> Language {
+        self.plan.language.unwrap_or(Language::Wgsl)
+    }
+}
+
+/// The weight `name` of `weights`, or an error naming it: what a runtime
+/// asks for each weight buffer.
+pub fn weight_named(weights: &HashMap<String, Tensor>, name: &str) -> R<Tensor> {
+    weights
+        .get(name)
+        .cloned()
+        .ok_or_else(|| format!("no weight '{name}'"))
+}
+
 /// Whether `dir` is a folder holding a bundle's plan.json.
 pub fn is_bundle(dir: &Path) -> bool {
     dir.is_dir() && dir.join(PLAN_FILE).is_file()
@@ -122,17 +143,15 @@ pub fn is_bundle(dir: &Path) -> bool {
 /// weights are missing or of another type or shape than the plan's.
 pub fn read(dir: &Path) -> R<Bundle> {
     let text = read_text(dir, PLAN_FILE)?;
-    let mut plan: Plan = serde_json::from_str(&text).map_err(|e| {
-        let version = serde_json::from_str::<serde_json::Value>(&text)
-            .ok()
-            .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
-        match version {
-            Some(v) if v != u64::from(PLAN_VERSION) => format!(
-                "{PLAN_FILE}: version {v} of the plan format; this ircc reads version {PLAN_VERSION}"
-            ),
-            _ => format!("{PLAN_FILE}: {e}"),
-        }
-    })?;
+    // Another version may have other fields: say so before what serde
+    // finds wrong with them.
+    let version = serde_json::from_str::<serde_json::Value>(&text)
+        .ok()
+        .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
+    if let Some(v) = version.filter(|&v| v != u64::from(PLAN_VERSION)) {
+        return Err(format!("{PLAN_FILE}: {}", other_version(v)));
+    }
+    let mut plan: Plan = serde_json::from_str(&text).map_err(|e| format!("{PLAN_FILE}: {e}"))?;
     plan.check().map_err(|e| format!("{PLAN_FILE}: {e}"))?;
     let mut files: Vec<&str> = Vec::new();
     for d in &plan.dispatches {
@@ -190,7 +209,10 @@ fn read_weights(dir: &Path, plan: &mut Plan) -> R<HashMap<String, Tensor>> {
     let path = ircc_core::files::file_inside(dir, &file)?;
     // The header (names, types, shapes) is small beside the data, which
     // is at most what the plan's buffers hold.
-    let expected: u64 = needed.iter().map(|&id| plan.buffers[id].bytes).sum();
+    let expected = needed
+        .iter()
+        .try_fold(0u64, |sum, &id| sum.checked_add(plan.buffers[id].bytes))
+        .ok_or("the weights' sizes overflow")?;
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     if size > expected.saturating_add(MAX_TEXT_BYTES) {
         return Err(format!(
@@ -203,7 +225,7 @@ fn read_weights(dir: &Path, plan: &mut Plan) -> R<HashMap<String, Tensor>> {
         .map_err(|e| format!("{}: not a valid safetensors file: {e}", path.display()))?;
     for id in needed {
         let b = &plan.buffers[id];
-        let name = b.tensor.as_deref().unwrap_or(&b.name);
+        let name = b.tensor_name();
         let view = st
             .tensor(name)
             .map_err(|_| format!("{file} has no tensor '{name}', which the plan names"))?;
@@ -217,8 +239,9 @@ fn read_weights(dir: &Path, plan: &mut Plan) -> R<HashMap<String, Tensor>> {
                 shape
             ));
         }
-        let elem = ElemType::from_name(&b.dtype).unwrap_or(ElemType::F32);
-        let t = from_bytes(view.data(), &b.dtype, &shape, elem)?;
+        // Held in its storage type, which the runtime uploads as it is.
+        let storage = ElemType::from_name(&b.dtype).unwrap_or(ElemType::F32);
+        let t = from_bytes(view.data(), &b.dtype, &shape, storage)?;
         if b.kind == BufferKind::Constant {
             plan.constants.insert(id, t);
         } else {
@@ -228,12 +251,8 @@ fn read_weights(dir: &Path, plan: &mut Plan) -> R<HashMap<String, Tensor>> {
     Ok(weights)
 }
 
-fn kind_name(kind: BufferKind) -> &'static str {
-    match kind {
-        BufferKind::Weight => "weight",
-        BufferKind::Constant => "constant",
-        _ => "buffer",
-    }
+fn other_version(v: u64) -> String {
+    format!("version {v} of the plan format; this ircc reads version {PLAN_VERSION}")
 }
 
 fn storage_dtype(dtype: &str) -> R<Dtype> {
@@ -253,6 +272,11 @@ fn storage_size(dtype: &str) -> R<usize> {
 }
 
 impl crate::BufferPlan {
+    /// The name of its data in the weights file: `tensor`, else its name.
+    pub fn tensor_name(&self) -> &str {
+        self.tensor.as_deref().unwrap_or(&self.name)
+    }
+
     /// The shape as sizes, refusing a negative one.
     pub fn dims(&self) -> R<Vec<usize>> {
         self.shape
@@ -272,10 +296,7 @@ impl Plan {
     /// consistent, every dispatch naming a source file inside the bundle.
     pub fn check(&self) -> R<()> {
         if self.version != PLAN_VERSION {
-            return Err(format!(
-                "version {} of the plan format; this ircc reads version {PLAN_VERSION}",
-                self.version
-            ));
+            return Err(other_version(u64::from(self.version)));
         }
         if !matches!(self.precision.as_str(), "f32" | "f16") {
             return Err(format!("precision '{}' is not f32 or f16", self.precision));
@@ -326,6 +347,11 @@ impl Plan {
                         self.pool_bytes
                     )));
                 }
+                (BufferKind::Intermediate, Some(offset)) if offset % POOL_ALIGNMENT != 0 => {
+                    return Err(at(format!(
+                        "pool offset {offset} is not a multiple of {POOL_ALIGNMENT}"
+                    )));
+                }
                 (BufferKind::Intermediate, Some(_)) => {}
                 (BufferKind::Intermediate, None) => {
                     return Err(at("an intermediate without a pool offset".to_string()));
@@ -362,6 +388,12 @@ impl Plan {
                 return Err(format!("inputs names buffer {id}, which is not an input"));
             }
         }
+        let mut input_buffers = self.buffers.iter().filter(|b| b.kind == BufferKind::Input);
+        if input_buffers.clone().count() != self.inputs.len()
+            || input_buffers.any(|b| self.inputs.iter().filter(|&&i| i == b.id).count() != 1)
+        {
+            return Err("inputs must list every input buffer once".to_string());
+        }
         if self.output_names.len() != self.outputs.len() {
             return Err(format!(
                 "{} outputs but {} output names",
@@ -380,6 +412,12 @@ impl Plan {
                 (Some(file), Some(entry)) if !file.is_empty() && !entry.is_empty() => {
                     if language == Language::Wgsl && entry != "main" {
                         return Err(at(format!("a WGSL entry point is main, not '{entry}'")));
+                    }
+                    let first = self.dispatches[0].shader.as_ref();
+                    if language == Language::Opencl && Some(file) != first {
+                        return Err(at(
+                            "the OpenCL kernels are one program, one file".to_string()
+                        ));
                     }
                 }
                 _ => return Err(at("it names no source file and entry point".to_string())),
@@ -400,13 +438,17 @@ impl Plan {
                 if !seen.insert(bd.binding) {
                     return Err(at(format!("binding {} is bound twice", bd.binding)));
                 }
-                let texture = matches!(bd.access, Access::Texture | Access::StorageTexture);
-                let own = matches!(
-                    b.kind,
-                    BufferKind::Input | BufferKind::Weight | BufferKind::Constant
-                );
-                if texture != (b.kind == BufferKind::Texture) || (bd.access == Access::Read && !own)
-                {
+                if bd.binding > MAX_BINDING {
+                    return Err(at(format!("binding {} is past {MAX_BINDING}", bd.binding)));
+                }
+                let allowed: &[Access] = match b.kind {
+                    BufferKind::Input | BufferKind::Weight | BufferKind::Constant => {
+                        &[Access::Read]
+                    }
+                    BufferKind::Intermediate | BufferKind::Output => &[Access::ReadWrite],
+                    BufferKind::Texture => &[Access::Texture, Access::StorageTexture],
+                };
+                if !allowed.contains(&bd.access) {
                     return Err(at(format!(
                         "binding {} accesses '{}' ({:?}) as {:?}",
                         bd.binding, b.name, b.kind, bd.access

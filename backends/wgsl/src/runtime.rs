@@ -234,15 +234,14 @@ impl Session {
     /// whose shaders keep wgpu's loop and bounds checks: ircc did not
     /// print them in this process, so nothing vouches for their loops.
     pub fn from_bundle(bundle: ircc_plan::bundle::Bundle) -> R<Session> {
-        let gpu = Arc::new(Gpu::open(bundle.plan.precision == "f16")?);
-        let weights = bundle.weights;
-        let lookup = |name: &str| {
-            weights
-                .get(name)
-                .cloned()
-                .ok_or_else(|| format!("no weight '{name}'"))
-        };
-        Session::build(gpu, bundle.plan, bundle.output_elems, &lookup, false)
+        let ircc_plan::bundle::Bundle {
+            plan,
+            weights,
+            output_elems,
+        } = bundle;
+        let gpu = Arc::new(Gpu::open(plan.precision == "f16")?);
+        let weight = |name: &str| ircc_plan::bundle::weight_named(&weights, name);
+        Session::build(gpu, plan, output_elems, &weight, false)
     }
 
     fn build(
@@ -321,7 +320,7 @@ impl Session {
                 mapped_at_creation: false,
             });
             let data = match b.kind {
-                BufferKind::Weight => Some(weights(b.tensor.as_deref().unwrap_or(&b.name))?),
+                BufferKind::Weight => Some(weights(b.tensor_name())?),
                 BufferKind::Constant => plan.constants.get(&b.id).cloned(),
                 _ => None,
             };
@@ -332,7 +331,13 @@ impl Session {
         }
         let mut pipelines = Vec::new();
         let mut bind_groups = Vec::new();
-        for (d, (name, wgsl)) in plan.dispatches.iter().zip(&plan.sources) {
+        for d in &plan.dispatches {
+            // A bundle's dispatches may share a file: each finds its own.
+            let (name, wgsl) = plan
+                .sources
+                .iter()
+                .find(|(file, _)| Some(file) == d.shader.as_ref())
+                .ok_or_else(|| format!("kernel {}: no source", d.kernel))?;
             let scope = device.push_error_scope(wgpu::ErrorFilter::Validation);
             let pipeline = gpu.pipeline(name, wgsl, trusted);
             let entries: Vec<wgpu::BindGroupEntry> = d

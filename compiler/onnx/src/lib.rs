@@ -91,10 +91,10 @@ pub struct ImportOptions {
 /// A callback told `(done, total)` as an import reads initializers and
 /// nodes: what a progress bar over a large model's import shows.
 #[derive(Clone, Default)]
-pub struct Progress(Option<std::sync::Arc<dyn Fn(usize, usize)>>);
+pub struct Progress(Option<std::sync::Arc<dyn Fn(usize, usize) + Send + Sync>>);
 
 impl Progress {
-    pub fn new(report: impl Fn(usize, usize) + 'static) -> Progress {
+    pub fn new(report: impl Fn(usize, usize) + Send + Sync + 'static) -> Progress {
         Progress(Some(std::sync::Arc::new(report)))
     }
 

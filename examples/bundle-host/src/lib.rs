@@ -66,7 +66,7 @@ pub fn run(dir: &Path, inputs: &HashMap<String, Data>) -> R<Vec<(String, Data)>>
         mapped_at_creation: false,
     });
     let weights_bytes = match plan["weights"].as_str() {
-        Some(file) => std::fs::read(dir.join(file)).map_err(|e| format!("{file}: {e}"))?,
+        Some(file) => read_bytes(dir, file, MAX_WEIGHTS_BYTES)?,
         None => Vec::new(),
     };
     let weights = (!weights_bytes.is_empty())
@@ -85,7 +85,9 @@ pub fn run(dir: &Path, inputs: &HashMap<String, Data>) -> R<Vec<(String, Data)>>
         memory.push(match b["kind"].as_str().unwrap_or_default() {
             "intermediate" => Memory::Pool(uint(&b["pool_offset"])?),
             "texture" => {
-                let texels = array(&b["texels"])?;
+                let [width, height] = &array(&b["texels"])?[..] else {
+                    return Err(format!("texture '{name}' needs [width, height] texels"));
+                };
                 let format = match b["texel_format"].as_str() {
                     Some("rgba16f") => wgpu::TextureFormat::Rgba16Float,
                     _ => wgpu::TextureFormat::Rgba32Float,
@@ -93,8 +95,8 @@ pub fn run(dir: &Path, inputs: &HashMap<String, Data>) -> R<Vec<(String, Data)>>
                 let texture = device.create_texture(&wgpu::TextureDescriptor {
                     label: Some(name),
                     size: wgpu::Extent3d {
-                        width: uint(&texels[0])? as u32,
-                        height: uint(&texels[1])? as u32,
+                        width: count(width)?,
+                        height: count(height)?,
                         depth_or_array_layers: 1,
                     },
                     mip_level_count: 1,
@@ -121,6 +123,20 @@ pub fn run(dir: &Path, inputs: &HashMap<String, Data>) -> R<Vec<(String, Data)>>
                             .as_ref()
                             .and_then(|w| w.tensor(tensor).ok())
                             .ok_or_else(|| format!("no weight '{tensor}'"))?;
+                        let dtype = match view.dtype() {
+                            safetensors::Dtype::F32 => "f32",
+                            safetensors::Dtype::F16 => "f16",
+                            safetensors::Dtype::I32 => "i32",
+                            _ => "another type",
+                        };
+                        if dtype != b["dtype"] || view.shape() != dims(b)? {
+                            return Err(format!(
+                                "weight '{tensor}' is {dtype} {:?}; the plan stores {} {}",
+                                view.shape(),
+                                b["dtype"],
+                                b["shape"]
+                            ));
+                        }
                         Some(view.data().to_vec())
                     }
                     "input" => {
@@ -169,8 +185,8 @@ pub fn run(dir: &Path, inputs: &HashMap<String, Data>) -> R<Vec<(String, Data)>>
         });
         let mut entries = Vec::new();
         for bd in array(&d["bindings"])? {
-            let id = uint(&bd["buffer"])? as usize;
             let b = buffer(&bd["buffer"])?;
+            let id = uint(&bd["buffer"])? as usize;
             let size = wgpu::BufferSize::new(round4(uint(&b["bytes"])?));
             let resource = match &memory[id] {
                 Memory::Pool(offset) => wgpu::BindingResource::Buffer(wgpu::BufferBinding {
@@ -186,7 +202,7 @@ pub fn run(dir: &Path, inputs: &HashMap<String, Data>) -> R<Vec<(String, Data)>>
                 Memory::Texture(view) => wgpu::BindingResource::TextureView(view),
             };
             entries.push(wgpu::BindGroupEntry {
-                binding: uint(&bd["binding"])? as u32,
+                binding: count(&bd["binding"])?,
                 resource,
             });
         }
@@ -202,7 +218,7 @@ pub fn run(dir: &Path, inputs: &HashMap<String, Data>) -> R<Vec<(String, Data)>>
         for ((pipeline, grid), group) in pipelines.iter().zip(&groups) {
             pass.set_pipeline(pipeline);
             pass.set_bind_group(0, group, &[]);
-            let n = |i: usize| grid.get(i).map_or(Ok(1), uint).map(|n| n as u32);
+            let n = |i: usize| grid.get(i).map_or(Ok(1), count);
             pass.dispatch_workgroups(n(0)?, n(1)?, n(2)?);
         }
     }
@@ -257,11 +273,38 @@ pub fn run(dir: &Path, inputs: &HashMap<String, Data>) -> R<Vec<(String, Data)>>
     Ok(outputs)
 }
 
+/// The largest plan.json or shader read.
+const MAX_TEXT_BYTES: u64 = 256 << 20;
+/// The largest weights file read.
+const MAX_WEIGHTS_BYTES: u64 = 16 << 30;
+
 fn read(dir: &Path, file: &str) -> R<String> {
-    if file.contains(['/', '\\']) || file.starts_with('.') {
-        return Err(format!("'{file}' is not a file of the bundle's folder"));
+    String::from_utf8(read_bytes(dir, file, MAX_TEXT_BYTES)?)
+        .map_err(|_| format!("{file} is not UTF-8 text"))
+}
+
+/// The bytes of `file`, which must be a regular file of at most `max`
+/// bytes whose real location (links resolved) is inside `dir`.
+fn read_bytes(dir: &Path, file: &str, max: u64) -> R<Vec<u8>> {
+    let folder = dir
+        .canonicalize()
+        .map_err(|e| format!("{}: {e}", dir.display()))?;
+    let path = folder
+        .join(file)
+        .canonicalize()
+        .map_err(|e| format!("{file}: {e}"))?;
+    let meta = std::fs::metadata(&path).map_err(|e| format!("{file}: {e}"))?;
+    if !path.starts_with(&folder) || !meta.is_file() || meta.len() > max {
+        return Err(format!(
+            "'{file}' is not a file of the bundle's folder of at most {max} bytes"
+        ));
     }
-    std::fs::read_to_string(dir.join(file)).map_err(|e| format!("{file}: {e}"))
+    std::fs::read(&path).map_err(|e| format!("{file}: {e}"))
+}
+
+/// A count that must fit 32 bits (texels, workgroups, binding numbers).
+fn count(v: &Value) -> R<u32> {
+    u32::try_from(uint(v)?).map_err(|_| format!("{v} does not fit 32 bits"))
 }
 
 fn array(v: &Value) -> R<&Vec<Value>> {

@@ -46,6 +46,28 @@ fn floats(d: &Data) -> Vec<f32> {
         .collect()
 }
 
+/// The model's reference input, named as the bundle's plan names it.
+fn input_of(model: &str, bundle: &Path) -> HashMap<String, Data> {
+    let input =
+        ircc_reference::read_npy(&models().join(format!("{model}.input.npy"))).expect("the input");
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(bundle.join("plan.json")).unwrap()).unwrap();
+    let name = plan["buffers"][plan["inputs"][0].as_u64().unwrap() as usize]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let data = Data {
+        dtype: "f32".into(),
+        shape: input.shape().to_vec(),
+        bytes: input
+            .to_f64()
+            .iter()
+            .flat_map(|&x| (x as f32).to_le_bytes())
+            .collect(),
+    };
+    HashMap::from([(name, data)])
+}
+
 /// Compiles `model` into a bundle with smartmem, runs it with this host
 /// and with `ircc run DIR`, and compares both with the reference output.
 fn host_matches_ircc(model: &str, kind: &str) {
@@ -63,8 +85,6 @@ fn host_matches_ircc(model: &str, kind: &str) {
     ]);
     assert_eq!(code, 0, "{text}");
 
-    let input_npy = models().join(format!("{model}.input.npy"));
-    let input = ircc_reference::read_npy(&input_npy).expect("the input");
     let plan: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(bundle.join("plan.json")).unwrap()).unwrap();
     let kinds: Vec<&str> = plan["buffers"]
@@ -77,20 +97,8 @@ fn host_matches_ircc(model: &str, kind: &str) {
         kinds.contains(&kind),
         "{model}: no {kind} buffer in {kinds:?}"
     );
-    let input_name = plan["buffers"][plan["inputs"][0].as_u64().unwrap() as usize]["name"]
-        .as_str()
-        .unwrap()
-        .to_string();
-    let data = Data {
-        dtype: "f32".into(),
-        shape: input.shape().to_vec(),
-        bytes: input
-            .to_f64()
-            .iter()
-            .flat_map(|&x| (x as f32).to_le_bytes())
-            .collect(),
-    };
-    let outputs = match run(&bundle, &HashMap::from([(input_name, data)])) {
+    let input_npy = models().join(format!("{model}.input.npy"));
+    let outputs = match run(&bundle, &input_of(model, &bundle)) {
         Ok(o) => o,
         Err(e) if !gpu_or_skip(&e) => return,
         Err(e) => panic!("{model}: the host failed: {e}"),
@@ -137,4 +145,67 @@ fn runs_a_bundle_with_textures_as_ircc_does() {
 #[test]
 fn runs_a_bundle_with_fused_attention_as_ircc_does() {
     host_matches_ircc("bert_l2_w64", "weight");
+}
+
+/// A damaged bundle gets an error naming what is wrong, never a panic, a
+/// read outside its folder, or a silently wrapped count.
+#[test]
+fn refuses_a_damaged_bundle() {
+    let dir = tempfile::tempdir().expect("a temporary folder");
+    let bundle = dir.path().join("bundle");
+    let onnx = models().join("swin_t_w24_dynamo.onnx");
+    let (code, text) = ircc(&[
+        onnx.to_str().unwrap(),
+        "--pipeline",
+        "smartmem",
+        "--emit",
+        "wgsl",
+        "-o",
+        bundle.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let original = std::fs::read_to_string(bundle.join("plan.json")).unwrap();
+    let input = input_of("swin_t_w24_dynamo", &bundle);
+    std::os::unix::fs::symlink("/etc/hostname", bundle.join("outside.wgsl")).unwrap();
+    type Damage = fn(&mut serde_json::Value);
+    let cases: [(Damage, &str); 5] = [
+        (
+            |p| p["weights"] = "../../../etc/passwd".into(),
+            "is not a file of the bundle's folder",
+        ),
+        (
+            |p| p["weights"] = "/etc/passwd".into(),
+            "is not a file of the bundle's folder",
+        ),
+        (
+            |p| p["dispatches"][0]["shader"] = "outside.wgsl".into(),
+            "is not a file of the bundle's folder",
+        ),
+        (
+            |p| p["dispatches"][0]["workgroups"][0] = (1u64 << 32).into(),
+            "does not fit 32 bits",
+        ),
+        (
+            |p| {
+                let t = p["buffers"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .position(|b| b["kind"] == "texture")
+                    .unwrap();
+                p["buffers"][t]["texels"] = serde_json::json!([]);
+            },
+            "needs [width, height] texels",
+        ),
+    ];
+    for (damage, expected) in cases {
+        let mut plan: serde_json::Value = serde_json::from_str(&original).unwrap();
+        damage(&mut plan);
+        std::fs::write(bundle.join("plan.json"), plan.to_string()).unwrap();
+        match run(&bundle, &input) {
+            Ok(_) => panic!("a damaged bundle ran ({expected})"),
+            Err(e) if !gpu_or_skip(&e) => return,
+            Err(e) => assert!(e.contains(expected), "expected '{expected}' in: {e}"),
+        }
+    }
 }
