@@ -1,13 +1,15 @@
 //! Operators imported as compositions of graph ops: Trilu as a select
-//! through a constant mask, LpNormalization through a reduction.
+//! through a constant mask, LpNormalization through a reduction, Hardmax
+//! and OneHot as comparisons with a constant range, CumSum as a masked
+//! sum, LpPool through an average pool.
 
-use ircc_core::{Attribute, Attributes, Tensor};
+use ircc_core::{Attribute, Attributes, ElemType, Tensor};
 use ircc_dialects::graph::GraphOp;
 use ndarray::{ArrayD, IxDyn};
 
 use crate::attrs::Attrs;
 use crate::import::{Importer, Val, i64s};
-use crate::ops::{attrs, ints_attr};
+use crate::ops::{attrs, ints_attr, rank_axis, window_pads};
 use crate::proto::NodeProto;
 use crate::{ImportError, Result};
 
@@ -76,4 +78,221 @@ impl Importer<'_> {
             .remove(0);
         Ok(vec![self.bin(GraphOp::Div, x, norm)?])
     }
+
+    /// Hardmax (opset 13): one where the first maximum along `axis` is,
+    /// zero elsewhere: arg_max compared with the axis' range.
+    pub(crate) fn hardmax(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["axis"])?;
+        if self.opset < 13 {
+            return Err(ImportError::unsupported(
+                "Hardmax before opset 13 (over the input flattened to 2-D) is not supported",
+            ));
+        }
+        let x = self.required(n, 0)?;
+        let ty = self.type_of(&x);
+        let axis = rank_axis(a.i("axis", -1), ty.rank())?;
+        let at = attrs(vec![
+            ("axis", Attribute::i64(axis as i64)),
+            ("keepdims", Attribute::i64(1)),
+            ("select_last_index", Attribute::i64(0)),
+        ]);
+        let first = self.emit(GraphOp::ArgMax, vec![x], at, 1)?.remove(0);
+        let range = range_along(ElemType::I64, ty.rank(), axis, ty.shape[axis]);
+        let hit = self.bin(GraphOp::Equal, first, range)?;
+        Ok(vec![self.cast(hit, ty.elem)?])
+    }
+
+    /// OneHot: `on` where the range along the new axis equals the index
+    /// (a negative index counted from `depth`), `off` elsewhere.
+    pub(crate) fn one_hot(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["axis"])?;
+        let indices = self.required(n, 0)?;
+        let depth = self
+            .constant_input(n, 1, "depth")?
+            .and_then(|t| t.to_f64().iter().next().copied())
+            .ok_or_else(|| ImportError::invalid("OneHot's depth must be a known scalar"))?;
+        if !(1.0..=f64::from(1 << 24)).contains(&depth) {
+            return Err(ImportError::invalid(format!(
+                "OneHot's depth {depth} is not between 1 and 2^24"
+            )));
+        }
+        let depth = depth as i64;
+        let values = self
+            .constant_input(n, 2, "values")?
+            .ok_or_else(|| ImportError::invalid("OneHot's values must be known"))?;
+        let [off, on] = values.to_f64().iter().copied().collect::<Vec<_>>()[..] else {
+            return Err(ImportError::invalid("OneHot's values must hold [off, on]"));
+        };
+        let it = self.type_of(&indices);
+        let rank = it.rank();
+        let axis = a.i("axis", -1);
+        let axis = if axis < 0 {
+            axis + rank as i64 + 1
+        } else {
+            axis
+        };
+        if !(0..=rank as i64).contains(&axis) {
+            return Err(ImportError::invalid(format!(
+                "OneHot's axis is out of range for indices of rank {rank}"
+            )));
+        }
+        let axis = axis as usize;
+        let zero = self.scalar_like(&indices, 0.0);
+        let negative = self.bin(GraphOp::Less, indices.clone(), zero)?;
+        let from_end = self.scalar_like(&indices, depth as f64);
+        let from_end = self.bin(GraphOp::Add, indices.clone(), from_end)?;
+        let wrapped = self
+            .emit(
+                GraphOp::Where,
+                vec![negative, from_end, indices],
+                Attributes::new(),
+                1,
+            )?
+            .remove(0);
+        let mut shape = it.shape.clone();
+        shape.insert(axis, 1);
+        let column = self
+            .emit(
+                GraphOp::Reshape,
+                vec![wrapped],
+                attrs(vec![("shape", ints_attr(shape))]),
+                1,
+            )?
+            .remove(0);
+        let range = range_along(it.elem, rank + 1, axis, depth);
+        let hit = self.bin(GraphOp::Equal, column, range)?;
+        let on = Val::constant(crate::fold::scalar(on, values.elem));
+        let off = Val::constant(crate::fold::scalar(off, values.elem));
+        self.emit(GraphOp::Where, vec![hit, on, off], Attributes::new(), 1)
+    }
+
+    /// CumSum: along `axis`, each element the sum of those up to it (or
+    /// after it, `reverse`; itself left out, `exclusive`): the input times
+    /// a constant mask over (contributing, receiving) positions, summed
+    /// over the contributing one. Exact for integers, as a scan is.
+    pub(crate) fn cum_sum(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["exclusive", "reverse"])?;
+        let x = self.required(n, 0)?;
+        let axis = self
+            .constant_input(n, 1, "axis")?
+            .and_then(|t| i64s(&t).first().copied())
+            .ok_or_else(|| ImportError::invalid("CumSum's axis must be a known scalar"))?;
+        let ty = self.type_of(&x);
+        let axis = rank_axis(axis, ty.rank())?;
+        let len = ty.shape[axis];
+        if len > 4096 {
+            return Err(ImportError::unsupported(format!(
+                "CumSum along an axis of {len} elements (its mask would have {len}^2)"
+            )));
+        }
+        let (exclusive, reverse) = (a.i("exclusive", 0) != 0, a.i("reverse", 0) != 0);
+        let mut mask_shape = vec![1; ty.rank() + 1];
+        mask_shape[axis] = len as usize;
+        mask_shape[axis + 1] = len as usize;
+        let mask = ArrayD::from_shape_fn(IxDyn(&mask_shape), |i| {
+            let (from, to) = (i[axis], i[axis + 1]);
+            let counts = match (reverse, exclusive) {
+                (false, false) => from <= to,
+                (false, true) => from < to,
+                (true, false) => from >= to,
+                (true, true) => from > to,
+            };
+            if counts { 1.0 } else { 0.0 }
+        });
+        let mask = if ty.elem.is_float() {
+            Tensor::float(ty.elem, mask)
+        } else {
+            Tensor::int(ty.elem, mask.mapv(|v| v as i64))
+        };
+        let mut shape = ty.shape.clone();
+        shape.insert(axis + 1, 1);
+        let spread = self
+            .emit(
+                GraphOp::Reshape,
+                vec![x],
+                attrs(vec![("shape", ints_attr(shape))]),
+                1,
+            )?
+            .remove(0);
+        let terms = self.bin(GraphOp::Mul, spread, Val::constant(mask))?;
+        let at = attrs(vec![
+            ("axes", ints_attr(vec![axis as i64])),
+            ("keepdims", Attribute::i64(0)),
+        ]);
+        self.emit(GraphOp::ReduceSum, vec![terms], at, 1)
+    }
+
+    /// LpPool: each window's p-norm, the p-th root of its average of
+    /// |x|^p (padding counted, as zeros) times the window's size.
+    pub(crate) fn lp_pool(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&[
+            "auto_pad",
+            "ceil_mode",
+            "dilations",
+            "kernel_shape",
+            "p",
+            "pads",
+            "strides",
+        ])?;
+        let x = self.required(n, 0)?;
+        let xt = self.type_of(&x);
+        let kernel = a
+            .ints("kernel_shape")
+            .ok_or_else(|| ImportError::invalid("missing kernel_shape"))?;
+        let spatial = kernel.len();
+        let strides = a.ints("strides").unwrap_or_else(|| vec![1; spatial]);
+        let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; spatial]);
+        let pads = window_pads(a, &xt.shape, &kernel, &strides, &dilations)?;
+        let size: i64 = kernel.iter().product();
+        let at = attrs(vec![
+            ("kernel_shape", ints_attr(kernel)),
+            ("strides", ints_attr(strides)),
+            ("pads", ints_attr(pads)),
+            ("dilations", ints_attr(dilations)),
+            ("ceil_mode", Attribute::i64(a.i("ceil_mode", 0))),
+            ("count_include_pad", Attribute::i64(1)),
+        ]);
+        let p = a.i("p", 2);
+        let powered = match p {
+            1 => self.un(GraphOp::Abs, x.clone())?,
+            2 => self.bin(GraphOp::Mul, x.clone(), x.clone())?,
+            p if p > 2 => {
+                let m = self.un(GraphOp::Abs, x.clone())?;
+                let e = self.scalar_like(&x, p as f64);
+                self.bin(GraphOp::Pow, m, e)?
+            }
+            p => {
+                return Err(ImportError::invalid(format!(
+                    "LpPool's p must be at least 1, not {p}"
+                )));
+            }
+        };
+        let mean = self
+            .emit(GraphOp::AveragePool, vec![powered], at, 1)?
+            .remove(0);
+        let count = self.scalar_like(&mean, size as f64);
+        let sum = self.bin(GraphOp::Mul, mean, count)?;
+        let norm = match p {
+            1 => sum,
+            2 => self.un(GraphOp::Sqrt, sum)?,
+            p => {
+                let root = self.scalar_like(&sum, 1.0 / p as f64);
+                self.bin(GraphOp::Pow, sum, root)?
+            }
+        };
+        Ok(vec![norm])
+    }
+}
+
+/// The range 0, 1, ..., `len` - 1 of `elem` along `axis` of a tensor of
+/// `rank` axes, the others of size one: what a comparison broadcasts.
+fn range_along(elem: ElemType, rank: usize, axis: usize, len: i64) -> Val {
+    let mut shape = vec![1; rank];
+    shape[axis] = len as usize;
+    let range = ArrayD::from_shape_fn(IxDyn(&shape), |i| i[axis] as i64);
+    Val::constant(if elem.is_float() {
+        Tensor::float(elem, range.mapv(|v| v as f64))
+    } else {
+        Tensor::int(elem, range)
+    })
 }

@@ -25,7 +25,7 @@ pub(crate) fn attrs(pairs: Vec<(&str, Attribute)>) -> Attributes {
 
 /// The pads of a convolution or pool window over an input of `shape`
 /// (batch and channel first): from `auto_pad`, else `pads`, else none.
-fn window_pads(
+pub(crate) fn window_pads(
     a: &Attrs,
     shape: &[i64],
     kernel: &[i64],
@@ -47,7 +47,7 @@ fn window_pads(
     )
 }
 
-fn rank_axis(axis: i64, rank: usize) -> Result<usize> {
+pub(crate) fn rank_axis(axis: i64, rank: usize) -> Result<usize> {
     ircc_dialects::graph::shape::axis(axis, rank).map_err(ImportError::invalid)
 }
 
@@ -340,6 +340,10 @@ impl Importer<'_> {
             "RMSNormalization" => self.rms_norm(n, a)?,
             "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => self.loss(n, a)?,
             "Trilu" => self.trilu(n, a)?,
+            "Hardmax" => self.hardmax(n, a)?,
+            "OneHot" => self.one_hot(n, a)?,
+            "CumSum" => self.cum_sum(n, a)?,
+            "LpPool" => self.lp_pool(n, a)?,
             "ArgMax" | "ArgMin" => {
                 a.only(&["axis", "keepdims", "select_last_index"])?;
                 let name = if op == "ArgMax" {
