@@ -325,7 +325,8 @@ proptest! {
     }
 
     /// Kernel symbols and result names made of hostile pieces: `--emit
-    /// wgsl -o DIR` and `run --output-dir DIR` write only inside DIR.
+    /// wgsl -o DIR` (a shader, plan.json and weights.safetensors) and `run
+    /// --output-dir DIR` write only inside DIR.
     #[test]
     fn output_files_stay_in_the_output_folder(
         symbol in proptest::collection::vec(0usize..6, 1..4),
@@ -360,7 +361,7 @@ proptest! {
         let ran = ircc(&["run", file.to_str().unwrap(), "--output-dir", npy.to_str().unwrap()]);
         prop_assert_eq!(ran.code, 0, "{}", ran.stderr);
         let written = files_under(&dir);
-        prop_assert_eq!(written.len(), 4, "{:?}", written);
+        prop_assert_eq!(written.len(), 5, "{:?}", written);
         for w in &written {
             let folder = w.rsplit_once('/').map(|(folder, _)| folder);
             prop_assert!(

@@ -234,27 +234,34 @@ impl Importer<'_> {
             }
             "Dropout" => {
                 a.only(&["seed", "ratio"])?;
-                if n.output.len() > 1 && !n.output[1].is_empty() {
-                    return Err(ImportError::unsupported(
-                        "the mask output of Dropout is not supported",
-                    ));
-                }
+                let x = self.required(n, 0)?;
+                // Training mode drops at random unless the ratio is zero;
+                // otherwise Dropout passes its input and keeps every element.
                 if let Some(mode) = self.input(n, 2)? {
                     let training = self
                         .known_constant_for(&mode, "Dropout's training_mode")
                         .is_none_or(|t| t.to_i64().iter().any(|&v| v != 0));
-                    if training {
+                    let ratio = match self.input(n, 1)? {
+                        Some(r) => self
+                            .known_constant_for(&r, "Dropout's ratio")
+                            .map(|t| t.to_f64().iter().copied().collect::<Vec<_>>()),
+                        None => Some(vec![0.5]),
+                    };
+                    let keeps_all = ratio.is_some_and(|r| r.iter().all(|&v| v == 0.0));
+                    if training && !keeps_all {
                         return Err(ImportError::unsupported(
-                            "Dropout in training mode is not supported",
+                            "Dropout in training mode (with a ratio other than 0) is not supported",
                         ));
                     }
                 }
-                self.emit(
-                    GraphOp::Identity,
-                    vec![self.required(n, 0)?],
-                    Attributes::new(),
-                    1,
-                )?
+                let shape: Vec<usize> =
+                    self.type_of(&x).shape.iter().map(|&d| d as usize).collect();
+                let mut out = self.emit(GraphOp::Identity, vec![x], Attributes::new(), 1)?;
+                if n.output.len() > 1 && !n.output[1].is_empty() {
+                    let kept = ndarray::ArrayD::from_elem(ndarray::IxDyn(&shape), true);
+                    out.push(Val::constant(Tensor::bool(kept)));
+                }
+                out
             }
             "LeakyRelu" => {
                 a.only(&["alpha"])?;
@@ -342,7 +349,9 @@ impl Importer<'_> {
             "Trilu" => self.trilu(n, a)?,
             "Hardmax" => self.hardmax(n, a)?,
             "OneHot" => self.one_hot(n, a)?,
-            "CumSum" => self.cum_sum(n, a)?,
+            "CumSum" | "CumProd" => self.cumulative(n, a)?,
+            "TopK" => self.top_k(n, a)?,
+            "CenterCropPad" => self.center_crop_pad(n, a)?,
             "LpPool" => self.lp_pool(n, a)?,
             "ArgMax" | "ArgMin" => {
                 a.only(&["axis", "keepdims", "select_last_index"])?;
