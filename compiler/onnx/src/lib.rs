@@ -17,6 +17,8 @@ mod loss;
 pub mod operators;
 mod ops;
 pub mod proto;
+mod rotary;
+mod scan;
 pub mod tensor;
 
 use std::collections::HashMap;

@@ -137,6 +137,7 @@ pub const OPERATORS: &[Operator] = &[
     op("Relu", 1, Kernels),
     op("Reshape", 1, Kernels),
     op("Resize", 10, Kernels),
+    op("RotaryEmbedding", 23, Kernels),
     op("Round", 11, Kernels),
     op("ScatterND", 11, ImportOnly),
     op("Selu", 1, Kernels),

@@ -352,6 +352,7 @@ impl Importer<'_> {
             "CumSum" | "CumProd" => self.cumulative(n, a)?,
             "TopK" => self.top_k(n, a)?,
             "CenterCropPad" => self.center_crop_pad(n, a)?,
+            "RotaryEmbedding" => self.rotary_embedding(n, a)?,
             "LpPool" => self.lp_pool(n, a)?,
             "ArgMax" | "ArgMin" => {
                 a.only(&["axis", "keepdims", "select_last_index"])?;
