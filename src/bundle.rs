@@ -13,7 +13,9 @@ use ircc_plan::bundle::{self, Bundle};
 
 use crate::gpu::plain;
 use crate::inputs::read_inputs;
-use crate::{Backend, Cli, Driver, Outcome, RunArgs, io_err};
+use ircc_core::Form;
+
+use crate::{Backend, BundleArgs, Cli, Driver, Outcome, RunArgs, io_err};
 
 /// The options of `ircc run` a bundle takes: everything else was decided
 /// when it was compiled.
@@ -70,6 +72,34 @@ pub(crate) fn misapplied_option(args: &[OsString]) -> Option<String> {
 }
 
 impl Driver {
+    /// `ircc compile MODEL -o DIR`: the bundle of the model compiled with
+    /// the pipeline, for the backend's runtime.
+    pub(crate) fn bundle_command(
+        &self,
+        args: &BundleArgs,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Outcome {
+        let mut loaded = self.load_model(&args.model)?;
+        let pipeline = &args.model.pipeline;
+        self.transform(
+            &mut loaded,
+            pipeline,
+            Some(&args.kernel),
+            Form::Pretty,
+            stderr,
+        )?;
+        let profile = pipeline.device_profile();
+        let device = args.backend.device();
+        self.emit_sources(
+            &loaded,
+            device,
+            profile.as_deref(),
+            Some(&args.output),
+            stdout,
+        )
+    }
+
     /// Runs the bundle in `args.model.file` on its inputs and writes its
     /// outputs as `ircc run` does.
     pub(crate) fn run_bundle(&self, args: &RunArgs, stdout: &mut dyn Write) -> Outcome {

@@ -39,6 +39,8 @@ pub struct Cli {
 
 #[derive(Subcommand, Debug)]
 pub enum Command {
+    /// Compile a model into a deployable bundle in DIR (spec/plan.md): the kernels' sources, plan.json and weights.safetensors, which `ircc run DIR`, or any host that follows the spec, runs.
+    Compile(BundleArgs),
     /// Run a module on inputs and write its outputs as .npy files.
     Run(RunArgs),
     /// Import an ONNX model: write its graph-dialect IR and a .safetensors file of its weights.
@@ -214,6 +216,20 @@ pub enum SearchKind {
     Genetic,
     /// Points drawn at random: the genetic search's baseline.
     Random,
+}
+
+#[derive(Args, Debug)]
+pub struct BundleArgs {
+    #[command(flatten)]
+    pub model: ModelArgs,
+    /// The folder to write the bundle to.
+    #[arg(short, long, value_name = "DIR")]
+    pub output: PathBuf,
+    /// The runtime the bundle is for: WGSL for wgpu, OpenCL C for opencl.
+    #[arg(long, value_enum, default_value = "wgpu")]
+    pub backend: DeviceBackend,
+    #[command(flatten)]
+    pub kernel: KernelArgs,
 }
 
 /// Compile a model for the GPU and time it (wall clock per run, and per
@@ -450,6 +466,7 @@ impl Cli {
             Some(Command::Stats(a)) => &a.model.pipeline,
             Some(Command::Check(a)) => &a.model.pipeline,
             Some(Command::Bench(a)) => &a.model.pipeline,
+            Some(Command::Compile(a)) => &a.model.pipeline,
             Some(Command::Tune(a)) => &a.model.pipeline,
             Some(
                 Command::Import(_)

@@ -4,8 +4,8 @@
 //! views inside it, its result's type and bytes, and the weights it reads;
 //! a layout op eliminated between kernels is a dashed box. Boxes are laid
 //! out in layers by longest path, each layer ordered by where its inputs
-//! come from; an edge spanning several layers bends out to the right so it
-//! does not cross the boxes between. The markup is also well-formed XML.
+//! come from; an edge spanning several layers runs down a lane right of
+//! the boxes between. The markup is also well-formed XML.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -22,6 +22,9 @@ const LINE: f64 = 15.0;
 const H_GAP: f64 = 40.0;
 const V_GAP: f64 = 44.0;
 const MARGIN: f64 = 20.0;
+/// Lanes for edges that skip layers, and the room between two.
+const LANES: usize = 6;
+const LANE_GAP: f64 = 10.0;
 
 #[derive(Clone, Copy, PartialEq)]
 enum Kind {
@@ -226,7 +229,9 @@ pub fn to_html(module: &Module, title: &str) -> String {
     let mut x = vec![0.0f64; nodes.len()];
     let mut y = vec![0.0f64; nodes.len()];
     let widest = rows.iter().map(Vec::len).max().unwrap_or(1) as f64;
-    let page_width = widest * (BOX_WIDTH + H_GAP) - H_GAP + 2.0 * MARGIN;
+    let boxes_width = widest * (BOX_WIDTH + H_GAP) - H_GAP + 2.0 * MARGIN;
+    // Edges that skip layers run down lanes right of the boxes they pass.
+    let page_width = boxes_width + LANES as f64 * LANE_GAP + MARGIN;
     let mut top = MARGIN;
     for row in &mut rows {
         // Each node goes under the mean position of what it reads.
@@ -240,7 +245,7 @@ pub fn to_html(module: &Module, title: &str) -> String {
         };
         row.sort_by(|a, b| centre(a).total_cmp(&centre(b)).then(a.cmp(b)));
         let width = row.len() as f64 * (BOX_WIDTH + H_GAP) - H_GAP;
-        let left = (page_width - width) / 2.0;
+        let left = (boxes_width - width) / 2.0;
         for (k, &i) in row.iter().enumerate() {
             x[i] = left + k as f64 * (BOX_WIDTH + H_GAP) + BOX_WIDTH / 2.0;
             y[i] = top;
@@ -267,13 +272,32 @@ pub fn to_html(module: &Module, title: &str) -> String {
         out,
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{page_width:.0}\" height=\"{page_height:.0}\" viewBox=\"0 0 {page_width:.0} {page_height:.0}\">\n<defs><marker id=\"arrow\" viewBox=\"0 0 10 10\" refX=\"10\" refY=\"5\" markerWidth=\"6\" markerHeight=\"6\" orient=\"auto\"><path d=\"M0,0 L10,5 L0,10 z\"/></marker></defs>"
     );
+    // The right edge of the rightmost box of each layer.
+    let right: Vec<f64> = rows
+        .iter()
+        .map(|row| {
+            row.iter()
+                .map(|&i| x[i] + BOX_WIDTH / 2.0)
+                .fold(0.0, f64::max)
+        })
+        .collect();
+    let mut long_edges = 0;
     for (i, n) in nodes.iter().enumerate() {
         for (p, ty) in &n.preds {
             let (x1, y1) = (x[*p], y[*p] + height(&nodes[*p]));
             let (x2, y2) = (x[i], y[i]);
             let path = if layer[i] - layer[*p] > 1 {
-                let out_x = x1.max(x2) + BOX_WIDTH / 2.0 + H_GAP / 2.0;
-                format!("M{x1:.1},{y1:.1} C{out_x:.1},{y1:.1} {out_x:.1},{y2:.1} {x2:.1},{y2:.1}")
+                // From the source's right side, out to a lane past every
+                // box between, down, and into the target's right side.
+                let passed = right[layer[*p]..=layer[i]]
+                    .iter()
+                    .copied()
+                    .fold(0.0, f64::max);
+                let lane = passed + LANE_GAP * (1 + long_edges % LANES) as f64;
+                long_edges += 1;
+                let (sx, sy) = (x1 + BOX_WIDTH / 2.0, y[*p] + height(&nodes[*p]) / 2.0);
+                let (tx, ty) = (x2 + BOX_WIDTH / 2.0, y2 + height(n) / 2.0);
+                format!("M{sx:.1},{sy:.1} H{lane:.1} V{ty:.1} H{tx:.1}")
             } else {
                 let mid = (y1 + y2) / 2.0;
                 format!("M{x1:.1},{y1:.1} C{x1:.1},{mid:.1} {x2:.1},{mid:.1} {x2:.1},{y2:.1}")
@@ -295,8 +319,8 @@ pub fn to_html(module: &Module, title: &str) -> String {
             height(n)
         );
         let text = |k: usize, class: &str, s: &str| {
-            let clipped: String = s.chars().take(46).collect();
-            let more = if s.chars().count() > 46 { "..." } else { "" };
+            let clipped: String = s.chars().take(42).collect();
+            let more = if s.chars().count() > 42 { "..." } else { "" };
             format!(
                 "<text class=\"{class}\" x=\"{:.1}\" y=\"{:.1}\">{}{more}<title>{}</title></text>\n",
                 left + 8.0,

@@ -38,8 +38,8 @@ use ircc_core::verify::{VerifyOptions, verify};
 use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tensor, parse_module};
 
 pub use cli::{
-    Backend, BenchArgs, CheckArgs, Cli, Command, CompileArgs, DeviceBackend, Emit, ImportArgs,
-    KernelArgs, ModelArgs, OnnxArgs, OpenClArgs, PipelineArgs, Precision, RunArgs,
+    Backend, BenchArgs, BundleArgs, CheckArgs, Cli, Command, CompileArgs, DeviceBackend, Emit,
+    ImportArgs, KernelArgs, ModelArgs, OnnxArgs, OpenClArgs, PipelineArgs, Precision, RunArgs,
     SimulateAttentionArgs, StatsArgs,
 };
 
@@ -301,6 +301,7 @@ impl Driver {
                 Some(Command::Stats(args)) => self.stats_command(args, stdout, stderr),
                 Some(Command::Check(args)) => self.check_command(args, stdout, stderr),
                 Some(Command::Bench(args)) => self.bench_command(args, stdout, stderr),
+                Some(Command::Compile(args)) => self.bundle_command(args, stdout, stderr),
                 Some(Command::Tune(args)) => self.tune_command(args, stdout, stderr),
                 Some(Command::Probe(args)) => probe::probe_command(args, stdout, stderr),
                 Some(Command::SimulateAttention(args)) => {

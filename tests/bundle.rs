@@ -17,6 +17,7 @@ const SWIN: &str = "tests/models/swin_t_w24_dynamo.onnx";
 fn bundle(model: &str, dir: &Path, extra: &[&str]) {
     let model = root().join(model);
     let mut args = vec![
+        "compile",
         model.to_str().unwrap(),
         "--pipeline",
         "smartmem",
@@ -56,10 +57,10 @@ fn plans_follow_the_checked_in_schema() {
     let validator = jsonschema::validator_for(&schema).expect("the schema is a valid schema");
     let scratch = scratch_dir("bundle-schema");
     let cases: [(&str, &[&str]); 4] = [
-        (BERT, &["--emit", "wgsl"]),
-        (SWIN, &["--emit", "wgsl"]),
-        (SWIN, &["--emit", "wgsl", "--precision", "f16"]),
-        (SWIN, &["--emit", "opencl"]),
+        (BERT, &[]),
+        (SWIN, &[]),
+        (SWIN, &["--precision", "f16"]),
+        (SWIN, &["--backend", "opencl"]),
     ];
     let mut kinds = std::collections::BTreeSet::new();
     for (i, (model, extra)) in cases.iter().enumerate() {
@@ -117,12 +118,24 @@ fn plans_follow_the_checked_in_schema() {
     assert!(!validator.is_valid(&p), "texels on an input");
 }
 
+/// Twice the same bundle, byte for byte: from `ircc compile` and from
+/// `--emit wgsl -o DIR`, which writes the same.
 #[test]
 fn a_bundle_is_written_byte_for_byte_the_same_twice() {
     let scratch = scratch_dir("bundle-deterministic");
     let (a, b) = (scratch.join("a"), scratch.join("b"));
-    bundle(SWIN, &a, &["--emit", "wgsl"]);
-    bundle(SWIN, &b, &["--emit", "wgsl"]);
+    bundle(SWIN, &a, &[]);
+    let model = root().join(SWIN);
+    let out = ircc(&[
+        model.to_str().unwrap(),
+        "--pipeline",
+        "smartmem",
+        "--emit",
+        "wgsl",
+        "-o",
+        b.to_str().unwrap(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
     let (fa, fb) = (files(&a), files(&b));
     assert!(fa.iter().any(|(f, _)| f == "weights.safetensors"));
     assert_eq!(fa.len(), fb.len());
@@ -134,10 +147,10 @@ fn a_bundle_is_written_byte_for_byte_the_same_twice() {
 
 /// `ircc run DIR` on a bundle gives what `ircc run MODEL --backend B`
 /// gives, bit for bit: the same kernels on the same device.
-fn bundle_runs_as_the_model(emit: &str, backend: &str) {
-    let scratch = scratch_dir(&format!("bundle-run-{emit}"));
+fn bundle_runs_as_the_model(backend: &str) {
+    let scratch = scratch_dir(&format!("bundle-run-{backend}"));
     let dir = scratch.join("bundle");
-    bundle(SWIN, &dir, &["--emit", emit]);
+    bundle(SWIN, &dir, &["--backend", backend]);
     let input = root().join("tests/models/swin_t_w24_dynamo.input.npy");
     let input = input.to_str().unwrap();
     let (by_bundle, by_model) = (scratch.join("o1"), scratch.join("o2"));
@@ -179,14 +192,14 @@ fn bundle_runs_as_the_model(emit: &str, backend: &str) {
 #[test]
 fn a_wgsl_bundle_runs_as_the_model_does() {
     if common::gpu_available() {
-        bundle_runs_as_the_model("wgsl", "wgpu");
+        bundle_runs_as_the_model("wgpu");
     }
 }
 
 #[test]
 fn an_opencl_bundle_runs_as_the_model_does() {
     if common::opencl_available() {
-        bundle_runs_as_the_model("opencl", "opencl");
+        bundle_runs_as_the_model("opencl");
     }
 }
 
@@ -194,7 +207,7 @@ fn an_opencl_bundle_runs_as_the_model_does() {
 fn damaged(name: &str, damage: impl FnOnce(&Path, &mut Value)) -> (common::Scratch, PathBuf) {
     let scratch = scratch_dir(&format!("bundle-damaged-{name}"));
     let dir = scratch.join("bundle");
-    bundle(BERT, &dir, &["--emit", "wgsl"]);
+    bundle(BERT, &dir, &[]);
     let mut p = plan(&dir);
     damage(&dir, &mut p);
     std::fs::write(dir.join("plan.json"), p.to_string()).unwrap();
@@ -325,7 +338,7 @@ fn a_damaged_or_hostile_bundle_is_refused_with_what_is_wrong() {
             Box::new(|dir, p| {
                 // The weights written at f16 for a plan that says f32.
                 let f16 = dir.with_file_name("f16");
-                bundle(BERT, &f16, &["--emit", "wgsl", "--precision", "f16"]);
+                bundle(BERT, &f16, &["--precision", "f16"]);
                 std::fs::copy(
                     f16.join("weights.safetensors"),
                     dir.join("weights.safetensors"),

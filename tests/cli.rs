@@ -404,6 +404,18 @@ fn options_that_would_do_nothing_are_refused() {
         1,
         &["--input-shape fixes an ONNX model's symbolic dimensions"],
     );
+    let bert = common::root().join("tests/models/bert_l2_w64.onnx");
+    refused(
+        &[bert.to_str().unwrap(), "--input-shape", "nosuch=1x2"],
+        1,
+        &["--input-shape names 'nosuch', which is not an input of the model (inputs: input)"],
+    );
+    // Textures are chosen by the pipeline's layout passes; the flag is gone.
+    refused(
+        &[&example, "--textures"],
+        2,
+        &["unexpected argument '--textures'"],
+    );
     refused(
         &["rn", &example],
         2,
@@ -428,6 +440,22 @@ fn options_that_would_do_nothing_are_refused() {
         2,
         &["invalid value 'reference'", "wgpu, opencl"],
     );
+    // kernel.lower, which --emit wgsl appends, can be printed after.
+    let out = ircc(&[
+        &example,
+        "--pipeline",
+        "smartmem",
+        "--emit",
+        "wgsl",
+        "--print-ir-after",
+        "kernel.lower",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .starts_with("// -----// IR Dump After kernel.lower //----- //")
+    );
+    assert!(out.stderr.contains("kernel.func"), "{}", out.stderr);
     // A command spelt right keeps clap's own message.
     refused(&["run", &example], 2, &["--output-dir"]);
     // A path named like a command is still read as a file.

@@ -137,3 +137,41 @@ fn names_with_markup_stay_text() {
     assert!(texts.contains(&"input a<&\"b\u{FFFD}c>"), "{texts:?}");
     assert!(texts.contains(&"return out</svg>"), "{texts:?}");
 }
+
+/// A real browser (headless Chromium, which `.ci/run` installs) opens the
+/// page and finds every kernel's box in the SVG it parsed.
+#[test]
+fn a_headless_browser_opens_the_page() {
+    let scratch = common::scratch_dir("html-browser");
+    let file = scratch.join("swin.html");
+    std::fs::write(&file, page(SWIN)).unwrap();
+    let dom = std::process::Command::new("chromium")
+        .args(["--headless", "--no-sandbox", "--disable-gpu", "--dump-dom"])
+        .arg(format!("file://{}", file.display()))
+        .output();
+    let dom = match dom {
+        Ok(out) if out.status.success() => String::from_utf8_lossy(&out.stdout).into_owned(),
+        other => {
+            assert!(
+                std::env::var_os("IRCC_REQUIRE_BROWSER").is_none(),
+                "IRCC_REQUIRE_BROWSER is set but chromium does not run: {other:?}"
+            );
+            eprintln!("browser: 0 passed, 0 failed, 1 skipped (no chromium)");
+            return;
+        }
+    };
+    let model = root().join(SWIN);
+    let stats = ircc(&[
+        "stats",
+        model.to_str().unwrap(),
+        "--pipeline",
+        "smartmem",
+        "--json",
+    ]);
+    let stats: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
+    assert!(dom.contains("<svg"), "the browser did not parse the SVG");
+    assert_eq!(
+        dom.matches("<g class=\"kernel\">").count() as u64,
+        stats["kernels"].as_u64().unwrap()
+    );
+}

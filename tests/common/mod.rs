@@ -15,18 +15,58 @@ pub struct Output {
     pub stderr: String,
 }
 
-/// Runs the `ircc` command line in-process.
+/// Runs the `ircc` command line in-process. A bundle it writes (`ircc
+/// compile`, `--emit wgsl|opencl -o DIR`) has its plan.json checked
+/// against `spec/plan.schema.json`, so every plan the tests write is.
 pub fn ircc(args: &[&str]) -> Output {
     let driver = ircc::Driver::new().expect("the stock driver builds");
     let mut argv = vec!["ircc"];
     argv.extend_from_slice(args);
     let (mut out, mut err) = (Vec::new(), Vec::new());
     let code = driver.run_cli(argv, &mut out, &mut err);
+    if code == 0 {
+        check_written_plan(args);
+    }
     Output {
         code,
         stdout: String::from_utf8_lossy(&out).into_owned(),
         stderr: String::from_utf8_lossy(&err).into_owned(),
     }
+}
+
+/// Fails unless the plan.json of the bundle `args` wrote, if any, follows
+/// the JSON Schema.
+fn check_written_plan(args: &[&str]) {
+    static SCHEMA: std::sync::OnceLock<jsonschema::Validator> = std::sync::OnceLock::new();
+    let writes_bundle = args.first() == Some(&"compile")
+        || args
+            .windows(2)
+            .any(|w| w[0] == "--emit" && matches!(w[1], "wgsl" | "opencl"));
+    let Some(dir) = args
+        .windows(2)
+        .find(|w| matches!(w[0], "-o" | "--output"))
+        .map(|w| Path::new(w[1]))
+        .filter(|_| writes_bundle)
+    else {
+        return;
+    };
+    let plan: serde_json::Value = serde_json::from_str(
+        &std::fs::read_to_string(dir.join("plan.json")).expect("the bundle's plan.json"),
+    )
+    .expect("plan.json is JSON");
+    let validator = SCHEMA.get_or_init(|| {
+        let schema = std::fs::read_to_string(root().join("spec/plan.schema.json")).unwrap();
+        jsonschema::validator_for(&serde_json::from_str(&schema).unwrap()).expect("a schema")
+    });
+    let errors: Vec<String> = validator
+        .iter_errors(&plan)
+        .map(|e| format!("{}: {e}", e.instance_path()))
+        .collect();
+    assert!(
+        errors.is_empty(),
+        "{} breaks the schema: {errors:#?}",
+        dir.display()
+    );
 }
 
 /// The repository root (the root package's directory).

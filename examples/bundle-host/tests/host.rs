@@ -11,6 +11,31 @@ fn models() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../../tests/models")
 }
 
+/// Compiles `model` (in tests/models) with smartmem into the bundle `dir`
+/// with `ircc compile`, and checks its plan.json against the schema.
+fn compile(model: &str, dir: &Path) {
+    let onnx = models().join(format!("{model}.onnx"));
+    let (code, text) = ircc(&[
+        "compile",
+        onnx.to_str().unwrap(),
+        "--pipeline",
+        "smartmem",
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    assert_eq!(code, 0, "{text}");
+    let schema = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../spec/plan.schema.json");
+    let schema: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(schema).unwrap()).unwrap();
+    let plan: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("plan.json")).unwrap()).unwrap();
+    let validator = jsonschema::validator_for(&schema).expect("a schema");
+    assert!(
+        validator.is_valid(&plan),
+        "{model}: plan.json breaks the schema"
+    );
+}
+
 /// ircc's command line, in this process.
 fn ircc(args: &[&str]) -> (i32, String) {
     let driver = ircc::Driver::new().expect("the built-in passes load");
@@ -68,22 +93,12 @@ fn input_of(model: &str, bundle: &Path) -> HashMap<String, Data> {
     HashMap::from([(name, data)])
 }
 
-/// Compiles `model` into a bundle with smartmem, runs it with this host
+/// Compiles `model` into a bundle with `ircc compile`, runs it with this host
 /// and with `ircc run DIR`, and compares both with the reference output.
 fn host_matches_ircc(model: &str, kind: &str) {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let bundle = dir.path().join("bundle");
-    let onnx = models().join(format!("{model}.onnx"));
-    let (code, text) = ircc(&[
-        onnx.to_str().unwrap(),
-        "--pipeline",
-        "smartmem",
-        "--emit",
-        "wgsl",
-        "-o",
-        bundle.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{text}");
+    compile(model, &bundle);
 
     let plan: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(bundle.join("plan.json")).unwrap()).unwrap();
@@ -153,17 +168,7 @@ fn runs_a_bundle_with_fused_attention_as_ircc_does() {
 fn refuses_a_damaged_bundle() {
     let dir = tempfile::tempdir().expect("a temporary folder");
     let bundle = dir.path().join("bundle");
-    let onnx = models().join("swin_t_w24_dynamo.onnx");
-    let (code, text) = ircc(&[
-        onnx.to_str().unwrap(),
-        "--pipeline",
-        "smartmem",
-        "--emit",
-        "wgsl",
-        "-o",
-        bundle.to_str().unwrap(),
-    ]);
-    assert_eq!(code, 0, "{text}");
+    compile("swin_t_w24_dynamo", &bundle);
     let original = std::fs::read_to_string(bundle.join("plan.json")).unwrap();
     let input = input_of("swin_t_w24_dynamo", &bundle);
     std::os::unix::fs::symlink("/etc/hostname", bundle.join("outside.wgsl")).unwrap();
