@@ -1,5 +1,6 @@
-//! `ircc run DIR`: running a bundle that `--emit wgsl|opencl -o DIR` wrote
-//! (`spec/plan.md`), on the device its sources are for.
+//! Bundles (`spec/plan.md`): `ircc compile MODEL -o DIR` writes one (as
+//! `--emit wgsl|opencl -o DIR` does), and `ircc run DIR` runs one on the
+//! device its sources are for.
 
 use std::ffi::OsString;
 use std::io::Write;
@@ -7,13 +8,12 @@ use std::path::Path;
 
 use clap::CommandFactory;
 use clap::parser::ValueSource;
-use ircc_core::Diagnostic;
+use ircc_core::{Diagnostic, Form};
 use ircc_plan::Language;
 use ircc_plan::bundle::{self, Bundle};
 
 use crate::gpu::plain;
 use crate::inputs::read_inputs;
-use ircc_core::Form;
 
 use crate::{Backend, BundleArgs, Cli, Driver, Outcome, RunArgs, io_err};
 

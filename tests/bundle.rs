@@ -203,6 +203,23 @@ fn an_opencl_bundle_runs_as_the_model_does() {
     }
 }
 
+/// Writes `ir` as a file in `scratch` and compiles it into the bundle
+/// `scratch/bundle` with `--emit LANGUAGE -o`: the IR file, the folder
+/// and ircc's output.
+fn ir_bundle(scratch: &Path, ir: &str, language: &str) -> (PathBuf, PathBuf, common::Output) {
+    let file = scratch.join("m.ir");
+    std::fs::write(&file, ir).unwrap();
+    let dir = scratch.join("bundle");
+    let out = ircc(&[
+        file.to_str().unwrap(),
+        "--emit",
+        language,
+        "-o",
+        dir.to_str().unwrap(),
+    ]);
+    (file, dir, out)
+}
+
 /// The BERT bundle, written once, copied for each damage done to it.
 fn damaged(name: &str, damage: impl FnOnce(&Path, &mut Value)) -> (common::Scratch, PathBuf) {
     let scratch = scratch_dir(&format!("bundle-damaged-{name}"));
@@ -388,20 +405,11 @@ fn options_fixed_when_compiling_are_errors_with_a_bundle() {
 fn a_bundle_needs_every_weight() {
     // IR naming a weight that no file holds cannot make a bundle.
     let scratch = scratch_dir("bundle-no-weights");
-    let ir = scratch.join("m.ir");
-    std::fs::write(
-        &ir,
+    let (_, dir, out) = ir_bundle(
+        &scratch,
         "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  %w = graph.param {name = \"w\"} : () -> tensor<4xf32>\n  %y = graph.add %x, %w : tensor<4xf32>, tensor<4xf32> -> tensor<4xf32>\n  func.return %y : tensor<4xf32>\n}\n",
-    )
-    .unwrap();
-    let dir = scratch.join("bundle");
-    let out = ircc(&[
-        ir.to_str().unwrap(),
-        "--emit",
         "wgsl",
-        "-o",
-        dir.to_str().unwrap(),
-    ]);
+    );
     assert_eq!(out.code, 1, "{}", out.stderr);
     assert!(
         out.stderr.contains("weight 'w' is not available"),
@@ -419,20 +427,11 @@ fn dispatches_sharing_a_shader_file_each_run_it() {
         return;
     }
     let scratch = scratch_dir("bundle-shared-shader");
-    let ir = scratch.join("e.ir");
-    std::fs::write(
-        &ir,
+    let (ir, dir, out) = ir_bundle(
+        &scratch,
         "func.func @main(%x: tensor<64xf32>) -> tensor<64xf32> {\n  %a = graph.exp %x : tensor<64xf32> -> tensor<64xf32>\n  %b = graph.exp %a : tensor<64xf32> -> tensor<64xf32>\n  %c = graph.exp %b : tensor<64xf32> -> tensor<64xf32>\n  func.return %c : tensor<64xf32>\n}\n",
-    )
-    .unwrap();
-    let dir = scratch.join("bundle");
-    let out = ircc(&[
-        ir.to_str().unwrap(),
-        "--emit",
         "wgsl",
-        "-o",
-        dir.to_str().unwrap(),
-    ]);
+    );
     assert_eq!(out.code, 0, "{}", out.stderr);
     // The second and third kernels read and write the pool alike: the
     // third dispatch takes the second's file, and its own goes.
@@ -473,27 +472,18 @@ fn a_bundle_without_dispatches_runs() {
         return;
     }
     let scratch = scratch_dir("bundle-empty");
-    let ir = scratch.join("id.ir");
-    std::fs::write(
-        &ir,
+    let (_, dir, out) = ir_bundle(
+        &scratch,
         "func.func @main(%x: tensor<4xf32>) -> tensor<4xf32> {\n  func.return %x : tensor<4xf32>\n}\n",
-    )
-    .unwrap();
+        "opencl",
+    );
+    assert_eq!(out.code, 0, "{}", out.stderr);
     let x = ircc_core::Tensor::float(
         ircc_core::ElemType::F32,
         ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[4]), vec![1.0, -2.0, 3.5, 0.0]).unwrap(),
     );
     let input = scratch.join("x.npy");
     ircc_reference::write_npy(&input, &x).unwrap();
-    let dir = scratch.join("bundle");
-    let out = ircc(&[
-        ir.to_str().unwrap(),
-        "--emit",
-        "opencl",
-        "-o",
-        dir.to_str().unwrap(),
-    ]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
     let mut p = plan(&dir);
     p["dispatches"] = serde_json::json!([]);
     p["outputs"] = p["inputs"].clone();

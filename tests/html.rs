@@ -23,6 +23,20 @@ fn page(model: &str) -> String {
     out.stdout
 }
 
+/// The kernels `ircc stats` counts in `model` under smartmem.
+fn kernels_counted(model: &str) -> u64 {
+    let model = root().join(model);
+    let stats = ircc(&[
+        "stats",
+        model.to_str().unwrap(),
+        "--pipeline",
+        "smartmem",
+        "--json",
+    ]);
+    let stats: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
+    stats["kernels"].as_u64().unwrap()
+}
+
 fn number(node: roxmltree::Node, attr: &str) -> f64 {
     node.attribute(attr).unwrap().parse().unwrap()
 }
@@ -32,29 +46,18 @@ fn the_page_draws_every_kernel_and_eliminated_layout_op_of_swin() {
     let html = page(SWIN);
     let doc = roxmltree::Document::parse(html.trim_start_matches("<!DOCTYPE html>\n"))
         .expect("the page is well-formed XML");
-    let model = root().join(SWIN);
-    let stats = ircc(&[
-        "stats",
-        model.to_str().unwrap(),
-        "--pipeline",
-        "smartmem",
-        "--json",
-    ]);
-    let stats: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
     let boxes = |class: &str| {
         doc.descendants()
             .filter(|n| n.has_tag_name("g") && n.attribute("class") == Some(class))
             .collect::<Vec<_>>()
     };
-    assert_eq!(
-        boxes("kernel").len() as u64,
-        stats["kernels"].as_u64().unwrap()
-    );
+    assert_eq!(boxes("kernel").len() as u64, kernels_counted(SWIN));
     assert_eq!(boxes("input").len(), 1);
     assert_eq!(boxes("output").len(), 1);
 
     // Every index view of the compiled IR is drawn: a dashed box between
     // kernels, or a line marked ~ inside one.
+    let model = root().join(SWIN);
     let ir = ircc(&[model.to_str().unwrap(), "--pipeline", "smartmem"]).stdout;
     let views_in_ir = ir.matches(" = index.").count();
     let marked = doc
@@ -160,18 +163,9 @@ fn a_headless_browser_opens_the_page() {
             return;
         }
     };
-    let model = root().join(SWIN);
-    let stats = ircc(&[
-        "stats",
-        model.to_str().unwrap(),
-        "--pipeline",
-        "smartmem",
-        "--json",
-    ]);
-    let stats: serde_json::Value = serde_json::from_str(&stats.stdout).unwrap();
     assert!(dom.contains("<svg"), "the browser did not parse the SVG");
     assert_eq!(
         dom.matches("<g class=\"kernel\">").count() as u64,
-        stats["kernels"].as_u64().unwrap()
+        kernels_counted(SWIN)
     );
 }

@@ -10,7 +10,7 @@ use ndarray::{ArrayD, IxDyn};
 
 use crate::attrs::Attrs;
 use crate::import::{Importer, Val, i64s};
-use crate::ops::{attrs, ints_attr, rank_axis, window_pads};
+use crate::ops::{attrs, ints_attr, rank_axis, window_attrs};
 use crate::proto::NodeProto;
 use crate::{ImportError, Result};
 
@@ -261,23 +261,10 @@ impl Importer<'_> {
             "strides",
         ])?;
         let x = self.required(n, 0)?;
-        let xt = self.type_of(&x);
-        let kernel = a
-            .ints("kernel_shape")
-            .ok_or_else(|| ImportError::invalid("missing kernel_shape"))?;
-        let spatial = kernel.len();
-        let strides = a.ints("strides").unwrap_or_else(|| vec![1; spatial]);
-        let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; spatial]);
-        let pads = window_pads(a, &xt.shape, &kernel, &strides, &dilations)?;
-        let size: i64 = kernel.iter().product();
-        let at = attrs(vec![
-            ("kernel_shape", ints_attr(kernel)),
-            ("strides", ints_attr(strides)),
-            ("pads", ints_attr(pads)),
-            ("dilations", ints_attr(dilations)),
-            ("ceil_mode", Attribute::i64(a.i("ceil_mode", 0))),
-            ("count_include_pad", Attribute::i64(1)),
-        ]);
+        let mut at = window_attrs(a, &self.type_of(&x).shape)?;
+        // Padding holds zeros, which add nothing to a window's sum.
+        at.insert("count_include_pad".into(), Attribute::i64(1));
+        let size: i64 = a.ints("kernel_shape").unwrap_or_default().iter().product();
         let p = a.i("p", 2);
         let powered = match p {
             1 => self.un(GraphOp::Abs, x.clone())?,

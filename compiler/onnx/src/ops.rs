@@ -25,7 +25,26 @@ pub(crate) fn attrs(pairs: Vec<(&str, Attribute)>) -> Attributes {
 
 /// The pads of a convolution or pool window over an input of `shape`
 /// (batch and channel first): from `auto_pad`, else `pads`, else none.
-pub(crate) fn window_pads(
+/// A pool's window: `kernel_shape`, `strides`, `pads` (from `auto_pad`
+/// where set), `dilations` and `ceil_mode`, over an input of `shape`.
+pub(crate) fn window_attrs(a: &Attrs, shape: &[i64]) -> Result<Attributes> {
+    let kernel = a
+        .ints("kernel_shape")
+        .ok_or_else(|| ImportError::invalid("missing kernel_shape"))?;
+    let spatial = kernel.len();
+    let strides = a.ints("strides").unwrap_or_else(|| vec![1; spatial]);
+    let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; spatial]);
+    let pads = window_pads(a, shape, &kernel, &strides, &dilations)?;
+    Ok(attrs(vec![
+        ("kernel_shape", ints_attr(kernel)),
+        ("strides", ints_attr(strides)),
+        ("pads", ints_attr(pads)),
+        ("dilations", ints_attr(dilations)),
+        ("ceil_mode", Attribute::i64(a.i("ceil_mode", 0))),
+    ]))
+}
+
+fn window_pads(
     a: &Attrs,
     shape: &[i64],
     kernel: &[i64],
@@ -824,21 +843,7 @@ impl Importer<'_> {
             return Err(ImportError::unsupported("storage_order 1 is not supported"));
         }
         let x = self.required(n, 0)?;
-        let xt = self.type_of(&x);
-        let kernel = a
-            .ints("kernel_shape")
-            .ok_or_else(|| ImportError::invalid("missing kernel_shape"))?;
-        let spatial = kernel.len();
-        let strides = a.ints("strides").unwrap_or_else(|| vec![1; spatial]);
-        let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; spatial]);
-        let pads = window_pads(a, &xt.shape, &kernel, &strides, &dilations)?;
-        let mut at = attrs(vec![
-            ("kernel_shape", ints_attr(kernel)),
-            ("strides", ints_attr(strides)),
-            ("pads", ints_attr(pads)),
-            ("dilations", ints_attr(dilations)),
-            ("ceil_mode", Attribute::i64(a.i("ceil_mode", 0))),
-        ]);
+        let mut at = window_attrs(a, &self.type_of(&x).shape)?;
         let name = if n.op_type == "MaxPool" {
             GraphOp::MaxPool
         } else {
