@@ -11,6 +11,7 @@
 mod attention;
 mod attrs;
 mod composite;
+mod einsum;
 mod fold;
 mod import;
 mod loss;

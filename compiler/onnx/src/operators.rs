@@ -77,6 +77,7 @@ pub const OPERATORS: &[Operator] = &[
     op("DepthToSpace", 1, Kernels),
     op("Div", 1, Kernels),
     op("Dropout", 1, Kernels),
+    op("Einsum", 12, Kernels),
     op("Elu", 1, Kernels),
     op("Equal", 1, Kernels),
     op("Erf", 9, Kernels),

@@ -372,6 +372,7 @@ impl Importer<'_> {
             "TopK" => self.top_k(n, a)?,
             "CenterCropPad" => self.center_crop_pad(n, a)?,
             "RotaryEmbedding" => self.rotary_embedding(n, a)?,
+            "Einsum" => self.einsum(n, a)?,
             "LpPool" => self.lp_pool(n, a)?,
             "ArgMax" | "ArgMin" => {
                 a.only(&["axis", "keepdims", "select_last_index"])?;
@@ -942,8 +943,21 @@ impl Importer<'_> {
                 let s = self.emit(GraphOp::ReduceSum, e, at, 1)?;
                 one(GraphOp::Log, self, s)
             }
+            // Any and all: on 0.0 and 1.0, whose empty max (min) is -inf
+            // (+inf), so an empty any is false and an empty all true.
+            "ReduceMax" | "ReduceMin" if elem == ElemType::I1 => {
+                let values = self.cast(x, ElemType::F32)?;
+                let name = if n.op_type == "ReduceMax" {
+                    GraphOp::ReduceMax
+                } else {
+                    GraphOp::ReduceMin
+                };
+                let reduced = self.emit(name, vec![values], at, 1)?.remove(0);
+                let half = Val::constant(fold::scalar(0.5, ElemType::F32));
+                Ok(vec![self.bin(GraphOp::Greater, reduced, half)?])
+            }
             _ if !elem.is_float() && !elem.is_int() => Err(ImportError::unsupported(
-                "reductions of booleans are not supported",
+                "reductions of booleans other than ReduceMax and ReduceMin are not supported",
             )),
             _ => {
                 let name = match n.op_type.as_str() {
