@@ -188,3 +188,10 @@ fn attention_templates_match_the_interpreter_on_wgpu() {
         common::assert_template_matches(case, &backend);
     }
 }
+
+#[test]
+fn integer_reductions_match_the_interpreter_on_wgpu() {
+    if common::gpu_available() {
+        common::integer_reductions_match("wgpu");
+    }
+}

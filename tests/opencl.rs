@@ -288,3 +288,10 @@ fn attention_templates_match_the_interpreter_on_opencl() {
         common::assert_template_matches(case, &backend);
     }
 }
+
+#[test]
+fn integer_reductions_match_the_interpreter_on_opencl() {
+    if common::opencl_available() {
+        common::integer_reductions_match("opencl");
+    }
+}

@@ -422,3 +422,67 @@ pub fn assert_template_matches(case: &TemplateCase, backend: &[&str]) {
         );
     }
 }
+
+/// `tests/ir/kernel/reduce_int.ir` on `backend` gives the interpreter's
+/// integers exactly: rows whose max is negative and whose min is
+/// positive, which a wrong starting value would change.
+pub fn integer_reductions_match(backend: &str) {
+    let dir = scratch_dir("reduce-int");
+    let rows: Vec<i64> = vec![
+        -5,
+        -3,
+        -9,
+        -1,
+        -7,
+        -2, // max -1
+        4,
+        8,
+        6,
+        9,
+        5,
+        7, // min 4
+        0,
+        0,
+        0,
+        0,
+        0,
+        0, //
+        -2147483648,
+        2147483647,
+        3,
+        -3,
+        1,
+        -1,
+    ];
+    let x = ircc_core::Tensor::int(
+        ircc_core::ElemType::I32,
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[4, 6]), rows).unwrap(),
+    );
+    let input = dir.join("x.npy");
+    ircc_reference::write_npy(&input, &x).unwrap();
+    let file = root().join("tests/ir/kernel/reduce_int.ir");
+    let run = |out: &str, extra: &[&str]| {
+        let out = dir.join(out);
+        let mut args = vec![
+            "run",
+            file.to_str().unwrap(),
+            "--input",
+            input.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        let r = ircc(&args);
+        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        (0..2)
+            .map(|i| ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let want = run("want", &[]);
+    let got = run("got", &["--pipeline", "smartmem", "--backend", backend]);
+    assert_eq!(got, want, "{backend}");
+    assert_eq!(
+        want[0].to_i64().iter().copied().collect::<Vec<_>>(),
+        vec![-1, 9, 0, 2147483647]
+    );
+}

@@ -116,6 +116,10 @@ impl Language for OpenCl {
     }
 
     fn int(&self, c: i64) -> String {
+        // C negates a literal after reading it, and 2147483648 is a long.
+        if c == i64::from(i32::MIN) {
+            return "(-2147483647 - 1)".to_string();
+        }
         c.to_string()
     }
 

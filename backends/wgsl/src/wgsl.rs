@@ -124,6 +124,11 @@ impl Language for Wgsl {
     }
 
     fn int(&self, c: i64) -> String {
+        // WGSL negates a literal after reading it, and 2147483648i is
+        // not an i32.
+        if c == i64::from(i32::MIN) {
+            return "(-2147483647i - 1i)".to_string();
+        }
         format!("{c}i")
     }
 

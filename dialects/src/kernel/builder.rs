@@ -212,11 +212,17 @@ impl<'m> FuncBuilder<'m> {
     }
 
     /// A scalar constant of `elem` (an integer type truncates `value`).
+    /// A scalar constant of `elem`. An integer saturates to the type's
+    /// range, so a reduction's ±infinity starts an integer max or min at
+    /// the type's least or greatest value.
     pub fn constant(&mut self, value: f64, elem: ElemType) -> ValueId {
         let attr = match elem {
             ElemType::I1 => Attribute::Bool(value != 0.0),
             e if e.is_float() => Attribute::Float(value, Type::Scalar(e)),
-            e => Attribute::Int(value as i64, Type::Scalar(e)),
+            e => {
+                let (lo, hi) = e.int_range();
+                Attribute::Int((value as i64).clamp(lo, hi), Type::Scalar(e))
+            }
         };
         self.op1(
             OpBuilder::new(KernelOp::Constant.name())
