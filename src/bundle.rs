@@ -107,7 +107,7 @@ impl Driver {
         let bundle = self
             .phase("read the bundle", || bundle::read(dir))
             .map_err(|e| plain(format!("bundle {}: {e}", dir.display())))?;
-        let language = bundle.language();
+        let language = bundle.language;
         let expected = match language {
             Language::Wgsl => Backend::Wgpu,
             Language::Opencl => Backend::Opencl,
@@ -157,7 +157,7 @@ fn run(
     cl_options: &str,
     inputs: &[ircc_core::Tensor],
 ) -> Result<Vec<ircc_core::Tensor>, String> {
-    match bundle.language() {
+    match bundle.language {
         #[cfg(feature = "wgpu")]
         Language::Wgsl => ircc_wgsl::Session::from_bundle(bundle)?.run(inputs),
         #[cfg(feature = "opencl")]
@@ -166,6 +166,7 @@ fn run(
                 plan,
                 weights,
                 output_elems,
+                ..
             } = bundle;
             let weight = |name: &str| bundle::weight_named(&weights, name);
             ircc_opencl::Session::new(plan, output_elems, &weight, cl_options)?.run(inputs)

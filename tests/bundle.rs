@@ -29,6 +29,31 @@ fn bundle(model: &str, dir: &Path, extra: &[&str]) {
     assert_eq!(out.code, 0, "{}", out.stderr);
 }
 
+/// `ircc run FILE --input INPUT --output-dir OUT EXTRA...`.
+fn run(file: &Path, input: &Path, out: &Path, extra: &[&str]) -> common::Output {
+    let mut args = vec![
+        "run",
+        file.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    ircc(&args)
+}
+
+/// An f32 input of `shape` holding `values`, written as `scratch/x.npy`.
+fn f32_input(scratch: &Path, values: Vec<f64>, shape: &[usize]) -> PathBuf {
+    let x = ircc_core::Tensor::float(
+        ircc_core::ElemType::F32,
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), values).unwrap(),
+    );
+    let input = scratch.join("x.npy");
+    ircc_reference::write_npy(&input, &x).unwrap();
+    input
+}
+
 fn plan(dir: &Path) -> Value {
     serde_json::from_str(&std::fs::read_to_string(dir.join("plan.json")).unwrap()).unwrap()
 }
@@ -152,30 +177,11 @@ fn bundle_runs_as_the_model(backend: &str) {
     let dir = scratch.join("bundle");
     bundle(SWIN, &dir, &["--backend", backend]);
     let input = root().join("tests/models/swin_t_w24_dynamo.input.npy");
-    let input = input.to_str().unwrap();
     let (by_bundle, by_model) = (scratch.join("o1"), scratch.join("o2"));
-    let out = ircc(&[
-        "run",
-        dir.to_str().unwrap(),
-        "--input",
-        input,
-        "--output-dir",
-        by_bundle.to_str().unwrap(),
-    ]);
+    let out = run(&dir, &input, &by_bundle, &[]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let model = root().join(SWIN);
-    let out = ircc(&[
-        "run",
-        model.to_str().unwrap(),
-        "--pipeline",
-        "smartmem",
-        "--backend",
-        backend,
-        "--input",
-        input,
-        "--output-dir",
-        by_model.to_str().unwrap(),
-    ]);
+    let model_args = ["--pipeline", "smartmem", "--backend", backend];
+    let out = run(&root().join(SWIN), &input, &by_model, &model_args);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let names = common::files_under(&by_model);
     assert_eq!(common::files_under(&by_bundle), names);
@@ -234,16 +240,7 @@ fn damaged(name: &str, damage: impl FnOnce(&Path, &mut Value)) -> (common::Scrat
 fn run_fails(dir: &Path, extra: &[&str], expected: &str, code: i32) {
     let input = root().join("tests/models/bert_l2_w64.input.npy");
     let out_dir = dir.with_file_name("out");
-    let mut args = vec![
-        "run",
-        dir.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--output-dir",
-        out_dir.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    let out = ircc(&args);
+    let out = run(dir, &input, &out_dir, extra);
     assert_eq!(out.code, code, "{}", out.stderr);
     assert!(
         out.stderr.contains(expected),
@@ -441,22 +438,11 @@ fn dispatches_sharing_a_shader_file_each_run_it() {
     p["dispatches"][2]["shader"] = second;
     std::fs::write(dir.join("plan.json"), p.to_string()).unwrap();
     std::fs::remove_file(dir.join(third)).unwrap();
-    let x = ircc_core::Tensor::float(
-        ircc_core::ElemType::F32,
-        ndarray::ArrayD::from_shape_fn(ndarray::IxDyn(&[64]), |i| i[0] as f64 / 64.0 - 0.5),
-    );
-    let input = scratch.join("x.npy");
-    ircc_reference::write_npy(&input, &x).unwrap();
+    let values = (0..64).map(|i| i as f64 / 64.0 - 0.5).collect();
+    let input = f32_input(&scratch, values, &[64]);
     let (by_bundle, by_ir) = (scratch.join("o1"), scratch.join("o2"));
     for (file, out_dir) in [(&dir, &by_bundle), (&ir, &by_ir)] {
-        let out = ircc(&[
-            "run",
-            file.to_str().unwrap(),
-            "--input",
-            input.to_str().unwrap(),
-            "--output-dir",
-            out_dir.to_str().unwrap(),
-        ]);
+        let out = run(file, &input, out_dir, &[]);
         assert_eq!(out.code, 0, "{}", out.stderr);
     }
     let diff = common::max_relative(&by_bundle.join("result0.npy"), &by_ir.join("result0.npy"));
@@ -478,25 +464,13 @@ fn a_bundle_without_dispatches_runs() {
         "opencl",
     );
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let x = ircc_core::Tensor::float(
-        ircc_core::ElemType::F32,
-        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[4]), vec![1.0, -2.0, 3.5, 0.0]).unwrap(),
-    );
-    let input = scratch.join("x.npy");
-    ircc_reference::write_npy(&input, &x).unwrap();
+    let input = f32_input(&scratch, vec![1.0, -2.0, 3.5, 0.0], &[4]);
     let mut p = plan(&dir);
     p["dispatches"] = serde_json::json!([]);
     p["outputs"] = p["inputs"].clone();
     std::fs::write(dir.join("plan.json"), p.to_string()).unwrap();
     let out_dir = scratch.join("out");
-    let out = ircc(&[
-        "run",
-        dir.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--output-dir",
-        out_dir.to_str().unwrap(),
-    ]);
+    let out = run(&dir, &input, &out_dir, &[]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert_eq!(
         common::max_relative(&out_dir.join("result0.npy"), &input),

@@ -441,6 +441,7 @@ fn options_that_would_do_nothing_are_refused() {
         &["invalid value 'reference'", "wgpu, opencl"],
     );
     // kernel.lower, which --emit wgsl appends, can be printed after.
+    let lower = ircc_passes::decl::KernelLowerOptions::NAME;
     let out = ircc(&[
         &example,
         "--pipeline",
@@ -448,14 +449,13 @@ fn options_that_would_do_nothing_are_refused() {
         "--emit",
         "wgsl",
         "--print-ir-after",
-        "kernel.lower",
+        lower,
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    assert!(
-        out.stderr
-            .starts_with("// -----// IR Dump After kernel.lower //----- //")
-    );
-    assert!(out.stderr.contains("kernel.func"), "{}", out.stderr);
+    let header = format!("// -----// IR Dump After {lower} //----- //");
+    assert!(out.stderr.starts_with(&header), "{}", out.stderr);
+    let func = ircc_dialects::kernel::KernelOp::Func.name();
+    assert!(out.stderr.contains(func), "{}", out.stderr);
     // A command spelt right keeps clap's own message.
     refused(&["run", &example], 2, &["--output-dir"]);
     // A path named like a command is still read as a file.

@@ -112,16 +112,11 @@ pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<Tensor>) ->
 /// its weights by name, each in its buffer's storage type.
 pub struct Bundle {
     pub plan: Plan,
+    /// The language of the plan's sources.
+    pub language: Language,
     pub weights: HashMap<String, Tensor>,
     /// The graph element type of each output, to convert results back.
     pub output_elems: Vec<ElemType>,
-}
-
-impl Bundle {
-    /// The language of its sources ([`Plan::check`] requires one).
-    pub fn language(&self) -> Language {
-        self.plan.language.unwrap_or(Language::Wgsl)
-    }
 }
 
 /// The weight `name` of `weights`, or an error naming it: what a runtime
@@ -153,6 +148,7 @@ pub fn read(dir: &Path) -> R<Bundle> {
     }
     let mut plan: Plan = serde_json::from_str(&text).map_err(|e| format!("{PLAN_FILE}: {e}"))?;
     plan.check().map_err(|e| format!("{PLAN_FILE}: {e}"))?;
+    let language = plan.language.ok_or("the plan names no source language")?;
     let mut files: Vec<&str> = Vec::new();
     for d in &plan.dispatches {
         let file = d.shader.as_deref().unwrap_or_default();
@@ -172,6 +168,7 @@ pub fn read(dir: &Path) -> R<Bundle> {
         .collect();
     Ok(Bundle {
         plan,
+        language,
         weights,
         output_elems,
     })

@@ -238,6 +238,7 @@ impl Session {
             plan,
             weights,
             output_elems,
+            ..
         } = bundle;
         let gpu = Arc::new(Gpu::open(plan.precision == "f16")?);
         let weight = |name: &str| ircc_plan::bundle::weight_named(&weights, name);
