@@ -176,6 +176,27 @@ fn attention_templates_match_the_interpreter() {
     }
 }
 
+/// The register template with its key tiles split over workgroups, in the
+/// kernel interpreter beside the graph interpreter: each split's partials,
+/// combined by the kernel that reads the result (one for each op).
+#[test]
+fn split_attention_matches_the_interpreter() {
+    let case = &common::ATTENTION_SPLIT;
+    let passes = "kernel.lower{device=nvidia_vulkan,attention=rows},kernel.ace";
+    let file = common::root().join(case.file);
+    let out = ircc(&["--passes", passes, file.to_str().unwrap()]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    for tile in ["64, 1, 8, 2", "64, 2, 8, 4"] {
+        assert!(
+            out.stdout.contains(&format!("tile = array<i64: {tile}>")),
+            "{tile}"
+        );
+    }
+    assert_eq!(out.stdout.matches("template = \"elementwise\"").count(), 3);
+    let diff = common::template_difference(case, &["--passes", passes]);
+    assert!(diff <= 1e-5, "{diff:e}");
+}
+
 /// Where the template asked for does not fit, kernel.lower takes the
 /// other, and where neither does, a kernel per result element: a value
 /// size of 136 is nine columns an invocation for the tiled template (over

@@ -353,9 +353,29 @@ pub const ATTENTION_TILED: TemplateCase = TemplateCase {
     results: ATTENTION.results,
 };
 
+/// The register attention template with its keys split over workgroups:
+/// ragged queries and keys, a mask, lanes, and splits that see no key.
+pub const ATTENTION_SPLIT: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel/attention_split.ir",
+    inputs: &[
+        ("q", &[1, 2, 37, 24]),
+        ("k", &[1, 2, 63, 24]),
+        ("v", &[1, 2, 63, 20]),
+        ("m", &[37, 63]),
+        ("q2", &[1, 4, 20, 64]),
+        ("k2", &[1, 2, 128, 64]),
+        ("v2", &[1, 2, 128, 64]),
+        ("q3", &[1, 2, 20, 6]),
+        ("k3", &[1, 2, 64, 6]),
+        ("v3", &[1, 2, 64, 6]),
+    ],
+    results: 3,
+};
+
 /// Both attention templates, each case with the arguments that pick it.
-pub const ATTENTION_TEMPLATES: [(&TemplateCase, &[&str]); 2] = [
+pub const ATTENTION_TEMPLATES: [(&TemplateCase, &[&str]); 3] = [
     (&ATTENTION, &["--attention", "rows"]),
+    (&ATTENTION_SPLIT, &["--attention", "rows"]),
     (&ATTENTION_TILED, &["--attention", "tiled"]),
 ];
 

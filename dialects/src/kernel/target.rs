@@ -37,6 +37,10 @@ pub struct Target {
     pub attention_rows_max_threads: i64,
     pub attention_rows_tile_keys: i64,
     pub attention_load_batch: i64,
+    pub attention_read_ahead_words: i64,
+    pub attention_split_below: i64,
+    pub attention_split_workgroups_per_unit: i64,
+    pub attention_split_min_tiles: i64,
     pub attention_query_tile: i64,
     pub attention_key_tile: i64,
     pub attention_max_columns: i64,
@@ -79,5 +83,7 @@ mod tests {
         assert_eq!(t.attention_rows_max_threads % lanes, 0);
         assert_eq!(t.attention_rows_tile_keys % (4 * lanes), 0);
         assert!(t.attention_load_batch >= 1);
+        assert!(t.attention_split_below <= t.attention_split_workgroups_per_unit);
+        assert!(t.attention_split_min_tiles >= 1);
     }
 }

@@ -177,6 +177,10 @@ impl KernelBuilder<'_> {
             } => {
                 let idx = through(&map, idx);
                 let memory = self.arg(super::lowering::ArgRole::Input(stored));
+                if graph::ops::Attention::new(self.m(), anchor).is_some() {
+                    let y = self.combine_attention(memory, &idx, &shape)?;
+                    return Ok(self.ir.cast(y, Type::Scalar(elem)));
+                }
                 let at = linearize(&idx, &shape[1..]);
                 let stride: i64 = shape[1..].iter().product();
                 let mut sum = None;
@@ -193,6 +197,52 @@ impl KernelBuilder<'_> {
                 super::product::Product::of(self, anchor)?.epilogue(self, y, &idx)
             }
         }
+    }
+
+    /// Element `[b, h, i, e]` of an attention whose keys were split over
+    /// workgroups, from their partials `memory` (of `shape`: the splits,
+    /// then the result's shape with the value columns followed by each
+    /// split's maximum and total): the splits' sums and totals rescaled to
+    /// the largest maximum, the one divided by the other; zero where no
+    /// key had weight.
+    fn combine_attention(&mut self, memory: ValueId, idx: &[Ix], shape: &[i64]) -> R<ValueId> {
+        let columns = *shape.last().ok_or("attention partials of a tensor")? - 2;
+        let stride: i64 = shape[1..].iter().product();
+        let column = |c: Ix| {
+            let mut at = idx.to_vec();
+            *at.last_mut().expect("a four-axis index") = c;
+            linearize(&at, &shape[1..])
+        };
+        let (sum_at, max_at) = (
+            column(idx[idx.len() - 1].clone()),
+            column(Ix::constant(columns)),
+        );
+        let mut parts = Vec::with_capacity(shape[0] as usize);
+        for split in 0..shape[0] {
+            let offset = Ix::constant(split * stride);
+            let m = self.load(memory, &(max_at.clone() + offset.clone()));
+            let t = self.load(memory, &(max_at.clone() + offset.clone() + Ix::constant(1)));
+            let s = self.load(memory, &(sum_at.clone() + offset));
+            parts.push([m, t, s].map(|x| self.widen(x)));
+        }
+        let most = parts
+            .iter()
+            .map(|p| p[0])
+            .reduce(|a, b| self.ir.binary(BinaryFn::Max, a, b))
+            .ok_or("attention partials without a split")?;
+        let zero = self.ir.constant(0.0, ACC);
+        let (mut total, mut sum) = (zero, zero);
+        for [m, t, s] in parts {
+            let drop = self.ir.binary(BinaryFn::Sub, m, most);
+            let factor = self.ir.unary(UnaryFn::Exp, drop);
+            let t = self.ir.binary(BinaryFn::Mul, t, factor);
+            total = self.ir.binary(BinaryFn::Add, total, t);
+            let s = self.ir.binary(BinaryFn::Mul, s, factor);
+            sum = self.ir.binary(BinaryFn::Add, sum, s);
+        }
+        let any = self.ir.cmp(CmpPred::Gt, total, zero);
+        let y = self.ir.binary(BinaryFn::Div, sum, total);
+        Ok(self.ir.select(any, y, zero))
     }
 
     /// The value of `v` (of any element type) as the f32 accumulator type,

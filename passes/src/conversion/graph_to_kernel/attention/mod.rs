@@ -13,7 +13,9 @@
 //!   keys), holding the query and its weighted sum of values in
 //!   registers; the invocations of a lane read the same key of the tile
 //!   at once (a broadcast), so no score goes through workgroup memory and
-//!   a tile costs two barriers.
+//!   a tile costs two barriers. Where its grid is short of workgroups, its
+//!   key tiles are split over several, whose partial sums the kernel
+//!   reading the result combines.
 //! - `attention_tiled`: an invocation per query and key of a tile, which
 //!   share the scores and weights through workgroup memory; for heads too
 //!   long for registers, and for too few queries to fill the device.
@@ -373,6 +375,60 @@ impl Team {
             kb.store(x, tile.memory, &(jj * Ix::constant(tile.stride) + c));
             Ok(())
         })
+    }
+}
+
+/// A tile read ahead into registers: each value this invocation read and
+/// where in the tile's workgroup array it goes.
+pub(super) struct Prefetched {
+    values: Vec<ValueId>,
+    slots: Vec<Ix>,
+}
+
+impl Team {
+    /// Whether [`Team::read_ahead`] can take a tile of `count` rows of
+    /// `width`: its elements go evenly over the workgroup, at most
+    /// `limit` to an invocation (each holds a register across the loop).
+    fn reads_ahead(&self, count: i64, width: i64, limit: i64) -> bool {
+        let n = count * width;
+        n % self.threads == 0 && n / self.threads <= limit
+    }
+
+    /// Rows `first..first + count` of `tile.operand` read into registers,
+    /// for [`Team::write`] to store once the tile before is done with:
+    /// the loads are then in flight while that tile is computed.
+    fn read_ahead(
+        &self,
+        kb: &mut KernelBuilder,
+        tile: &Tile,
+        [b, g]: [&Ix; 2],
+        first: &Ix,
+        count: i64,
+        total: i64,
+    ) -> R<Prefetched> {
+        let ragged = total % count != 0;
+        let rounds = count * tile.width / self.threads;
+        let mut fetched = Prefetched {
+            values: Vec::with_capacity(rounds as usize),
+            slots: Vec::with_capacity(rounds as usize),
+        };
+        for l in 0..rounds {
+            let e = self.tid.clone() + Ix::constant(l * self.threads);
+            let (jj, c) = split(&e, count, tile.width, tile.by_row);
+            let j = first.clone() + jj.clone();
+            let x = read_or_zero(kb, tile.operand, [b, g, &j, &c], total, ragged)?;
+            fetched.values.push(x);
+            fetched.slots.push(jj * Ix::constant(tile.stride) + c);
+        }
+        Ok(fetched)
+    }
+
+    /// Stores `values`, read ahead by [`Team::read_ahead`] (as `fetched`,
+    /// whose values a loop may since have carried), into `tile`'s array.
+    fn write(&self, kb: &mut KernelBuilder, tile: &Tile, fetched: &Prefetched, values: &[ValueId]) {
+        for (x, at) in values.iter().zip(&fetched.slots) {
+            kb.store(*x, tile.memory, at);
+        }
     }
 }
 

@@ -4,14 +4,22 @@
 //! `keys` keys and values into workgroup memory; the invocations of a
 //! lane then read the same key at once (a broadcast; the lanes, one key
 //! each, in different banks), four keys per softmax step, so that a step's
-//! rescaling of the sum is shared by four keys.
+//! rescaling of the sum is shared by four keys. The next tile's loads go
+//! out before the current tile is computed (held in registers, stored
+//! after it), so that a workgroup does not wait on memory at every tile.
+//!
+//! Where the blocks of queries are too few to give the device's units
+//! work, the key tiles of each block are split over workgroups, as
+//! FlashAttention's split-KV does: each writes its unnormalised sums, its
+//! maximum and its total, and the kernel that reads the result rescales
+//! them to the largest maximum and divides (`combine_attention`).
 
-use ircc_core::{Module, OpId, ValueId};
+use ircc_core::{ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph;
 use ircc_dialects::kernel::Target;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
-use super::super::lowering::{Ix, KernelBuilder};
+use super::super::lowering::{ArgRole, Ix, KernelBuilder};
 use super::super::templates::{guarded, store_outputs};
 use super::super::values::ACC;
 use super::{
@@ -26,6 +34,9 @@ pub(in super::super) struct Rows {
     rows: i64,
     lanes: i64,
     keys: i64,
+    /// Workgroups sharing a block of queries, each taking an equal range of
+    /// the key tiles and writing its partial sums (`splits` > 1).
+    splits: i64,
 }
 
 impl Rows {
@@ -40,7 +51,8 @@ impl Rows {
     /// its keys' chain of steps, and only splitting it shortens that. A
     /// workgroup takes `attention_rows_queries` queries, fewer where their
     /// lanes would pass `attention_rows_max_threads`, and a tile
-    /// `attention_rows_tile_keys` keys, as workgroup memory allows.
+    /// `attention_rows_tile_keys` keys, as workgroup memory allows; the
+    /// tiles of a block are split over workgroups as [`splits`] says.
     pub(in super::super) fn choose(m: &Module, op: OpId, t: &Target, units: i64) -> Option<Rows> {
         let d = graph::ops::Attention::new(m, op).and_then(|a| Dims::of(m, &a))?;
         if d.size + d.value_size > t.attention_max_register_words {
@@ -65,8 +77,19 @@ impl Rows {
                 .min(d.keys + per_tile - 1)
                 / per_tile
                 * per_tile;
-            let tiles = Rows { rows, lanes, keys };
             let blocks = (d.queries + rows - 1) / rows;
+            let splits = splits(
+                t,
+                d.batch * d.heads * blocks,
+                (d.keys + keys.max(1) - 1) / keys.max(1),
+                units,
+            );
+            let tiles = Rows {
+                rows,
+                lanes,
+                keys,
+                splits,
+            };
             let grid_fits = d.batch * d.heads <= t.max_workgroups_per_dimension
                 && blocks <= t.max_workgroups_per_dimension;
             if keys > 0 && grid_fits && (lanes == 1 || tiles.chunk(&d) >= lanes) {
@@ -82,6 +105,10 @@ impl Rows {
     /// Whether these tiles give the device's `units` the invocations the
     /// target asks of each; where they do not, the tiled template, whose
     /// invocations each take one key of a tile, is the faster (auto).
+    /// (Splitting the keys over workgroups helps the register template
+    /// there too, but not past the tiled one in a model: on an H100,
+    /// ViT-B/16's twelve attentions of 197 queries took 448 us tiled and
+    /// 466 split, combining kernels included.)
     pub(in super::super) fn fills(&self, m: &Module, op: OpId, units: i64) -> bool {
         let t = super::super::templates::target();
         graph::ops::Attention::new(m, op)
@@ -96,6 +123,24 @@ impl Rows {
         (room / self.lanes * self.lanes)
             .min((d.value_size + self.lanes - 1) / self.lanes * self.lanes)
     }
+}
+
+/// Workgroups to split each block's key tiles over, for a grid of `grid`
+/// workgroups and `key_tiles` tiles: where the grid gives the device's
+/// `units` fewer than `attention_split_below` workgroups apiece, as many
+/// as bring it to `attention_split_workgroups_per_unit`, each split
+/// taking at least `attention_split_min_tiles` tiles, and all as many
+/// (a split count dividing the tiles).
+fn splits(t: &Target, grid: i64, key_tiles: i64, units: i64) -> i64 {
+    if grid >= units * t.attention_split_below {
+        return 1;
+    }
+    let wanted = units * t.attention_split_workgroups_per_unit;
+    let most = ((wanted + grid - 1) / grid).min(key_tiles / t.attention_split_min_tiles);
+    (1..=most.max(1))
+        .rev()
+        .find(|s| key_tiles % s == 0)
+        .unwrap_or(1)
 }
 
 /// Whether `lanes` invocations per query give each of `units` compute
@@ -120,12 +165,18 @@ pub(super) fn attention_rows(
         rows,
         lanes,
         keys: tile,
+        splits,
     } = *tiles;
     let threads = rows * lanes;
     let blocks = (d.queries + rows - 1) / rows;
     let tid = kb.id(IdKind::Local, 0, threads);
     let block = kb.id(IdKind::Workgroup, 0, blocks);
     let head = kb.id(IdKind::Workgroup, 1, d.batch * d.heads);
+    let split = if splits > 1 {
+        kb.id(IdKind::Workgroup, 2, splits)
+    } else {
+        Ix::constant(0)
+    };
     // This invocation's query (`row` of the block) and lane among its
     // query's.
     let (row, lane) = if lanes > 1 {
@@ -165,28 +216,63 @@ pub(super) fn attention_rows(
     let mut init = vec![lowest, zero];
     init.extend(std::iter::repeat_n(zero, d.value_size as usize));
     let ragged_keys = d.keys % tile != 0;
-    let key_tiles = (d.keys + tile - 1) / tile;
+    // This workgroup's share of the key tiles.
+    let split_tiles = (d.keys + tile - 1) / tile / splits;
+    let first_tile = split.clone() * Ix::constant(split_tiles);
     let (keys_by_row, values_by_row) = (rows_contiguous(kb, k), rows_contiguous(kb, v));
-    let carried = kb.for_loop(key_tiles, init, &mut |kb, t, c| {
-        let first_key = t * Ix::constant(tile);
-        let keys_tile = Tile {
-            operand: k,
-            memory: keys,
-            width: d.size,
-            stride: k_row,
-            by_row: keys_by_row,
-        };
-        let values_tile = Tile {
-            operand: v,
-            memory: values,
-            width: d.value_size,
-            stride: v_row,
-            by_row: values_by_row,
-        };
+    let keys_tile = Tile {
+        operand: k,
+        memory: keys,
+        width: d.size,
+        stride: k_row,
+        by_row: keys_by_row,
+    };
+    let values_tile = Tile {
+        operand: v,
+        memory: values,
+        width: d.value_size,
+        stride: v_row,
+        by_row: values_by_row,
+    };
+    let state = init.len();
+    let most_ahead = super::super::templates::target().attention_read_ahead_words;
+    let ahead = [d.size, d.value_size]
+        .iter()
+        .all(|&w| team.reads_ahead(tile, w, most_ahead));
+    let mut first_fetch = Vec::new();
+    if ahead {
         for memory in [&keys_tile, &values_tile] {
-            team.load_tile(kb, memory, [&b, &g], &first_key, tile, d.keys)?;
+            let first = first_tile.clone() * Ix::constant(tile);
+            let f = team.read_ahead(kb, memory, [&b, &g], &first, tile, d.keys)?;
+            init.extend(f.values.iter().copied());
+            first_fetch.push(f);
         }
-        kb.ir.barrier();
+    }
+    let carried = kb.for_loop(split_tiles, init, &mut |kb, t, c| {
+        let first_key = (first_tile.clone() + t.clone()) * Ix::constant(tile);
+        let (c, fetched) = c.split_at(state);
+        let mut next_fetch = Vec::new();
+        if ahead {
+            let (in_keys, in_values) = fetched.split_at(first_fetch[0].values.len());
+            team.write(kb, &keys_tile, &first_fetch[0], in_keys);
+            team.write(kb, &values_tile, &first_fetch[1], in_values);
+            kb.ir.barrier();
+            // The next tile's loads go out now, to arrive while this one
+            // is computed (the last iteration reads the first tile again,
+            // in bounds, and drops it).
+            let next = (first_tile.clone()
+                + (t + Ix::constant(1)).modulo(Ix::constant(split_tiles)))
+                * Ix::constant(tile);
+            for memory in [&keys_tile, &values_tile] {
+                let f = team.read_ahead(kb, memory, [&b, &g], &next, tile, d.keys)?;
+                next_fetch.extend(f.values);
+            }
+        } else {
+            for memory in [&keys_tile, &values_tile] {
+                team.load_tile(kb, memory, [&b, &g], &first_key, tile, d.keys)?;
+            }
+            kb.ir.barrier();
+        }
         // Step `s` of this lane: the tile's keys `4 lanes s + lanes u +
         // lane` for u in 0..4, so that the lanes of a query read rows one
         // stride apart, in different banks.
@@ -258,11 +344,27 @@ pub(super) fn attention_rows(
         };
         // The next tile's loads overwrite what this one read.
         kb.ir.barrier();
+        let mut next = next;
+        next.extend(next_fetch);
         Ok(next)
     })?;
+    let carried = &carried[..state];
     let out = result_elem(kb, op);
+    if splits > 1 {
+        // Each split writes its unnormalised sums, then its maximum and
+        // total, for the kernel that reads the result to combine.
+        let mut shape = super::super::values::tensor_shape(kb, y);
+        *shape.last_mut().ok_or("attention of tensors")? = d.value_size + 2;
+        shape.insert(0, splits);
+        kb.partials = Some(Type::tensor(shape, ElemType::F32));
+    }
+    let partial_at = |col: Ix| vec![split.clone(), b.clone(), h.clone(), i.clone(), col];
     // A query whose keys are all masked has no weight (`any` false): zeros.
     let put = |kb: &mut KernelBuilder, col: Ix, sum: ValueId, total: ValueId, any| -> R<()> {
+        if splits > 1 {
+            kb.store_output(ArgRole::Partials, &partial_at(col), sum);
+            return Ok(());
+        }
         let idx = [b.clone(), h.clone(), i.clone(), col];
         let r = kb.ir.binary(BinaryFn::Div, sum, total);
         let r = kb.ir.select(any, r, zero);
@@ -287,6 +389,11 @@ pub(super) fn attention_rows(
         return guarded(kb, cond, &mut |kb| {
             for (col, &sum) in acc.iter().enumerate() {
                 put(kb, Ix::constant(col as i64), sum, total, any)?;
+            }
+            if splits > 1 {
+                for (x, col) in [(max, d.value_size), (total, d.value_size + 1)] {
+                    kb.store_output(ArgRole::Partials, &partial_at(Ix::constant(col)), x);
+                }
             }
             Ok(())
         })
@@ -322,6 +429,19 @@ pub(super) fn attention_rows(
     let drop = kb.ir.binary(BinaryFn::Sub, max, query_max);
     let factor = kb.ir.unary(UnaryFn::Exp, drop);
     let any = kb.ir.cmp(CmpPred::Gt, query_total, zero);
+    if splits > 1 {
+        let first = kb.index_cmp(CmpPred::Lt, &lane, 1);
+        let cond = match inside(kb, None) {
+            Some(c) => kb.ir.all(vec![c, first]),
+            None => first,
+        };
+        guarded(kb, Some(cond), &mut |kb| {
+            for (x, col) in [(query_max, d.value_size), (query_total, d.value_size + 1)] {
+                kb.store_output(ArgRole::Partials, &partial_at(Ix::constant(col)), x);
+            }
+            Ok(())
+        })?;
+    }
     let chunk = tiles.chunk(&d);
     for first_col in (0..d.value_size).step_by(chunk as usize) {
         // The chunk before has been read (the key loop's last barrier
@@ -357,10 +477,14 @@ pub(super) fn attention_rows(
 }
 
 fn finish(kb: &mut KernelBuilder, tiles: &Rows, blocks: i64, d: &Dims) {
+    let mut parameters = vec![tiles.rows, tiles.lanes, tiles.keys];
+    if tiles.splits > 1 {
+        parameters.push(tiles.splits);
+    }
     kb.finish(
         [tiles.rows * tiles.lanes, 1, 1],
-        [blocks, d.batch * d.heads, 1],
+        [blocks, d.batch * d.heads, tiles.splits],
         FuncTemplate::AttentionRows,
-        Some(vec![tiles.rows, tiles.lanes, tiles.keys]),
+        Some(parameters),
     );
 }
