@@ -367,25 +367,13 @@ impl Team {
         count: i64,
         total: i64,
     ) -> R<()> {
-        let ragged = total % count != 0;
         self.spread(kb, count * tile.width, &mut |kb, e| {
-            let (jj, c) = split(&e, count, tile.width, tile.by_row);
-            let j = first.clone() + jj.clone();
-            let x = read_or_zero(kb, tile.operand, [b, g, &j, &c], total, ragged)?;
-            kb.store(x, tile.memory, &(jj * Ix::constant(tile.stride) + c));
+            let (x, at) = tile.element(kb, [b, g], first, count, total, &e)?;
+            kb.store(x, tile.memory, &at);
             Ok(())
         })
     }
-}
 
-/// A tile read ahead into registers: each value this invocation read and
-/// where in the tile's workgroup array it goes.
-pub(super) struct Prefetched {
-    values: Vec<ValueId>,
-    slots: Vec<Ix>,
-}
-
-impl Team {
     /// Whether [`Team::read_ahead`] can take a tile of `count` rows of
     /// `width`: its elements go evenly over the workgroup, at most
     /// `limit` to an invocation (each holds a register across the loop).
@@ -406,7 +394,6 @@ impl Team {
         count: i64,
         total: i64,
     ) -> R<Prefetched> {
-        let ragged = total % count != 0;
         let rounds = count * tile.width / self.threads;
         let mut fetched = Prefetched {
             values: Vec::with_capacity(rounds as usize),
@@ -414,11 +401,9 @@ impl Team {
         };
         for l in 0..rounds {
             let e = self.tid.clone() + Ix::constant(l * self.threads);
-            let (jj, c) = split(&e, count, tile.width, tile.by_row);
-            let j = first.clone() + jj.clone();
-            let x = read_or_zero(kb, tile.operand, [b, g, &j, &c], total, ragged)?;
+            let (x, at) = tile.element(kb, [b, g], first, count, total, &e)?;
             fetched.values.push(x);
-            fetched.slots.push(jj * Ix::constant(tile.stride) + c);
+            fetched.slots.push(at);
         }
         Ok(fetched)
     }
@@ -432,6 +417,13 @@ impl Team {
     }
 }
 
+/// A tile read ahead into registers: each value this invocation read and
+/// where in the tile's workgroup array it goes.
+pub(super) struct Prefetched {
+    values: Vec<ValueId>,
+    slots: Vec<Ix>,
+}
+
 /// An operand's tile in workgroup memory: rows of `width` words, `stride`
 /// apart, read along the rows (`by_row`) where the operand lies in memory
 /// that way.
@@ -441,6 +433,26 @@ struct Tile {
     width: i64,
     stride: i64,
     by_row: bool,
+}
+
+impl Tile {
+    /// Element `e` of rows `first..first + count` of the operand (of head
+    /// `[b, g]`; rows past the last of `total` read as zeros) and where
+    /// in the workgroup array it goes.
+    fn element(
+        &self,
+        kb: &mut KernelBuilder,
+        [b, g]: [&Ix; 2],
+        first: &Ix,
+        count: i64,
+        total: i64,
+        e: &Ix,
+    ) -> R<(ValueId, Ix)> {
+        let (jj, c) = split(e, count, self.width, self.by_row);
+        let j = first.clone() + jj.clone();
+        let x = read_or_zero(kb, self.operand, [b, g, &j, &c], total, total % count != 0)?;
+        Ok((x, jj * Ix::constant(self.stride) + c))
+    }
 }
 
 /// Element `e` of a tile of `rows` by `columns` as (row, column): along
