@@ -7,7 +7,7 @@ mod common;
 
 use std::path::{Path, PathBuf};
 
-use common::{ircc, root, scratch_dir};
+use common::{ircc, root, run, scratch_dir};
 use serde_json::Value;
 
 const BERT: &str = "tests/models/bert_l2_w64.onnx";
@@ -27,20 +27,6 @@ fn bundle(model: &str, dir: &Path, extra: &[&str]) {
     args.extend_from_slice(extra);
     let out = ircc(&args);
     assert_eq!(out.code, 0, "{}", out.stderr);
-}
-
-/// `ircc run FILE --input INPUT --output-dir OUT EXTRA...`.
-fn run(file: &Path, input: &Path, out: &Path, extra: &[&str]) -> common::Output {
-    let mut args = vec![
-        "run",
-        file.to_str().unwrap(),
-        "--input",
-        input.to_str().unwrap(),
-        "--output-dir",
-        out.to_str().unwrap(),
-    ];
-    args.extend_from_slice(extra);
-    ircc(&args)
 }
 
 /// An f32 input of `shape` holding `values`, written as `scratch/x.npy`.

@@ -443,6 +443,20 @@ pub fn assert_template_matches(case: &TemplateCase, backend: &[&str]) {
     }
 }
 
+/// `ircc run FILE --input INPUT --output-dir OUT EXTRA...`.
+pub fn run(file: &Path, input: &Path, out: &Path, extra: &[&str]) -> Output {
+    let mut args = vec![
+        "run",
+        file.to_str().unwrap(),
+        "--input",
+        input.to_str().unwrap(),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ];
+    args.extend_from_slice(extra);
+    ircc(&args)
+}
+
 /// `tests/ir/kernel/reduce_int.ir` on `backend` gives the interpreter's
 /// integers exactly: rows whose max is negative and whose min is
 /// positive, which a wrong starting value would change.
@@ -483,17 +497,8 @@ pub fn integer_reductions_match(backend: &str) {
     let file = root().join("tests/ir/kernel/reduce_int.ir");
     let run = |out: &str, extra: &[&str]| {
         let out = dir.join(out);
-        let mut args = vec![
-            "run",
-            file.to_str().unwrap(),
-            "--input",
-            input.to_str().unwrap(),
-            "--output-dir",
-            out.to_str().unwrap(),
-        ];
-        args.extend_from_slice(extra);
-        let r = ircc(&args);
-        assert_eq!(r.code, 0, "{args:?}: {}", r.stderr);
+        let r = run(&file, &input, &out, extra);
+        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
         (0..2)
             .map(|i| ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap())
             .collect::<Vec<_>>()
