@@ -236,6 +236,9 @@ impl Driver {
             args.json || args.model.pipeline.quiet,
         );
         let mut default_us: BTreeMap<String, f64> = BTreeMap::new();
+        // The products' time with the best point found so far, after each
+        // trial: Romou's Fig. 18, the search's progress.
+        let mut best_by_trial = Vec::new();
         for round in 0..args.budget {
             let table: BTreeMap<String, MatmulConfig> = searches
                 .iter_mut()
@@ -263,6 +266,7 @@ impl Driver {
                 .fold((0.0, 0.0), |(a, b), (d, t, n)| {
                     (a + d * n as f64, b + t * n as f64)
                 });
+            best_by_trial.push(best);
             bar.set_message(format!(
                 "{} kernels, products {:.3} ms -> {:.3} ms",
                 searches.len(),
@@ -331,7 +335,7 @@ impl Driver {
                 "device": db.device, "search": format!("{:?}", args.search).to_lowercase(),
                 "pruned": !args.no_prune, "budget": args.budget, "trials": trials,
                 "search_s": search_s, "untuned_ms": untuned, "tuned_ms": tuned,
-                "kernels": kernels,
+                "products_us_by_trial": best_by_trial, "kernels": kernels,
             });
             let _ = writeln!(stdout, "{report}");
         } else {

@@ -303,8 +303,9 @@ fn tuning_on_lavapipe_makes_swin_and_convnext_faster() {
                 db,
                 "--budget",
                 budget,
+                // An odd count, so that each time is a true median.
                 "--runs",
-                "2",
+                "3",
                 "--json",
             ]);
             assert_eq!(out.code, 0, "{}", out.stderr);
@@ -319,6 +320,15 @@ fn tuning_on_lavapipe_makes_swin_and_convnext_faster() {
             tuned < untuned,
             "{model}: tuned {tuned} ms, untuned {untuned} ms"
         );
+        // The search's progress, a trial at a time, never gets worse.
+        let curve: Vec<f64> = report["products_us_by_trial"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|t| t.as_f64().unwrap())
+            .collect();
+        assert_eq!(curve.len(), 3, "{curve:?}");
+        assert!(curve.windows(2).all(|w| w[1] <= w[0]), "{curve:?}");
         let kernels = report["kernels"].as_array().unwrap();
         for k in kernels {
             let (pruned, valid) = (k["pruned"].as_u64().unwrap(), k["valid"].as_u64().unwrap());

@@ -102,13 +102,17 @@ impl Criterion {
                         .is_some_and(|alus| invocations > alpha * i64::from(alus))
             }
             Criterion::Warp => invocations < i64::from(d.subgroup_size),
-            // B's columns, and A's rows where they come from workgroup
-            // memory, are read `width` at a time only in multiples of it.
-            Criterion::AccessWidth => d.load_width.is_some_and(|w| {
-                let w = i64::from(w);
-                (c.cols % w != 0 && k.shape.n >= w)
-                    || (c.local_memory && c.rows % w != 0 && k.shape.m >= w)
-            }),
+            // Romou prunes loads narrower than the width of the best cache
+            // bandwidth. The loads of the inner loop that go through the
+            // caches are the operands an invocation loads itself, a word at
+            // a time; where the tiles are shared, the inner loop reads
+            // workgroup memory, which is no cache, and the search decides
+            // between its vec4 and word reads.
+            Criterion::AccessWidth => {
+                !c.local_memory
+                    && d.load_width
+                        .is_some_and(|w| w > 1 && k.shape.m.max(k.shape.n) >= i64::from(w))
+            }
             Criterion::Fill => {
                 let workgroups: i64 = c.grid(&k.shape).iter().product();
                 workgroups < i64::from(d.compute_units).min(k.most_workgroups)
@@ -157,20 +161,16 @@ mod tests {
         // Adreno's L1 serves textures only: direct loads from buffers go.
         assert!(excludes(Criterion::Buffer, config(16, 16, 4, 4, 1, false)));
         assert!(!excludes(Criterion::Buffer, config(16, 16, 4, 4, 1, true)));
-        // Loads four wide (Romou's width on mobile GPUs), in columns and,
-        // from workgroup memory, in rows.
-        assert!(excludes(
-            Criterion::AccessWidth,
-            config(16, 16, 4, 2, 1, true)
-        ));
-        assert!(excludes(
-            Criterion::AccessWidth,
-            config(16, 16, 2, 4, 1, true)
-        ));
-        assert!(!excludes(
-            Criterion::AccessWidth,
-            config(16, 16, 2, 4, 1, false)
-        ));
+        // Adreno's cache is best read four wide: an invocation loading its
+        // own operands a word at a time goes, a tile read from workgroup
+        // memory a word at a time stays; where a word is as fast, nothing
+        // goes.
+        let width = |d: &DeviceProfile, c| Criterion::AccessWidth.excludes(&c, &facts, d);
+        assert!(width(&d, config(16, 16, 4, 4, 1, false)));
+        assert!(!width(&d, config(16, 16, 2, 1, 1, true)));
+        let mut narrow = d.clone();
+        narrow.load_width = Some(1);
+        assert!(!width(&narrow, config(16, 16, 4, 4, 1, false)));
         // 1 KiB of L1: a 64 x 64 tile's step of 16 is 8 KiB.
         assert!(excludes(Criterion::L1Data, config(16, 16, 4, 4, 1, true)));
         // Mali's 24,576 registers a core give 256 invocations 96 each: 8 x 8
