@@ -103,16 +103,13 @@ impl Criterion {
             }
             Criterion::Warp => invocations < i64::from(d.subgroup_size),
             // Romou prunes loads narrower than the width of the best cache
-            // bandwidth. The loads of the inner loop that go through the
-            // caches are the operands an invocation loads itself, a word at
-            // a time; where the tiles are shared, the inner loop reads
-            // workgroup memory, which is no cache, and the search decides
-            // between its vec4 and word reads.
-            Criterion::AccessWidth => {
-                !c.local_memory
-                    && d.load_width
-                        .is_some_and(|w| w > 1 && k.shape.m.max(k.shape.n) >= i64::from(w))
-            }
+            // bandwidth. The template reads buffers a word at a time at
+            // every point; where an invocation loads its own operands,
+            // those reads are its inner loop's, and go. Where the tiles are
+            // shared, the buffer reads only fill them, once a step, and the
+            // inner loop reads workgroup memory, which is no cache: the
+            // search decides between its vec4 and word reads.
+            Criterion::AccessWidth => !c.local_memory && d.load_width.is_some_and(|w| w > 1),
             Criterion::Fill => {
                 let workgroups: i64 = c.grid(&k.shape).iter().product();
                 workgroups < i64::from(d.compute_units).min(k.most_workgroups)
@@ -168,6 +165,16 @@ mod tests {
         let width = |d: &DeviceProfile, c| Criterion::AccessWidth.excludes(&c, &facts, d);
         assert!(width(&d, config(16, 16, 4, 4, 1, false)));
         assert!(!width(&d, config(16, 16, 2, 1, 1, true)));
+        let tiny = KernelFacts::new(
+            ProductShape {
+                m: 2,
+                n: 3,
+                k: 64,
+                batches: 1,
+            },
+            true,
+        );
+        assert!(Criterion::AccessWidth.excludes(&config(4, 4, 1, 1, 1, false), &tiny, &d));
         let mut narrow = d.clone();
         narrow.load_width = Some(1);
         assert!(!width(&narrow, config(16, 16, 4, 4, 1, false)));
