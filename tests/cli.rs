@@ -579,14 +579,7 @@ fn missing_weights_say_how_to_get_them() {
     );
     ircc_reference::write_npy(&x, &t).unwrap();
     let out = dir.join("out");
-    let r = ircc(&[
-        "run",
-        ir.to_str().unwrap(),
-        "--input",
-        x.to_str().unwrap(),
-        "--output-dir",
-        out.to_str().unwrap(),
-    ]);
+    let r = common::run(&ir, &x, &out, &[]);
     assert_eq!(r.code, 1, "{}", r.stdout);
     assert!(
         r.stderr.contains("weight 'w' is not available"),
