@@ -195,3 +195,10 @@ fn integer_reductions_match_the_interpreter_on_wgpu() {
         common::integer_reductions_match("wgpu");
     }
 }
+
+#[test]
+fn integer_products_match_the_interpreter_on_wgpu() {
+    if common::gpu_available() {
+        common::integer_products_match("wgpu");
+    }
+}

@@ -295,3 +295,10 @@ fn integer_reductions_match_the_interpreter_on_opencl() {
         common::integer_reductions_match("opencl");
     }
 }
+
+#[test]
+fn integer_products_match_the_interpreter_on_opencl() {
+    if common::opencl_available() {
+        common::integer_products_match("opencl");
+    }
+}

@@ -65,3 +65,66 @@ fn wider_suite_matches_onnxruntime_on_every_pipeline() {
     );
     assert!(failed.is_empty(), "{failed:#?}");
 }
+
+/// Two shared networks quantized by onnxruntime's tool
+/// (`scripts/export_models.py --quantize`): ConvNeXt static QDQ
+/// (QuantizeLinear/DequantizeLinear around every convolution and product,
+/// weights int8 per channel) and BERT dynamic (DynamicQuantizeLinear,
+/// MatMulInteger). They match onnxruntime within the tolerance its own
+/// quantization tests use (`check_model_correctness`: atol 0.05, rtol
+/// 0.01), through every pipeline on the interpreter and on wgpu (f32).
+#[test]
+fn quantized_models_match_onnxruntime_within_its_tolerance() {
+    let gpu = gpu_available();
+    let backends: &[&str] = if gpu {
+        &["reference", "wgpu"]
+    } else {
+        &["reference"]
+    };
+    let (mut passed, mut failed) = (0, Vec::new());
+    for name in ["convnext_w16_qdq", "bert_l2_w64_int8"] {
+        let path =
+            find_model(name).unwrap_or_else(|| panic!("tests/models/{name}.onnx is missing"));
+        let input = path.with_extension("input.npy");
+        let want = ircc_reference::read_npy(&path.with_extension("output.npy")).unwrap();
+        for pipeline in PIPELINES {
+            for &backend in backends {
+                let scratch = scratch_dir("quantized");
+                let out = scratch.join("o");
+                let r = run(
+                    &path,
+                    &input,
+                    &out,
+                    &["--pipeline", pipeline, "--backend", backend],
+                );
+                let case = format!("{name} {pipeline} {backend}");
+                assert_eq!(r.code, 0, "{case}: {}", r.stderr);
+                let got = ircc_reference::read_npy(&out.join("output.npy")).unwrap();
+                assert_eq!(got.shape(), want.shape(), "{case}");
+                let (g, w) = (got.to_f64(), want.to_f64());
+                let worst = g
+                    .iter()
+                    .zip(w.iter())
+                    .map(|(g, w)| (g - w).abs() - (0.05 + 0.01 * w.abs()))
+                    .fold(f64::NEG_INFINITY, f64::max);
+                let max_abs = g
+                    .iter()
+                    .zip(w.iter())
+                    .map(|(g, w)| (g - w).abs())
+                    .fold(0.0, f64::max);
+                eprintln!("{case}: max abs difference {max_abs:.1e}");
+                if worst <= 0.0 {
+                    passed += 1;
+                } else {
+                    failed.push(format!("{case}: max abs difference {max_abs:e}"));
+                }
+            }
+        }
+    }
+    let skipped = if gpu { 0 } else { 6 };
+    eprintln!(
+        "{passed} passed, {} failed, {skipped} skipped",
+        failed.len()
+    );
+    assert!(failed.is_empty(), "{failed:#?}");
+}

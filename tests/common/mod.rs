@@ -511,3 +511,31 @@ pub fn integer_reductions_match(backend: &str) {
         vec![-1, 9, 0, 2147483647]
     );
 }
+
+/// `tests/ir/kernel/product_int.ir` on `backend`: integer products whose
+/// sums (3001 · 255 · ±127) pass 2^24 come out exact, as the interpreter's.
+pub fn integer_products_match(backend: &str) {
+    let dir = scratch_dir("product-int");
+    let x = ircc_core::Tensor::int(
+        ircc_core::ElemType::I32,
+        ndarray::ArrayD::from_elem(ndarray::IxDyn(&[1, 3001]), 255),
+    );
+    let input = dir.join("x.npy");
+    ircc_reference::write_npy(&input, &x).unwrap();
+    let file = root().join("tests/ir/kernel/product_int.ir");
+    let run = |out: &str, extra: &[&str]| {
+        let out = dir.join(out);
+        let r = run(&file, &input, &out, extra);
+        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
+        (0..2)
+            .flat_map(|i| {
+                let t = ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap();
+                t.to_i64().iter().copied().collect::<Vec<_>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = run("want", &[]);
+    assert_eq!(want, [97187385, 97187385, -97187385, -97187385]);
+    let got = run("got", &["--pipeline", "smartmem", "--backend", backend]);
+    assert_eq!(got, want, "{backend}");
+}

@@ -51,10 +51,21 @@ pub struct Session {
 }
 
 struct Timestamps {
-    set: wgpu::QuerySet,
+    /// Two queries per dispatch, in sets of at most
+    /// `QUERY_SET_MAX_QUERIES` (a `none` pipeline can dispatch thousands).
+    sets: Vec<wgpu::QuerySet>,
     resolve: wgpu::Buffer,
     read: wgpu::Buffer,
     period_ns: f64,
+}
+
+impl Timestamps {
+    /// The set holding dispatch `i`'s two queries, and the first's index.
+    fn queries_of(&self, i: usize) -> (&wgpu::QuerySet, u32) {
+        let q = 2 * i as u32;
+        let per_set = wgpu::QUERY_SET_MAX_QUERIES;
+        (&self.sets[(q / per_set) as usize], q % per_set)
+    }
 }
 
 fn take_errors(errors: &Mutex<Vec<String>>) -> Option<String> {
@@ -399,12 +410,18 @@ impl Session {
         .then(|| {
             let count = 2 * plan.dispatches.len() as u32;
             let size = 8 * count as u64;
+            let sets = (0..count)
+                .step_by(wgpu::QUERY_SET_MAX_QUERIES as usize)
+                .map(|first| {
+                    device.create_query_set(&wgpu::QuerySetDescriptor {
+                        label: Some("kernel times"),
+                        ty: wgpu::QueryType::Timestamp,
+                        count: (count - first).min(wgpu::QUERY_SET_MAX_QUERIES),
+                    })
+                })
+                .collect();
             Timestamps {
-                set: device.create_query_set(&wgpu::QuerySetDescriptor {
-                    label: Some("kernel times"),
-                    ty: wgpu::QueryType::Timestamp,
-                    count,
-                }),
+                sets,
                 resolve: device.create_buffer(&wgpu::BufferDescriptor {
                     label: Some("timestamps"),
                     size,
@@ -469,12 +486,13 @@ impl Session {
             }
             Some(t) => {
                 for (i, (p, g)) in dispatches {
+                    let (set, first) = t.queries_of(i);
                     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: None,
                         timestamp_writes: Some(wgpu::ComputePassTimestampWrites {
-                            query_set: &t.set,
-                            beginning_of_pass_write_index: Some(2 * i as u32),
-                            end_of_pass_write_index: Some(2 * i as u32 + 1),
+                            query_set: set,
+                            beginning_of_pass_write_index: Some(first),
+                            end_of_pass_write_index: Some(first + 1),
                         }),
                     });
                     self.dispatch(&mut pass, i, p, g);
@@ -482,7 +500,13 @@ impl Session {
             }
         }
         if timed && let Some(t) = &self.timestamps {
-            enc.resolve_query_set(&t.set, 0..2 * self.pipelines.len() as u32, &t.resolve, 0);
+            let mut left = 2 * self.pipelines.len() as u32;
+            for (k, set) in t.sets.iter().enumerate() {
+                let count = left.min(wgpu::QUERY_SET_MAX_QUERIES);
+                let offset = 8 * k as u64 * wgpu::QUERY_SET_MAX_QUERIES as u64;
+                enc.resolve_query_set(set, 0..count, &t.resolve, offset);
+                left -= count;
+            }
             enc.copy_buffer_to_buffer(&t.resolve, 0, &t.read, 0, t.resolve.size());
         }
         if read_outputs {

@@ -18,6 +18,7 @@ mod loss;
 pub mod operators;
 mod ops;
 pub mod proto;
+mod quantize;
 mod rotary;
 mod scan;
 pub mod tensor;

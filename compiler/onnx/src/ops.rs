@@ -374,6 +374,13 @@ impl Importer<'_> {
             "RotaryEmbedding" => self.rotary_embedding(n, a)?,
             "Einsum" => self.einsum(n, a)?,
             "LpPool" => self.lp_pool(n, a)?,
+            "QuantizeLinear" => self.quantize_linear(n, a)?,
+            "DequantizeLinear" => self.dequantize_linear(n, a)?,
+            "DynamicQuantizeLinear" => self.dynamic_quantize_linear(n, a)?,
+            "MatMulInteger" => self.matmul_integer(n, a)?,
+            "ConvInteger" => self.conv_integer(n, a)?,
+            "QLinearMatMul" => self.qlinear_matmul(n, a)?,
+            "QLinearConv" => self.qlinear_conv(n, a)?,
             "ArgMax" | "ArgMin" => {
                 a.only(&["axis", "keepdims", "select_last_index"])?;
                 let name = if op == "ArgMax" {
@@ -766,6 +773,21 @@ impl Importer<'_> {
         ])?;
         let x = self.required(n, 0)?;
         let w = self.required(n, 1)?;
+        let bias = self.input(n, 2)?;
+        self.conv_with(n, a, x, w, bias)
+    }
+
+    /// Conv or ConvTranspose (as `n` names) of `x` and `w` with `n`'s
+    /// attributes; ConvInteger and QLinearConv come here with their
+    /// operands offset.
+    pub(crate) fn conv_with(
+        &mut self,
+        n: &NodeProto,
+        a: &Attrs,
+        x: Val,
+        w: Val,
+        bias: Option<Val>,
+    ) -> Result<Vec<Val>> {
         let (xt, wt) = (self.type_of(&x), self.type_of(&w));
         let spatial = xt.rank().saturating_sub(2);
         let strides = a.ints("strides").unwrap_or_else(|| vec![1; spatial]);
@@ -779,8 +801,8 @@ impl Importer<'_> {
             ("group", Attribute::i64(a.i("group", 1))),
         ]);
         let mut ops = vec![x, w];
-        ops.extend(self.input(n, 2)?);
-        if n.op_type == "Conv" {
+        ops.extend(bias);
+        if n.op_type != "ConvTranspose" {
             let pads = window_pads(a, &xt.shape, &kernel, &strides, &dilations)?;
             at.insert("pads".into(), ints_attr(pads));
             return self.emit(GraphOp::Conv, ops, at, 1);

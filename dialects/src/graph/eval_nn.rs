@@ -115,9 +115,11 @@ pub fn gemm(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     Ok(vec![Tensor::float(args[0].elem, y.into_dyn())])
 }
 
+/// A convolution of floats, or of integers (ONNX's ConvInteger): f64
+/// holds their products and sums exactly below 2^53.
 pub fn conv(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
-    let x = floats(&args[0], "conv")?.as_standard_layout().into_owned();
-    let w = floats(&args[1], "conv")?.as_standard_layout().into_owned();
+    let x = args[0].to_f64().as_standard_layout().into_owned();
+    let w = args[1].to_f64().as_standard_layout().into_owned();
     let out_shape = usize_shape(v)?;
     let spatial = x.ndim() - 2;
     let win = shape::window(v, spatial)?;
@@ -178,7 +180,7 @@ pub fn conv(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
         }
     }
     if let Some(bias) = args.get(2) {
-        let bias = floats(bias, "conv")?;
+        let bias = bias.to_f64();
         for b in 0..n {
             for (oc, &bv) in bias.iter().enumerate() {
                 let start = (b * m + oc) * osize;
@@ -187,7 +189,12 @@ pub fn conv(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
         }
     }
     let y = ArrayD::from_shape_vec(IxDyn(&out_shape), out).map_err(|e| e.to_string())?;
-    Ok(vec![Tensor::float(args[0].elem, y)])
+    let elem = args[0].elem;
+    Ok(vec![if elem.is_float() {
+        Tensor::float(elem, y)
+    } else {
+        Tensor::int(elem, y.mapv(|x| x as i64))
+    }])
 }
 
 pub fn conv_transpose(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {

@@ -72,12 +72,22 @@ fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
     let Some(kind) = GraphOp::of(m, anchor) else {
         return (Template::Elementwise, result);
     };
+    // The tiled product accumulates in f32; integer products (ONNX's
+    // MatMulInteger, ConvInteger) run per element, summing in i32.
+    let float_result = m
+        .value_type(o.results[0])
+        .as_tensor()
+        .is_some_and(|t| t.elem.is_float());
     match kind {
-        G::Matmul if o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => (MATMUL, result),
-        G::Gemm => (MATMUL, result),
+        G::Matmul if float_result && o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => {
+            (MATMUL, result)
+        }
+        G::Gemm if float_result => (MATMUL, result),
         // One group: an implicit GEMM. Grouped and depthwise convolutions
         // reuse too little to pay for tiles, and run per element.
-        G::Conv if graph::ops::Conv::new(m, anchor).is_some_and(|c| c.group() == 1) => {
+        G::Conv
+            if float_result && graph::ops::Conv::new(m, anchor).is_some_and(|c| c.group() == 1) =>
+        {
             (MATMUL, result)
         }
         G::Softmax | G::LayerNorm | G::InstanceNorm => (Template::Row, shape_of(m, o.operands[0])),
@@ -88,9 +98,7 @@ fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
         | G::ReduceMin
         | G::ReduceProd
         | G::GlobalAveragePool
-            if m.value_type(o.results[0])
-                .as_tensor()
-                .is_some_and(|t| t.elem.is_float()) =>
+            if float_result =>
         {
             (Template::Row, result)
         }

@@ -575,7 +575,11 @@ impl KernelBuilder<'_> {
         out: ElemType,
         term: &mut dyn FnMut(&mut Self, &[Ix]) -> R<ValueId>,
     ) -> R<ValueId> {
-        let zero = self.ir.constant(0.0, ACC);
+        // Integers sum in their own type: exactly, where f32 would round
+        // beyond 2^24.
+        let zero = self
+            .ir
+            .constant(0.0, if out.is_float() { ACC } else { out });
         let r = self.loop_nest(extents, vec![zero], &mut |kb, ivs, acc| {
             let t = term(kb, ivs)?;
             let t = kb.widen(t);
@@ -717,7 +721,7 @@ impl KernelBuilder<'_> {
         extents: &[i64],
         term: &mut dyn FnMut(&mut Self, &[Ix]) -> R<ConvTerm>,
     ) -> R<ValueId> {
-        let out = self.float;
+        let out = kernel_elem(graph_elem(self, conv.x), self.float);
         let acc = self.sum(extents, out, &mut |kb, ivs| {
             let (ix, iw, inside) = term(kb, ivs)?;
             let xv = kb.value_at(conv.x, &ix)?;
@@ -726,7 +730,7 @@ impl KernelBuilder<'_> {
             let t = kb.ir.binary(BinaryFn::Mul, xv, wv);
             Ok(match inside {
                 Some(flag) => {
-                    let zero = kb.ir.constant(0.0, ACC);
+                    let zero = kb.ir.constant(0.0, kb.ir.elem(t));
                     kb.ir.select(flag, t, zero)
                 }
                 None => t,

@@ -1,0 +1,373 @@
+//! Quantized operators as compositions of graph ops, computed as
+//! onnxruntime computes them: integer offsets subtracted in i32, products
+//! summed in i32 (`graph.matmul` and `graph.conv` of i32, exact), scales
+//! applied in f32, rounding half to even, saturation to the stored type.
+//!
+//! A scale or zero point is per tensor (a scalar or one element), per axis
+//! (one per index of `axis`), or per block (the input's shape with `axis`
+//! divided by `block_size`, rounded up).
+
+use ircc_core::{Attribute, Attributes, ElemType, Tensor, TensorType};
+use ircc_dialects::graph::GraphOp;
+use ndarray::Array1;
+
+use crate::attrs::Attrs;
+use crate::import::{Importer, Val};
+use crate::ops::{attrs, f32_attr, ints_attr, rank_axis};
+use crate::proto::NodeProto;
+use crate::tensor::elem_type;
+use crate::{ImportError, Result};
+
+const CONV_ATTRS: &[&str] = &[
+    "auto_pad",
+    "dilations",
+    "group",
+    "kernel_shape",
+    "pads",
+    "strides",
+];
+
+/// The integer types quantized tensors are stored in.
+fn quantized_range(e: ElemType) -> Option<(f64, f64)> {
+    Some(match e {
+        ElemType::I8 => (-128.0, 127.0),
+        ElemType::U8 => (0.0, 255.0),
+        ElemType::I16 => (-32768.0, 32767.0),
+        ElemType::U16 => (0.0, 65535.0),
+        _ => return None,
+    })
+}
+
+impl Importer<'_> {
+    /// DequantizeLinear: (x - zero_point) * scale.
+    pub(crate) fn dequantize_linear(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["axis", "block_size", "output_dtype"])?;
+        let x = self.required(n, 0)?;
+        let xt = self.type_of(&x);
+        if quantized_range(xt.elem).is_none() && xt.elem != ElemType::I32 {
+            return Err(ImportError::unsupported(format!(
+                "DequantizeLinear of {} (int8, uint8, int16, uint16 and int32 are supported)",
+                xt.elem
+            )));
+        }
+        let scale = self.required(n, 1)?;
+        let out = match a.i("output_dtype", 0) {
+            0 => self.type_of(&scale).elem,
+            t => elem_type(t as i32)?,
+        };
+        let per = Granularity::of(a)?;
+        let scale = self.spread(scale, &xt, per)?;
+        let zero = match self.input(n, 2)? {
+            Some(z) => Some(self.spread(z, &xt, per)?),
+            None => None,
+        };
+        let y = self.dequantize(x, zero, scale)?;
+        Ok(vec![self.cast_to(y, out)?])
+    }
+
+    /// QuantizeLinear: saturate(round(x / scale) + zero_point), in the
+    /// zero point's type (uint8 without one).
+    pub(crate) fn quantize_linear(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&[
+            "axis",
+            "block_size",
+            "saturate",
+            "output_dtype",
+            "precision",
+        ])?;
+        let x = self.required(n, 0)?;
+        let xt = self.type_of(&x);
+        let zero = self.input(n, 2)?;
+        let out = match (&zero, a.i("output_dtype", 0)) {
+            (Some(z), _) => self.type_of(z).elem,
+            (None, 0) => ElemType::U8,
+            (None, t) => elem_type(t as i32)?,
+        };
+        let per = Granularity::of(a)?;
+        let scale = self.required(n, 1)?;
+        let scale = self.spread(scale, &xt, per)?;
+        let zero = match zero {
+            Some(z) => Some(self.spread(z, &xt, per)?),
+            None => None,
+        };
+        let x = self.cast_to(x, ElemType::F32)?;
+        let scale = self.cast_to(scale, ElemType::F32)?;
+        let scaled = self.bin(GraphOp::Div, x, scale)?;
+        Ok(vec![self.requantize(scaled, zero, out)?])
+    }
+
+    /// DynamicQuantizeLinear: x to uint8 with the scale and zero point that
+    /// map the range of x (widened to hold 0) onto 0..=255.
+    pub(crate) fn dynamic_quantize_linear(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&[])?;
+        let x = self.required(n, 0)?;
+        let rank = self.type_of(&x).rank() as i64;
+        let all = attrs(vec![
+            ("axes", ints_attr((0..rank).collect())),
+            ("keepdims", Attribute::i64(0)),
+        ]);
+        let hi = self.emit(GraphOp::ReduceMax, vec![x.clone()], all.clone(), 1)?;
+        let lo = self.emit(GraphOp::ReduceMin, vec![x.clone()], all, 1)?;
+        let zero = self.scalar_like(&x, 0.0);
+        let hi = self.bin(GraphOp::Max, hi[0].clone(), zero.clone())?;
+        let lo = self.bin(GraphOp::Min, lo[0].clone(), zero)?;
+        let span = self.bin(GraphOp::Sub, hi, lo.clone())?;
+        let steps = self.scalar_like(&span, 255.0);
+        let scale = self.bin(GraphOp::Div, span, steps)?;
+        let below = self.un(GraphOp::Neg, lo)?;
+        let offset = self.bin(GraphOp::Div, below, scale.clone())?;
+        let offset = self.un(GraphOp::Round, offset)?;
+        let offset = self.clip(offset, (0.0, 255.0))?;
+        let scaled = self.bin(GraphOp::Div, x, scale.clone())?;
+        let rounded = self.un(GraphOp::Round, scaled)?;
+        let shifted = self.bin(GraphOp::Add, rounded, offset.clone())?;
+        let y = self.clip(shifted, (0.0, 255.0))?;
+        Ok(vec![
+            self.cast(y, ElemType::U8)?,
+            scale,
+            self.cast(offset, ElemType::U8)?,
+        ])
+    }
+
+    /// MatMulInteger: (a - a_zero_point) · (b - b_zero_point) in i32.
+    pub(crate) fn matmul_integer(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&[])?;
+        let (x, w) = (self.required(n, 0)?, self.required(n, 1)?);
+        let (xz, wz) = (self.input(n, 2)?, self.input(n, 3)?);
+        Ok(vec![self.integer_product(x, xz, w, wz)?])
+    }
+
+    /// ConvInteger: the convolution of (x - x_zero_point) with
+    /// (w - w_zero_point) in i32.
+    pub(crate) fn conv_integer(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(CONV_ATTRS)?;
+        let (x, w) = (self.required(n, 0)?, self.required(n, 1)?);
+        let (xz, wz) = (self.input(n, 2)?, self.input(n, 3)?);
+        Ok(vec![self.integer_conv(n, a, x, xz, w, wz, None)?])
+    }
+
+    /// QLinearMatMul: the integer product requantized by
+    /// a_scale · b_scale / y_scale to y_zero_point's type.
+    pub(crate) fn qlinear_matmul(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&[])?;
+        let [x, xs, xz, w, ws, wz, ys] = self.inputs(n)?;
+        let yz = self.input(n, 7)?;
+        let out = self.quantized_out(&yz)?;
+        let acc = self.integer_product(x, Some(xz), w, Some(wz))?;
+        // A scale per column of w broadcasts against the product's last axis.
+        Ok(vec![self.rescale(acc, xs, ws, ys, yz, out)?])
+    }
+
+    /// QLinearConv: the integer convolution plus its i32 bias, requantized
+    /// by x_scale · w_scale / y_scale (w_scale per output channel or not).
+    pub(crate) fn qlinear_conv(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(CONV_ATTRS)?;
+        let [x, xs, xz, w, ws, wz, ys] = self.inputs(n)?;
+        let yz = self.input(n, 7)?;
+        let bias = self.input(n, 8)?;
+        let out = self.quantized_out(&yz)?;
+        let acc = self.integer_conv(n, a, x, Some(xz), w, Some(wz), bias)?;
+        let rank = self.type_of(&acc).rank();
+        let ws = self.along(ws, rank, 1)?;
+        Ok(vec![self.rescale(acc, xs, ws, ys, yz, out)?])
+    }
+
+    /// The first seven inputs, all required.
+    fn inputs(&self, n: &NodeProto) -> Result<[Val; 7]> {
+        let v: Vec<Val> = (0..7).map(|i| self.required(n, i)).collect::<Result<_>>()?;
+        Ok(v.try_into()
+            .unwrap_or_else(|_| unreachable!("seven inputs")))
+    }
+
+    fn quantized_out(&self, zero: &Option<Val>) -> Result<ElemType> {
+        let e = zero.as_ref().map_or(ElemType::U8, |z| self.type_of(z).elem);
+        quantized_range(e).map(|_| e).ok_or_else(|| {
+            ImportError::unsupported(format!(
+                "a quantized result of {e} (int8, uint8, int16 and uint16 are supported)"
+            ))
+        })
+    }
+
+    /// `acc` (i32) times x_scale · w_scale / y_scale, rounded, offset by
+    /// y's zero point and saturated to `out`.
+    fn rescale(
+        &mut self,
+        acc: Val,
+        xs: Val,
+        ws: Val,
+        ys: Val,
+        yz: Option<Val>,
+        out: ElemType,
+    ) -> Result<Val> {
+        let f = self.cast(acc, ElemType::F32)?;
+        let (xs, ws, ys) = (
+            self.cast_to(xs, ElemType::F32)?,
+            self.cast_to(ws, ElemType::F32)?,
+            self.cast_to(ys, ElemType::F32)?,
+        );
+        let multiplier = self.bin(GraphOp::Mul, xs, ws)?;
+        let multiplier = self.bin(GraphOp::Div, multiplier, ys)?;
+        let scaled = self.bin(GraphOp::Mul, f, multiplier)?;
+        self.requantize(scaled, yz, out)
+    }
+
+    /// round(x) + zero point, saturated and cast to `out`.
+    fn requantize(&mut self, scaled: Val, zero: Option<Val>, out: ElemType) -> Result<Val> {
+        let range = quantized_range(out).ok_or_else(|| {
+            ImportError::unsupported(format!(
+                "quantizing to {out} (int8, uint8, int16 and uint16 are supported)"
+            ))
+        })?;
+        let mut q = self.un(GraphOp::Round, scaled)?;
+        if let Some(z) = zero {
+            let z = self.cast(z, ElemType::F32)?;
+            q = self.bin(GraphOp::Add, q, z)?;
+        }
+        let q = self.clip(q, range)?;
+        self.cast(q, out)
+    }
+
+    /// (x - zero) · scale, the offset taken in i32 as onnxruntime does.
+    fn dequantize(&mut self, x: Val, zero: Option<Val>, scale: Val) -> Result<Val> {
+        let x = self.centred(x, zero)?;
+        let x = self.cast(x, ElemType::F32)?;
+        let scale = self.cast_to(scale, ElemType::F32)?;
+        self.bin(GraphOp::Mul, x, scale)
+    }
+
+    /// x - zero in i32.
+    fn centred(&mut self, x: Val, zero: Option<Val>) -> Result<Val> {
+        let x = self.cast_to(x, ElemType::I32)?;
+        match zero {
+            Some(z) => {
+                let z = self.cast_to(z, ElemType::I32)?;
+                self.bin(GraphOp::Sub, x, z)
+            }
+            None => Ok(x),
+        }
+    }
+
+    fn integer_product(&mut self, x: Val, xz: Option<Val>, w: Val, wz: Option<Val>) -> Result<Val> {
+        // A zero point per row of x is a column to subtract from its rows.
+        let xz = match xz {
+            Some(z) if self.type_of(&z).num_elements() > 1 => {
+                Some(self.reshape(z.clone(), vec![self.type_of(&z).num_elements(), 1])?)
+            }
+            z => z,
+        };
+        let x = self.centred(x, xz)?;
+        let w = self.centred(w, wz)?;
+        self.bin(GraphOp::Matmul, x, w)
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    fn integer_conv(
+        &mut self,
+        n: &NodeProto,
+        a: &Attrs,
+        x: Val,
+        xz: Option<Val>,
+        w: Val,
+        wz: Option<Val>,
+        bias: Option<Val>,
+    ) -> Result<Val> {
+        let rank = self.type_of(&w).rank();
+        let wz = match wz {
+            Some(z) => Some(self.along(z, rank, 0)?),
+            None => None,
+        };
+        let x = self.centred(x, xz)?;
+        let w = self.centred(w, wz)?;
+        let bias = match bias {
+            Some(b) => Some(self.cast_to(b, ElemType::I32)?),
+            None => None,
+        };
+        Ok(self.conv_with(n, a, x, w, bias)?.remove(0))
+    }
+
+    /// A vector of one value per output channel laid along `axis` of a
+    /// tensor of `rank` axes (0 for a weight, 1 for a result); a single
+    /// value as it is.
+    fn along(&mut self, v: Val, rank: usize, axis: usize) -> Result<Val> {
+        let count = self.type_of(&v).num_elements();
+        if count <= 1 {
+            return Ok(v);
+        }
+        let mut shape = vec![1; rank];
+        shape[axis] = count;
+        self.reshape(v, shape)
+    }
+
+    /// A scale or zero point spread to broadcast against x: a scalar as it
+    /// is, a vector along `axis`, blocks repeated along `axis`.
+    fn spread(&mut self, v: Val, xt: &TensorType, per: Granularity) -> Result<Val> {
+        let vt = self.type_of(&v);
+        match per {
+            _ if vt.num_elements() == 1 && vt.rank() <= xt.rank() => Ok(v),
+            Granularity::Axis(axis) => {
+                let axis = rank_axis(axis, xt.rank())?;
+                if vt.rank() != 1 || vt.shape[0] != xt.shape[axis] {
+                    return Err(ImportError::invalid(format!(
+                        "a per-axis scale or zero point needs {} values (axis {axis}), not {vt}",
+                        xt.shape[axis]
+                    )));
+                }
+                let mut shape = vec![1; xt.rank()];
+                shape[axis] = xt.shape[axis];
+                self.reshape(v, shape)
+            }
+            Granularity::Block(axis, size) => {
+                let axis = rank_axis(axis, xt.rank())?;
+                let blocks = (xt.shape[axis] + size - 1) / size;
+                let mut want = xt.shape.clone();
+                want[axis] = blocks;
+                if vt.shape != want {
+                    return Err(ImportError::invalid(format!(
+                        "a blocked scale or zero point needs shape {want:?} (block size {size} along axis {axis}), not {vt}"
+                    )));
+                }
+                let which = Array1::from_iter((0..xt.shape[axis]).map(|i| i / size)).into_dyn();
+                let which = Val::constant(Tensor::int(ElemType::I64, which));
+                let at = attrs(vec![("axis", Attribute::i64(axis as i64))]);
+                Ok(self.emit(GraphOp::Gather, vec![v, which], at, 1)?.remove(0))
+            }
+        }
+    }
+
+    fn clip(&mut self, x: Val, (lo, hi): (f64, f64)) -> Result<Val> {
+        let at: Attributes = attrs(vec![("min", f32_attr(lo)), ("max", f32_attr(hi))]);
+        Ok(self.emit(GraphOp::Clip, vec![x], at, 1)?.remove(0))
+    }
+
+    fn cast_to(&mut self, v: Val, to: ElemType) -> Result<Val> {
+        if self.type_of(&v).elem == to {
+            Ok(v)
+        } else {
+            self.cast(v, to)
+        }
+    }
+}
+
+/// How finely a scale or zero point varies over its input.
+#[derive(Clone, Copy)]
+enum Granularity {
+    /// Along an axis (not yet checked against the rank: a per-tensor
+    /// scale ignores it).
+    Axis(i64),
+    Block(i64, i64),
+}
+
+impl Granularity {
+    fn of(a: &Attrs) -> Result<Self> {
+        let axis = a.i("axis", 1);
+        Ok(match a.i("block_size", 0) {
+            0 => Granularity::Axis(axis),
+            b if b > 0 => Granularity::Block(axis, b),
+            b => {
+                return Err(ImportError::invalid(format!(
+                    "block_size must not be negative, not {b}"
+                )));
+            }
+        })
+    }
+}
