@@ -18,6 +18,13 @@ use crate::proto::NodeProto;
 use crate::tensor::elem_type;
 use crate::{ImportError, Result};
 
+/// An ONNX data type attribute's element type.
+fn data_type(t: i64) -> Result<ElemType> {
+    let t = i32::try_from(t)
+        .map_err(|_| ImportError::invalid(format!("data type {t} is out of range")))?;
+    elem_type(t)
+}
+
 const CONV_ATTRS: &[&str] = &[
     "auto_pad",
     "dilations",
@@ -53,7 +60,7 @@ impl Importer<'_> {
         let scale = self.required(n, 1)?;
         let out = match a.i("output_dtype", 0) {
             0 => self.type_of(&scale).elem,
-            t => elem_type(t as i32)?,
+            t => data_type(t)?,
         };
         let per = Granularity::of(a)?;
         let scale = self.spread(scale, &xt, per)?;
@@ -78,10 +85,23 @@ impl Importer<'_> {
         let x = self.required(n, 0)?;
         let xt = self.type_of(&x);
         let zero = self.input(n, 2)?;
+        if a.i("precision", 0) != 0 {
+            return Err(ImportError::unsupported(
+                "QuantizeLinear's precision attribute (ircc divides in f32)",
+            ));
+        }
         let out = match (&zero, a.i("output_dtype", 0)) {
+            (Some(z), 0) => self.type_of(z).elem,
+            (Some(z), t) if data_type(t)? != self.type_of(z).elem => {
+                return Err(ImportError::invalid(format!(
+                    "output_dtype {} differs from y_zero_point's type {}",
+                    data_type(t)?,
+                    self.type_of(z).elem
+                )));
+            }
             (Some(z), _) => self.type_of(z).elem,
             (None, 0) => ElemType::U8,
-            (None, t) => elem_type(t as i32)?,
+            (None, t) => data_type(t)?,
         };
         let per = Granularity::of(a)?;
         let scale = self.required(n, 1)?;
@@ -113,7 +133,14 @@ impl Importer<'_> {
         let lo = self.bin(GraphOp::Min, lo[0].clone(), zero)?;
         let span = self.bin(GraphOp::Sub, hi, lo.clone())?;
         let steps = self.scalar_like(&span, 255.0);
-        let scale = self.bin(GraphOp::Div, span, steps)?;
+        let scale = self.bin(GraphOp::Div, span.clone(), steps)?;
+        // All zeros: scale 1 (and zero point 0), as onnxruntime, not 0/0.
+        let none = self.scalar_like(&span, 0.0);
+        let flat = self.bin(GraphOp::Equal, span, none)?;
+        let one = self.scalar_like(&scale, 1.0);
+        let scale = self
+            .emit(GraphOp::Where, vec![flat, one, scale], Attributes::new(), 1)?
+            .remove(0);
         let below = self.un(GraphOp::Neg, lo)?;
         let offset = self.bin(GraphOp::Div, below, scale.clone())?;
         let offset = self.un(GraphOp::Round, offset)?;
@@ -153,6 +180,7 @@ impl Importer<'_> {
         let [x, xs, xz, w, ws, wz, ys] = self.inputs(n)?;
         let yz = self.input(n, 7)?;
         let out = self.quantized_out(&yz)?;
+        let xs = self.per_row(xs, &x, "a_scale")?;
         let acc = self.integer_product(x, Some(xz), w, Some(wz))?;
         // A scale per column of w broadcasts against the product's last axis.
         Ok(vec![self.rescale(acc, xs, ws, ys, yz, out)?])
@@ -166,9 +194,16 @@ impl Importer<'_> {
         let yz = self.input(n, 7)?;
         let bias = self.input(n, 8)?;
         let out = self.quantized_out(&yz)?;
+        for (v, what) in [(&xs, "x_scale"), (&xz, "x_zero_point"), (&ys, "y_scale")] {
+            self.single(v, what)?;
+        }
+        if let Some(z) = &yz {
+            self.single(z, "y_zero_point")?;
+        }
+        let channels = self.type_of(&w).shape.first().copied().unwrap_or(0);
         let acc = self.integer_conv(n, a, x, Some(xz), w, Some(wz), bias)?;
         let rank = self.type_of(&acc).rank();
-        let ws = self.along(ws, rank, 1)?;
+        let ws = self.along(ws, rank, 1, channels, "w_scale")?;
         Ok(vec![self.rescale(acc, xs, ws, ys, yz, out)?])
     }
 
@@ -248,16 +283,24 @@ impl Importer<'_> {
     }
 
     fn integer_product(&mut self, x: Val, xz: Option<Val>, w: Val, wz: Option<Val>) -> Result<Val> {
-        // A zero point per row of x is a column to subtract from its rows.
         let xz = match xz {
-            Some(z) if self.type_of(&z).num_elements() > 1 => {
-                Some(self.reshape(z.clone(), vec![self.type_of(&z).num_elements(), 1])?)
-            }
-            z => z,
+            Some(z) => Some(self.per_row(z, &x, "a_zero_point")?),
+            None => None,
         };
         let x = self.centred(x, xz)?;
         let w = self.centred(w, wz)?;
         self.bin(GraphOp::Matmul, x, w)
+    }
+
+    fn single(&self, v: &Val, what: &str) -> Result<()> {
+        let t = self.type_of(v);
+        if t.num_elements() == 1 && t.rank() <= 1 {
+            Ok(())
+        } else {
+            Err(ImportError::invalid(format!(
+                "{what} must hold one value, not {t}"
+            )))
+        }
     }
 
     #[allow(clippy::too_many_arguments)]
@@ -271,9 +314,13 @@ impl Importer<'_> {
         wz: Option<Val>,
         bias: Option<Val>,
     ) -> Result<Val> {
-        let rank = self.type_of(&w).rank();
+        if let Some(z) = &xz {
+            self.single(z, "x_zero_point")?;
+        }
+        let wt = self.type_of(&w);
+        let channels = wt.shape.first().copied().unwrap_or(0);
         let wz = match wz {
-            Some(z) => Some(self.along(z, rank, 0)?),
+            Some(z) => Some(self.along(z, wt.rank(), 0, channels, "w_zero_point")?),
             None => None,
         };
         let x = self.centred(x, xz)?;
@@ -285,13 +332,44 @@ impl Importer<'_> {
         Ok(self.conv_with(n, a, x, w, bias)?.remove(0))
     }
 
+    /// A value per row of a product's left operand `x` ([..., M, K]): a
+    /// single value as it is, M values as a column [M, 1], or the shape
+    /// [..., M, 1] as it is.
+    fn per_row(&mut self, v: Val, x: &Val, what: &str) -> Result<Val> {
+        let (vt, xt) = (self.type_of(&v), self.type_of(x));
+        if vt.num_elements() == 1 && vt.rank() <= xt.rank() {
+            return Ok(v);
+        }
+        let rows = xt.rank().checked_sub(2).map(|r| xt.shape[r]);
+        match rows {
+            Some(m) if vt.rank() == 1 && vt.shape[0] == m => self.reshape(v, vec![m, 1]),
+            Some(_) if vt.rank() == xt.rank() && vt.shape.last() == Some(&1) => Ok(v),
+            _ => Err(ImportError::invalid(format!(
+                "{what} must hold one value or one per row of {xt}, not {vt}"
+            ))),
+        }
+    }
+
     /// A vector of one value per output channel laid along `axis` of a
     /// tensor of `rank` axes (0 for a weight, 1 for a result); a single
     /// value as it is.
-    fn along(&mut self, v: Val, rank: usize, axis: usize) -> Result<Val> {
-        let count = self.type_of(&v).num_elements();
-        if count <= 1 {
+    fn along(
+        &mut self,
+        v: Val,
+        rank: usize,
+        axis: usize,
+        channels: i64,
+        what: &str,
+    ) -> Result<Val> {
+        let vt = self.type_of(&v);
+        let count = vt.num_elements();
+        if count == 1 && vt.rank() <= 1 {
             return Ok(v);
+        }
+        if vt.rank() != 1 || count != channels {
+            return Err(ImportError::invalid(format!(
+                "{what} must hold one value or one per output channel ({channels}), not {vt}"
+            )));
         }
         let mut shape = vec![1; rank];
         shape[axis] = count;
@@ -308,7 +386,7 @@ impl Importer<'_> {
                 let axis = rank_axis(axis, xt.rank())?;
                 if vt.rank() != 1 || vt.shape[0] != xt.shape[axis] {
                     return Err(ImportError::invalid(format!(
-                        "a per-axis scale or zero point needs {} values (axis {axis}), not {vt}",
+                        "a per-axis scale or zero point (input #1 or #2) needs {} values (axis {axis}), not {vt}",
                         xt.shape[axis]
                     )));
                 }
@@ -318,7 +396,8 @@ impl Importer<'_> {
             }
             Granularity::Block(axis, size) => {
                 let axis = rank_axis(axis, xt.rank())?;
-                let blocks = (xt.shape[axis] + size - 1) / size;
+                let len = xt.shape[axis];
+                let blocks = if len == 0 { 0 } else { (len - 1) / size + 1 };
                 let mut want = xt.shape.clone();
                 want[axis] = blocks;
                 if vt.shape != want {

@@ -568,7 +568,8 @@ impl KernelBuilder<'_> {
         }
     }
 
-    /// Sum over `extents` of `term(indices)` in f32, as the output type.
+    /// Sum over `extents` of `term(indices)` in f32 (integers in their own
+    /// type), as the output type.
     pub fn sum(
         &mut self,
         extents: &[i64],
@@ -711,7 +712,7 @@ impl KernelBuilder<'_> {
         })
     }
 
-    /// `Σ x[ix] · w[iw]` over `extents` (f32), where `term` gives `ix`,
+    /// `Σ x[ix] · w[iw]` over `extents` (f32, or i32 for integers), where `term` gives `ix`,
     /// `iw` and a flag for the terms that count (a window in the padding,
     /// say), plus the bias at output channel `idx[1]`.
     pub(super) fn conv_sum(
