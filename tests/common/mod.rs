@@ -457,6 +457,22 @@ pub fn run(file: &Path, input: &Path, out: &Path, extra: &[&str]) -> Output {
     ircc(&args)
 }
 
+/// `ircc run` of `file` on `input` into `out`, which must succeed: its
+/// `count` unnamed results.
+fn run_results(
+    file: &Path,
+    input: &Path,
+    out: &Path,
+    extra: &[&str],
+    count: usize,
+) -> Vec<ircc_core::Tensor> {
+    let r = run(file, input, out, extra);
+    assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
+    (0..count)
+        .map(|i| ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap())
+        .collect()
+}
+
 /// `tests/ir/kernel/reduce_int.ir` on `backend` gives the interpreter's
 /// integers exactly: rows whose max is negative and whose min is
 /// positive, which a wrong starting value would change.
@@ -495,16 +511,14 @@ pub fn integer_reductions_match(backend: &str) {
     let input = dir.join("x.npy");
     ircc_reference::write_npy(&input, &x).unwrap();
     let file = root().join("tests/ir/kernel/reduce_int.ir");
-    let run = |out: &str, extra: &[&str]| {
-        let out = dir.join(out);
-        let r = run(&file, &input, &out, extra);
-        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
-        (0..2)
-            .map(|i| ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap())
-            .collect::<Vec<_>>()
-    };
-    let want = run("want", &[]);
-    let got = run("got", &["--pipeline", "smartmem", "--backend", backend]);
+    let want = run_results(&file, &input, &dir.join("want"), &[], 2);
+    let got = run_results(
+        &file,
+        &input,
+        &dir.join("got"),
+        &["--pipeline", "smartmem", "--backend", backend],
+        2,
+    );
     assert_eq!(got, want, "{backend}");
     assert_eq!(
         want[0].to_i64().iter().copied().collect::<Vec<_>>(),
@@ -523,19 +537,15 @@ pub fn integer_products_match(backend: &str) {
     let input = dir.join("x.npy");
     ircc_reference::write_npy(&input, &x).unwrap();
     let file = root().join("tests/ir/kernel/product_int.ir");
-    let run = |out: &str, extra: &[&str]| {
-        let out = dir.join(out);
-        let r = run(&file, &input, &out, extra);
-        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
-        (0..2)
-            .flat_map(|i| {
-                let t = ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap();
-                t.to_i64().iter().copied().collect::<Vec<_>>()
-            })
+    let values = |results: Vec<ircc_core::Tensor>| {
+        results
+            .iter()
+            .flat_map(|t| t.to_i64().iter().copied().collect::<Vec<_>>())
             .collect::<Vec<_>>()
     };
-    let want = run("want", &[]);
+    let want = values(run_results(&file, &input, &dir.join("want"), &[], 2));
     assert_eq!(want, [97187385, 97187385, -97187385, -97187385]);
-    let got = run("got", &["--pipeline", "smartmem", "--backend", backend]);
+    let extra = ["--pipeline", "smartmem", "--backend", backend];
+    let got = values(run_results(&file, &input, &dir.join("got"), &extra, 2));
     assert_eq!(got, want, "{backend}");
 }

@@ -11,6 +11,27 @@ use crate::proto::{NodeProto, attr_type};
 use crate::tensor::{elem_type, to_tensor};
 use crate::{ImportError, Result};
 
+/// The attributes of Conv, ConvInteger and QLinearConv.
+pub(crate) const CONV_ATTRS: &[&str] = &[
+    "auto_pad",
+    "dilations",
+    "group",
+    "kernel_shape",
+    "pads",
+    "strides",
+];
+
+const CONV_TRANSPOSE_ATTRS: &[&str] = &[
+    "auto_pad",
+    "dilations",
+    "group",
+    "kernel_shape",
+    "pads",
+    "strides",
+    "output_padding",
+    "output_shape",
+];
+
 pub(crate) fn ints_attr(v: Vec<i64>) -> Attribute {
     Attribute::DenseI64Array(v)
 }
@@ -761,16 +782,11 @@ impl Importer<'_> {
     }
 
     fn conv(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
-        a.only(&[
-            "auto_pad",
-            "dilations",
-            "group",
-            "kernel_shape",
-            "pads",
-            "strides",
-            "output_padding",
-            "output_shape",
-        ])?;
+        a.only(if n.op_type == "ConvTranspose" {
+            CONV_TRANSPOSE_ATTRS
+        } else {
+            CONV_ATTRS
+        })?;
         let x = self.required(n, 0)?;
         let w = self.required(n, 1)?;
         let bias = self.input(n, 2)?;

@@ -13,7 +13,7 @@ use ndarray::Array1;
 
 use crate::attrs::Attrs;
 use crate::import::{Importer, Val};
-use crate::ops::{attrs, f32_attr, ints_attr, rank_axis};
+use crate::ops::{CONV_ATTRS, attrs, f32_attr, ints_attr, rank_axis};
 use crate::proto::NodeProto;
 use crate::tensor::elem_type;
 use crate::{ImportError, Result};
@@ -24,15 +24,6 @@ fn data_type(t: i64) -> Result<ElemType> {
         .map_err(|_| ImportError::invalid(format!("data type {t} is out of range")))?;
     elem_type(t)
 }
-
-const CONV_ATTRS: &[&str] = &[
-    "auto_pad",
-    "dilations",
-    "group",
-    "kernel_shape",
-    "pads",
-    "strides",
-];
 
 /// The integer types quantized tensors are stored in.
 fn quantized_range(e: ElemType) -> Option<(f64, f64)> {
