@@ -81,6 +81,15 @@ impl<'a> Attrs<'a> {
             .map(|a| a.floats.clone())
     }
 
+    pub fn strings(&self, name: &str) -> Option<Vec<String>> {
+        self.typed(name, attr_type::STRINGS).map(|a| {
+            a.strings
+                .iter()
+                .map(|s| String::from_utf8_lossy(s).into_owned())
+                .collect()
+        })
+    }
+
     /// Fails if an attribute was read as a type it does not have.
     pub fn check(&self) -> Result<()> {
         match self.wrong.borrow().first() {

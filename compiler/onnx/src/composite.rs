@@ -160,6 +160,14 @@ impl Importer<'_> {
         self.emit(GraphOp::Where, vec![hit, on, off], Attributes::new(), 1)
     }
 
+    /// `where(condition, x, y)`.
+    pub(crate) fn select(&mut self, condition: Val, x: Val, y: Val) -> Result<Val> {
+        let operands = vec![condition, x, y];
+        Ok(self
+            .emit(GraphOp::Where, operands, Attributes::new(), 1)?
+            .remove(0))
+    }
+
     pub(crate) fn reshape(&mut self, x: Val, shape: Vec<i64>) -> Result<Val> {
         let at = attrs(vec![("shape", ints_attr(shape))]);
         Ok(self.emit(GraphOp::Reshape, vec![x], at, 1)?.remove(0))
@@ -176,10 +184,26 @@ impl Importer<'_> {
 
     /// Elements `start`, `start + step`, ... before `end` of the last axis.
     pub(crate) fn last_axis(&mut self, x: &Val, start: i64, end: i64, step: i64) -> Result<Val> {
+        self.strided_slice(x, -1, start, end, step)
+    }
+
+    /// Elements `start` to `end` of `axis`.
+    pub(crate) fn slice_axis(&mut self, x: &Val, axis: i64, start: i64, end: i64) -> Result<Val> {
+        self.strided_slice(x, axis, start, end, 1)
+    }
+
+    fn strided_slice(
+        &mut self,
+        x: &Val,
+        axis: i64,
+        start: i64,
+        end: i64,
+        step: i64,
+    ) -> Result<Val> {
         let at = attrs(vec![
             ("starts", ints_attr(vec![start])),
             ("ends", ints_attr(vec![end])),
-            ("axes", ints_attr(vec![-1])),
+            ("axes", ints_attr(vec![axis])),
             ("steps", ints_attr(vec![step])),
         ]);
         Ok(self.emit(GraphOp::Slice, vec![x.clone()], at, 1)?.remove(0))

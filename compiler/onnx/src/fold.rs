@@ -88,7 +88,7 @@ fn checked_elements(dims: &[i64]) -> Result<i64> {
         })
 }
 
-fn constant(imp: &Importer, n: &NodeProto, i: usize) -> Result<Tensor> {
+pub(crate) fn constant(imp: &Importer, n: &NodeProto, i: usize) -> Result<Tensor> {
     let what = format!("{} input #{i}", n.op_type);
     imp.known_constant_for(&imp.required(n, i)?, &what).ok_or_else(|| {
         ImportError::unsupported(format!(
@@ -190,17 +190,32 @@ pub fn import_only(imp: &mut Importer, n: &NodeProto, a: &Attrs) -> Result<Val> 
         }
         "ScatterND" => {
             a.only(&["reduction"])?;
-            if a.s("reduction", "none") != "none" {
-                return Err(ImportError::unsupported(
-                    "ScatterND reductions are not supported",
-                ));
-            }
+            let reduction = Reduction::of(a)?;
             let (data, indices, updates) = (
                 constant(imp, n, 0)?,
                 constant(imp, n, 1)?,
                 constant(imp, n, 2)?,
             );
-            scatter_nd(&data, &indices, &updates)?
+            let (offsets, slice) = scatter_nd_offsets(data.shape(), &indices)?;
+            scatter(&data, &updates, &offsets, slice, reduction)?
+        }
+        "ScatterElements" | "Scatter" => {
+            a.only(&["axis", "reduction"])?;
+            let reduction = Reduction::of(a)?;
+            let (data, indices, updates) = (
+                constant(imp, n, 0)?,
+                constant(imp, n, 1)?,
+                constant(imp, n, 2)?,
+            );
+            let offsets = scatter_elements_offsets(data.shape(), &indices, a.i("axis", 0))?;
+            if updates.shape() != indices.shape() {
+                return Err(ImportError::invalid(format!(
+                    "updates {:?} must have the indices' shape {:?}",
+                    updates.shape(),
+                    indices.shape()
+                )));
+            }
+            scatter(&data, &updates, &offsets, 1, reduction)?
         }
         "Mod" => {
             a.only(&["fmod"])?;
@@ -275,8 +290,65 @@ fn elementwise(
     }
 }
 
-fn scatter_nd(data: &Tensor, indices: &Tensor, updates: &Tensor) -> Result<Tensor> {
-    let shape = data.shape().to_vec();
+/// How a scatter combines an update with the element it lands on.
+#[derive(Clone, Copy, PartialEq)]
+enum Reduction {
+    Replace,
+    Add,
+    Mul,
+    Max,
+    Min,
+}
+
+impl Reduction {
+    fn of(a: &Attrs) -> Result<Reduction> {
+        Ok(match a.s("reduction", "none").as_str() {
+            "none" => Reduction::Replace,
+            "add" => Reduction::Add,
+            "mul" => Reduction::Mul,
+            "max" => Reduction::Max,
+            "min" => Reduction::Min,
+            r => return Err(ImportError::invalid(format!("unknown reduction '{r}'"))),
+        })
+    }
+
+    fn float(self, old: f64, new: f64) -> f64 {
+        match self {
+            Reduction::Replace => new,
+            Reduction::Add => old + new,
+            Reduction::Mul => old * new,
+            Reduction::Max => old.max(new),
+            Reduction::Min => old.min(new),
+        }
+    }
+
+    /// Integers wrap, as they do in the stored type's arithmetic.
+    fn int(self, old: i64, new: i64) -> i64 {
+        match self {
+            Reduction::Replace => new,
+            Reduction::Add => old.wrapping_add(new),
+            Reduction::Mul => old.wrapping_mul(new),
+            Reduction::Max => old.max(new),
+            Reduction::Min => old.min(new),
+        }
+    }
+}
+
+/// An index along an axis of `extent`, negative ones counted from the end.
+fn wrap_index(i: i64, extent: usize, what: &str) -> Result<usize> {
+    let j = if i < 0 { i + extent as i64 } else { i };
+    if (0..extent as i64).contains(&j) {
+        Ok(j as usize)
+    } else {
+        Err(ImportError::invalid(format!(
+            "{what} index {i} is out of range for an axis of {extent}"
+        )))
+    }
+}
+
+/// ScatterND: where each index (the indices' last axis) puts its slice
+/// of the data, and the slice's length.
+fn scatter_nd_offsets(shape: &[usize], indices: &Tensor) -> Result<(Vec<usize>, usize)> {
     let idx = indices.to_i64();
     let k = *idx
         .shape()
@@ -288,53 +360,100 @@ fn scatter_nd(data: &Tensor, indices: &Tensor, updates: &Tensor) -> Result<Tenso
         ));
     }
     let slice: usize = shape[k..].iter().product();
-    let strides = ircc_dialects::graph::strides_of(&shape);
-    let positions = idx.len() / k.max(1);
+    let strides = ircc_dialects::graph::strides_of(shape);
     let idx = idx.as_standard_layout().iter().copied().collect::<Vec<_>>();
+    let positions = idx.len().checked_div(k).unwrap_or(0);
     let mut offsets = Vec::with_capacity(positions);
     for p in 0..positions {
         let mut off = 0usize;
         for d in 0..k {
-            let i = idx[p * k + d];
-            let i = if i < 0 { i + shape[d] as i64 } else { i };
-            if i < 0 || i >= shape[d] as i64 {
-                return Err(ImportError::invalid("ScatterND index out of range"));
-            }
-            off += i as usize * strides[d];
+            off += wrap_index(idx[p * k + d], shape[d], "ScatterND")? * strides[d];
         }
         offsets.push(off);
     }
+    Ok((offsets, slice))
+}
+
+/// ScatterElements: where each element of the updates goes, its position
+/// with the index along `axis` replaced.
+fn scatter_elements_offsets(shape: &[usize], indices: &Tensor, axis: i64) -> Result<Vec<usize>> {
+    use ndarray::Dimension;
+    let axis = crate::ops::rank_axis(axis, shape.len())?;
+    let idx = indices.to_i64();
+    if idx.ndim() != shape.len() || idx.shape().iter().zip(shape).any(|(i, d)| i > d && *i > 0) {
+        return Err(ImportError::invalid(format!(
+            "indices {:?} do not fit the data {shape:?}",
+            idx.shape()
+        )));
+    }
+    let strides = ircc_dialects::graph::strides_of(shape);
+    idx.indexed_iter()
+        .map(|(pos, &i)| {
+            let mut off = 0;
+            for (d, &p) in pos.slice().iter().enumerate() {
+                let p = if d == axis {
+                    wrap_index(i, shape[d], "ScatterElements")?
+                } else {
+                    p
+                };
+                off += p * strides[d];
+            }
+            Ok(off)
+        })
+        .collect()
+}
+
+/// The data with each run of `slice` updates combined into it at its
+/// offset, in order.
+fn scatter(
+    data: &Tensor,
+    updates: &Tensor,
+    offsets: &[usize],
+    slice: usize,
+    reduction: Reduction,
+) -> Result<Tensor> {
     fn apply<T: Clone>(
         data: &ArrayD<T>,
         updates: &ArrayD<T>,
         offsets: &[usize],
         slice: usize,
+        combine: impl Fn(T, T) -> T,
     ) -> Result<ArrayD<T>> {
         let mut out: Vec<T> = data.as_standard_layout().iter().cloned().collect();
         let upd: Vec<T> = updates.as_standard_layout().iter().cloned().collect();
         if upd.len() != offsets.len() * slice {
             return Err(ImportError::invalid(
-                "ScatterND updates have the wrong shape",
+                "the updates do not match the indices' shape",
             ));
         }
         for (p, &off) in offsets.iter().enumerate() {
-            out[off..off + slice].clone_from_slice(&upd[p * slice..(p + 1) * slice]);
+            for k in 0..slice {
+                let new = upd[p * slice + k].clone();
+                out[off + k] = combine(out[off + k].clone(), new);
+            }
         }
         ArrayD::from_shape_vec(data.raw_dim(), out).map_err(|e| ImportError::invalid(e.to_string()))
     }
+    if data.elem != updates.elem {
+        return Err(ImportError::invalid(format!(
+            "the data is {} but the updates are {}",
+            data.elem, updates.elem
+        )));
+    }
     let data_out = match (&data.data, &updates.data) {
         (TensorData::Float(d), TensorData::Float(u)) => {
-            TensorData::Float(apply(d, u, &offsets, slice)?)
+            TensorData::Float(apply(d, u, offsets, slice, |o, n| reduction.float(o, n))?)
         }
-        (TensorData::Int(d), TensorData::Int(u)) => TensorData::Int(apply(d, u, &offsets, slice)?),
-        (TensorData::Bool(d), TensorData::Bool(u)) => {
-            TensorData::Bool(apply(d, u, &offsets, slice)?)
+        (TensorData::Int(d), TensorData::Int(u)) => {
+            TensorData::Int(apply(d, u, offsets, slice, |o, n| reduction.int(o, n))?)
         }
-        _ => {
-            return Err(ImportError::invalid(
-                "ScatterND data and updates differ in type",
-            ));
+        (TensorData::Bool(d), TensorData::Bool(u)) if reduction == Reduction::Replace => {
+            TensorData::Bool(apply(d, u, offsets, slice, |_, n| n)?)
         }
+        (TensorData::Bool(_), TensorData::Bool(_)) => {
+            return Err(ImportError::invalid("a scatter of booleans cannot reduce"));
+        }
+        _ => unreachable!("one element type, one kind of data"),
     };
     Ok(Tensor {
         elem: data.elem,

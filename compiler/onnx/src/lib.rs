@@ -11,6 +11,7 @@
 mod attention;
 mod attrs;
 mod composite;
+mod data_dependent;
 mod einsum;
 mod fold;
 mod import;
@@ -19,6 +20,8 @@ pub mod operators;
 mod ops;
 pub mod proto;
 mod quantize;
+mod recurrent;
+mod resize;
 mod rotary;
 mod scan;
 pub mod tensor;

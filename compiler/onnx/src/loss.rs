@@ -2,7 +2,7 @@
 //! SoftmaxCrossEntropyLoss, as the graph ops of their ONNX function bodies:
 //! the target class's value gathered per element, weighted, and reduced.
 
-use ircc_core::{Attribute, Attributes};
+use ircc_core::Attribute;
 use ircc_dialects::graph::GraphOp;
 
 use crate::attrs::Attrs;
@@ -111,13 +111,5 @@ impl Importer<'_> {
             Some(lp) if n.output.len() > 1 => vec![loss, lp],
             _ => vec![loss],
         })
-    }
-
-    /// `where(condition, x, y)`.
-    fn select(&mut self, condition: Val, x: Val, y: Val) -> Result<Val> {
-        let operands = vec![condition, x, y];
-        Ok(self
-            .emit(GraphOp::Where, operands, Attributes::new(), 1)?
-            .remove(0))
     }
 }

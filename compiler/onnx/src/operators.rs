@@ -10,8 +10,9 @@
 pub enum Lowering {
     /// Becomes graph ops, which `kernel.lower` turns into GPU kernels.
     Kernels,
-    /// Evaluated while importing (shape arithmetic): its inputs must be
-    /// constants, initializers or inputs bound with `--bind`.
+    /// Evaluated while importing (shape arithmetic, or a result whose
+    /// shape depends on values): its inputs must be constants,
+    /// initializers or inputs bound with `--bind`.
     ImportOnly,
 }
 
@@ -88,6 +89,7 @@ pub const OPERATORS: &[Operator] = &[
     op("Expand", 8, Kernels),
     op("Flatten", 1, Kernels),
     op("Floor", 1, Kernels),
+    op("GRU", 7, Kernels),
     op("Gather", 1, Kernels),
     op("GatherElements", 11, Kernels),
     op("Gelu", 20, Kernels),
@@ -101,6 +103,7 @@ pub const OPERATORS: &[Operator] = &[
     op("Hardmax", 1, Kernels),
     op("Identity", 1, Kernels),
     op("InstanceNormalization", 1, Kernels),
+    op("LSTM", 7, Kernels),
     op("LayerNormalization", 17, Kernels),
     op("LeakyRelu", 1, Kernels),
     op("Less", 1, Kernels),
@@ -120,6 +123,7 @@ pub const OPERATORS: &[Operator] = &[
     op("Mul", 1, Kernels),
     op("Neg", 1, Kernels),
     op("NegativeLogLikelihoodLoss", 12, Kernels),
+    op("NonMaxSuppression", 10, ImportOnly),
     op("Not", 1, Kernels),
     op("OneHot", 9, Kernels),
     op("Or", 1, Kernels),
@@ -130,6 +134,7 @@ pub const OPERATORS: &[Operator] = &[
     op("QLinearMatMul", 10, Kernels),
     op("QuantizeLinear", 10, Kernels),
     op("RMSNormalization", 23, Kernels),
+    op("RNN", 7, Kernels),
     op("Range", 11, ImportOnly),
     op("Reciprocal", 1, Kernels),
     op("ReduceL1", 1, Kernels),
@@ -147,6 +152,8 @@ pub const OPERATORS: &[Operator] = &[
     op("Resize", 10, Kernels),
     op("RotaryEmbedding", 23, Kernels),
     op("Round", 11, Kernels),
+    op("Scatter", 9, ImportOnly),
+    op("ScatterElements", 11, ImportOnly),
     op("ScatterND", 11, ImportOnly),
     op("Selu", 1, Kernels),
     op("Shape", 1, ImportOnly),
@@ -175,6 +182,7 @@ pub const OPERATORS: &[Operator] = &[
     op("TopK", 1, Kernels),
     op("Transpose", 1, Kernels),
     op("Trilu", 14, Kernels),
+    op("Unique", 11, ImportOnly),
     op("Unsqueeze", 1, Kernels),
     op("Where", 9, Kernels),
     op("Xor", 1, Kernels),

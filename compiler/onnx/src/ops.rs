@@ -385,6 +385,7 @@ impl Importer<'_> {
             "PRelu" | "Softplus" | "Softsign" | "Elu" | "Selu" | "Celu" | "ThresholdedRelu"
             | "Mish" | "Swish" | "Shrink" => self.activation(n, a)?,
             "RMSNormalization" => self.rms_norm(n, a)?,
+            "RNN" | "GRU" | "LSTM" => self.recurrent(n, a)?,
             "NegativeLogLikelihoodLoss" | "SoftmaxCrossEntropyLoss" => self.loss(n, a)?,
             "Trilu" => self.trilu(n, a)?,
             "Hardmax" => self.hardmax(n, a)?,
@@ -684,6 +685,8 @@ impl Importer<'_> {
                 ])?;
                 vec![Val::constant(self.constant_value(n, a)?)]
             }
+            "NonMaxSuppression" => self.non_max_suppression(n, a)?,
+            "Unique" => self.unique(n, a)?,
             _ => vec![fold::import_only(self, n, a)?],
         };
         self.define(n, outputs)
@@ -1031,7 +1034,6 @@ impl Importer<'_> {
     fn activation(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
         let x = self.required(n, 0)?;
         let zero = self.scalar_like(&x, 0.0);
-        let one = self.scalar_like(&x, 1.0);
         let y = match n.op_type.as_str() {
             "PRelu" => {
                 a.only(&[])?;
@@ -1043,19 +1045,15 @@ impl Importer<'_> {
             }
             "Softplus" => {
                 a.only(&[])?;
-                let e = self.un(GraphOp::Exp, x)?;
-                let p = self.bin(GraphOp::Add, e, one)?;
-                self.un(GraphOp::Log, p)?
+                self.softplus(x)?
             }
             "Softsign" => {
                 a.only(&[])?;
-                let m = self.un(GraphOp::Abs, x.clone())?;
-                let d = self.bin(GraphOp::Add, m, one)?;
-                self.bin(GraphOp::Div, x, d)?
+                self.softsign(x)?
             }
             "Elu" | "Selu" | "Celu" => {
                 a.only(&["alpha", "gamma"])?;
-                // alpha * (exp(x / c) - 1) below zero, x above; Selu scales both by gamma.
+                // Selu scales Elu by gamma; Celu divides x by alpha first.
                 let (alpha, gamma, c) = match n.op_type.as_str() {
                     "Elu" => (a.f("alpha", 1.0) as f64, 1.0, 1.0),
                     "Selu" => (
@@ -1065,23 +1063,7 @@ impl Importer<'_> {
                     ),
                     _ => (a.f("alpha", 1.0) as f64, 1.0, a.f("alpha", 1.0) as f64),
                 };
-                let xs = if c == 1.0 {
-                    x.clone()
-                } else {
-                    self.bin(GraphOp::Div, x.clone(), self.scalar_like(&x, c))?
-                };
-                let e = self.un(GraphOp::Exp, xs)?;
-                let em1 = self.bin(GraphOp::Sub, e, one)?;
-                let neg = self.bin(GraphOp::Mul, em1, self.scalar_like(&x, alpha))?;
-                let pos = self.bin(GraphOp::Greater, x.clone(), zero)?;
-                let y = self
-                    .emit(
-                        GraphOp::Where,
-                        vec![pos, x.clone(), neg],
-                        Attributes::new(),
-                        1,
-                    )?
-                    .remove(0);
+                let y = self.elu(x.clone(), alpha, c)?;
                 if gamma == 1.0 {
                     y
                 } else {
@@ -1118,22 +1100,57 @@ impl Importer<'_> {
             }
             "ThresholdedRelu" => {
                 a.only(&["alpha"])?;
-                let t = self.scalar_like(&x, a.f("alpha", 1.0) as f64);
-                let above = self.bin(GraphOp::Greater, x.clone(), t)?;
-                self.emit(GraphOp::Where, vec![above, x, zero], Attributes::new(), 1)?
-                    .remove(0)
+                self.thresholded_relu(x, a.f("alpha", 1.0) as f64)?
             }
             _ => {
                 a.only(&[])?;
                 // Mish: x * tanh(softplus(x))
-                let e = self.un(GraphOp::Exp, x.clone())?;
-                let p = self.bin(GraphOp::Add, e, one)?;
-                let sp = self.un(GraphOp::Log, p)?;
+                let sp = self.softplus(x.clone())?;
                 let t = self.un(GraphOp::Tanh, sp)?;
                 self.bin(GraphOp::Mul, x, t)?
             }
         };
         Ok(vec![y])
+    }
+
+    /// log(1 + exp(x))
+    pub(crate) fn softplus(&mut self, x: Val) -> Result<Val> {
+        let e = self.un(GraphOp::Exp, x.clone())?;
+        let p = self.bin(GraphOp::Add, e, self.scalar_like(&x, 1.0))?;
+        self.un(GraphOp::Log, p)
+    }
+
+    /// x / (1 + |x|)
+    pub(crate) fn softsign(&mut self, x: Val) -> Result<Val> {
+        let m = self.un(GraphOp::Abs, x.clone())?;
+        let d = self.bin(GraphOp::Add, m, self.scalar_like(&x, 1.0))?;
+        self.bin(GraphOp::Div, x, d)
+    }
+
+    /// x above zero, alpha * (exp(x / c) - 1) below.
+    pub(crate) fn elu(&mut self, x: Val, alpha: f64, c: f64) -> Result<Val> {
+        let xs = if c == 1.0 {
+            x.clone()
+        } else {
+            self.bin(GraphOp::Div, x.clone(), self.scalar_like(&x, c))?
+        };
+        let e = self.un(GraphOp::Exp, xs)?;
+        let em1 = self.bin(GraphOp::Sub, e, self.scalar_like(&x, 1.0))?;
+        let neg = self.bin(GraphOp::Mul, em1, self.scalar_like(&x, alpha))?;
+        let pos = self.bin(GraphOp::Greater, x.clone(), self.scalar_like(&x, 0.0))?;
+        Ok(self
+            .emit(GraphOp::Where, vec![pos, x, neg], Attributes::new(), 1)?
+            .remove(0))
+    }
+
+    /// x above alpha, zero at or below it.
+    pub(crate) fn thresholded_relu(&mut self, x: Val, alpha: f64) -> Result<Val> {
+        let t = self.scalar_like(&x, alpha);
+        let above = self.bin(GraphOp::Greater, x.clone(), t)?;
+        let zero = self.scalar_like(&x, 0.0);
+        Ok(self
+            .emit(GraphOp::Where, vec![above, x, zero], Attributes::new(), 1)?
+            .remove(0))
     }
 
     /// LayerNormalization's optional Mean and InvStdDev outputs.
@@ -1228,75 +1245,5 @@ impl Importer<'_> {
             ),
         ]);
         self.emit(GraphOp::Pad, vec![x], at, 1)
-    }
-
-    fn resize(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
-        a.only(&[
-            "mode",
-            "coordinate_transformation_mode",
-            "nearest_mode",
-            "cubic_coeff_a",
-            "exclude_outside",
-            "extrapolation_value",
-            "antialias",
-            "keep_aspect_ratio_policy",
-            "axes",
-        ])?;
-        if a.i("antialias", 0) != 0
-            || a.i("exclude_outside", 0) != 0
-            || a.has("axes")
-            || a.s("keep_aspect_ratio_policy", "stretch") != "stretch"
-        {
-            return Err(ImportError::unsupported(
-                "antialias, exclude_outside, axes and keep_aspect_ratio_policy are not supported",
-            ));
-        }
-        let x = self.required(n, 0)?;
-        let mode = a.s("mode", "nearest");
-        let ctm = a.s("coordinate_transformation_mode", "half_pixel");
-        if !matches!(mode.as_str(), "nearest" | "linear") {
-            return Err(ImportError::unsupported(format!(
-                "Resize mode '{mode}' is not supported (nearest, linear)"
-            )));
-        }
-        if !matches!(
-            ctm.as_str(),
-            "half_pixel" | "asymmetric" | "align_corners" | "pytorch_half_pixel"
-        ) {
-            return Err(ImportError::unsupported(format!(
-                "coordinate_transformation_mode '{ctm}' is not supported"
-            )));
-        }
-        let mut at = attrs(vec![
-            ("mode", Attribute::String(mode)),
-            ("coordinate_transformation_mode", Attribute::String(ctm)),
-            (
-                "nearest_mode",
-                Attribute::String(a.s("nearest_mode", "round_prefer_floor")),
-            ),
-        ]);
-        let (scales_at, sizes_at) = if self.opset >= 11 {
-            (2, 3)
-        } else {
-            (1, usize::MAX)
-        };
-        let scales = self
-            .constant_input(n, scales_at, "scales")?
-            .filter(|t| !t.is_empty());
-        let sizes = if sizes_at == usize::MAX {
-            None
-        } else {
-            self.constant_input(n, sizes_at, "sizes")?
-                .filter(|t| !t.is_empty())
-        };
-        match (scales, sizes) {
-            (_, Some(s)) => at.insert("sizes".into(), ints_attr(i64s(&s))),
-            (Some(s), None) => at.insert(
-                "scales".into(),
-                Attribute::DenseFloatArray(ElemType::F32, s.to_f64().iter().copied().collect()),
-            ),
-            (None, None) => return Err(ImportError::invalid("Resize needs scales or sizes")),
-        };
-        self.emit(GraphOp::Resize, vec![x], at, 1)
     }
 }
