@@ -614,3 +614,71 @@ fn inputs_feeding_shapes_are_bound_to_their_values() {
         assert!(r.stderr.contains(says), "{bind}: {}", r.stderr);
     }
 }
+
+/// A Loop node running `body` at most `trips` times over the carried `v`.
+fn looped(name: &str, trips: &str, v: &str, out: &str, body: GraphProto) -> NodeProto {
+    node(
+        name,
+        "Loop",
+        &[trips, "", v],
+        out,
+        vec![AttributeProto {
+            name: "body".into(),
+            r#type: attr_type::GRAPH,
+            g: Some(body),
+            ..Default::default()
+        }],
+    )
+}
+
+/// A Loop body over (i, cond, v) made of `nodes`, ending in (cond, `v_out`).
+fn loop_body(nodes: Vec<NodeProto>, v_out: &str) -> GraphProto {
+    GraphProto {
+        node: nodes,
+        name: "body".into(),
+        initializer: vec![],
+        input: vec![
+            value_info("i", &[]),
+            value_info("c", &[]),
+            value_info("v", &[]),
+        ],
+        output: vec![value_info("c", &[]), value_info(v_out, &[])],
+    }
+}
+
+#[test]
+fn unrolling_is_bounded() {
+    let dir = scratch_dir("unroll");
+    let run = |name: &str, bytes: Vec<u8>| {
+        let path = dir.join(name);
+        std::fs::write(&path, bytes).unwrap();
+        ircc(&[path.to_str().unwrap()])
+    };
+    let identity = || loop_body(vec![node("copy", "Identity", &["v"], "w", vec![])], "w");
+    let short = with_initializers(
+        vec![looped("l", "m", "v0", "y", identity())],
+        vec![int64s("m", &[3]), float_scalar("v0", 2.0)],
+    );
+    let ok = run("short.onnx", short);
+    assert_eq!(ok.code, 0, "{}", ok.stderr);
+    let long = with_initializers(
+        vec![looped("l", "m", "v0", "y", identity())],
+        vec![int64s("m", &[1_000_000_000]), float_scalar("v0", 2.0)],
+    );
+    let err = run("long.onnx", long).stderr;
+    assert!(
+        err.contains("node 'l' (Loop): a Loop of more than 4096 iterations is not unrolled"),
+        "{err}"
+    );
+    // 4000 x 4000 iterations: each fits, together they would not.
+    let inner = looped("inner", "m", "v", "w", identity());
+    let nested = with_initializers(
+        vec![looped("outer", "m", "v0", "y", loop_body(vec![inner], "w"))],
+        vec![int64s("m", &[4000]), float_scalar("v0", 2.0)],
+    );
+    let err = run("nested.onnx", nested).stderr;
+    assert!(
+        err.contains("unrolling adds more than 1048576 nodes"),
+        "{err}"
+    );
+}

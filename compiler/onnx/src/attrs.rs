@@ -90,6 +90,11 @@ impl<'a> Attrs<'a> {
         })
     }
 
+    pub fn graph(&self, name: &str) -> Option<&'a crate::proto::GraphProto> {
+        self.typed(name, attr_type::GRAPH)
+            .and_then(|a| a.g.as_ref())
+    }
+
     /// Fails if an attribute was read as a type it does not have.
     pub fn check(&self) -> Result<()> {
         match self.wrong.borrow().first() {

@@ -2,7 +2,7 @@
 //! at import time or an SSA value of the function being built.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use ircc_core::builtin::FuncOp;
@@ -60,6 +60,10 @@ pub struct Importer<'r> {
     inline_limit: usize,
     /// Scratch space for evaluating ops on constants.
     scratch: Module,
+    /// The model's folder, where its external data lives.
+    pub base: PathBuf,
+    /// The nodes that inlined bodies (If, Loop, Scan) have added so far.
+    pub inlined_nodes: usize,
 }
 
 /// Decodes and imports a model held in memory.
@@ -149,6 +153,8 @@ pub fn import_model(
             options.inline_limit
         },
         scratch: Module::new(),
+        base: base.to_path_buf(),
+        inlined_nodes: 0,
     };
     for (i, name) in arg_names.iter().enumerate() {
         let v = imp.module.blocks[block].args[i];
@@ -332,6 +338,20 @@ fn input_type(input: &crate::proto::ValueInfoProto, options: &ImportOptions) -> 
 }
 
 impl Importer<'_> {
+    /// The values visible by name, to restore when an inlined body ends.
+    pub(crate) fn scope(&self) -> HashMap<String, Val> {
+        self.values.clone()
+    }
+
+    pub(crate) fn restore_scope(&mut self, scope: HashMap<String, Val>) {
+        self.values = scope;
+    }
+
+    /// Names `v` in the current scope, as a body's input or initializer.
+    pub(crate) fn bind_name(&mut self, name: &str, v: Val) {
+        self.values.insert(name.to_string(), v);
+    }
+
     pub fn value(&self, name: &str) -> Result<Val> {
         self.values.get(name).cloned().ok_or_else(|| {
             ImportError::invalid(format!("value '{name}' is used before it is defined"))

@@ -11,9 +11,11 @@
 mod attention;
 mod attrs;
 mod composite;
+mod control_flow;
 mod data_dependent;
 mod einsum;
 mod fold;
+mod grid_sample;
 mod import;
 mod loss;
 pub mod operators;

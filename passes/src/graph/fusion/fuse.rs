@@ -406,6 +406,79 @@ fn outline(module: &mut Module, position: &HashMap<OpId, usize>, group: &Group) 
     (last, fused)
 }
 
+/// The groups, less those that would leave the fused block with a cycle:
+/// two groups that are each convex can still read each other (a1 -> b1
+/// and b2 -> a2), which no order of the fused ops satisfies. One
+/// topological sort of the groups and the ops outside them finds such a
+/// cycle; the last group formed on it is dropped, and the sort repeated.
+/// Views count as part of their readers, as the plan sees them.
+fn without_cycles(module: &Module, block: BlockId, mut groups: Vec<Group>) -> Vec<Group> {
+    let ops = &module.blocks[block].ops;
+    loop {
+        // A node per group, then one per op outside every group.
+        let mut node: HashMap<OpId, usize> = HashMap::new();
+        for (g, group) in groups.iter().enumerate() {
+            node.extend(group.ops.iter().map(|&op| (op, g)));
+        }
+        for (i, &op) in ops.iter().enumerate() {
+            node.entry(op).or_insert(groups.len() + i);
+        }
+        let count = groups.len() + ops.len();
+        let mut readers: Vec<Vec<usize>> = vec![Vec::new(); count];
+        let mut sources: Vec<Vec<usize>> = vec![Vec::new(); count];
+        // Views are index computations their readers take in: an edge
+        // runs from what a view reads to the view's reader.
+        let source = |v| {
+            let mut d = module.defining_op(v)?;
+            while is_view(module, d) {
+                d = module.defining_op(*module.op(d).operands.first()?)?;
+            }
+            Some(d)
+        };
+        for &op in ops.iter().filter(|&&op| !is_view(module, op)) {
+            let to = node[&op];
+            for &v in &module.op(op).operands {
+                if let Some(from) = source(v).and_then(|d| node.get(&d).copied())
+                    && from != to
+                {
+                    readers[from].push(to);
+                    sources[to].push(from);
+                }
+            }
+        }
+        // Peel nodes with nothing left before them, then (of the rest)
+        // those with nothing left after them: what remains lies on cycles.
+        let peel = |next: &Vec<Vec<usize>>, prev: &Vec<Vec<usize>>, alive: &mut Vec<bool>| {
+            let mut waiting: Vec<usize> = (0..count)
+                .map(|n| prev[n].iter().filter(|&&p| alive[p]).count())
+                .collect();
+            let mut ready: Vec<usize> = (0..count)
+                .filter(|&n| alive[n] && waiting[n] == 0)
+                .collect();
+            while let Some(n) = ready.pop() {
+                alive[n] = false;
+                for &r in &next[n] {
+                    waiting[r] -= 1;
+                    if waiting[r] == 0 && alive[r] {
+                        ready.push(r);
+                    }
+                }
+            }
+        };
+        let mut alive = vec![true; count];
+        peel(&readers, &sources, &mut alive);
+        if !alive.contains(&true) {
+            return groups;
+        }
+        peel(&sources, &readers, &mut alive);
+        let on_cycle = (0..groups.len())
+            .rev()
+            .find(|&g| alive[g])
+            .expect("a cycle of the fused block passes through a group");
+        groups.remove(on_cycle);
+    }
+}
+
 /// Reorders a block so every value is defined before it is used, keeping
 /// the original order wherever it already is.
 fn sort_topologically(module: &mut Module, block: BlockId) {
@@ -453,7 +526,7 @@ impl FunctionPass for Fuse {
     }
 
     fn run_on_body(&mut self, module: &mut Module, body: BlockId, ctx: &PassContext) -> PassResult {
-        let groups = self.plan(module, ctx, body);
+        let groups = without_cycles(module, body, self.plan(module, ctx, body));
         let position: HashMap<OpId, usize> = module.blocks[body]
             .ops
             .iter()
