@@ -56,6 +56,16 @@ impl Env for SafetensorsWeights {
                 ElemType::BF16,
                 arr(decode(d, |b| half::bf16::from_le_bytes(b).to_f64()))?,
             ),
+            Dtype::F8_E4M3 | Dtype::F8_E4M3FNUZ | Dtype::F8_E5M2 | Dtype::F8_E5M2FNUZ => {
+                let elem = match view.dtype() {
+                    Dtype::F8_E4M3 => ElemType::F8E4M3FN,
+                    Dtype::F8_E4M3FNUZ => ElemType::F8E4M3FNUZ,
+                    Dtype::F8_E5M2 => ElemType::F8E5M2,
+                    _ => ElemType::F8E5M2FNUZ,
+                };
+                let f8 = ircc_core::float8::Float8::of(elem).expect("an 8-bit float");
+                Tensor::float(elem, arr(d.iter().map(|&b| f8.from_bits(b)).collect())?)
+            }
             Dtype::I64
             | Dtype::I32
             | Dtype::I16

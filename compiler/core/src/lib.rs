@@ -13,6 +13,7 @@ pub mod attr;
 pub mod builtin;
 pub mod diag;
 pub mod files;
+pub mod float8;
 pub mod interp;
 pub mod ir;
 pub mod limits;

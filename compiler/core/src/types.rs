@@ -10,6 +10,10 @@ pub enum ElemType {
     F32,
     F16,
     BF16,
+    F8E4M3FN,
+    F8E4M3FNUZ,
+    F8E5M2,
+    F8E5M2FNUZ,
     I64,
     I32,
     I16,
@@ -22,11 +26,15 @@ pub enum ElemType {
 }
 
 impl ElemType {
-    pub const ALL: [ElemType; 13] = [
+    pub const ALL: [ElemType; 17] = [
         ElemType::F64,
         ElemType::F32,
         ElemType::F16,
         ElemType::BF16,
+        ElemType::F8E4M3FN,
+        ElemType::F8E4M3FNUZ,
+        ElemType::F8E5M2,
+        ElemType::F8E5M2FNUZ,
         ElemType::I64,
         ElemType::I32,
         ElemType::I16,
@@ -44,6 +52,10 @@ impl ElemType {
             ElemType::F32 => "f32",
             ElemType::F16 => "f16",
             ElemType::BF16 => "bf16",
+            ElemType::F8E4M3FN => "f8E4M3FN",
+            ElemType::F8E4M3FNUZ => "f8E4M3FNUZ",
+            ElemType::F8E5M2 => "f8E5M2",
+            ElemType::F8E5M2FNUZ => "f8E5M2FNUZ",
             ElemType::I64 => "i64",
             ElemType::I32 => "i32",
             ElemType::I16 => "i16",
@@ -64,7 +76,14 @@ impl ElemType {
     pub fn is_float(self) -> bool {
         matches!(
             self,
-            ElemType::F64 | ElemType::F32 | ElemType::F16 | ElemType::BF16
+            ElemType::F64
+                | ElemType::F32
+                | ElemType::F16
+                | ElemType::BF16
+                | ElemType::F8E4M3FN
+                | ElemType::F8E4M3FNUZ
+                | ElemType::F8E5M2
+                | ElemType::F8E5M2FNUZ
         )
     }
 
@@ -104,7 +123,13 @@ impl ElemType {
             ElemType::F64 | ElemType::I64 | ElemType::U64 => 8,
             ElemType::F32 | ElemType::I32 | ElemType::U32 => 4,
             ElemType::F16 | ElemType::BF16 | ElemType::I16 | ElemType::U16 => 2,
-            ElemType::I8 | ElemType::U8 | ElemType::I1 => 1,
+            ElemType::I8
+            | ElemType::U8
+            | ElemType::I1
+            | ElemType::F8E4M3FN
+            | ElemType::F8E4M3FNUZ
+            | ElemType::F8E5M2
+            | ElemType::F8E5M2FNUZ => 1,
         }
     }
 }

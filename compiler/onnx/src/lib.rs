@@ -163,6 +163,15 @@ pub fn write_weights(path: &Path, weights: &[(String, Tensor)]) -> std::result::
                     .flat_map(|&x| half::bf16::from_f64(x).to_le_bytes())
                     .collect(),
             ),
+            (TensorData::Float(a), e) if let Some(f8) = ircc_core::float8::Float8::of(e) => {
+                let dtype = match e {
+                    ElemType::F8E4M3FN => Dtype::F8_E4M3,
+                    ElemType::F8E4M3FNUZ => Dtype::F8_E4M3FNUZ,
+                    ElemType::F8E5M2 => Dtype::F8_E5M2,
+                    _ => Dtype::F8_E5M2FNUZ,
+                };
+                (dtype, a.iter().map(|&x| f8.to_bits(x)).collect())
+            }
             (TensorData::Float(a), _) => (
                 Dtype::F32,
                 a.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),

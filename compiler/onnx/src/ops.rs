@@ -1,6 +1,7 @@
 //! ONNX operators to graph ops, one arm per operator family. Attribute
 //! names follow ONNX in snake_case; shape-like inputs become attributes.
 
+use ircc_core::float8::Float8;
 use ircc_core::{Attribute, Attributes, ElemType, Tensor, Type};
 use ircc_dialects::graph::GraphOp;
 
@@ -371,12 +372,14 @@ impl Importer<'_> {
             "Cast" => {
                 a.only(&["to", "saturate"])?;
                 let to = elem_type(a.i("to", 0) as i32)?;
-                vec![self.cast(self.required(n, 0)?, to)?]
+                let saturate = a.i("saturate", 1) != 0;
+                vec![self.cast_saturating(self.required(n, 0)?, to, saturate)?]
             }
             "CastLike" => {
                 a.only(&["saturate"])?;
                 let to = self.type_of(&self.required(n, 1)?).elem;
-                vec![self.cast(self.required(n, 0)?, to)?]
+                let saturate = a.i("saturate", 1) != 0;
+                vec![self.cast_saturating(self.required(n, 0)?, to, saturate)?]
             }
             "LogSoftmax" => {
                 let s = self.softmax(n, a)?;
@@ -744,6 +747,40 @@ impl Importer<'_> {
     pub fn cast(&mut self, v: Val, to: ElemType) -> Result<Val> {
         let at = attrs(vec![("to", Attribute::Type(Type::Scalar(to)))]);
         Ok(self.emit(GraphOp::Cast, vec![v], at, 1)?.remove(0))
+    }
+
+    /// A cast as ONNX's Cast does it: to an 8-bit float, values past the
+    /// largest (infinities too) become the largest when saturating, and
+    /// otherwise infinity (E5M2) or NaN. `graph.cast` rounds to the nearest
+    /// value the type holds, so only what differs from that is selected.
+    pub(crate) fn cast_saturating(&mut self, v: Val, to: ElemType, saturate: bool) -> Result<Val> {
+        let from = self.type_of(&v).elem;
+        let y = self.cast(v.clone(), to)?;
+        let Some(f8) =
+            Float8::of(to).filter(|f8| from.is_float() && (!saturate || f8.has_infinity()))
+        else {
+            return Ok(y);
+        };
+        let (bound, tie_overflows) = f8.overflow_bound();
+        let magnitude = self.un(GraphOp::Abs, v.clone())?;
+        let bound = self.scalar_like(&magnitude, bound);
+        // NaN compares false, and is cast to NaN anyway.
+        let mut over = self.bin(GraphOp::Greater, magnitude.clone(), bound.clone())?;
+        if tie_overflows {
+            let tie = self.bin(GraphOp::Equal, magnitude, bound)?;
+            over = self.bin(GraphOp::Or, over, tie)?;
+        }
+        let past = if saturate || f8.has_infinity() {
+            let top = if saturate { f8.max() } else { f64::INFINITY };
+            let zero = self.scalar_like(&v, 0.0);
+            let negative = self.bin(GraphOp::Less, v, zero)?;
+            let up = Val::constant(fold::scalar(top, to));
+            let down = Val::constant(fold::scalar(-top, to));
+            self.select(negative, down, up)?
+        } else {
+            Val::constant(fold::scalar(f64::NAN, to))
+        };
+        self.select(over, past, y)
     }
 
     fn constant_value(&self, n: &NodeProto, a: &Attrs) -> Result<Tensor> {

@@ -7,6 +7,7 @@
 //! (one per index of `axis`), or per block (the input's shape with `axis`
 //! divided by `block_size`, rounded up).
 
+use ircc_core::float8::Float8;
 use ircc_core::{Attribute, Attributes, ElemType, Tensor, TensorType};
 use ircc_dialects::graph::GraphOp;
 use ndarray::Array1;
@@ -42,9 +43,12 @@ impl Importer<'_> {
         a.only(&["axis", "block_size", "output_dtype"])?;
         let x = self.required(n, 0)?;
         let xt = self.type_of(&x);
-        if quantized_range(xt.elem).is_none() && xt.elem != ElemType::I32 {
+        if quantized_range(xt.elem).is_none()
+            && xt.elem != ElemType::I32
+            && Float8::of(xt.elem).is_none()
+        {
             return Err(ImportError::unsupported(format!(
-                "DequantizeLinear of {} (int8, uint8, int16, uint16 and int32 are supported)",
+                "DequantizeLinear of {} (int8, uint8, int16, uint16, int32 and the 8-bit floats are supported)",
                 xt.elem
             )));
         }
@@ -104,7 +108,8 @@ impl Importer<'_> {
         let x = self.cast_to(x, ElemType::F32)?;
         let scale = self.cast_to(scale, ElemType::F32)?;
         let scaled = self.bin(GraphOp::Div, x, scale)?;
-        Ok(vec![self.requantize(scaled, zero, out)?])
+        let saturate = a.i("saturate", 1) != 0;
+        Ok(vec![self.requantize(scaled, zero, out, saturate)?])
     }
 
     /// DynamicQuantizeLinear: x to uint8 with the scale and zero point that
@@ -234,14 +239,33 @@ impl Importer<'_> {
         let multiplier = self.bin(GraphOp::Mul, xs, ws)?;
         let multiplier = self.bin(GraphOp::Div, multiplier, ys)?;
         let scaled = self.bin(GraphOp::Mul, f, multiplier)?;
-        self.requantize(scaled, yz, out)
+        self.requantize(scaled, yz, out, true)
     }
 
     /// round(x) + zero point, saturated and cast to `out`.
-    fn requantize(&mut self, scaled: Val, zero: Option<Val>, out: ElemType) -> Result<Val> {
+    /// `scaled` plus the zero point in `out`: rounded to an integer and
+    /// clipped to its range, or cast to an 8-bit float (`saturate` as
+    /// Cast's).
+    fn requantize(
+        &mut self,
+        scaled: Val,
+        zero: Option<Val>,
+        out: ElemType,
+        saturate: bool,
+    ) -> Result<Val> {
+        if Float8::of(out).is_some() {
+            let q = match zero {
+                Some(z) => {
+                    let z = self.cast(z, ElemType::F32)?;
+                    self.bin(GraphOp::Add, scaled, z)?
+                }
+                None => scaled,
+            };
+            return self.cast_saturating(q, out, saturate);
+        }
         let range = quantized_range(out).ok_or_else(|| {
             ImportError::unsupported(format!(
-                "quantizing to {out} (int8, uint8, int16 and uint16 are supported)"
+                "quantizing to {out} (int8, uint8, int16, uint16 and the 8-bit floats are supported)"
             ))
         })?;
         let mut q = self.un(GraphOp::Round, scaled)?;
@@ -255,8 +279,20 @@ impl Importer<'_> {
 
     /// (x - zero) · scale, the offset taken in i32 as onnxruntime does.
     fn dequantize(&mut self, x: Val, zero: Option<Val>, scale: Val) -> Result<Val> {
-        let x = self.centred(x, zero)?;
-        let x = self.cast(x, ElemType::F32)?;
+        let x = if Float8::of(self.type_of(&x).elem).is_some() {
+            // An 8-bit float's offset is taken in f32.
+            let x = self.cast(x, ElemType::F32)?;
+            match zero {
+                Some(z) => {
+                    let z = self.cast(z, ElemType::F32)?;
+                    self.bin(GraphOp::Sub, x, z)?
+                }
+                None => x,
+            }
+        } else {
+            let x = self.centred(x, zero)?;
+            self.cast(x, ElemType::F32)?
+        };
         let scale = self.cast_to(scale, ElemType::F32)?;
         self.bin(GraphOp::Mul, x, scale)
     }

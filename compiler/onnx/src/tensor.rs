@@ -3,6 +3,7 @@
 
 use std::path::Path;
 
+use ircc_core::float8::Float8;
 use ircc_core::{ElemType, Tensor};
 use ndarray::{ArrayD, IxDyn};
 
@@ -16,6 +17,10 @@ pub fn elem_type(data_type: i32) -> Result<ElemType> {
         dt::DOUBLE => ElemType::F64,
         dt::FLOAT16 => ElemType::F16,
         dt::BFLOAT16 => ElemType::BF16,
+        dt::FLOAT8E4M3FN => ElemType::F8E4M3FN,
+        dt::FLOAT8E4M3FNUZ => ElemType::F8E4M3FNUZ,
+        dt::FLOAT8E5M2 => ElemType::F8E5M2,
+        dt::FLOAT8E5M2FNUZ => ElemType::F8E5M2FNUZ,
         dt::INT64 => ElemType::I64,
         dt::INT32 => ElemType::I32,
         dt::INT16 => ElemType::I16,
@@ -50,12 +55,12 @@ pub fn data_type_name(t: i32) -> &'static str {
         dt::UINT32 => "uint32",
         dt::UINT64 => "uint64",
         dt::BFLOAT16 => "bfloat16",
-        // The 8-, 4- and 2-bit types of opsets 19 to 25, which ircc does
-        // not hold: named, so the error says which.
         dt::FLOAT8E4M3FN => "float8e4m3fn",
         dt::FLOAT8E4M3FNUZ => "float8e4m3fnuz",
         dt::FLOAT8E5M2 => "float8e5m2",
         dt::FLOAT8E5M2FNUZ => "float8e5m2fnuz",
+        // The 4- and 2-bit types of opsets 21 to 25, which ircc does not
+        // hold: named, so the error says which.
         dt::UINT4 => "uint4",
         dt::INT4 => "int4",
         dt::FLOAT4E2M1 => "float4e2m1",
@@ -145,6 +150,10 @@ pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
         (Some(r), ElemType::F64) => from_le(r, f64::from_le_bytes),
         (Some(r), ElemType::F16) => from_le(r, |b| half::f16::from_le_bytes(b).to_f64()),
         (Some(r), ElemType::BF16) => from_le(r, |b| half::bf16::from_le_bytes(b).to_f64()),
+        (Some(r), e) if Float8::of(e).is_some() => {
+            let f8 = Float8::of(e).expect("checked");
+            r.iter().map(|&b| f8.from_bits(b)).collect()
+        }
         (None, ElemType::F32) => t.float_data.iter().map(|&x| x as f64).collect(),
         (None, ElemType::F64) => t.double_data.clone(),
         // float16 and bfloat16 travel as their bit patterns in int32_data.
@@ -158,6 +167,13 @@ pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
             .iter()
             .map(|&x| half::bf16::from_bits(x as u16).to_f64())
             .collect(),
+        (None, e) if Float8::of(e).is_some() => {
+            let f8 = Float8::of(e).expect("checked");
+            t.int32_data
+                .iter()
+                .map(|&x| f8.from_bits(x as u8))
+                .collect()
+        }
         _ => Vec::new(),
     };
     // Without raw data, ONNX keeps int64 in int64_data, uint32 and uint64

@@ -138,6 +138,28 @@ fn lower_function(
                 ),
             ));
         }
+        // WGSL and OpenCL C have no 8-bit floats, and rounding to one is
+        // not emulated: such tensors run on the interpreter only.
+        let eight_bit = m
+            .op(op)
+            .results
+            .iter()
+            .chain(&m.op(op).operands)
+            .find_map(|&v| {
+                m.value_type(v)
+                    .as_tensor()
+                    .map(|t| t.elem)
+                    .filter(|&e| ircc_core::float8::Float8::of(e).is_some())
+            });
+        if let Some(elem) = eight_bit {
+            return Err(Diagnostic::error(
+                loc,
+                format!(
+                    "{}: '{name}' has a tensor of {elem}, an 8-bit float that GPU kernels do not hold (the interpreter runs it)",
+                    KernelLowerOptions::NAME
+                ),
+            ));
+        }
         let read_by_consumers = templates::lower_group(m, lowering, &group).map_err(|e| {
             Diagnostic::error(loc, format!("{}: '{name}': {e}", KernelLowerOptions::NAME))
         })?;
