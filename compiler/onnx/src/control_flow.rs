@@ -32,12 +32,25 @@ impl Importer<'_> {
         let cond = self
             .constant_input(n, 0, "cond")?
             .ok_or_else(|| ImportError::invalid("If needs its condition"))?;
+        if cond.elem != ElemType::I1 {
+            return Err(ImportError::invalid(format!(
+                "If's condition must be a bool, not {}",
+                cond.elem
+            )));
+        }
         let taken = match cond.to_i64().iter().collect::<Vec<_>>()[..] {
             [&c] => c != 0,
             _ => return Err(ImportError::invalid("If's condition must hold one value")),
         };
         let branch = if taken { "then_branch" } else { "else_branch" };
         let g = body(a, branch)?;
+        if g.output.len() != n.output.len() {
+            return Err(ImportError::invalid(format!(
+                "If's {branch} has {} outputs for the node's {}",
+                g.output.len(),
+                n.output.len()
+            )));
+        }
         self.inline(g, Vec::new())
             .map_err(|e| e.context(format!("If's {branch}")))
     }
@@ -49,17 +62,37 @@ impl Importer<'_> {
         a.only(&["body"])?;
         let g = body(a, "body")?;
         let trips = match self.constant_input(n, 0, "M")? {
+            Some(m) if m.elem != ElemType::I64 => {
+                return Err(ImportError::invalid(format!(
+                    "Loop's M must be an int64, not {}",
+                    m.elem
+                )));
+            }
             Some(m) => Some(scalar_i64(&m, "M")?),
             None => None,
         };
         let has_cond = self.input(n, 1)?.is_some();
         let mut going = match self.constant_input(n, 1, "cond")? {
+            Some(c) if c.elem != ElemType::I1 => {
+                return Err(ImportError::invalid(format!(
+                    "Loop's cond must be a bool, not {}",
+                    c.elem
+                )));
+            }
             Some(c) => scalar_i64(&c, "cond")? != 0,
             None => true,
         };
         let mut carried: Vec<Val> = (2..n.input.len())
             .map(|i| self.required(n, i))
             .collect::<Result<_>>()?;
+        let formal = formal_inputs(g).len();
+        if formal != 2 + carried.len() {
+            return Err(ImportError::invalid(format!(
+                "Loop's body takes {formal} inputs; the iteration, the condition and {} carried values make {}",
+                carried.len(),
+                2 + carried.len()
+            )));
+        }
         let scans = g
             .output
             .len()
@@ -156,6 +189,14 @@ impl Importer<'_> {
         };
         let in_axes = per("scan_input_axes", sequences.len())?;
         let in_dirs = per("scan_input_directions", sequences.len())?;
+        if formal_inputs(g).len() != state.len() + sequences.len() {
+            return Err(ImportError::invalid(format!(
+                "Scan's body takes {} inputs for {} states and {} scanned inputs",
+                formal_inputs(g).len(),
+                state.len(),
+                sequences.len()
+            )));
+        }
         let scans = g
             .output
             .len()
@@ -163,6 +204,11 @@ impl Importer<'_> {
             .ok_or_else(|| ImportError::invalid("Scan's body has fewer outputs than states"))?;
         let out_axes = per("scan_output_axes", scans)?;
         let out_dirs = per("scan_output_directions", scans)?;
+        if let Some(d) = in_dirs.iter().chain(&out_dirs).find(|&&d| d != 0 && d != 1) {
+            return Err(ImportError::invalid(format!(
+                "a scan direction is 0 (forward) or 1 (reverse), not {d}"
+            )));
+        }
         let mut axes = Vec::new();
         let mut length = None;
         for (s, &ax) in sequences.iter().zip(&in_axes) {
@@ -229,6 +275,15 @@ impl Importer<'_> {
     }
 }
 
+/// A body's inputs: those it lists that are not initializers.
+fn formal_inputs(g: &GraphProto) -> Vec<&str> {
+    g.input
+        .iter()
+        .map(|i| i.name.as_str())
+        .filter(|name| !g.initializer.iter().any(|t| t.name == *name))
+        .collect()
+}
+
 fn scalar_i64(t: &Tensor, what: &str) -> Result<i64> {
     match i64s(t)[..] {
         [v] => Ok(v),
@@ -244,12 +299,7 @@ impl Importer<'_> {
     /// enclosing values), and returns its outputs; the names it defines
     /// are forgotten afterwards.
     pub(crate) fn inline(&mut self, g: &GraphProto, inputs: Vec<Val>) -> Result<Vec<Val>> {
-        let formal: Vec<&str> = g
-            .input
-            .iter()
-            .map(|i| i.name.as_str())
-            .filter(|name| !g.initializer.iter().any(|t| t.name == *name))
-            .collect();
+        let formal = formal_inputs(g);
         if formal.len() != inputs.len() {
             return Err(ImportError::invalid(format!(
                 "the graph takes {} inputs, but is given {}",
@@ -284,15 +334,7 @@ impl Importer<'_> {
             self.bind_name(&t.name, Val::constant(tensor));
         }
         for (i, node) in g.node.iter().enumerate() {
-            let place = if node.name.is_empty() {
-                format!("node #{i} ({})", node.op_type)
-            } else {
-                format!("node '{}' ({})", node.name, node.op_type)
-            };
-            let attrs = Attrs::new(node);
-            self.node(node, &attrs)
-                .and_then(|()| attrs.check())
-                .map_err(|e| e.context(place))?;
+            self.import_node(i, node)?;
         }
         g.output
             .iter()

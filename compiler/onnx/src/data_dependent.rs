@@ -69,9 +69,15 @@ impl Corners {
 }
 
 /// A float ordered for sorting and comparing values: -0 equals 0, NaN
-/// comes last.
-#[derive(Clone, Copy, PartialEq)]
+/// equals NaN (as numpy's unique takes them) and comes last.
+#[derive(Clone, Copy)]
 struct Ordered(f64);
+
+impl PartialEq for Ordered {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
 
 impl Eq for Ordered {}
 

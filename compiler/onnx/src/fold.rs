@@ -207,6 +207,12 @@ pub fn import_only(imp: &mut Importer, n: &NodeProto, a: &Attrs) -> Result<Val> 
                 constant(imp, n, 1)?,
                 constant(imp, n, 2)?,
             );
+            if !indices.elem.is_int() {
+                return Err(ImportError::invalid(format!(
+                    "indices must be integers, not {}",
+                    indices.elem
+                )));
+            }
             let offsets = scatter_elements_offsets(data.shape(), &indices, a.i("axis", 0))?;
             if updates.shape() != indices.shape() {
                 return Err(ImportError::invalid(format!(

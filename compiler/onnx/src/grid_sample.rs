@@ -55,6 +55,11 @@ impl Importer<'_> {
                 "GridSample of {xt} needs a grid [N, ..., {k}] of {k} spatial axes, not {gt}"
             )));
         }
+        if xt.shape[2..].contains(&0) {
+            return Err(ImportError::invalid(format!(
+                "GridSample of {xt} has an empty spatial axis to sample from"
+            )));
+        }
         if !xt.elem.is_float() || !gt.elem.is_float() {
             return Err(ImportError::unsupported(
                 "GridSample of other than floating-point tensors",

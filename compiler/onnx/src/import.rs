@@ -175,15 +175,7 @@ pub fn import_model(
     }
     for (i, node) in graph.node.iter().enumerate() {
         options.progress.report(graph.initializer.len() + i, steps);
-        let place = if node.name.is_empty() {
-            format!("node #{i} ({})", node.op_type)
-        } else {
-            format!("node '{}' ({})", node.name, node.op_type)
-        };
-        let attrs = Attrs::new(node);
-        imp.node(node, &attrs)
-            .and_then(|()| attrs.check())
-            .map_err(|e| e.context(place))?;
+        imp.import_node(i, node)?;
     }
     let mut outputs = Vec::new();
     let mut result_types = Vec::new();
@@ -338,6 +330,20 @@ fn input_type(input: &crate::proto::ValueInfoProto, options: &ImportOptions) -> 
 }
 
 impl Importer<'_> {
+    /// Imports node `i` of a graph; an error names the node.
+    pub(crate) fn import_node(&mut self, i: usize, node: &NodeProto) -> Result<()> {
+        let attrs = Attrs::new(node);
+        self.node(node, &attrs)
+            .and_then(|()| attrs.check())
+            .map_err(|e| {
+                e.context(if node.name.is_empty() {
+                    format!("node #{i} ({})", node.op_type)
+                } else {
+                    format!("node '{}' ({})", node.name, node.op_type)
+                })
+            })
+    }
+
     /// The values visible by name, to restore when an inlined body ends.
     pub(crate) fn scope(&self) -> HashMap<String, Val> {
         self.values.clone()

@@ -248,6 +248,11 @@ impl Importer<'_> {
         let activations = activations(a, cell, reversed.len())?;
         let per = cell.default_activations().len();
         let clip = a.has("clip").then(|| a.f("clip", 0.0) as f64);
+        if let Some(c) = clip.filter(|c| c.is_nan() || *c <= 0.0) {
+            return Err(ImportError::invalid(format!(
+                "clip must be positive, not {c}"
+            )));
+        }
         let mask = self.step_mask(lens, steps, batch, &reversed)?;
         let zeros = Val::constant(Tensor::float(
             xt.elem,

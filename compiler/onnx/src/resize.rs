@@ -270,6 +270,25 @@ impl Importer<'_> {
                 .map(|t| i64s(&t)),
             None => None,
         };
+        if scales.is_some() && sizes.is_some() {
+            return Err(ImportError::invalid(
+                "Resize takes scales or sizes, not both",
+            ));
+        }
+        if let Some(ax) = axes
+            .iter()
+            .enumerate()
+            .find_map(|(i, ax)| axes[..i].contains(ax).then_some(ax))
+        {
+            return Err(ImportError::invalid(format!(
+                "Resize lists axis {ax} twice"
+            )));
+        }
+        if ty.shape.contains(&0) {
+            return Err(ImportError::invalid(format!(
+                "Resize of {ty} has an empty axis to sample from"
+            )));
+        }
         let given = sizes
             .as_ref()
             .map_or(scales.as_ref().map(Vec::len), |s| Some(s.len()));
@@ -397,7 +416,7 @@ impl Importer<'_> {
             if d.is_identity() {
                 continue;
             }
-            if d.output * d.input > MAX_FOLDED_ELEMENTS {
+            if d.output.saturating_mul(d.input) > MAX_FOLDED_ELEMENTS {
                 return Err(ImportError::unsupported(format!(
                     "resizing an axis of {} to {} takes more weights than a constant may hold",
                     d.input, d.output

@@ -31,10 +31,12 @@ pub fn elem_type(data_type: i32) -> Result<ElemType> {
         dt::UINT8 => ElemType::U8,
         dt::BOOL => ElemType::I1,
         other => {
-            return Err(ImportError::unsupported(format!(
-                "data type {} is not supported",
-                data_type_name(other)
-            )));
+            let name = data_type_name(other);
+            return Err(ImportError::unsupported(if name.is_empty() {
+                format!("data type {other} is not an ONNX data type")
+            } else {
+                format!("data type {name} is not supported")
+            }));
         }
     })
 }
@@ -67,7 +69,7 @@ pub fn data_type_name(t: i32) -> &'static str {
         dt::FLOAT8E8M0 => "float8e8m0",
         dt::UINT2 => "uint2",
         dt::INT2 => "int2",
-        _ => "an unknown data type",
+        _ => "",
     }
 }
 

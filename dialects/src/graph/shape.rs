@@ -809,6 +809,12 @@ pub fn resize(v: &OpView) -> Infer {
             "resize target {shape:?} must give a positive extent per axis"
         ));
     }
+    if x.shape.contains(&0) {
+        return Err(format!(
+            "resize of {} has an empty axis to sample from",
+            Type::Tensor(x.clone())
+        ));
+    }
     one(shape, x.elem)
 }
 
