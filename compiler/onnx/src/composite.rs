@@ -1,8 +1,8 @@
 //! Operators imported as compositions of graph ops: Trilu as a select
 //! through a constant mask, LpNormalization through a reduction, Hardmax
 //! and OneHot as comparisons with a constant range, LpPool through an
-//! average pool, CenterCropPad as a slice and a pad; and the helpers the
-//! other compositions (`scan.rs`, `rotary.rs`) share.
+//! average pool, CenterCropPad as a slice and a pad, GatherND and
+//! Compress as gathers; and the helpers the other compositions share.
 
 use ircc_core::{Attribute, Attributes, ElemType, Tensor};
 use ircc_dialects::graph::GraphOp;
@@ -318,6 +318,120 @@ impl Importer<'_> {
             }
         };
         Ok(vec![norm])
+    }
+    /// GatherND: each index tuple of the indices' last axis picks a slice
+    /// of the data (within its batch, the first `batch_dims` axes): the
+    /// tuple becomes one row number of the data flattened to [rows, slice],
+    /// which `graph.gather` reads.
+    pub(crate) fn gather_nd(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["batch_dims"])?;
+        let (data, indices) = (self.required(n, 0)?, self.required(n, 1)?);
+        let (dt, it) = (self.type_of(&data), self.type_of(&indices));
+        let b = a.i("batch_dims", 0);
+        let k = it.shape.last().copied().unwrap_or(0);
+        let (r, q) = (dt.rank() as i64, it.rank() as i64);
+        if !it.elem.is_int() || q < 1 || b < 0 || b >= q || k < 1 || b + k > r {
+            return Err(ImportError::invalid(format!(
+                "GatherND of {dt} by {it} with batch_dims {b}: the indices must be integers whose last axis (1 to the data's rank less batch_dims) holds whole index tuples"
+            )));
+        }
+        let (b, k) = (b as usize, k as usize);
+        if dt.shape[..b] != it.shape[..b] {
+            return Err(ImportError::invalid(format!(
+                "GatherND's data {dt} and indices {it} differ in their {b} batch axes"
+            )));
+        }
+        let picked = &dt.shape[b..b + k];
+        let rows: i64 = picked.iter().product();
+        let slice: i64 = dt.shape[b + k..].iter().product();
+        let batches: i64 = dt.shape[..b].iter().product();
+        // A negative index counts from the end of its axis.
+        let extents = Val::constant(Tensor::int(
+            it.elem,
+            ndarray::Array1::from(picked.to_vec()).into_dyn(),
+        ));
+        let zero = self.scalar_like(&indices, 0.0);
+        let negative = self.bin(GraphOp::Less, indices.clone(), zero)?;
+        let wrapped = self.bin(GraphOp::Add, indices.clone(), extents)?;
+        let indices = self.select(negative, wrapped, indices)?;
+        let strides: Vec<i64> = (0..k).map(|d| picked[d + 1..].iter().product()).collect();
+        let strides = Val::constant(Tensor::int(
+            it.elem,
+            ndarray::Array1::from(strides).into_dyn(),
+        ));
+        let scaled = self.bin(GraphOp::Mul, indices, strides)?;
+        let at = attrs(vec![
+            ("axes", ints_attr(vec![-1])),
+            ("keepdims", Attribute::i64(0)),
+        ]);
+        let mut row = self
+            .emit(GraphOp::ReduceSum, vec![scaled], at, 1)?
+            .remove(0);
+        if b > 0 {
+            // Each batch's rows follow the ones before.
+            let mut shape = vec![1; q as usize - 1];
+            shape[..b].copy_from_slice(
+                &dt.shape[..b]
+                    .iter()
+                    .map(|&d| d as usize)
+                    .collect::<Vec<_>>(),
+            );
+            let first = ArrayD::from_shape_fn(IxDyn(&shape), |i| {
+                let mut batch = 0;
+                for d in 0..b {
+                    batch = batch * dt.shape[d] + i[d] as i64;
+                }
+                batch * rows
+            });
+            let first = Val::constant(Tensor::int(it.elem, first));
+            row = self.bin(GraphOp::Add, row, first)?;
+        }
+        let flat = self.reshape(data, vec![batches * rows, slice])?;
+        let at = attrs(vec![("axis", Attribute::i64(0))]);
+        let picked = self
+            .emit(GraphOp::Gather, vec![flat, row], at, 1)?
+            .remove(0);
+        let mut shape = it.shape[..q as usize - 1].to_vec();
+        shape.extend_from_slice(&dt.shape[b + k..]);
+        Ok(vec![self.reshape(picked, shape)?])
+    }
+
+    /// Compress: the slices along `axis` (of the input flattened, without
+    /// one) whose condition holds, a gather by the known positions.
+    pub(crate) fn compress(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["axis"])?;
+        let x = self.required(n, 0)?;
+        let condition = self
+            .constant_input(n, 1, "condition")?
+            .ok_or_else(|| ImportError::invalid("Compress needs its condition"))?;
+        let ty = self.type_of(&x);
+        let (x, axis) = match a.has("axis") {
+            true => {
+                let axis = rank_axis(a.i("axis", 0), ty.rank())?;
+                (x, axis)
+            }
+            false => (self.reshape(x, vec![ty.num_elements()])?, 0),
+        };
+        let extent = self.type_of(&x).shape[axis];
+        let keep: Vec<i64> = condition
+            .to_i64()
+            .iter()
+            .enumerate()
+            .filter(|&(_, &c)| c != 0)
+            .map(|(i, _)| i as i64)
+            .collect();
+        if condition.shape().len() != 1 || condition.len() as i64 > extent {
+            return Err(ImportError::invalid(format!(
+                "Compress's condition must be a vector of at most {extent} values, not {:?}",
+                condition.shape()
+            )));
+        }
+        let positions = Val::constant(Tensor::int(
+            ElemType::I64,
+            ndarray::Array1::from(keep).into_dyn(),
+        ));
+        let at = attrs(vec![("axis", Attribute::i64(axis as i64))]);
+        self.emit(GraphOp::Gather, vec![x, positions], at, 1)
     }
 }
 

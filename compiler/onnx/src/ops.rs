@@ -390,6 +390,8 @@ impl Importer<'_> {
             "RMSNormalization" => self.rms_norm(n, a)?,
             "RNN" | "GRU" | "LSTM" => self.recurrent(n, a)?,
             "GridSample" => self.grid_sample(n, a)?,
+            "GatherND" => self.gather_nd(n, a)?,
+            "Compress" => self.compress(n, a)?,
             "If" => self.if_then_else(n, a)?,
             "Loop" => self.unrolled_loop(n, a)?,
             "Scan" => self.unrolled_scan(n, a)?,
