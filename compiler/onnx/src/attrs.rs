@@ -72,6 +72,17 @@ impl<'a> Attrs<'a> {
             })
     }
 
+    /// An integer attribute that must be 0 or 1.
+    pub fn flag(&self, name: &str, default: bool) -> Result<bool> {
+        match self.i(name, i64::from(default)) {
+            0 => Ok(false),
+            1 => Ok(true),
+            v => Err(ImportError::invalid(format!(
+                "attribute '{name}' must be 0 or 1, not {v}"
+            ))),
+        }
+    }
+
     pub fn ints(&self, name: &str) -> Option<Vec<i64>> {
         self.typed(name, attr_type::INTS).map(|a| a.ints.clone())
     }

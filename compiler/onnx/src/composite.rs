@@ -10,7 +10,7 @@ use ndarray::{ArrayD, IxDyn};
 
 use crate::attrs::Attrs;
 use crate::import::{Importer, Val, i64s};
-use crate::ops::{attrs, ints_attr, rank_axis, window_attrs};
+use crate::ops::{attrs, f32_attr, ints_attr, rank_axis, window_attrs};
 use crate::proto::NodeProto;
 use crate::{ImportError, Result};
 
@@ -166,6 +166,17 @@ impl Importer<'_> {
         Ok(self
             .emit(GraphOp::Where, operands, Attributes::new(), 1)?
             .remove(0))
+    }
+
+    /// `x` clipped to [lo, hi].
+    pub(crate) fn clip(&mut self, x: Val, (lo, hi): (f64, f64)) -> Result<Val> {
+        let at = attrs(vec![("min", f32_attr(lo)), ("max", f32_attr(hi))]);
+        Ok(self.emit(GraphOp::Clip, vec![x], at, 1)?.remove(0))
+    }
+
+    pub(crate) fn transpose(&mut self, x: Val, perm: Vec<i64>) -> Result<Val> {
+        let at = attrs(vec![("perm", ints_attr(perm))]);
+        Ok(self.emit(GraphOp::Transpose, vec![x], at, 1)?.remove(0))
     }
 
     pub(crate) fn reshape(&mut self, x: Val, shape: Vec<i64>) -> Result<Val> {

@@ -102,15 +102,7 @@ impl Importer<'_> {
     /// `max_output_boxes_per_class`; [selected, 3] of (batch, class, box).
     pub(crate) fn non_max_suppression(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
         a.only(&["center_point_box"])?;
-        let center_point = match a.i("center_point_box", 0) {
-            0 => false,
-            1 => true,
-            c => {
-                return Err(ImportError::invalid(format!(
-                    "center_point_box must be 0 or 1, not {c}"
-                )));
-            }
-        };
+        let center_point = a.flag("center_point_box", false)?;
         let (boxes, scores) = (constant(self, n, 0)?, constant(self, n, 1)?);
         let optional = |imp: &Self, i: usize| -> Result<Option<f64>> {
             match imp.input(n, i)? {

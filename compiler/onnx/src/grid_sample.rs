@@ -12,7 +12,7 @@ use ircc_dialects::graph::GraphOp;
 
 use crate::attrs::Attrs;
 use crate::import::{Importer, Val};
-use crate::ops::{attrs, f32_attr, ints_attr};
+use crate::ops::{attrs, ints_attr};
 use crate::proto::NodeProto;
 use crate::{ImportError, Result};
 
@@ -200,7 +200,7 @@ impl Importer<'_> {
                 let below = self.bin(GraphOp::Less, x.clone(), self.scalar_like(&x, lo))?;
                 let above = self.bin(GraphOp::Greater, x.clone(), self.scalar_like(&x, hi))?;
                 let outside = self.bin(GraphOp::Or, below, above)?;
-                let clamped = self.clamp(x.clone(), 0.0, (len - 1) as f64)?;
+                let clamped = self.clip(x.clone(), (0.0, (len - 1) as f64))?;
                 self.select(outside, clamped, x)
             }
             Padding::Reflection => self.reflect(x, lo, hi),
@@ -305,20 +305,15 @@ impl Importer<'_> {
                 (self.reflect(t.clone(), lo, hi)?, None)
             }
         };
-        let t = self.clamp(t, 0.0, last)?;
+        let t = self.clip(t, (0.0, last))?;
         Ok((self.cast(t, ElemType::I32)?, inside))
-    }
-
-    fn clamp(&mut self, x: Val, lo: f64, hi: f64) -> Result<Val> {
-        let at = attrs(vec![("min", f32_attr(lo)), ("max", f32_attr(hi))]);
-        Ok(self.emit(GraphOp::Clip, vec![x], at, 1)?.remove(0))
     }
 
     /// `x` reflected at `lo` and `hi` until it lies between them.
     fn reflect(&mut self, x: Val, lo: f64, hi: f64) -> Result<Val> {
         let range = hi - lo;
         if range <= 0.0 {
-            return self.clamp(x, lo, hi);
+            return self.clip(x, (lo, hi));
         }
         let c = |imp: &Self, v: f64| imp.scalar_like(&x, v);
         let below = self.bin(GraphOp::Less, x.clone(), c(self, lo))?;

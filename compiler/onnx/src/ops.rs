@@ -369,15 +369,14 @@ impl Importer<'_> {
                     1,
                 )?
             }
-            "Cast" => {
-                a.only(&["to", "saturate"])?;
-                let to = elem_type(a.i("to", 0) as i32)?;
-                let saturate = a.i("saturate", 1) != 0;
-                vec![self.cast_saturating(self.required(n, 0)?, to, saturate)?]
-            }
-            "CastLike" => {
-                a.only(&["saturate"])?;
-                let to = self.type_of(&self.required(n, 1)?).elem;
+            "Cast" | "CastLike" => {
+                let to = if op == "Cast" {
+                    a.only(&["to", "saturate"])?;
+                    elem_type(a.i("to", 0) as i32)?
+                } else {
+                    a.only(&["saturate"])?;
+                    self.type_of(&self.required(n, 1)?).elem
+                };
                 let saturate = a.i("saturate", 1) != 0;
                 vec![self.cast_saturating(self.required(n, 0)?, to, saturate)?]
             }

@@ -14,7 +14,7 @@ use ndarray::Array1;
 
 use crate::attrs::Attrs;
 use crate::import::{Importer, Val};
-use crate::ops::{CONV_ATTRS, attrs, f32_attr, ints_attr, rank_axis};
+use crate::ops::{CONV_ATTRS, attrs, ints_attr, rank_axis};
 use crate::proto::NodeProto;
 use crate::tensor::elem_type;
 use crate::{ImportError, Result};
@@ -438,11 +438,6 @@ impl Importer<'_> {
                 Ok(self.emit(GraphOp::Gather, vec![v, which], at, 1)?.remove(0))
             }
         }
-    }
-
-    fn clip(&mut self, x: Val, (lo, hi): (f64, f64)) -> Result<Val> {
-        let at: Attributes = attrs(vec![("min", f32_attr(lo)), ("max", f32_attr(hi))]);
-        Ok(self.emit(GraphOp::Clip, vec![x], at, 1)?.remove(0))
     }
 
     fn cast_to(&mut self, v: Val, to: ElemType) -> Result<Val> {

@@ -11,7 +11,7 @@ use ndarray::{ArrayD, IxDyn};
 
 use crate::attrs::Attrs;
 use crate::import::{Importer, Val, i64s};
-use crate::ops::{attrs, f32_attr, ints_attr};
+use crate::ops::{attrs, f32_attr};
 use crate::proto::NodeProto;
 use crate::{ImportError, Result};
 
@@ -155,15 +155,7 @@ impl Importer<'_> {
         a.only(&known)?;
         let x = self.required(n, 0)?;
         let (w, r) = (self.required(n, 1)?, self.required(n, 2)?);
-        let batch_first = match a.i("layout", 0) {
-            0 => false,
-            1 => true,
-            l => {
-                return Err(ImportError::invalid(format!(
-                    "layout must be 0 or 1, not {l}"
-                )));
-            }
-        };
+        let batch_first = a.flag("layout", false)?;
         let x = if batch_first {
             self.transpose(x, vec![1, 0, 2])?
         } else {
@@ -552,18 +544,10 @@ impl Importer<'_> {
         self.reshape(s, shape)
     }
 
-    pub(crate) fn transpose(&mut self, x: Val, perm: Vec<i64>) -> Result<Val> {
-        let at = attrs(vec![("perm", ints_attr(perm))]);
-        Ok(self.emit(GraphOp::Transpose, vec![x], at, 1)?.remove(0))
-    }
-
     /// A recurrent activation of `x`, clipped to ±`clip` first.
     fn activate(&mut self, f: &Activation, x: Val, clip: Option<f64>) -> Result<Val> {
         let x = match clip {
-            Some(c) => {
-                let at = attrs(vec![("min", f32_attr(-c)), ("max", f32_attr(c))]);
-                self.emit(GraphOp::Clip, vec![x], at, 1)?.remove(0)
-            }
+            Some(c) => self.clip(x, (-c, c))?,
             None => x,
         };
         let (alpha, beta) = (f.alpha, f.beta);
