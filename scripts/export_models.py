@@ -5,7 +5,7 @@ Runs where torch, torchvision, transformers, torchaudio, onnx and onnxruntime ar
 installed: the GPU machine has them all (see ../shared/scripts/GPU.md).
 
     python3 export_models.py OUT_DIR [--suite shared|wider|full] [--exporter torchscript|dynamo]
-                             [--quantize DIR]
+                             [--quantize DIR] [--only NAME]...
 
 --suite shared: the eight reduced-width, full-depth networks of ../shared/models.
 --suite wider: the wider suite of tests/models/ (an LLM decoder, a Conformer
@@ -13,6 +13,8 @@ installed: the GPU machine has them all (see ../shared/scripts/GPU.md).
   ending in NonMaxSuppression), reduced in width.
 --suite full: the published sizes (Swin-T, ViT-B/16, ConvNeXt-T, RegNetX-3.2GF,
   ResNeXt-50), for speed measurements; no reference outputs are written.
+--only NAME: export only the named networks of the suite (their weights
+  differ from a whole suite's run, as the seed is shared).
 --quantize DIR: also quantize DIR/convnext_w16.onnx (static, QDQ, per-channel
   int8 weights, uint8 activations) and DIR/bert_l2_w64.onnx (dynamic: int8
   weights, MatMulInteger) with onnxruntime's quantization tool.
@@ -279,6 +281,7 @@ def main():
     p.add_argument("--full", action="store_true", help="the same as --suite full")
     p.add_argument("--exporter", choices=["torchscript", "dynamo"], default="torchscript")
     p.add_argument("--quantize", metavar="DIR")
+    p.add_argument("--only", metavar="NAME", action="append", help="export only this network of the suite (repeatable)")
     a = p.parse_args()
     suite = "full" if a.full else a.suite
     os.makedirs(a.out, exist_ok=True)
@@ -286,6 +289,8 @@ def main():
     models = {"shared": shared, "wider": wider, "full": full}[suite]()
     infos, failed = [], []
     for n, m, s in models:
+        if a.only and n not in a.only:
+            continue
         try:
             infos.append(export(n, m, s, a.out, a.exporter, suite != "full"))
         except Exception:

@@ -270,8 +270,9 @@ impl Driver {
         let mut layouts = Vec::new();
         let mut addresses = Vec::new();
         let mut dispatches = Vec::new();
-        // The bound inputs' remark is made once, with the first pipeline.
+        // The import's remarks are made once, with the first pipeline.
         let mut bound = loaded.bound.clone();
+        let mut remarks = loaded.remarks.clone();
         for (name, pipeline) in runs {
             let start = Instant::now();
             let mut run = crate::Loaded {
@@ -281,6 +282,7 @@ impl Driver {
                 path: loaded.path.clone(),
                 import_ms: loaded.import_ms,
                 bound: std::mem::take(&mut bound),
+                remarks: std::mem::take(&mut remarks),
             };
             // The database is the lowering's, which the dispatch count runs.
             let graph_level = crate::PipelineArgs {

@@ -138,6 +138,8 @@ pub struct Loaded {
     /// The inputs the model was specialized on (`--bind`), each with the
     /// operand it feeds.
     pub bound: Vec<(String, String)>,
+    /// The importer's remarks (`ircc_onnx::Imported::remarks`).
+    pub remarks: Vec<String>,
 }
 
 pub fn is_onnx(path: &Path) -> bool {
@@ -368,6 +370,7 @@ impl Driver {
                 path: path.to_path_buf(),
                 import_ms,
                 bound: imported.bound,
+                remarks: imported.remarks,
             });
         }
         if !onnx.input_shapes.is_empty() {
@@ -415,6 +418,7 @@ impl Driver {
             path: path.to_path_buf(),
             import_ms: 0.0,
             bound: Vec::new(),
+            remarks: Vec::new(),
         })
     }
 
@@ -524,6 +528,9 @@ impl Driver {
                 stderr,
                 "remark: input '{name}' is bound to the value given for it: it feeds {what}, which must be known when compiling"
             );
+        }
+        for remark in &loaded.remarks {
+            let _ = writeln!(stderr, "remark: {remark}");
         }
         let specs = self.device_pipeline_specs(args, gpu.map(|kernel| (kernel, &loaded.module)))?;
         // Dumped IR names the weights written beside it, so it runs; the

@@ -409,6 +409,7 @@ impl Trial<'_> {
             path: self.loaded.path.clone(),
             import_ms: 0.0,
             bound: Vec::new(),
+            remarks: Vec::new(),
         };
         let weights = self.driver.weights_of(&lowered, func)?;
         let plan = crate::gpu::Device::Wgpu

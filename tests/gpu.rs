@@ -202,3 +202,10 @@ fn integer_products_match_the_interpreter_on_wgpu() {
         common::integer_products_match("wgpu");
     }
 }
+
+#[test]
+fn suppression_matches_the_interpreter_on_wgpu() {
+    if common::gpu_available() {
+        common::suppression_matches("wgpu");
+    }
+}

@@ -115,6 +115,7 @@ fn run_on_device(
         path: dir.join("model.onnx"),
         import_ms: 0.0,
         bound: Vec::new(),
+        remarks: Vec::new(),
     };
     let args = ircc::PipelineArgs {
         pipeline: Some("smartmem".into()),

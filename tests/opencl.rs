@@ -302,3 +302,10 @@ fn integer_products_match_the_interpreter_on_opencl() {
         common::integer_products_match("opencl");
     }
 }
+
+#[test]
+fn suppression_matches_the_interpreter_on_opencl() {
+    if common::opencl_available() {
+        common::suppression_matches("opencl");
+    }
+}

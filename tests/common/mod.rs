@@ -549,3 +549,61 @@ pub fn integer_products_match(backend: &str) {
     let got = values(run_results(&file, &input, &dir.join("got"), &extra, 2));
     assert_eq!(got, want, "{backend}");
 }
+
+/// `tests/ir/kernel/nms.ir` on `backend` keeps the interpreter's boxes
+/// exactly: crowded boxes whose scores tie often (logits in steps of a
+/// quarter, exact in f32), so the order of ties and the overlaps decide.
+pub fn suppression_matches(backend: &str) {
+    let dir = scratch_dir("nms");
+    // A fixed sequence in [0, 1): 1/16ths, from a multiplicative hash.
+    let step = |i: usize, salt: usize| ((i * 2654435761 + salt * 40503) >> 7) % 16;
+    let boxes: Vec<f32> = (0..2 * 200 * 4)
+        .map(|i| 0.2 + step(i, 1) as f32 / 32.0)
+        .collect();
+    let logits: Vec<f32> = (0..2 * 3 * 200)
+        .map(|i| step(i, 2) as f32 / 4.0 - 2.0)
+        .collect();
+    let tensor = |shape: &[usize], v: Vec<f32>| {
+        let v = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), v).unwrap();
+        ircc_core::Tensor::float(ircc_core::ElemType::F32, v.mapv(f64::from))
+    };
+    let (b, l) = (dir.join("boxes.npy"), dir.join("logits.npy"));
+    ircc_reference::write_npy(&b, &tensor(&[2, 200, 4], boxes)).unwrap();
+    ircc_reference::write_npy(&l, &tensor(&[2, 3, 200], logits)).unwrap();
+    let file = root().join("tests/ir/kernel/nms.ir");
+    let results = |out: &str, extra: &[&str]| {
+        let out = dir.join(out);
+        let inputs = [
+            format!("boxes={}", b.display()),
+            format!("logits={}", l.display()),
+        ];
+        let mut args = vec![
+            "run",
+            file.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ];
+        for i in &inputs {
+            args.extend(["--input", i.as_str()]);
+        }
+        args.extend_from_slice(extra);
+        let r = ircc(&args);
+        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
+        (0..2)
+            .map(|i| {
+                let t = ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap();
+                t.to_i64().iter().copied().collect::<Vec<i64>>()
+            })
+            .collect::<Vec<_>>()
+    };
+    let want = results("want", &[]);
+    for rows in &want {
+        let kept = rows.chunks(3).filter(|r| r[0] >= 0).count();
+        assert!(
+            kept > 0 && kept < rows.len() / 3,
+            "{kept} kept: not a telling case"
+        );
+    }
+    let got = results("got", &["--pipeline", "smartmem", "--backend", backend]);
+    assert_eq!(got, want, "{backend}");
+}

@@ -1,72 +1,23 @@
 //! Operators whose result's shape depends on their inputs' values:
-//! NonMaxSuppression and Unique. With static shapes they run only on
-//! known inputs (constants, or inputs bound with `--bind` or by `ircc
-//! run`), so import evaluates them, as it does shape arithmetic.
+//! NonMaxSuppression and Unique. On known inputs (constants, or inputs
+//! bound with `--bind` or by `ircc run`) import evaluates them, as it
+//! does shape arithmetic, and their result has ONNX's shape. Otherwise
+//! NonMaxSuppression becomes `graph.non_max_suppression`, whose result
+//! is bounded (see its interpreter); Unique needs its input known.
 
 use std::cmp::Ordering;
 
-use ircc_core::limits::{MAX_FOLDED_ELEMENTS, MAX_FOLDED_WORK};
-use ircc_core::{ElemType, Tensor, TensorData};
+use ircc_core::limits::MAX_FOLDED_ELEMENTS;
+use ircc_core::{Attribute, ElemType, Tensor, TensorData, Type};
+use ircc_dialects::graph::GraphOp;
 use ndarray::{Array2, ArrayD, Axis, IxDyn};
 
 use crate::attrs::Attrs;
 use crate::fold::constant;
 use crate::import::{Importer, Val};
-use crate::ops::rank_axis;
+use crate::ops::{attrs, rank_axis};
 use crate::proto::NodeProto;
 use crate::{ImportError, Result};
-
-/// A corner-form box: the least and greatest y and x.
-#[derive(Clone, Copy)]
-struct Corners {
-    y0: f64,
-    x0: f64,
-    y1: f64,
-    x1: f64,
-}
-
-impl Corners {
-    /// From ONNX's two encodings: two opposite corners [y1, x1, y2, x2] in
-    /// either order, or the centre and size [x, y, width, height].
-    fn new(b: &[f64], center_point: bool) -> Corners {
-        if center_point {
-            let (x, y, w, h) = (b[0], b[1], b[2], b[3]);
-            Corners {
-                y0: y - h / 2.0,
-                x0: x - w / 2.0,
-                y1: y + h / 2.0,
-                x1: x + w / 2.0,
-            }
-        } else {
-            Corners {
-                y0: b[0].min(b[2]),
-                x0: b[1].min(b[3]),
-                y1: b[0].max(b[2]),
-                x1: b[1].max(b[3]),
-            }
-        }
-    }
-
-    fn area(&self) -> f64 {
-        (self.y1 - self.y0) * (self.x1 - self.x0)
-    }
-
-    /// Whether `self` and `other` overlap by more than `threshold` of their
-    /// union (boxes without area never do), as onnxruntime decides.
-    fn suppresses(&self, other: &Corners, threshold: f64) -> bool {
-        let h = self.y1.min(other.y1) - self.y0.max(other.y0);
-        let w = self.x1.min(other.x1) - self.x0.max(other.x0);
-        if h <= 0.0 || w <= 0.0 {
-            return false;
-        }
-        let inter = h * w;
-        let union = self.area() + other.area() - inter;
-        if self.area() <= 0.0 || other.area() <= 0.0 || union <= 0.0 {
-            return false;
-        }
-        inter / union > threshold
-    }
-}
 
 /// A float ordered for sorting and comparing values: -0 equals 0, NaN
 /// equals NaN (as numpy's unique takes them) and comes last.
@@ -96,98 +47,90 @@ impl Ord for Ordered {
 }
 
 impl Importer<'_> {
-    /// NonMaxSuppression: per batch and class, boxes in order of falling
-    /// score (ties by index) above `score_threshold`, each kept unless a
-    /// kept one overlaps it by more than `iou_threshold`, at most
-    /// `max_output_boxes_per_class`; [selected, 3] of (batch, class, box).
+    /// NonMaxSuppression as `graph.non_max_suppression`. On known boxes
+    /// and scores it is evaluated, and its rows of -1 dropped: ONNX's
+    /// result exactly. Otherwise the result keeps its bound, a row per
+    /// box each batch and class may keep, and a remark says so.
     pub(crate) fn non_max_suppression(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
         a.only(&["center_point_box"])?;
         let center_point = a.flag("center_point_box", false)?;
-        let (boxes, scores) = (constant(self, n, 0)?, constant(self, n, 1)?);
-        let optional = |imp: &Self, i: usize| -> Result<Option<f64>> {
-            match imp.input(n, i)? {
-                None => Ok(None),
-                Some(_) => {
-                    let t = constant(imp, n, i)?;
-                    match t.to_f64().iter().collect::<Vec<_>>()[..] {
-                        [v] => Ok(Some(*v)),
-                        _ => Err(ImportError::invalid(format!(
-                            "input #{i} must hold one value, not {}",
-                            t.len()
-                        ))),
-                    }
-                }
+        let scalar = |imp: &Self, i: usize, what: &str| -> Result<Option<f64>> {
+            let Some(t) = imp.constant_input(n, i, what)? else {
+                return Ok(None);
+            };
+            match t.to_f64().iter().collect::<Vec<_>>()[..] {
+                [v] => Ok(Some(*v)),
+                _ => Err(ImportError::invalid(format!(
+                    "{what} must hold one value, not {}",
+                    t.len()
+                ))),
             }
         };
-        let max_out = optional(self, 2)?.unwrap_or(0.0).max(0.0);
-        let iou = optional(self, 3)?.unwrap_or(0.0);
-        if !(0.0..=1.0).contains(&iou) {
-            return Err(ImportError::invalid(format!(
-                "iou_threshold {iou} is outside [0, 1]"
-            )));
+        let max_out = scalar(self, 2, "max_output_boxes_per_class")?.unwrap_or(0.0);
+        let iou = scalar(self, 3, "iou_threshold")?.unwrap_or(0.0);
+        let score_threshold = scalar(self, 4, "score_threshold")?;
+        let mut at = attrs(vec![
+            ("center_point_box", Attribute::i64(i64::from(center_point))),
+            (
+                "max_output_boxes_per_class",
+                Attribute::i64(max_out.clamp(0.0, i64::MAX as f64) as i64),
+            ),
+            ("iou_threshold", float(iou)),
+        ]);
+        if let Some(t) = score_threshold {
+            at.insert("score_threshold".into(), float(t));
         }
-        let score_threshold = optional(self, 4)?;
-        let (bs, ss) = (boxes.shape(), scores.shape());
-        let [batches, spatial, 4] = bs[..] else {
-            return Err(ImportError::invalid(format!(
-                "boxes must be [batches, boxes, 4], not {bs:?}"
-            )));
-        };
-        let [sb, classes, sn] = ss[..] else {
-            return Err(ImportError::invalid(format!(
-                "scores must be [batches, classes, boxes], not {ss:?}"
-            )));
-        };
-        if (sb, sn) != (batches, spatial) {
-            return Err(ImportError::invalid(format!(
-                "scores {ss:?} do not match boxes {bs:?}"
-            )));
+        // Evaluated only where both are known, so that no input is bound
+        // that the result still depends on.
+        let (boxes, scores) = (self.required(n, 0)?, self.required(n, 1)?);
+        // No row to keep: ONNX's empty result, which no kernel could bind.
+        if max_out < 1.0 {
+            let empty = Array2::<i64>::zeros((0, 3));
+            return Ok(vec![Val::constant(Tensor::int(
+                ElemType::I64,
+                empty.into_dyn(),
+            ))]);
         }
-        // Each box is compared with those kept before it: at most
-        // min(max, boxes) of them.
-        let work = (batches * classes * spatial) as f64 * max_out.min(spatial as f64);
-        if work > MAX_FOLDED_WORK as f64 {
-            return Err(ImportError::unsupported(format!(
-                "NonMaxSuppression of {batches}x{classes} classes of {spatial} boxes is more work than import evaluates"
-            )));
-        }
-        let (boxes, scores) = (boxes.to_f64(), scores.to_f64());
-        let mut selected: Vec<[i64; 3]> = Vec::new();
-        for b in 0..batches {
-            let corners: Vec<Corners> = (0..spatial)
-                .map(|i| {
-                    let v: Vec<f64> = (0..4).map(|k| boxes[[b, i, k]]).collect();
-                    Corners::new(&v, center_point)
+        let operands = if self.is_known(&boxes) && self.is_known(&scores) {
+            [(boxes, "boxes"), (scores, "scores")]
+                .into_iter()
+                .map(|(v, what)| {
+                    let what = format!("NonMaxSuppression's {what}");
+                    self.known_constant_for(&v, &what).map_or(v, Val::constant)
                 })
-                .collect();
-            for c in 0..classes {
-                let score = |i: usize| scores[[b, c, i]];
-                let mut order: Vec<usize> = (0..spatial)
-                    .filter(|&i| score_threshold.is_none_or(|t| score(i) > t))
+                .collect()
+        } else {
+            vec![boxes, scores]
+        };
+        let selected = self
+            .emit(GraphOp::NonMaxSuppression, operands, at, 1)?
+            .remove(0);
+        match selected {
+            Val::Const(t) => {
+                let all = t.as_int().ok_or_else(|| ImportError::invalid("indices"))?;
+                let kept: Vec<i64> = all
+                    .rows()
+                    .into_iter()
+                    .filter(|r| r[0] >= 0)
+                    .flatten()
+                    .copied()
                     .collect();
-                order.sort_by_key(|&i| std::cmp::Reverse(Ordered(score(i))));
-                let mut kept: Vec<usize> = Vec::new();
-                for i in order {
-                    if kept.len() as f64 >= max_out {
-                        break;
-                    }
-                    if kept
-                        .iter()
-                        .all(|&k| !corners[k].suppresses(&corners[i], iou))
-                    {
-                        kept.push(i);
-                        selected.push([b as i64, c as i64, i as i64]);
-                    }
-                }
+                let rows = kept.len() / 3;
+                let out = Array2::from_shape_vec((rows, 3), kept).expect("three per row");
+                Ok(vec![Val::constant(Tensor::int(
+                    ElemType::I64,
+                    out.into_dyn(),
+                ))])
+            }
+            Val::Dyn(v) => {
+                let rows = self.type_of(&Val::Dyn(v)).shape[0];
+                let name = n.output.first().map_or("", String::as_str);
+                self.remark(format!(
+                    "NonMaxSuppression's result '{name}' has {rows} rows: how many boxes it keeps depends on values, so each batch and class has a row per box it may keep, its kept boxes first, then rows of -1 (drop those for ONNX's result)"
+                ));
+                Ok(vec![Val::Dyn(v)])
             }
         }
-        let rows = selected.len();
-        let flat: Vec<i64> = selected.into_iter().flatten().collect();
-        let out = Array2::from_shape_vec((rows, 3), flat).expect("three per row");
-        Ok(vec![Val::constant(Tensor::int(
-            ElemType::I64,
-            out.into_dyn(),
-        ))])
     }
 
     /// Unique: the distinct elements (or slices along `axis`), sorted or in
@@ -292,4 +235,9 @@ fn reshaped(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
         }
     };
     Ok(Tensor { elem: x.elem, data })
+}
+
+/// A float attribute as ONNX gives it (f32), held at f64.
+fn float(v: f64) -> Attribute {
+    Attribute::Float(v, Type::Scalar(ElemType::F64))
 }

@@ -51,6 +51,7 @@ pub struct Importer<'r> {
     known: HashMap<ValueId, Tensor>,
     /// The known inputs specialized on, with the first operand each fed.
     bound: std::cell::RefCell<Vec<(String, String)>>,
+    remarks: std::cell::RefCell<Vec<String>>,
     /// Constants already placed in the IR; the Arc keeps the key's address alive.
     placed: HashMap<usize, (Arc<Tensor>, ValueId)>,
     /// ONNX names of constants, for the placed ops and weights.
@@ -143,6 +144,7 @@ pub fn import_model(
         values: HashMap::new(),
         known: HashMap::new(),
         bound: Default::default(),
+        remarks: Default::default(),
         placed: HashMap::new(),
         const_names: HashMap::new(),
         weight_names: HashSet::new(),
@@ -221,6 +223,7 @@ pub fn import_model(
     imp.module.op_mut(func).attrs = attrs;
     Ok(Imported {
         bound: imp.bound.take(),
+        remarks: imp.remarks.take(),
         module: imp.module,
         weights: imp.weights,
     })
@@ -389,6 +392,20 @@ impl Importer<'_> {
                 Some(t)
             }
         }
+    }
+
+    /// Whether the value is a constant or a known input.
+    pub fn is_known(&self, v: &Val) -> bool {
+        match v {
+            Val::Const(_) => true,
+            Val::Dyn(id) => self.known.contains_key(id),
+        }
+    }
+
+    /// Adds a remark the driver prints before compiling: what import did
+    /// that a user should know of.
+    pub fn remark(&self, text: String) {
+        self.remarks.borrow_mut().push(text);
     }
 
     /// Records that the module was specialized on known input `v`.

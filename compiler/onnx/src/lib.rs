@@ -131,6 +131,8 @@ pub struct Imported {
     /// The known inputs (`ImportOptions::known_inputs`) whose values the
     /// module was specialized on, each with the first operand it fed.
     pub bound: Vec<(String, String)>,
+    /// What import did that a user should know of, one remark each.
+    pub remarks: Vec<String>,
 }
 
 /// Reads and imports a model file; external data is looked up beside it.

@@ -128,7 +128,7 @@ pub const OPERATORS: &[Operator] = &[
     op("Mul", 1, Kernels),
     op("Neg", 1, Kernels),
     op("NegativeLogLikelihoodLoss", 12, Kernels),
-    op("NonMaxSuppression", 10, ImportOnly),
+    op("NonMaxSuppression", 10, Kernels),
     op("Not", 1, Kernels),
     op("OneHot", 9, Kernels),
     op("Or", 1, Kernels),

@@ -7,6 +7,7 @@ mod eval_elementwise;
 mod eval_layout;
 mod eval_nn;
 mod fused;
+pub mod nms;
 pub mod shape;
 
 /// Typed views of the graph ops, generated from the spec by `ircc-ods`.
@@ -103,6 +104,7 @@ fn op_hooks(op: GraphOp) -> OpHooks {
             hooks(shape::reduce, nn::reduce)
         }
         G::ArgMax | G::ArgMin => hooks(shape::arg_reduce, nn::arg_reduce),
+        G::NonMaxSuppression => hooks(nms::infer, nms::interpret),
         G::GlobalAveragePool => hooks(shape::global_average_pool, nn::global_average_pool),
         G::AveragePool | G::MaxPool => hooks(shape::pool, nn::pool),
         G::Reshape => hooks(shape::reshape, lay::reshape),

@@ -20,6 +20,7 @@ pub struct Target {
     pub max_workgroup_storage_bytes: i64,
     pub storage_offset_alignment: u64,
     pub elementwise_workgroup: i64,
+    pub nms_workgroup: i64,
     pub row_max_threads: i64,
     pub matmul_workgroup: i64,
     pub matmul_tile_words: i64,
@@ -72,6 +73,7 @@ mod tests {
         let t = Target::parse(WEBGPU_SPEC).unwrap();
         assert_eq!(t.max_workgroups_per_dimension, 65535);
         assert!(t.elementwise_workgroup <= t.max_workgroup_invocations);
+        assert!(t.nms_workgroup <= t.max_workgroup_invocations);
         assert!(t.row_max_threads <= t.max_workgroup_invocations);
         assert!(t.matmul_workgroup * t.matmul_workgroup <= t.max_workgroup_invocations);
         assert!(t.attention_query_tile * t.attention_key_tile <= t.max_workgroup_invocations);

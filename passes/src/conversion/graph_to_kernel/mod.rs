@@ -4,7 +4,8 @@
 //!
 //! A group is built from the template of its anchor (DNNFusion's one
 //! Many-to-Many op): a tiled matmul for matmul and gemm, a workgroup-per-row
-//! reduction for softmax, layer and instance norm and reductions, and one
+//! reduction for softmax, layer and instance norm and reductions, a
+//! sequential walk per batch and class for non-maximum suppression, and one
 //! invocation per output element for everything else (element-wise ops,
 //! convolutions, pools, gathers, concat, pad). Templates ask for operands
 //! by index (`KernelBuilder::value_at`), so eliminated layout ops and the
@@ -23,6 +24,7 @@ mod attention;
 mod group;
 mod lowering;
 mod matmul;
+mod nms;
 mod product;
 mod templates;
 mod upsample;

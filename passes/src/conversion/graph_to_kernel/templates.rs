@@ -40,6 +40,7 @@ enum Template {
     },
     Row,
     Attention,
+    NonMaxSuppression,
 }
 
 /// The tiled product, its partials (where split) summed by a kernel of its
@@ -92,6 +93,7 @@ fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
         }
         G::Softmax | G::LayerNorm | G::InstanceNorm => (Template::Row, shape_of(m, o.operands[0])),
         G::Attention if attention::fits(m, anchor, target()) => (Template::Attention, result),
+        G::NonMaxSuppression => (Template::NonMaxSuppression, result),
         G::ReduceSum
         | G::ReduceMean
         | G::ReduceMax
@@ -261,7 +263,9 @@ fn consumers_sum_partials(m: &Module, lowering: &Lowering, group: &Group) -> boo
                 Template::Row => true,
                 Template::Elementwise => GraphOp::of(m, anchor)
                     .is_some_and(|k| k.mapping() != Some(MappingType::ManyToMany)),
-                Template::Matmul { .. } | Template::Attention => false,
+                Template::Matmul { .. } | Template::Attention | Template::NonMaxSuppression => {
+                    false
+                }
             };
             if !cheap {
                 return false;
@@ -391,6 +395,7 @@ fn build(
                 )?);
             }
             Template::Row => row(&mut kb, group.anchor, outputs)?,
+            Template::NonMaxSuppression => super::nms::lower(&mut kb, group.anchor, outputs)?,
             Template::Attention => attention::lower(
                 &mut kb,
                 group.anchor,
