@@ -389,3 +389,39 @@ fn f16_results_are_rounded_to_f16() {
     // 1/3 in f16 is 0.333251953125, not f32's 0.3333333.
     assert_close(&y[0], &[0.333251953125, 1.0], 0.0);
 }
+
+/// safetensors has no 4- or 2-bit types: their weights are stored a byte
+/// each (i8, u8, f8E4M3FN) and read back as the type the IR declares,
+/// refused where a stored value is not one of that type.
+#[test]
+fn narrow_weights_round_trip_through_safetensors() {
+    use ircc_core::TensorType;
+    use ircc_core::interp::Env;
+    let dir = common::scratch_dir("narrow-weights");
+    let ints = |elem, v: Vec<i64>| {
+        Tensor::int(elem, ArrayD::from_shape_vec(IxDyn(&[v.len()]), v).unwrap())
+    };
+    let floats = |elem, v: Vec<f64>| {
+        Tensor::float(elem, ArrayD::from_shape_vec(IxDyn(&[v.len()]), v).unwrap())
+    };
+    let weights = vec![
+        ("a".to_string(), ints(ElemType::I4, vec![-8, -1, 0, 7])),
+        ("b".to_string(), ints(ElemType::U2, vec![0, 1, 2, 3])),
+        (
+            "c".to_string(),
+            floats(ElemType::F4E2M1FN, vec![-6.0, 0.5, 1.5, 4.0]),
+        ),
+        ("d".to_string(), ints(ElemType::I8, vec![-9, 0, 1, 2])),
+    ];
+    let path = dir.join("w.safetensors");
+    ircc_onnx::write_weights(&path, &weights).unwrap();
+    let mut env = ircc_reference::SafetensorsWeights::open(&path).unwrap();
+    for (name, want) in &weights[..3] {
+        let got = env.param(name, &want.ty()).unwrap();
+        assert_eq!(&got, want, "{name}");
+    }
+    let err = env
+        .param("d", &TensorType::new(vec![4], ElemType::I4))
+        .unwrap_err();
+    assert!(err.contains("-9 is not a value of i4"), "{err}");
+}

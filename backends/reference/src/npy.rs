@@ -49,7 +49,8 @@ pub fn read_npy(path: &Path) -> Result<Tensor, String> {
     ))
 }
 
-/// Writes a tensor as `.npy` (f16 and bf16 widen to float32).
+/// Writes a tensor as `.npy` (f16, bf16 and the 8- and 4-bit floats widen
+/// to float32, the 4- and 2-bit integers to a byte).
 pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
     let file = std::fs::File::create(path)
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
@@ -59,11 +60,16 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
         (TensorData::Float(a), _) => a.mapv(|x| x as f32).write_npy(w),
         (TensorData::Int(a), ElemType::I32) => a.mapv(|x| x as i32).write_npy(w),
         (TensorData::Int(a), ElemType::I16) => a.mapv(|x| x as i16).write_npy(w),
-        (TensorData::Int(a), ElemType::I8) => a.mapv(|x| x as i8).write_npy(w),
+        // numpy has no 4- or 2-bit integers: they widen to a byte.
+        (TensorData::Int(a), ElemType::I8 | ElemType::I4 | ElemType::I2) => {
+            a.mapv(|x| x as i8).write_npy(w)
+        }
         (TensorData::Int(a), ElemType::U64) => a.mapv(|x| x as u64).write_npy(w),
         (TensorData::Int(a), ElemType::U32) => a.mapv(|x| x as u32).write_npy(w),
         (TensorData::Int(a), ElemType::U16) => a.mapv(|x| x as u16).write_npy(w),
-        (TensorData::Int(a), ElemType::U8) => a.mapv(|x| x as u8).write_npy(w),
+        (TensorData::Int(a), ElemType::U8 | ElemType::U4 | ElemType::U2) => {
+            a.mapv(|x| x as u8).write_npy(w)
+        }
         (TensorData::Int(a), _) => a.write_npy(w),
         (TensorData::Bool(a), _) => a.write_npy(w),
     };

@@ -32,7 +32,16 @@ fn decode<const N: usize, T>(data: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
 }
 
 impl Env for SafetensorsWeights {
-    fn param(&mut self, name: &str, _ty: &TensorType) -> Result<Tensor, String> {
+    fn param(&mut self, name: &str, ty: &TensorType) -> Result<Tensor, String> {
+        // safetensors has no 4- or 2-bit types: they are stored a byte each.
+        self.stored(name)?
+            .narrowed(ty.elem)
+            .map_err(|e| format!("weight '{name}' of {ty}: {e}"))
+    }
+}
+
+impl SafetensorsWeights {
+    fn stored(&self, name: &str) -> Result<Tensor, String> {
         let st = SafeTensors::deserialize(&self.bytes).map_err(|e| e.to_string())?;
         let view = st
             .tensor(name)
@@ -63,7 +72,7 @@ impl Env for SafetensorsWeights {
                     Dtype::F8_E5M2 => ElemType::F8E5M2,
                     _ => ElemType::F8E5M2FNUZ,
                 };
-                let f8 = ircc_core::float8::Float8::of(elem).expect("an 8-bit float");
+                let f8 = ircc_core::minifloat::MiniFloat::of(elem).expect("an 8-bit float");
                 Tensor::float(elem, arr(d.iter().map(|&b| f8.from_bits(b)).collect())?)
             }
             Dtype::I64

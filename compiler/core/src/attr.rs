@@ -6,7 +6,7 @@ use std::sync::Arc;
 use indexmap::IndexMap;
 
 use crate::affine::AffineMap;
-use crate::float8::Float8;
+use crate::minifloat::MiniFloat;
 use crate::types::{ElemType, TensorType, Type};
 
 /// An ordered attribute dictionary. Order is kept as written so printing is
@@ -181,7 +181,7 @@ pub fn format_float(value: f64, elem: ElemType) -> String {
             ElemType::F64 => format!("0x{:016X}", value.to_bits()),
             ElemType::F16 => format!("0x{:04X}", half::f16::from_f64(value).to_bits()),
             ElemType::BF16 => format!("0x{:04X}", half::bf16::from_f64(value).to_bits()),
-            e => match Float8::of(e) {
+            e => match MiniFloat::of(e) {
                 Some(f8) => format!("0x{:02X}", f8.to_bits(value)),
                 None => format!("0x{:08X}", (value as f32).to_bits()),
             },
@@ -205,7 +205,7 @@ pub fn float_from_bits(bits: u64, elem: ElemType) -> f64 {
         ElemType::F64 => f64::from_bits(bits),
         ElemType::F16 => half::f16::from_bits(bits as u16).to_f64(),
         ElemType::BF16 => half::bf16::from_bits(bits as u16).to_f64(),
-        e => match Float8::of(e) {
+        e => match MiniFloat::of(e) {
             Some(f8) => f8.from_bits(bits as u8),
             None => f32::from_bits(bits as u32) as f64,
         },
@@ -218,7 +218,7 @@ pub fn round_to(value: f64, elem: ElemType) -> f64 {
         ElemType::F32 => value as f32 as f64,
         ElemType::F16 => half::f16::from_f64(value).to_f64(),
         ElemType::BF16 => half::bf16::from_f64(value).to_f64(),
-        e => Float8::of(e).map_or(value, |f8| f8.nearest(value)),
+        e => MiniFloat::of(e).map_or(value, |f8| f8.nearest(value)),
     }
 }
 

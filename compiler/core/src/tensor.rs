@@ -33,7 +33,23 @@ pub fn wrap_int(v: i64, elem: ElemType) -> i64 {
         ElemType::U32 => v as u32 as i64,
         ElemType::U16 => v as u16 as i64,
         ElemType::U8 => v as u8 as i64,
+        ElemType::I4 => ((v as i8) << 4 >> 4) as i64,
+        ElemType::U4 => v & 0xF,
+        ElemType::I2 => ((v as i8) << 6 >> 6) as i64,
+        ElemType::U2 => v & 0x3,
         _ => v,
+    }
+}
+
+/// The byte type a type narrower than a byte is stored as where a format
+/// has none of its own (safetensors): one holding each of its values
+/// exactly. Other types are stored as themselves.
+pub fn byte_storage(elem: ElemType) -> ElemType {
+    match elem {
+        ElemType::I4 | ElemType::I2 => ElemType::I8,
+        ElemType::U4 | ElemType::U2 => ElemType::U8,
+        ElemType::F4E2M1FN => ElemType::F8E4M3FN,
+        e => e,
     }
 }
 
@@ -186,6 +202,24 @@ impl Tensor {
                 TensorData::Bool(a) => a.clone(),
             }),
             e => Tensor::int(e, self.to_i64()),
+        }
+    }
+
+    /// A tensor stored as `byte_storage(to)` read back as `to`; an error
+    /// names the first value `to` cannot hold.
+    pub fn narrowed(self, to: ElemType) -> Result<Tensor, String> {
+        if self.elem == to || byte_storage(to) != self.elem {
+            return Ok(self);
+        }
+        let narrowed = self.cast(to);
+        let (a, b) = (self.to_f64(), narrowed.to_f64());
+        match a
+            .iter()
+            .zip(b.iter())
+            .find(|(x, y)| x.to_bits() != y.to_bits())
+        {
+            Some((x, _)) => Err(format!("{x} is not a value of {to}")),
+            None => Ok(narrowed),
         }
     }
 

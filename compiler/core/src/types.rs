@@ -14,6 +14,7 @@ pub enum ElemType {
     F8E4M3FNUZ,
     F8E5M2,
     F8E5M2FNUZ,
+    F4E2M1FN,
     I64,
     I32,
     I16,
@@ -22,11 +23,15 @@ pub enum ElemType {
     U32,
     U16,
     U8,
+    I4,
+    U4,
+    I2,
+    U2,
     I1,
 }
 
 impl ElemType {
-    pub const ALL: [ElemType; 17] = [
+    pub const ALL: [ElemType; 22] = [
         ElemType::F64,
         ElemType::F32,
         ElemType::F16,
@@ -35,6 +40,7 @@ impl ElemType {
         ElemType::F8E4M3FNUZ,
         ElemType::F8E5M2,
         ElemType::F8E5M2FNUZ,
+        ElemType::F4E2M1FN,
         ElemType::I64,
         ElemType::I32,
         ElemType::I16,
@@ -43,6 +49,10 @@ impl ElemType {
         ElemType::U32,
         ElemType::U16,
         ElemType::U8,
+        ElemType::I4,
+        ElemType::U4,
+        ElemType::I2,
+        ElemType::U2,
         ElemType::I1,
     ];
 
@@ -56,6 +66,7 @@ impl ElemType {
             ElemType::F8E4M3FNUZ => "f8E4M3FNUZ",
             ElemType::F8E5M2 => "f8E5M2",
             ElemType::F8E5M2FNUZ => "f8E5M2FNUZ",
+            ElemType::F4E2M1FN => "f4E2M1FN",
             ElemType::I64 => "i64",
             ElemType::I32 => "i32",
             ElemType::I16 => "i16",
@@ -65,6 +76,10 @@ impl ElemType {
             ElemType::U32 => "ui32",
             ElemType::U16 => "ui16",
             ElemType::U8 => "ui8",
+            ElemType::I4 => "i4",
+            ElemType::U4 => "ui4",
+            ElemType::I2 => "i2",
+            ElemType::U2 => "ui2",
             ElemType::I1 => "i1",
         }
     }
@@ -84,6 +99,7 @@ impl ElemType {
                 | ElemType::F8E4M3FNUZ
                 | ElemType::F8E5M2
                 | ElemType::F8E5M2FNUZ
+                | ElemType::F4E2M1FN
         )
     }
 
@@ -94,7 +110,12 @@ impl ElemType {
     pub fn is_unsigned(self) -> bool {
         matches!(
             self,
-            ElemType::U64 | ElemType::U32 | ElemType::U16 | ElemType::U8
+            ElemType::U64
+                | ElemType::U32
+                | ElemType::U16
+                | ElemType::U8
+                | ElemType::U4
+                | ElemType::U2
         )
     }
 
@@ -108,6 +129,10 @@ impl ElemType {
             ElemType::U32 => (0, u32::MAX as i64),
             ElemType::U16 => (0, u16::MAX as i64),
             ElemType::U8 => (0, u8::MAX as i64),
+            ElemType::I4 => (-8, 7),
+            ElemType::U4 => (0, 15),
+            ElemType::I2 => (-2, 1),
+            ElemType::U2 => (0, 3),
             ElemType::I1 => (0, 1),
             _ => (i64::MIN, i64::MAX),
         }
@@ -117,7 +142,9 @@ impl ElemType {
         self == ElemType::I1
     }
 
-    /// Storage size of one element in bytes (i1 is stored as a byte).
+    /// Storage size of one element in bytes. i1 and the types narrower
+    /// than a byte are stored a byte each: only ONNX packs 4- and 2-bit
+    /// values, and its reader unpacks them.
     pub fn byte_size(self) -> usize {
         match self {
             ElemType::F64 | ElemType::I64 | ElemType::U64 => 8,
@@ -129,7 +156,12 @@ impl ElemType {
             | ElemType::F8E4M3FN
             | ElemType::F8E4M3FNUZ
             | ElemType::F8E5M2
-            | ElemType::F8E5M2FNUZ => 1,
+            | ElemType::F8E5M2FNUZ
+            | ElemType::F4E2M1FN
+            | ElemType::I4
+            | ElemType::U4
+            | ElemType::I2
+            | ElemType::U2 => 1,
         }
     }
 }

@@ -149,6 +149,15 @@ pub fn write_weights(path: &Path, weights: &[(String, Tensor)]) -> std::result::
     use safetensors::{Dtype, tensor::TensorView};
     let mut buffers: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (name, t) in weights {
+        // safetensors has no 4- or 2-bit types: they are stored a byte each.
+        let storage = ircc_core::tensor::byte_storage(t.elem);
+        let widened;
+        let t = if storage == t.elem {
+            t
+        } else {
+            widened = t.cast(storage);
+            &widened
+        };
         let (dtype, bytes): (Dtype, Vec<u8>) = match (&t.data, t.elem) {
             (TensorData::Float(a), ElemType::F64) => {
                 (Dtype::F64, a.iter().flat_map(|x| x.to_le_bytes()).collect())
@@ -165,7 +174,7 @@ pub fn write_weights(path: &Path, weights: &[(String, Tensor)]) -> std::result::
                     .flat_map(|&x| half::bf16::from_f64(x).to_le_bytes())
                     .collect(),
             ),
-            (TensorData::Float(a), e) if let Some(f8) = ircc_core::float8::Float8::of(e) => {
+            (TensorData::Float(a), e) if let Some(f8) = ircc_core::minifloat::MiniFloat::of(e) => {
                 let dtype = match e {
                     ElemType::F8E4M3FN => Dtype::F8_E4M3,
                     ElemType::F8E4M3FNUZ => Dtype::F8_E4M3FNUZ,

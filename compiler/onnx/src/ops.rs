@@ -1,7 +1,7 @@
 //! ONNX operators to graph ops, one arm per operator family. Attribute
 //! names follow ONNX in snake_case; shape-like inputs become attributes.
 
-use ircc_core::float8::Float8;
+use ircc_core::minifloat::MiniFloat;
 use ircc_core::{Attribute, Attributes, ElemType, Tensor, Type};
 use ircc_dialects::graph::GraphOp;
 
@@ -754,11 +754,12 @@ impl Importer<'_> {
     /// largest (infinities too) become the largest when saturating, and
     /// otherwise infinity (E5M2) or NaN. `graph.cast` rounds to the nearest
     /// value the type holds, so only what differs from that is selected.
+    /// A 4-bit float has no NaN nor infinity, and always saturates.
     pub(crate) fn cast_saturating(&mut self, v: Val, to: ElemType, saturate: bool) -> Result<Val> {
         let from = self.type_of(&v).elem;
         let y = self.cast(v.clone(), to)?;
-        let Some(f8) =
-            Float8::of(to).filter(|f8| from.is_float() && (!saturate || f8.has_infinity()))
+        let Some(f8) = MiniFloat::of(to)
+            .filter(|f8| from.is_float() && f8.has_nan() && (!saturate || f8.has_infinity()))
         else {
             return Ok(y);
         };

@@ -7,7 +7,7 @@
 //! (one per index of `axis`), or per block (the input's shape with `axis`
 //! divided by `block_size`, rounded up).
 
-use ircc_core::float8::Float8;
+use ircc_core::minifloat::MiniFloat;
 use ircc_core::{Attribute, Attributes, ElemType, Tensor, TensorType};
 use ircc_dialects::graph::GraphOp;
 use ndarray::Array1;
@@ -28,12 +28,14 @@ fn data_type(t: i64) -> Result<ElemType> {
 
 /// The integer types quantized tensors are stored in.
 fn quantized_range(e: ElemType) -> Option<(f64, f64)> {
-    Some(match e {
-        ElemType::I8 => (-128.0, 127.0),
-        ElemType::U8 => (0.0, 255.0),
-        ElemType::I16 => (-32768.0, 32767.0),
-        ElemType::U16 => (0.0, 65535.0),
-        _ => return None,
+    use ElemType as E;
+    matches!(
+        e,
+        E::I16 | E::U16 | E::I8 | E::U8 | E::I4 | E::U4 | E::I2 | E::U2
+    )
+    .then(|| {
+        let (lo, hi) = e.int_range();
+        (lo as f64, hi as f64)
     })
 }
 
@@ -45,10 +47,10 @@ impl Importer<'_> {
         let xt = self.type_of(&x);
         if quantized_range(xt.elem).is_none()
             && xt.elem != ElemType::I32
-            && Float8::of(xt.elem).is_none()
+            && MiniFloat::of(xt.elem).is_none()
         {
             return Err(ImportError::unsupported(format!(
-                "DequantizeLinear of {} (int8, uint8, int16, uint16, int32 and the 8-bit floats are supported)",
+                "DequantizeLinear of {} (integers of 2 to 16 bits, int32 and the 8- and 4-bit floats are supported)",
                 xt.elem
             )));
         }
@@ -244,7 +246,7 @@ impl Importer<'_> {
 
     /// round(x) + zero point, saturated and cast to `out`.
     /// `scaled` plus the zero point in `out`: rounded to an integer and
-    /// clipped to its range, or cast to an 8-bit float (`saturate` as
+    /// clipped to its range, or cast to an 8- or 4-bit float (`saturate` as
     /// Cast's).
     fn requantize(
         &mut self,
@@ -253,7 +255,7 @@ impl Importer<'_> {
         out: ElemType,
         saturate: bool,
     ) -> Result<Val> {
-        if Float8::of(out).is_some() {
+        if MiniFloat::of(out).is_some() {
             let q = match zero {
                 Some(z) => {
                     let z = self.cast(z, ElemType::F32)?;
@@ -265,7 +267,7 @@ impl Importer<'_> {
         }
         let range = quantized_range(out).ok_or_else(|| {
             ImportError::unsupported(format!(
-                "quantizing to {out} (int8, uint8, int16, uint16 and the 8-bit floats are supported)"
+                "quantizing to {out} (integers of 2 to 16 bits and the 8- and 4-bit floats are supported)"
             ))
         })?;
         let mut q = self.un(GraphOp::Round, scaled)?;
@@ -279,8 +281,8 @@ impl Importer<'_> {
 
     /// (x - zero) · scale, the offset taken in i32 as onnxruntime does.
     fn dequantize(&mut self, x: Val, zero: Option<Val>, scale: Val) -> Result<Val> {
-        let x = if Float8::of(self.type_of(&x).elem).is_some() {
-            // An 8-bit float's offset is taken in f32.
+        let x = if MiniFloat::of(self.type_of(&x).elem).is_some() {
+            // A narrow float's offset is taken in f32.
             let x = self.cast(x, ElemType::F32)?;
             match zero {
                 Some(z) => {

@@ -3,7 +3,7 @@
 
 use std::path::Path;
 
-use ircc_core::float8::Float8;
+use ircc_core::minifloat::MiniFloat;
 use ircc_core::{ElemType, Tensor};
 use ndarray::{ArrayD, IxDyn};
 
@@ -21,6 +21,7 @@ pub fn elem_type(data_type: i32) -> Result<ElemType> {
         dt::FLOAT8E4M3FNUZ => ElemType::F8E4M3FNUZ,
         dt::FLOAT8E5M2 => ElemType::F8E5M2,
         dt::FLOAT8E5M2FNUZ => ElemType::F8E5M2FNUZ,
+        dt::FLOAT4E2M1 => ElemType::F4E2M1FN,
         dt::INT64 => ElemType::I64,
         dt::INT32 => ElemType::I32,
         dt::INT16 => ElemType::I16,
@@ -29,6 +30,10 @@ pub fn elem_type(data_type: i32) -> Result<ElemType> {
         dt::UINT32 => ElemType::U32,
         dt::UINT16 => ElemType::U16,
         dt::UINT8 => ElemType::U8,
+        dt::INT4 => ElemType::I4,
+        dt::UINT4 => ElemType::U4,
+        dt::INT2 => ElemType::I2,
+        dt::UINT2 => ElemType::U2,
         dt::BOOL => ElemType::I1,
         other => {
             let name = data_type_name(other);
@@ -61,11 +66,10 @@ pub fn data_type_name(t: i32) -> &'static str {
         dt::FLOAT8E4M3FNUZ => "float8e4m3fnuz",
         dt::FLOAT8E5M2 => "float8e5m2",
         dt::FLOAT8E5M2FNUZ => "float8e5m2fnuz",
-        // The 4- and 2-bit types of opsets 21 to 25, which ircc does not
-        // hold: named, so the error says which.
         dt::UINT4 => "uint4",
         dt::INT4 => "int4",
         dt::FLOAT4E2M1 => "float4e2m1",
+        // Not held by ircc: named, so the error says which.
         dt::FLOAT8E8M0 => "float8e8m0",
         dt::UINT2 => "uint2",
         dt::INT2 => "int2",
@@ -126,6 +130,57 @@ fn from_le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
         .collect()
 }
 
+/// The width of a type ONNX packs several to a byte.
+fn packed_bits(elem: ElemType) -> Option<usize> {
+    match elem {
+        ElemType::I4 | ElemType::U4 | ElemType::F4E2M1FN => Some(4),
+        ElemType::I2 | ElemType::U2 => Some(2),
+        _ => None,
+    }
+}
+
+/// A tensor of a 4- or 2-bit type: its bytes (the raw data, or one per
+/// entry of int32_data) hold 8 / `bits` values each, the first in the low
+/// bits; the last byte's unused bits are padding.
+fn unpacked(
+    t: &TensorProto,
+    shape: &[usize],
+    n: usize,
+    elem: ElemType,
+    bits: usize,
+    raw: Option<Vec<u8>>,
+) -> Result<Tensor> {
+    let bytes = raw.unwrap_or_else(|| t.int32_data.iter().map(|&x| x as u8).collect());
+    let per_byte = 8 / bits;
+    let want = n.div_ceil(per_byte);
+    if bytes.len() != want {
+        return Err(ImportError::invalid(format!(
+            "tensor '{}' of {} holds {} bytes but its shape {:?} needs {want} ({per_byte} values a byte)",
+            t.name,
+            elem,
+            bytes.len(),
+            t.dims
+        )));
+    }
+    let mask = (1u8 << bits) - 1;
+    let codes = bytes
+        .iter()
+        .flat_map(|&b| (0..per_byte).map(move |k| (b >> (k * bits)) & mask))
+        .take(n);
+    let bad = |e: ndarray::ShapeError| ImportError::invalid(e.to_string());
+    Ok(match MiniFloat::of(elem) {
+        Some(f) => Tensor::float(
+            elem,
+            ArrayD::from_shape_vec(IxDyn(shape), codes.map(|c| f.from_bits(c)).collect())
+                .map_err(bad)?,
+        ),
+        None => Tensor::int(
+            elem,
+            ArrayD::from_shape_vec(IxDyn(shape), codes.map(i64::from).collect()).map_err(bad)?,
+        ),
+    })
+}
+
 /// Decodes a tensor; `base` is the folder external data is relative to.
 pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
     let elem = elem_type(t.data_type).map_err(|e| e.context(format!("tensor '{}'", t.name)))?;
@@ -147,13 +202,16 @@ pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
     } else {
         None
     };
+    if let Some(bits) = packed_bits(elem) {
+        return unpacked(t, &shape, n, elem, bits, raw);
+    }
     let floats: Vec<f64> = match (&raw, elem) {
         (Some(r), ElemType::F32) => from_le(r, |b| f32::from_le_bytes(b) as f64),
         (Some(r), ElemType::F64) => from_le(r, f64::from_le_bytes),
         (Some(r), ElemType::F16) => from_le(r, |b| half::f16::from_le_bytes(b).to_f64()),
         (Some(r), ElemType::BF16) => from_le(r, |b| half::bf16::from_le_bytes(b).to_f64()),
-        (Some(r), e) if Float8::of(e).is_some() => {
-            let f8 = Float8::of(e).expect("checked");
+        (Some(r), e) if MiniFloat::of(e).is_some() => {
+            let f8 = MiniFloat::of(e).expect("checked");
             r.iter().map(|&b| f8.from_bits(b)).collect()
         }
         (None, ElemType::F32) => t.float_data.iter().map(|&x| x as f64).collect(),
@@ -169,8 +227,8 @@ pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
             .iter()
             .map(|&x| half::bf16::from_bits(x as u16).to_f64())
             .collect(),
-        (None, e) if Float8::of(e).is_some() => {
-            let f8 = Float8::of(e).expect("checked");
+        (None, e) if MiniFloat::of(e).is_some() => {
+            let f8 = MiniFloat::of(e).expect("checked");
             t.int32_data
                 .iter()
                 .map(|&x| f8.from_bits(x as u8))

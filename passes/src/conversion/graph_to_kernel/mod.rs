@@ -140,9 +140,9 @@ fn lower_function(
                 ),
             ));
         }
-        // WGSL and OpenCL C have no 8-bit floats, and rounding to one is
-        // not emulated: such tensors run on the interpreter only.
-        let eight_bit = m
+        // WGSL and OpenCL C have no 8- or 4-bit floats, and rounding to
+        // one is not emulated: such tensors run on the interpreter only.
+        let narrow_float = m
             .op(op)
             .results
             .iter()
@@ -151,13 +151,13 @@ fn lower_function(
                 m.value_type(v)
                     .as_tensor()
                     .map(|t| t.elem)
-                    .filter(|&e| ircc_core::float8::Float8::of(e).is_some())
+                    .filter(|&e| ircc_core::minifloat::MiniFloat::of(e).is_some())
             });
-        if let Some(elem) = eight_bit {
+        if let Some(elem) = narrow_float {
             return Err(Diagnostic::error(
                 loc,
                 format!(
-                    "{}: '{name}' has a tensor of {elem}, an 8-bit float that GPU kernels do not hold (the interpreter runs it)",
+                    "{}: '{name}' has a tensor of {elem}, a float narrower than 16 bits that GPU kernels do not hold (the interpreter runs it)",
                     KernelLowerOptions::NAME
                 ),
             ));

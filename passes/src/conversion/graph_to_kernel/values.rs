@@ -546,6 +546,8 @@ impl KernelBuilder<'_> {
     /// integer type `elem` as that type's arithmetic would wrap it.
     fn wrap_narrow(&mut self, y: ValueId, elem: ElemType) -> ValueId {
         let bits = match elem {
+            ElemType::I2 | ElemType::U2 => 2,
+            ElemType::I4 | ElemType::U4 => 4,
             ElemType::I8 | ElemType::U8 => 8,
             ElemType::I16 | ElemType::U16 => 16,
             _ => return y,

@@ -1,7 +1,8 @@
-//! The 8-bit floats of ONNX (opset 19) and MLIR: E4M3FN, E4M3FNUZ, E5M2
-//! and E5M2FNUZ. ircc holds their values as `f64`, so what it needs is
-//! rounding to the format (nearest, ties to even, saturating or not, as
-//! ONNX's Cast does) and the bit patterns they are stored and printed as.
+//! The floats narrower than 16 bits of ONNX and MLIR: the 8-bit E4M3FN,
+//! E4M3FNUZ, E5M2 and E5M2FNUZ (opset 19) and the 4-bit E2M1FN (opset 23).
+//! ircc holds their values as `f64`, so what it needs is rounding to the
+//! format (nearest, ties to even, saturating or not, as ONNX's Cast does)
+//! and the bit patterns they are stored and printed as.
 
 use crate::types::ElemType;
 
@@ -14,29 +15,32 @@ enum Specials {
     Finite,
     /// Finite, unsigned zero (FNUZ): 0x80 is NaN, there is no -0.
     FiniteUnsignedZero,
+    /// Every pattern a finite number (E2M1FN): no NaN, no infinity.
+    None,
 }
 
-/// An 8-bit float format: 1 sign bit, `exponent` bits with `bias`, and
+/// A narrow float format: 1 sign bit, `exponent` bits with `bias`, and
 /// `mantissa` bits.
 #[derive(Clone, Copy, PartialEq, Debug)]
-pub struct Float8 {
+pub struct MiniFloat {
     exponent: i32,
     mantissa: i32,
     bias: i32,
     specials: Specials,
 }
 
-impl Float8 {
-    /// The format of `elem`, if it is an 8-bit float.
-    pub fn of(elem: ElemType) -> Option<Float8> {
+impl MiniFloat {
+    /// The format of `elem`, if it is a float narrower than 16 bits.
+    pub fn of(elem: ElemType) -> Option<MiniFloat> {
         let (exponent, mantissa, bias, specials) = match elem {
+            ElemType::F4E2M1FN => (2, 1, 1, Specials::None),
             ElemType::F8E4M3FN => (4, 3, 7, Specials::Finite),
             ElemType::F8E4M3FNUZ => (4, 3, 8, Specials::FiniteUnsignedZero),
             ElemType::F8E5M2 => (5, 2, 15, Specials::Ieee),
             ElemType::F8E5M2FNUZ => (5, 2, 16, Specials::FiniteUnsignedZero),
             _ => return None,
         };
-        Some(Float8 {
+        Some(MiniFloat {
             exponent,
             mantissa,
             bias,
@@ -59,9 +63,14 @@ impl Float8 {
         let (exponent, mantissa) = match self.specials {
             Specials::Ieee => (self.top_exponent() - 1, steps - 1.0),
             Specials::Finite => (self.top_exponent(), steps - 2.0),
-            Specials::FiniteUnsignedZero => (self.top_exponent(), steps - 1.0),
+            Specials::FiniteUnsignedZero | Specials::None => (self.top_exponent(), steps - 1.0),
         };
         (1.0 + mantissa / steps) * 2f64.powi(exponent - self.bias)
+    }
+
+    /// Whether the format holds NaN (all but E2M1 do).
+    pub fn has_nan(self) -> bool {
+        self.specials != Specials::None
     }
 
     /// Whether the format holds infinities (E5M2 does).
@@ -88,13 +97,25 @@ impl Float8 {
         (max + ulp / 2.0, odd)
     }
 
-    /// What a value too large for the format becomes without saturation.
+    /// What a value too large for the format becomes without saturation:
+    /// a format with neither infinity nor NaN saturates regardless.
     fn overflow(self, negative: bool) -> f64 {
         match self.specials {
             Specials::Ieee if negative => f64::NEG_INFINITY,
             Specials::Ieee => f64::INFINITY,
+            Specials::None if negative => -self.max(),
+            Specials::None => self.max(),
             _ => f64::NAN,
         }
+    }
+
+    /// The width of a value in bits.
+    fn bits(self) -> i32 {
+        1 + self.exponent + self.mantissa
+    }
+
+    fn sign_bit(self) -> u8 {
+        1 << (self.bits() - 1)
     }
 
     /// `x` rounded to the format, ties to even; a value past the largest
@@ -102,7 +123,13 @@ impl Float8 {
     /// infinity (E5M2) or NaN.
     pub fn round(self, x: f64, saturate: bool) -> f64 {
         if x.is_nan() {
-            return f64::NAN;
+            // E2M1 has no NaN: ml_dtypes (which ONNX's tests use) gives a
+            // zero of the opposite sign.
+            return match self.specials {
+                Specials::None if x.is_sign_negative() => 0.0,
+                Specials::None => -0.0,
+                _ => f64::NAN,
+            };
         }
         let negative = x.is_sign_negative();
         let signed = |v: f64| {
@@ -137,20 +164,23 @@ impl Float8 {
         signed(v)
     }
 
-    /// The bit pattern of a value of the format (one `round` returns).
+    /// The bit pattern of a value of the format (one `round` returns), in
+    /// the low bits of a byte.
     pub fn to_bits(self, x: f64) -> u8 {
-        let nan = match self.specials {
-            Specials::FiniteUnsignedZero => 0x80,
-            _ => 0x7F,
-        };
+        let sign_bit = self.sign_bit();
         if x.is_nan() {
-            return nan;
+            return match self.specials {
+                Specials::FiniteUnsignedZero => sign_bit,
+                // E2M1 holds no NaN; `round` never gives one.
+                Specials::None => 0,
+                _ => sign_bit - 1,
+            };
         }
         let a = x.abs();
         // The unsigned-zero formats' 0x80 is NaN, not -0.
         let unsigned_zero = a == 0.0 && self.specials == Specials::FiniteUnsignedZero;
         let sign = if x.is_sign_negative() && !unsigned_zero {
-            0x80
+            sign_bit
         } else {
             0
         };
@@ -167,13 +197,16 @@ impl Float8 {
         sign | ((exponent << self.mantissa) as u8) | (mantissa as u8)
     }
 
-    /// The value of a bit pattern.
+    /// The value of a bit pattern (in the low bits of a byte; the bits
+    /// above the format's are ignored).
     pub fn from_bits(self, bits: u8) -> f64 {
-        if self.specials == Specials::FiniteUnsignedZero && bits == 0x80 {
+        let sign_bit = self.sign_bit();
+        let bits = bits & (sign_bit | (sign_bit - 1));
+        if self.specials == Specials::FiniteUnsignedZero && bits == sign_bit {
             return f64::NAN;
         }
-        let negative = bits & 0x80 != 0;
-        let exponent = i32::from(bits & 0x7F) >> self.mantissa;
+        let negative = bits & sign_bit != 0;
+        let exponent = i32::from(bits & (sign_bit - 1)) >> self.mantissa;
         let mantissa = i32::from(bits) & ((1 << self.mantissa) - 1);
         let all_ones = (1 << self.mantissa) - 1;
         let special = match self.specials {
@@ -214,24 +247,28 @@ fn binary_exponent(a: f64) -> i32 {
 mod tests {
     use super::*;
 
-    const ALL: [ElemType; 4] = [
+    const ALL: [ElemType; 5] = [
         ElemType::F8E4M3FN,
         ElemType::F8E4M3FNUZ,
         ElemType::F8E5M2,
         ElemType::F8E5M2FNUZ,
+        ElemType::F4E2M1FN,
     ];
 
     #[test]
     fn the_largest_values_are_the_specifications() {
-        let max: Vec<f64> = ALL.iter().map(|&e| Float8::of(e).unwrap().max()).collect();
-        assert_eq!(max, [448.0, 240.0, 57344.0, 57344.0]);
+        let max: Vec<f64> = ALL
+            .iter()
+            .map(|&e| MiniFloat::of(e).unwrap().max())
+            .collect();
+        assert_eq!(max, [448.0, 240.0, 57344.0, 57344.0, 6.0]);
     }
 
     #[test]
     fn every_bit_pattern_reads_back_through_rounding() {
         for e in ALL {
-            let f = Float8::of(e).unwrap();
-            for bits in 0..=255u8 {
+            let f = MiniFloat::of(e).unwrap();
+            for bits in 0..=((1u16 << f.bits()) - 1) as u8 {
                 let v = f.from_bits(bits);
                 if v.is_nan() {
                     continue;
@@ -246,7 +283,7 @@ mod tests {
 
     #[test]
     fn rounding_ties_to_even_and_overflows_as_onnx_casts() {
-        let e4m3 = Float8::of(ElemType::F8E4M3FN).unwrap();
+        let e4m3 = MiniFloat::of(ElemType::F8E4M3FN).unwrap();
         // 448 and 480 (no such value) differ by 32: 464 ties to 448, whose
         // mantissa is even; above it overflows.
         assert_eq!(e4m3.round(464.0, false), 448.0);
@@ -259,10 +296,10 @@ mod tests {
         // The smallest subnormal, 2^-9, and half of it, which ties to 0.
         assert_eq!(e4m3.round(2f64.powi(-9), true), 2f64.powi(-9));
         assert_eq!(e4m3.round(2f64.powi(-10), true), 0.0);
-        let e5m2 = Float8::of(ElemType::F8E5M2).unwrap();
+        let e5m2 = MiniFloat::of(ElemType::F8E5M2).unwrap();
         assert_eq!(e5m2.round(1e6, false), f64::INFINITY);
         assert_eq!(e5m2.round(-1e6, true), -57344.0);
-        let fnuz = Float8::of(ElemType::F8E4M3FNUZ).unwrap();
+        let fnuz = MiniFloat::of(ElemType::F8E4M3FNUZ).unwrap();
         assert!(fnuz.round(-0.0, true).is_sign_positive());
         assert_eq!(fnuz.to_bits(f64::NAN), 0x80);
         assert!(fnuz.round(1e6, false).is_nan());
@@ -270,12 +307,35 @@ mod tests {
 
     #[test]
     fn overflow_starts_half_a_step_past_the_largest() {
-        let e4m3 = Float8::of(ElemType::F8E4M3FN).unwrap();
+        let e4m3 = MiniFloat::of(ElemType::F8E4M3FN).unwrap();
         assert_eq!(e4m3.overflow_bound(), (464.0, false));
         assert_eq!(e4m3.nearest(f64::INFINITY), 448.0);
-        let e5m2 = Float8::of(ElemType::F8E5M2).unwrap();
+        let e5m2 = MiniFloat::of(ElemType::F8E5M2).unwrap();
         assert_eq!(e5m2.overflow_bound(), (61440.0, true));
         assert_eq!(e5m2.nearest(f64::NEG_INFINITY), f64::NEG_INFINITY);
         assert_eq!(e5m2.nearest(61439.0), 57344.0);
+    }
+
+    #[test]
+    fn e2m1_rounds_and_saturates_as_ml_dtypes() {
+        // ml_dtypes' float4_e2m1fn, which ONNX's Cast tests are made with.
+        let f = MiniFloat::of(ElemType::F4E2M1FN).unwrap();
+        let x = [
+            0.0, 0.25, 0.3, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 5.5, 7.0, 100.0, -100.0,
+        ];
+        let want = [
+            0.0, 0.0, 0.5, 1.0, 1.0, 2.0, 2.0, 4.0, 4.0, 6.0, 6.0, 6.0, -6.0,
+        ];
+        for (x, want) in x.into_iter().zip(want) {
+            assert_eq!(f.round(x, false), want, "{x}");
+        }
+        let bits = [f64::NAN, f64::INFINITY, f64::NEG_INFINITY, -0.0, 6.0, -0.5]
+            .map(|x| f.to_bits(f.round(x, false)));
+        assert_eq!(bits, [0x8, 0x7, 0xF, 0x8, 0x7, 0x9]);
+        assert_eq!(
+            f.from_bits(0xF3),
+            1.5,
+            "bits above the format's are ignored"
+        );
     }
 }
