@@ -68,6 +68,17 @@ impl MiniFloat {
         (1.0 + mantissa / steps) * 2f64.powi(exponent - self.bias)
     }
 
+    /// The exponents of its binades, least (normal; the subnormals share
+    /// its spacing) to greatest, and its mantissa bits: the spacing of the
+    /// values in binade e is 2^(e - mantissa).
+    pub fn binades(self) -> (i32, i32, i32) {
+        (
+            self.min_exponent(),
+            binary_exponent(self.max()),
+            self.mantissa,
+        )
+    }
+
     /// Whether the format holds NaN (all but E2M1 do).
     pub fn has_nan(self) -> bool {
         self.specials != Specials::None

@@ -36,6 +36,8 @@ use ircc_core::ir::OpBuilder;
 use ircc_core::pass::{Pass, PassContext};
 use std::collections::HashMap;
 
+use ircc_core::minifloat::MiniFloat;
+use ircc_core::registry::MappingType;
 use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::is_data;
@@ -140,24 +142,24 @@ fn lower_function(
                 ),
             ));
         }
-        // WGSL and OpenCL C have no 8- or 4-bit floats, and rounding to
-        // one is not emulated: such tensors run on the interpreter only.
-        let narrow_float = m
-            .op(op)
-            .results
-            .iter()
-            .chain(&m.op(op).operands)
-            .find_map(|&v| {
-                m.value_type(v)
-                    .as_tensor()
-                    .map(|t| t.elem)
-                    .filter(|&e| ircc_core::minifloat::MiniFloat::of(e).is_some())
+        // Kernels hold 8- and 4-bit floats widened and round element-wise
+        // results to them; a product, reduction or normalization would
+        // have to round inside its template, which none does.
+        let narrow_result = GraphOp::of(m, group.anchor)
+            .filter(|k| k.mapping() == Some(MappingType::ManyToMany))
+            .and_then(|_| {
+                m.op(group.anchor).results.iter().find_map(|&v| {
+                    m.value_type(v)
+                        .as_tensor()
+                        .map(|t| t.elem)
+                        .filter(|&e| MiniFloat::of(e).is_some())
+                })
             });
-        if let Some(elem) = narrow_float {
+        if let Some(elem) = narrow_result {
             return Err(Diagnostic::error(
                 loc,
                 format!(
-                    "{}: '{name}' has a tensor of {elem}, a float narrower than 16 bits that GPU kernels do not hold (the interpreter runs it)",
+                    "{}: '{name}' computes a tensor of {elem}, which only element-wise kernels round to (the interpreter runs it)",
                     KernelLowerOptions::NAME
                 ),
             ));

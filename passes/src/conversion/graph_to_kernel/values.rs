@@ -5,6 +5,7 @@
 //! record the values they computed in bulk (a matmul tile, a reduced row)
 //! in the memo, so their epilogues find them instead of recomputing.
 
+use ircc_core::minifloat::MiniFloat;
 use ircc_core::registry::{MappingType, OpView};
 use ircc_core::{ElemType, OpId, Type, ValueId};
 use ircc_dialects::graph::ops::PadMode;
@@ -545,6 +546,9 @@ impl KernelBuilder<'_> {
     /// `y`, computed in i32, wrapped to the width of an 8- or 16-bit
     /// integer type `elem` as that type's arithmetic would wrap it.
     fn wrap_narrow(&mut self, y: ValueId, elem: ElemType) -> ValueId {
+        if let Some(format) = MiniFloat::of(elem) {
+            return self.round_to_narrow_float(y, format);
+        }
         let bits = match elem {
             ElemType::I2 | ElemType::U2 => 2,
             ElemType::I4 | ElemType::U4 => 4,
@@ -560,6 +564,50 @@ impl KernelBuilder<'_> {
             let up = self.ir.binary(BinaryFn::Shl, y, shift);
             self.ir.binary(BinaryFn::Shr, up, shift)
         }
+    }
+
+    /// `y` rounded to the nearest value of an 8- or 4-bit float, ties to
+    /// even, as the interpreter rounds every result of such a type: finite
+    /// values past the largest saturate, an infinity stays one where the
+    /// format has them. Kernels hold these types widened (f32, or f16,
+    /// which holds all their values), so only the rounding is emulated: the
+    /// spacing of `|y|`'s binade picked by comparisons, the quotient rounded
+    /// to even (WGSL's round, OpenCL's rint).
+    fn round_to_narrow_float(&mut self, y: ValueId, format: MiniFloat) -> ValueId {
+        let elem = self.ir.elem(y);
+        let x = self.widen(y);
+        let a = self.ir.unary(UnaryFn::Abs, x);
+        let (least, greatest, mantissa) = format.binades();
+        let mut spacing = self.ir.constant(2f64.powi(least - mantissa), ACC);
+        for e in least + 1..=greatest {
+            let start = self.ir.constant(2f64.powi(e), ACC);
+            let inside = self.ir.cmp(CmpPred::Ge, a, start);
+            let s = self.ir.constant(2f64.powi(e - mantissa), ACC);
+            spacing = self.ir.select(inside, s, spacing);
+        }
+        let steps = self.ir.binary(BinaryFn::Div, a, spacing);
+        let steps = self.ir.unary(UnaryFn::Round, steps);
+        let v = self.ir.binary(BinaryFn::Mul, steps, spacing);
+        // A select, not min: NaN compares false and stays NaN.
+        let max = self.ir.constant(format.max(), ACC);
+        let past = self.ir.cmp(CmpPred::Gt, v, max);
+        let mut v = self.ir.select(past, max, v);
+        if format.has_infinity() {
+            let finite = self.ir.constant(f64::from(f32::MAX), ACC);
+            let infinite = self.ir.cmp(CmpPred::Gt, a, finite);
+            v = self.ir.select(infinite, a, v);
+        }
+        let zero = self.ir.constant(0.0, ACC);
+        let negative = self.ir.cmp(CmpPred::Lt, x, zero);
+        let minus = self.ir.unary(UnaryFn::Neg, v);
+        let mut v = self.ir.select(negative, minus, v);
+        if !format.has_nan() {
+            // E2M1 has no NaN: ml_dtypes, as the interpreter, gives -0.
+            let nan = self.ir.cmp(CmpPred::Ne, x, x);
+            let minus_zero = self.ir.constant(-0.0, ACC);
+            v = self.ir.select(nan, minus_zero, v);
+        }
+        self.narrow(v, elem)
     }
 
     /// A one-element input known at compile time (a splat bound as input).
