@@ -107,6 +107,8 @@ pub const OPERATORS: &[Operator] = &[
     op("Identity", 1, Kernels),
     op("If", 1, Kernels),
     op("InstanceNormalization", 1, Kernels),
+    op("IsInf", 10, Kernels),
+    op("IsNaN", 9, Kernels),
     op("LSTM", 7, Kernels),
     op("LayerNormalization", 17, Kernels),
     op("LeakyRelu", 1, Kernels),

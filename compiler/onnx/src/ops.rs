@@ -386,6 +386,7 @@ impl Importer<'_> {
             }
             "PRelu" | "Softplus" | "Softsign" | "Elu" | "Selu" | "Celu" | "ThresholdedRelu"
             | "Mish" | "Swish" | "Shrink" => self.activation(n, a)?,
+            "IsNaN" | "IsInf" => vec![self.float_class(n, a)?],
             "RMSNormalization" => self.rms_norm(n, a)?,
             "RNN" | "GRU" | "LSTM" => self.recurrent(n, a)?,
             "GridSample" => self.grid_sample(n, a)?,
@@ -1071,6 +1072,52 @@ impl Importer<'_> {
 
     pub(crate) fn scalar_like(&self, x: &Val, v: f64) -> Val {
         Val::constant(fold::scalar(v, self.type_of(x).elem))
+    }
+
+    /// IsNaN as x != x; IsInf as x beyond the type's largest finite value
+    /// (`detect_positive`, `detect_negative`), both comparisons that
+    /// kernels and the interpreter take alike.
+    fn float_class(&mut self, n: &NodeProto, a: &Attrs) -> Result<Val> {
+        let x = self.required(n, 0)?;
+        let elem = self.type_of(&x).elem;
+        if !elem.is_float() {
+            return Err(ImportError::invalid(format!(
+                "{} of {elem}: a float tensor is needed",
+                n.op_type
+            )));
+        }
+        if n.op_type == "IsNaN" {
+            a.only(&[])?;
+            let same = self.bin(GraphOp::Equal, x.clone(), x)?;
+            return self.un(GraphOp::Not, same);
+        }
+        a.only(&["detect_positive", "detect_negative"])?;
+        let largest = match elem {
+            ElemType::F64 => f64::MAX,
+            ElemType::F16 => f64::from(half::f16::MAX),
+            ElemType::BF16 => f64::from(half::bf16::MAX),
+            ElemType::F32 => f64::from(f32::MAX),
+            // The narrow floats saturate: only E5M2 holds infinities.
+            e => MiniFloat::of(e).map_or(f64::MAX, |f| f.max()),
+        };
+        let mut found = Vec::new();
+        if a.flag("detect_positive", true)? {
+            let top = self.scalar_like(&x, largest);
+            found.push(self.bin(GraphOp::Greater, x.clone(), top)?);
+        }
+        if a.flag("detect_negative", true)? {
+            let bottom = self.scalar_like(&x, -largest);
+            found.push(self.bin(GraphOp::Less, x.clone(), bottom)?);
+        }
+        match found.len() {
+            // Neither asked for: false everywhere.
+            0 => self.bin(GraphOp::Less, x.clone(), x),
+            1 => Ok(found.remove(0)),
+            _ => {
+                let (p, q) = (found.remove(0), found.remove(0));
+                self.bin(GraphOp::Or, p, q)
+            }
+        }
     }
 
     /// Activations that are compositions of graph ops.
