@@ -162,3 +162,27 @@ fn quantized_models_match_onnxruntime_within_its_tolerance() {
     );
     assert!(failed.is_empty(), "{failed:#?}");
 }
+
+/// A QDQ model's weights stay int8 through import: each DequantizeLinear of
+/// a weight is graph ops over an i8 `graph.param`, which fuse into the
+/// kernel reading it, rather than an f32 copy folded at import.
+#[test]
+fn qdq_weights_stay_int8() {
+    let path = find_model("convnext_w16_qdq").expect("tests/models/convnext_w16_qdq.onnx");
+    let registry = ircc_dialects::registry().unwrap();
+    let imported = ircc_onnx::import_file(&path, &registry, &Default::default()).unwrap();
+    let count = |int8: bool| -> usize {
+        imported
+            .weights
+            .iter()
+            .filter(|(_, t)| (t.elem == ircc_core::ElemType::I8) == int8)
+            .map(|(_, t)| t.len())
+            .sum()
+    };
+    let (int8, other) = (count(true), count(false));
+    eprintln!("{int8} int8 weight elements, {other} others");
+    assert!(
+        int8 > 9 * other,
+        "{int8} int8 weight elements against {other} others"
+    );
+}

@@ -512,6 +512,21 @@ impl Importer<'_> {
         Ok(id)
     }
 
+    /// An integer constant too large to inline placed as a weight of its
+    /// own type (`graph.param`), so that what is computed from it stays
+    /// graph ops instead of being folded into a wider constant; any other
+    /// value as it is.
+    pub fn kept_as_weight(&mut self, v: Val) -> Result<Val> {
+        match v {
+            Val::Const(t)
+                if t.elem.is_int() && t.len() > self.inline_limit.max(INDEX_INLINE_LIMIT) =>
+            {
+                Ok(Val::Dyn(self.materialize(Val::Const(t))?))
+            }
+            v => Ok(v),
+        }
+    }
+
     /// A constant of `shape` with every element `value` (one element),
     /// placed as a splat: no storage, whatever its size.
     pub fn splat(&mut self, value: &Tensor, shape: Vec<i64>) -> Result<Val> {

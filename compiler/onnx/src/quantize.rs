@@ -54,6 +54,10 @@ impl Importer<'_> {
                 xt.elem
             )));
         }
+        // A quantized weight stays in its integer type: its dequantization
+        // fuses into the kernel that reads it (QDQ models keep their int8
+        // weights so) instead of folding into an f32 copy four times its size.
+        let x = self.kept_as_weight(x)?;
         let scale = self.required(n, 1)?;
         let out = match a.i("output_dtype", 0) {
             0 => self.type_of(&scale).elem,
