@@ -209,3 +209,10 @@ fn suppression_matches_the_interpreter_on_wgpu() {
         common::suppression_matches("wgpu");
     }
 }
+
+#[test]
+fn byte_inputs_match_the_interpreter_on_wgpu() {
+    if common::gpu_available() {
+        common::byte_inputs_match("wgpu");
+    }
+}

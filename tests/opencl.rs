@@ -309,3 +309,10 @@ fn suppression_matches_the_interpreter_on_opencl() {
         common::suppression_matches("opencl");
     }
 }
+
+#[test]
+fn byte_inputs_match_the_interpreter_on_opencl() {
+    if common::opencl_available() {
+        common::byte_inputs_match("opencl");
+    }
+}

@@ -607,3 +607,50 @@ pub fn suppression_matches(backend: &str) {
     let got = results("got", &["--pipeline", "smartmem", "--backend", backend]);
     assert_eq!(got, want, "{backend}");
 }
+
+/// `tests/ir/kernel/byte_inputs.ir` on `backend` reads its byte-stored
+/// inputs as the interpreter does: i8 and ui8 extremes at every position
+/// of a word, 25 elements (the last word partly padding).
+pub fn byte_inputs_match(backend: &str) {
+    let dir = scratch_dir("byte-inputs");
+    let values = |lo: i64, hi: i64| -> Vec<i64> {
+        (0..25)
+            .map(|i| [lo, hi, 0, lo + 1, hi - 1][i % 5] + (i as i64 / 5) % 2)
+            .map(|v| v.clamp(lo, hi))
+            .collect()
+    };
+    let tensor = |elem, v: Vec<i64>| {
+        ircc_core::Tensor::int(
+            elem,
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[5, 5]), v).unwrap(),
+        )
+    };
+    let (x, y) = (dir.join("x.npy"), dir.join("y.npy"));
+    ircc_reference::write_npy(&x, &tensor(ircc_core::ElemType::I8, values(-128, 127))).unwrap();
+    ircc_reference::write_npy(&y, &tensor(ircc_core::ElemType::U8, values(0, 255))).unwrap();
+    let file = root().join("tests/ir/kernel/byte_inputs.ir");
+    let results = |out: &str, extra: &[&str]| {
+        let out = dir.join(out);
+        let inputs = [format!("x={}", x.display()), format!("y={}", y.display())];
+        let mut args = vec![
+            "run",
+            file.to_str().unwrap(),
+            "--output-dir",
+            out.to_str().unwrap(),
+        ];
+        for i in &inputs {
+            args.extend(["--input", i.as_str()]);
+        }
+        args.extend_from_slice(extra);
+        let r = ircc(&args);
+        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
+        (0..2)
+            .map(|i| ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap())
+            .collect::<Vec<_>>()
+    };
+    let want = results("want", &[]);
+    assert_eq!(want[0].to_f64()[[0, 0]], -128.0, "x[0,0] - y[0,0]");
+    assert_eq!(want[1].to_i64()[[0, 1]], 127 * 255, "x[0,1]·y[0,1]");
+    let got = results("got", &["--pipeline", "smartmem", "--backend", backend]);
+    assert_eq!(got, want, "{backend}");
+}

@@ -23,7 +23,8 @@ fn scalar(t: &Type) -> R<&'static str> {
     Ok(match t {
         Type::Scalar(ElemType::F32) => "float",
         Type::Scalar(ElemType::F16) => "half_t",
-        Type::Scalar(ElemType::I32) | Type::Index => "int",
+        // Bytes are read into int.
+        Type::Scalar(ElemType::I32 | ElemType::I8 | ElemType::U8) | Type::Index => "int",
         Type::Scalar(ElemType::I1) => "bool",
         other => return Err(format!("no OpenCL C type for {other}")),
     })
@@ -35,6 +36,8 @@ fn storage(e: ElemType) -> R<&'static str> {
         ElemType::F32 => "float",
         ElemType::F16 => "half",
         ElemType::I32 => "int",
+        ElemType::I8 => "char",
+        ElemType::U8 => "uchar",
         other => return Err(format!("no OpenCL C buffer of {other}")),
     })
 }

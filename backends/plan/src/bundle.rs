@@ -257,13 +257,18 @@ fn storage_dtype(dtype: &str) -> R<Dtype> {
         "f32" => Ok(Dtype::F32),
         "f16" => Ok(Dtype::F16),
         "i32" => Ok(Dtype::I32),
-        other => Err(format!("storage type '{other}' is not f32, f16 or i32")),
+        "i8" => Ok(Dtype::I8),
+        "ui8" => Ok(Dtype::U8),
+        other => Err(format!(
+            "storage type '{other}' is not f32, f16, i32, i8 or ui8"
+        )),
     }
 }
 
 fn storage_size(dtype: &str) -> R<usize> {
     Ok(match storage_dtype(dtype)? {
         Dtype::F16 => 2,
+        Dtype::I8 | Dtype::U8 => 1,
         _ => 4,
     })
 }
@@ -306,11 +311,12 @@ impl Plan {
             }
             let elem = ElemType::from_name(&b.elem)
                 .ok_or_else(|| at(format!("unknown element type '{}'", b.elem)))?;
-            let dtype = if elem.is_float() {
-                self.precision.as_str()
+            let float = if self.precision == "f16" {
+                ElemType::F16
             } else {
-                "i32"
+                ElemType::F32
             };
+            let dtype = crate::storage(elem, float, b.kind).name();
             if b.dtype != dtype {
                 return Err(at(format!(
                     "{} stored as {}; at {} precision it is stored as {dtype}",
@@ -327,6 +333,12 @@ impl Plan {
                 .max(1)
                 .checked_mul(storage_size(&b.dtype)? as u64)
                 .ok_or_else(|| at("its size overflows".to_string()))?;
+            // Bytes are held in whole words.
+            let size = if storage_size(&b.dtype)? == 1 {
+                size.div_ceil(4) * 4
+            } else {
+                size
+            };
             if b.bytes != size {
                 return Err(at(format!(
                     "{} bytes, where its shape and type take {size}",

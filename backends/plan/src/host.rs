@@ -1,6 +1,6 @@
 //! Tensors to and from the bytes of device memory, as a plan's `dtype`
-//! lays them out: little-endian f32, f16 or i32, densely in row-major
-//! order.
+//! lays them out: little-endian f32, f16 or i32, or bytes (i8, ui8),
+//! densely in row-major order.
 
 use ircc_core::{ElemType, Tensor};
 use ndarray::{ArrayD, IxDyn};
@@ -39,6 +39,16 @@ pub fn to_bytes(t: &Tensor, dtype: &str, bytes: u64) -> R<Vec<u8>> {
                 out.extend((x as i32).to_le_bytes());
             }
         }
+        // Integers of 8 bits or fewer that no kernel writes, a byte each.
+        "i8" | "ui8" => {
+            let (lo, hi) = if dtype == "i8" { (-128, 127) } else { (0, 255) };
+            for &x in t.to_i64().iter() {
+                if !(lo..=hi).contains(&x) {
+                    return Err(format!("{} value {x} does not fit a byte", t.elem));
+                }
+                out.push(x as u8);
+            }
+        }
         other => return Err(format!("no upload for element type {other}")),
     }
     if out.len() as u64 > bytes {
@@ -71,6 +81,8 @@ pub fn from_bytes(data: &[u8], dtype: &str, shape: &[usize], elem: ElemType) -> 
             .take(n)
             .map(|c| i32::from_le_bytes([c[0], c[1], c[2], c[3]]) as f64)
             .collect(),
+        "i8" => data.iter().take(n).map(|&b| f64::from(b as i8)).collect(),
+        "ui8" => data.iter().take(n).map(|&b| f64::from(b)).collect(),
         other => return Err(format!("no download for element type {other}")),
     };
     let a = ArrayD::from_shape_vec(IxDyn(shape), vals).map_err(|e| e.to_string())?;

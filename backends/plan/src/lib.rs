@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use ircc_core::builtin::{FuncOp, input_names, output_names};
 use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::ops as graph_ops;
-use ircc_dialects::kernel::{KernelOp, Target, ops as kernel_ops, texture_args};
+use ircc_dialects::kernel::{KernelOp, Target, byte_stored, ops as kernel_ops, texture_args};
 use serde::{Deserialize, Serialize};
 
 type R<T> = Result<T, String>;
@@ -191,10 +191,30 @@ impl Plan {
     }
 }
 
-fn dtype(e: ElemType, float: ElemType) -> ElemType {
+/// What a buffer of `e` holds on the device: floats at the kernels'
+/// precision, integers as i32, but integers of 8 bits or fewer as bytes
+/// where no kernel writes them (`kernel::byte_stored`).
+pub fn storage(e: ElemType, float: ElemType, kind: BufferKind) -> ElemType {
+    let read_only = matches!(
+        kind,
+        BufferKind::Input | BufferKind::Weight | BufferKind::Constant
+    );
     match e {
         e if e.is_float() => float,
-        _ => ElemType::I32,
+        e => byte_stored(e)
+            .filter(|_| read_only)
+            .unwrap_or(ElemType::I32),
+    }
+}
+
+/// The bytes of a buffer of `n` elements stored as `elem`: bytes in whole
+/// words, since a shader reads them four to a u32.
+fn buffer_bytes(n: i64, elem: ElemType) -> u64 {
+    let bytes = (n.max(1) as u64) * elem.byte_size() as u64;
+    if elem.byte_size() == 1 {
+        bytes.div_ceil(4) * 4
+    } else {
+        bytes
     }
 }
 
@@ -264,7 +284,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
             .value_type(v)
             .as_tensor()
             .ok_or("host values are tensors")?;
-        let elem = dtype(t.elem, float);
+        let elem = storage(t.elem, float, kind);
         let id = buffers.len();
         buffers.push(BufferPlan {
             id,
@@ -273,7 +293,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
             shape: t.shape.clone(),
             dtype: elem.name().to_string(),
             elem: t.elem.name().to_string(),
-            bytes: (t.num_elements().max(1) as u64) * elem.byte_size() as u64,
+            bytes: buffer_bytes(t.num_elements(), elem),
             pool_offset: None,
             tensor,
             texels: None,

@@ -16,14 +16,20 @@ fn scalar(t: &Type) -> R<&'static str> {
     Ok(match t {
         Type::Scalar(ElemType::F32) => "f32",
         Type::Scalar(ElemType::F16) => "f16",
-        Type::Scalar(ElemType::I32) | Type::Index => "i32",
+        // Bytes are read out of words into i32 (`load`).
+        Type::Scalar(ElemType::I32 | ElemType::I8 | ElemType::U8) | Type::Index => "i32",
         Type::Scalar(ElemType::I1) => "bool",
         other => return Err(format!("no WGSL type for {other}")),
     })
 }
 
+/// The element type of a storage buffer: WGSL has no bytes, so a buffer
+/// of them is an array of words.
 fn elem_name(e: ElemType) -> R<&'static str> {
-    scalar(&Type::Scalar(e))
+    match e {
+        ElemType::I8 | ElemType::U8 => Ok("u32"),
+        e => scalar(&Type::Scalar(e)),
+    }
 }
 
 /// A float value of type `ty`. WGSL has no non-finite constants, so
@@ -161,10 +167,17 @@ impl Language for Wgsl {
     /// robust buffer access, which wgpu turns on.
     fn load(&mut self, memory: &Memory, offset: &str, _in_bounds: bool) -> String {
         let m = &memory.name;
-        if memory.space == (Space::Workgroup { vec4: true }) {
-            format!("{m}[({offset}) / 4][({offset}) % 4]")
-        } else {
-            format!("{m}[{offset}]")
+        let word = || format!("{m}[({offset}) / 4]");
+        let shift = || format!("u32(8 * (({offset}) % 4))");
+        match memory.elem {
+            _ if memory.space == (Space::Workgroup { vec4: true }) => {
+                format!("{m}[({offset}) / 4][({offset}) % 4]")
+            }
+            // Byte k of a little-endian word, moved to the top and back
+            // down with the sign, or masked.
+            ElemType::I8 => format!("(bitcast<i32>({} << (24u - {})) >> 24u)", word(), shift()),
+            ElemType::U8 => format!("i32(({} >> {}) & 255u)", word(), shift()),
+            _ => format!("{m}[{offset}]"),
         }
     }
 

@@ -14,6 +14,7 @@ mod verify;
 pub use device::{DeviceProfile, PROFILES, profiles_table};
 pub use target::Target;
 
+use ircc_core::ElemType;
 use ircc_core::{Diagnostic, Registry};
 
 pub const SPEC: &str = include_str!("../../../spec/dialects/kernel.toml");
@@ -82,4 +83,17 @@ pub fn texture_args(
             layout: layout.clone(),
         })
         .collect())
+}
+
+/// The byte type a read-only buffer (an input, a weight, a constant) of
+/// `elem` is stored as, where `elem` is an integer of 8 bits or fewer:
+/// quantized weights then take a byte an element on the device, as in
+/// the model, instead of the i32 kernels compute in. Buffers a kernel
+/// writes hold i32, since a byte cannot be written alone.
+pub fn byte_stored(elem: ElemType) -> Option<ElemType> {
+    match elem {
+        ElemType::I8 | ElemType::I4 | ElemType::I2 => Some(ElemType::I8),
+        ElemType::U8 | ElemType::U4 | ElemType::U2 => Some(ElemType::U8),
+        _ => None,
+    }
 }

@@ -127,6 +127,8 @@ pub fn run(dir: &Path, inputs: &HashMap<String, Data>) -> R<Vec<(String, Data)>>
                             safetensors::Dtype::F32 => "f32",
                             safetensors::Dtype::F16 => "f16",
                             safetensors::Dtype::I32 => "i32",
+                            safetensors::Dtype::I8 => "i8",
+                            safetensors::Dtype::U8 => "ui8",
                             _ => "another type",
                         };
                         if dtype != b["dtype"] || view.shape() != dims(b)? {

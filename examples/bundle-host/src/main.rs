@@ -33,7 +33,13 @@ fn host(dir: &Path, inputs: &Path, outputs: &Path) -> Result<(), String> {
             Dtype::F32 => "f32",
             Dtype::F16 => "f16",
             Dtype::I32 => "i32",
-            other => return Err(format!("input '{name}' is {other:?}, not F32, F16 or I32")),
+            Dtype::I8 => "i8",
+            Dtype::U8 => "ui8",
+            other => {
+                return Err(format!(
+                    "input '{name}' is {other:?}, not F32, F16, I32, I8 or U8"
+                ));
+            }
         };
         let data = Data {
             dtype: dtype.to_string(),

@@ -16,9 +16,10 @@ use std::collections::HashMap;
 use egg::Rewrite;
 use ircc_core::pass::PassContext;
 use ircc_core::{AffineExpr, AffineMap, ElemType, Module, OpId, TensorType, Type, ValueId};
-use ircc_dialects::kernel::TextureArg;
+use ircc_dialects::graph::GraphOp;
 use ircc_dialects::kernel::builder::{FuncBuilder, Launch};
 use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
+use ircc_dialects::kernel::{TextureArg, byte_stored};
 
 pub use super::address::{Ix, delinearize, linearize};
 use super::address::{agrees, collect_dims, fits_i32, nonnegative_divisions};
@@ -378,9 +379,19 @@ impl<'a> KernelBuilder<'a> {
             return a;
         }
         let t = self.host_type(role);
-        let a = self
-            .ir
-            .add_arg(Type::tensor(t.shape, storage_elem(t.elem, self.float)));
+        let read_only = match role {
+            ArgRole::Input(host) => {
+                let m = self.m();
+                m.defining_op(host).is_none_or(|d| {
+                    matches!(GraphOp::of(m, d), Some(GraphOp::Param | GraphOp::Constant))
+                })
+            }
+            ArgRole::Output(_) | ArgRole::Partials => false,
+        };
+        let elem = byte_stored(t.elem)
+            .filter(|_| read_only)
+            .unwrap_or_else(|| storage_elem(t.elem, self.float));
+        let a = self.ir.add_arg(Type::tensor(t.shape, elem));
         self.args.push((a, role));
         a
     }
