@@ -682,3 +682,53 @@ fn unrolling_is_bounded() {
         "{err}"
     );
 }
+
+/// ONNX packs 4- and 2-bit values, a byte (or an int32_data entry holding
+/// one) for several: a byte count that does not match the shape, or an
+/// int32_data entry that is not a byte, is refused by name.
+#[test]
+fn packed_tensors_are_checked() {
+    let packed = |name: &str, data_type, dims: &[i64], raw: Vec<u8>, ints: Vec<i32>| TensorProto {
+        dims: dims.to_vec(),
+        data_type,
+        raw_data: raw,
+        int32_data: ints,
+        name: name.into(),
+        ..Default::default()
+    };
+    let to_float = AttributeProto {
+        name: "to".into(),
+        r#type: attr_type::INT,
+        i: i64::from(data_type::FLOAT),
+        ..Default::default()
+    };
+    let cast = || vec![node("c", "Cast", &["w"], "y", vec![to_float.clone()])];
+    let err = import_error(
+        &with_initializers(
+            cast(),
+            vec![packed("w", data_type::INT4, &[5], vec![0x21, 0x43], vec![])],
+        ),
+        "short_int4.onnx",
+    );
+    assert!(
+        err.contains("holds 2 bytes but its shape [5] needs 3"),
+        "{err}"
+    );
+    let err = import_error(
+        &with_initializers(
+            cast(),
+            vec![packed(
+                "w",
+                data_type::UINT2,
+                &[5],
+                vec![],
+                vec![0x1B, 0x183],
+            )],
+        ),
+        "wide_uint2.onnx",
+    );
+    assert!(
+        err.contains("int32_data entry 387 is not a packed byte"),
+        "{err}"
+    );
+}

@@ -552,7 +552,8 @@ pub fn integer_products_match(backend: &str) {
 
 /// `tests/ir/kernel/nms.ir` on `backend` keeps the interpreter's boxes
 /// exactly: crowded boxes whose scores tie often (logits in steps of a
-/// quarter, exact in f32), so the order of ties and the overlaps decide.
+/// quarter, exact in f32), so the order of ties and the overlaps decide,
+/// and some NaN.
 pub fn suppression_matches(backend: &str) {
     let dir = scratch_dir("nms");
     // A fixed sequence in [0, 1): 1/16ths, from a multiplicative hash.
@@ -560,8 +561,15 @@ pub fn suppression_matches(backend: &str) {
     let boxes: Vec<f32> = (0..2 * 200 * 4)
         .map(|i| 0.2 + step(i, 1) as f32 / 32.0)
         .collect();
+    // Some scores NaN: they rank below every other, in both.
     let logits: Vec<f32> = (0..2 * 3 * 200)
-        .map(|i| step(i, 2) as f32 / 4.0 - 2.0)
+        .map(|i| {
+            if i % 37 == 5 {
+                f32::NAN
+            } else {
+                step(i, 2) as f32 / 4.0 - 2.0
+            }
+        })
         .collect();
     let tensor = |shape: &[usize], v: Vec<f32>| {
         let v = ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(shape), v).unwrap();

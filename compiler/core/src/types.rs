@@ -142,6 +142,16 @@ impl ElemType {
         self == ElemType::I1
     }
 
+    /// The width of a value in bits.
+    pub fn bits(self) -> u32 {
+        match self {
+            ElemType::F4E2M1FN | ElemType::I4 | ElemType::U4 => 4,
+            ElemType::I2 | ElemType::U2 => 2,
+            ElemType::I1 => 1,
+            e => e.byte_size() as u32 * 8,
+        }
+    }
+
     /// Storage size of one element in bytes. i1 and the types narrower
     /// than a byte are stored a byte each: only ONNX packs 4- and 2-bit
     /// values, and its reader unpacks them.

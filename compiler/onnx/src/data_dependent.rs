@@ -58,6 +58,13 @@ impl Importer<'_> {
             let Some(t) = imp.constant_input(n, i, what)? else {
                 return Ok(None);
             };
+            let want = if i == 2 { ElemType::I64 } else { ElemType::F32 };
+            if t.elem != want {
+                return Err(ImportError::invalid(format!(
+                    "{what} must be {want}, not {}",
+                    t.elem
+                )));
+            }
             match t.to_f64().iter().collect::<Vec<_>>()[..] {
                 [v] => Ok(Some(*v)),
                 _ => Err(ImportError::invalid(format!(
@@ -66,7 +73,11 @@ impl Importer<'_> {
                 ))),
             }
         };
-        let max_out = scalar(self, 2, "max_output_boxes_per_class")?.unwrap_or(0.0);
+        // More rows than boxes are never kept: the bound is the boxes.
+        let boxes_count = self.type_of(&self.required(n, 0)?).shape.get(1).copied();
+        let max_out = scalar(self, 2, "max_output_boxes_per_class")?
+            .unwrap_or(0.0)
+            .min(boxes_count.unwrap_or(i64::MAX) as f64);
         let iou = scalar(self, 3, "iou_threshold")?.unwrap_or(0.0);
         let score_threshold = scalar(self, 4, "score_threshold")?;
         let mut at = attrs(vec![

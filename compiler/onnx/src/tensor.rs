@@ -150,7 +150,21 @@ fn unpacked(
     bits: usize,
     raw: Option<Vec<u8>>,
 ) -> Result<Tensor> {
-    let bytes = raw.unwrap_or_else(|| t.int32_data.iter().map(|&x| x as u8).collect());
+    let bytes = match raw {
+        Some(raw) => raw,
+        None => t
+            .int32_data
+            .iter()
+            .map(|&x| {
+                u8::try_from(x).map_err(|_| {
+                    ImportError::invalid(format!(
+                        "tensor '{}' of {elem}: int32_data entry {x} is not a packed byte",
+                        t.name
+                    ))
+                })
+            })
+            .collect::<Result<Vec<u8>>>()?,
+    };
     let per_byte = 8 / bits;
     let want = n.div_ceil(per_byte);
     if bytes.len() != want {

@@ -70,26 +70,27 @@ pub fn infer(v: &OpView) -> Infer {
     )])
 }
 
-/// A corner-form box: the least and greatest y and x.
+/// A corner-form box: the least and greatest y and x, in f32, which
+/// onnxruntime and the kernels compute overlaps in.
 #[derive(Clone, Copy)]
 struct Corners {
-    y0: f64,
-    x0: f64,
-    y1: f64,
-    x1: f64,
+    y0: f32,
+    x0: f32,
+    y1: f32,
+    x1: f32,
 }
 
 impl Corners {
     /// From ONNX's two encodings: two opposite corners [y1, x1, y2, x2] in
     /// either order, or the centre and size [x, y, width, height].
-    fn new(b: &[f64], center_point: bool) -> Corners {
+    fn new(b: &[f32], center_point: bool) -> Corners {
         if center_point {
             let (x, y, w, h) = (b[0], b[1], b[2], b[3]);
             Corners {
-                y0: y - h / 2.0,
-                x0: x - w / 2.0,
-                y1: y + h / 2.0,
-                x1: x + w / 2.0,
+                y0: y - h * 0.5,
+                x0: x - w * 0.5,
+                y1: y + h * 0.5,
+                x1: x + w * 0.5,
             }
         } else {
             Corners {
@@ -101,13 +102,13 @@ impl Corners {
         }
     }
 
-    fn area(&self) -> f64 {
+    fn area(&self) -> f32 {
         (self.y1 - self.y0) * (self.x1 - self.x0)
     }
 
     /// Whether `self` and `other` overlap by more than `threshold` of their
     /// union (boxes without area never do), as onnxruntime decides.
-    fn suppresses(&self, other: &Corners, threshold: f64) -> bool {
+    fn suppresses(&self, other: &Corners, threshold: f32) -> bool {
         let h = self.y1.min(other.y1) - self.y0.max(other.y0);
         let w = self.x1.min(other.x1) - self.x0.max(other.x0);
         if h <= 0.0 || w <= 0.0 || self.area() <= 0.0 || other.area() <= 0.0 {
@@ -138,9 +139,10 @@ pub fn interpret(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
         ));
     }
     let center_point = v.i64("center_point_box")? == 1;
-    let iou = v.f64("iou_threshold")?;
+    // ONNX's thresholds are f32 tensors; the comparisons are in f32.
+    let iou = v.f64("iou_threshold")? as f32;
     let score_threshold = if v.has_attr("score_threshold") {
-        Some(v.f64("score_threshold")?)
+        Some(v.f64("score_threshold")? as f32)
     } else {
         None
     };
@@ -149,16 +151,21 @@ pub fn interpret(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     for b in 0..batches {
         let corners: Vec<Corners> = (0..spatial)
             .map(|i| {
-                let v: Vec<f64> = (0..4).map(|k| boxes[[b, i, k]]).collect();
+                let v: Vec<f32> = (0..4).map(|k| boxes[[b, i, k]] as f32).collect();
                 Corners::new(&v, center_point)
             })
             .collect();
         for c in 0..classes {
-            let score = |i: usize| scores[[b, c, i]];
+            // NaN ranks as -inf, below every score, so the order is total.
+            let score = |i: usize| {
+                let s = scores[[b, c, i]] as f32;
+                if s.is_nan() { f32::NEG_INFINITY } else { s }
+            };
             let mut order: Vec<usize> = (0..spatial)
                 .filter(|&i| score_threshold.is_none_or(|t| score(i) > t))
                 .collect();
             // Stable: equal scores keep the order of their indices.
+            // (-0 and 0 tie, as the kernels compare them.)
             order.sort_by(|&i, &j| score(j).partial_cmp(&score(i)).unwrap_or(Ordering::Equal));
             let mut kept: Vec<usize> = Vec::new();
             for i in order {

@@ -309,6 +309,15 @@ impl Builder<'_> {
             Some(hex) => {
                 let bits = u64::from_str_radix(hex, 16)
                     .map_err(|_| self.err(lit, "hex float literal is too long"))?;
+                if elem.bits() < 64 && bits >> elem.bits() != 0 {
+                    return Err(self.err(
+                        lit,
+                        format!(
+                            "hex literal {s} is wider than {elem}'s {} bits",
+                            elem.bits()
+                        ),
+                    ));
+                }
                 Ok(float_from_bits(bits, elem))
             }
             None => Ok(round_to(self.parse_i64(lit)? as f64, elem)),

@@ -85,6 +85,11 @@ pub(super) fn lower(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, V
     share(kb, &lane, box_rounds, boxes, &mut |kb, i| {
         let s = kb.value_at(nms.scores, &[bc[0].clone(), bc[1].clone(), i.clone()])?;
         let s = kb.widen(s);
+        // NaN ranks as -inf, below every score, as the interpreter ranks
+        // it: the order must be total, or two boxes would take one rank.
+        let same = kb.ir.cmp(CmpPred::Eq, s, s);
+        let lowest = kb.ir.constant(f64::NEG_INFINITY, ACC);
+        let s = kb.ir.select(same, s, lowest);
         kb.store(s, scores, i);
         kb.store(minus_one, order, i);
         Ok(())

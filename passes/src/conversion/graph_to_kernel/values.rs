@@ -603,7 +603,10 @@ impl KernelBuilder<'_> {
         let mut v = self.ir.select(negative, minus, v);
         if !format.has_nan() {
             // E2M1 has no NaN: ml_dtypes, as the interpreter, gives -0.
-            let nan = self.ir.cmp(CmpPred::Ne, x, x);
+            // Ordered comparisons: x == x is false for NaN alone (Vulkan's
+            // != is ordered too, false for NaN).
+            let same = self.ir.cmp(CmpPred::Eq, x, x);
+            let nan = self.ir.unary(UnaryFn::Not, same);
             let minus_zero = self.ir.constant(-0.0, ACC);
             v = self.ir.select(nan, minus_zero, v);
         }
