@@ -222,6 +222,8 @@ def export(name, model, shape, out, exporter, reference):
         else:
             torch.onnx.export(model, (x,), path, dynamo=False, opset_version=17, do_constant_folding=True, input_names=["input"], output_names=outputs)
     if name == "detection_nms":
+        if reference:
+            save_head_outputs(path, x.numpy())
         with_nms(path)
     graph = onnx.load(path).graph
     info = dict(name=name, input=list(shape), exporter=exporter, nodes=len(graph.node), model=type(model).__name__,
@@ -230,6 +232,19 @@ def export(name, model, shape, out, exporter, reference):
         save_reference(path, x.numpy(), info)
     print(json.dumps(info), flush=True)
     return info
+
+
+def save_head_outputs(path, x):
+    """onnxruntime's boxes and scores of the detection head before
+    NonMaxSuppression, as NAME.boxes.npy and NAME.scores.npy: the values an
+    f16 run is compared on, since which boxes NMS keeps is not continuous
+    in them."""
+    import onnxruntime as ort
+
+    boxes, scores = ort.InferenceSession(path, providers=["CPUExecutionProvider"]).run(None, {"input": x})
+    stem = path[: -len(".onnx")]
+    np.save(stem + ".boxes.npy", boxes)
+    np.save(stem + ".scores.npy", scores)
 
 
 def save_reference(path, x, info):
