@@ -132,9 +132,16 @@ impl Language for OpenCl {
         } else if x.is_infinite() {
             if x > 0.0 { "INFINITY" } else { "(-INFINITY)" }.to_string()
         } else if ty == "half_t" {
-            format!("{:?}f", half::f16::from_f64(x).to_f32())
+            // Finite values beyond the type's range round to its largest.
+            format!(
+                "{:?}f",
+                half::f16::from_f64(x.clamp(-65504.0, 65504.0)).to_f32()
+            )
         } else {
-            format!("{:?}f", x as f32)
+            format!(
+                "{:?}f",
+                x.clamp(-f64::from(f32::MAX), f64::from(f32::MAX)) as f32
+            )
         };
         if ty == "float" {
             literal

@@ -329,16 +329,9 @@ impl Plan {
                 .iter()
                 .try_fold(1u64, |n, &d| n.checked_mul(d as u64))
                 .ok_or_else(|| at("its size overflows".to_string()))?;
-            let size = elements
-                .max(1)
-                .checked_mul(storage_size(&b.dtype)? as u64)
+            let stored = ElemType::from_name(&b.dtype).unwrap_or(ElemType::F32);
+            let size = crate::buffer_bytes(elements, stored)
                 .ok_or_else(|| at("its size overflows".to_string()))?;
-            // Bytes are held in whole words.
-            let size = if storage_size(&b.dtype)? == 1 {
-                size.div_ceil(4) * 4
-            } else {
-                size
-            };
             if b.bytes != size {
                 return Err(at(format!(
                     "{} bytes, where its shape and type take {size}",

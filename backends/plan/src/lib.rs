@@ -16,7 +16,7 @@ use std::collections::HashMap;
 use ircc_core::builtin::{FuncOp, input_names, output_names};
 use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::ops as graph_ops;
-use ircc_dialects::kernel::{KernelOp, Target, byte_stored, ops as kernel_ops, texture_args};
+use ircc_dialects::kernel::{self, KernelOp, Target, ops as kernel_ops, texture_args};
 use serde::{Deserialize, Serialize};
 
 type R<T> = Result<T, String>;
@@ -88,10 +88,12 @@ pub struct BufferPlan {
     pub name: String,
     pub kind: BufferKind,
     pub shape: Vec<i64>,
-    /// Element type in memory: f32, f16 or i32.
+    /// Element type in memory: f32, f16, i32, or bytes (i8, ui8; see
+    /// [`storage`]).
     pub dtype: String,
     /// The graph's element type of the tensor (`i64`, `i1`, `ui8`, ...),
-    /// which `dtype` stores: every integer and boolean as i32.
+    /// which `dtype` stores: integers and booleans as i32, but inputs,
+    /// weights and constants of 8 bits or fewer as bytes.
     pub elem: String,
     pub bytes: u64,
     /// Offset in the pool, for intermediates.
@@ -191,31 +193,27 @@ impl Plan {
     }
 }
 
-/// What a buffer of `e` holds on the device: floats at the kernels'
-/// precision, integers as i32, but integers of 8 bits or fewer as bytes
-/// where no kernel writes them (`kernel::byte_stored`).
+/// What a buffer of `e` and `kind` holds on the device
+/// (`kernel::storage`): inputs, weights and constants are what no kernel
+/// writes.
 pub fn storage(e: ElemType, float: ElemType, kind: BufferKind) -> ElemType {
     let read_only = matches!(
         kind,
         BufferKind::Input | BufferKind::Weight | BufferKind::Constant
     );
-    match e {
-        e if e.is_float() => float,
-        e => byte_stored(e)
-            .filter(|_| read_only)
-            .unwrap_or(ElemType::I32),
-    }
+    kernel::storage(e, float, read_only)
 }
 
-/// The bytes of a buffer of `n` elements stored as `elem`: bytes in whole
-/// words, since a shader reads them four to a u32.
-fn buffer_bytes(n: i64, elem: ElemType) -> u64 {
-    let bytes = (n.max(1) as u64) * elem.byte_size() as u64;
-    if elem.byte_size() == 1 {
+/// The bytes of a buffer of `n` elements stored as `elem` (at least one
+/// element, for empty and scalar tensors): bytes in whole words, since a
+/// shader reads them four to a u32. `None` where that overflows.
+pub(crate) fn buffer_bytes(n: u64, elem: ElemType) -> Option<u64> {
+    let bytes = n.max(1).checked_mul(elem.byte_size() as u64)?;
+    Some(if elem.byte_size() == 1 {
         bytes.div_ceil(4) * 4
     } else {
         bytes
-    }
+    })
 }
 
 fn elem_is_f16(b: &BufferPlan) -> bool {
@@ -293,7 +291,8 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
             shape: t.shape.clone(),
             dtype: elem.name().to_string(),
             elem: t.elem.name().to_string(),
-            bytes: buffer_bytes(t.num_elements(), elem),
+            bytes: buffer_bytes(t.num_elements().max(0) as u64, elem)
+                .ok_or("a buffer's size overflows")?,
             pool_offset: None,
             tensor,
             texels: None,

@@ -175,8 +175,12 @@ impl Language for Wgsl {
             }
             // Byte k of a little-endian word, moved to the top and back
             // down with the sign, or masked.
-            ElemType::I8 => format!("(bitcast<i32>({} << (24u - {})) >> 24u)", word(), shift()),
-            ElemType::U8 => format!("i32(({} >> {}) & 255u)", word(), shift()),
+            ElemType::I8 if memory.space == Space::Buffer => {
+                format!("(bitcast<i32>({} << (24u - {})) >> 24u)", word(), shift())
+            }
+            ElemType::U8 if memory.space == Space::Buffer => {
+                format!("i32(({} >> {}) & 255u)", word(), shift())
+            }
             _ => format!("{m}[{offset}]"),
         }
     }

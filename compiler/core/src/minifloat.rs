@@ -79,6 +79,11 @@ impl MiniFloat {
         )
     }
 
+    /// Whether the format has no -0 (the FNUZ formats).
+    pub fn unsigned_zero(self) -> bool {
+        self.specials == Specials::FiniteUnsignedZero
+    }
+
     /// Whether the format holds NaN (all but E2M1 do).
     pub fn has_nan(self) -> bool {
         self.specials != Specials::None

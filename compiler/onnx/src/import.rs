@@ -484,14 +484,7 @@ impl Importer<'_> {
         }
         let name = self.const_names.get(&key(&c)).cloned();
         let ty = Type::Tensor(c.ty());
-        // Integer tensors are indices and shapes: passes need their values
-        // (a gather by constant indices becomes a view), and they are small.
-        let limit = if c.elem.is_int() {
-            self.inline_limit.max(INDEX_INLINE_LIMIT)
-        } else {
-            self.inline_limit
-        };
-        let b = if c.len() > limit {
+        let b = if c.len() > self.inline_limit_of(c.elem) {
             let base = name.clone().unwrap_or_else(|| "weight".to_string());
             let mut weight = base.clone();
             let mut k = 1;
@@ -510,6 +503,17 @@ impl Importer<'_> {
         self.module.values[id].name = name;
         self.placed.insert(key(&c), (c, id));
         Ok(id)
+    }
+
+    /// The most elements a constant of `elem` is placed inline with.
+    /// Integer tensors are indices and shapes: passes need their values (a
+    /// gather by constant indices becomes a view), and they are small.
+    fn inline_limit_of(&self, elem: ircc_core::ElemType) -> usize {
+        if elem.is_int() {
+            self.inline_limit.max(INDEX_INLINE_LIMIT)
+        } else {
+            self.inline_limit
+        }
     }
 
     /// An integer constant too large to inline placed as a weight of its

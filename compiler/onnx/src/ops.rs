@@ -1074,9 +1074,9 @@ impl Importer<'_> {
         Val::constant(fold::scalar(v, self.type_of(x).elem))
     }
 
-    /// IsNaN as x != x; IsInf as x beyond the type's largest finite value
-    /// (`detect_positive`, `detect_negative`), both comparisons that
-    /// kernels and the interpreter take alike.
+    /// IsNaN as !(x == x); IsInf as x == ±inf (`detect_positive`,
+    /// `detect_negative`): comparisons kernels and the interpreter take
+    /// alike.
     fn float_class(&mut self, n: &NodeProto, a: &Attrs) -> Result<Val> {
         let x = self.required(n, 0)?;
         let elem = self.type_of(&x).elem;
@@ -1092,25 +1092,23 @@ impl Importer<'_> {
             return self.un(GraphOp::Not, same);
         }
         a.only(&["detect_positive", "detect_negative"])?;
-        let largest = match elem {
-            ElemType::F64 => f64::MAX,
-            ElemType::F16 => f64::from(half::f16::MAX),
-            ElemType::BF16 => f64::from(half::bf16::MAX),
-            ElemType::F32 => f64::from(f32::MAX),
-            // The narrow floats saturate: only E5M2 holds infinities.
-            e => MiniFloat::of(e).map_or(f64::MAX, |f| f.max()),
-        };
+        // Equality with the infinities, which every storage precision
+        // holds: a bound at the largest finite value would not survive a
+        // kernel computing at f16.
         let mut found = Vec::new();
-        if a.flag("detect_positive", true)? {
-            let top = self.scalar_like(&x, largest);
-            found.push(self.bin(GraphOp::Greater, x.clone(), top)?);
-        }
-        if a.flag("detect_negative", true)? {
-            let bottom = self.scalar_like(&x, -largest);
-            found.push(self.bin(GraphOp::Less, x.clone(), bottom)?);
+        // A narrow float without infinities (all but E5M2) holds none.
+        let has_infinity = MiniFloat::of(elem).is_none_or(|f| f.has_infinity());
+        for (flag, inf) in [
+            ("detect_positive", f64::INFINITY),
+            ("detect_negative", f64::NEG_INFINITY),
+        ] {
+            if a.flag(flag, true)? && has_infinity {
+                let inf = self.scalar_like(&x, inf);
+                found.push(self.bin(GraphOp::Equal, x.clone(), inf)?);
+            }
         }
         match found.len() {
-            // Neither asked for: false everywhere.
+            // Nothing to find: false everywhere.
             0 => self.bin(GraphOp::Less, x.clone(), x),
             1 => Ok(found.remove(0)),
             _ => {

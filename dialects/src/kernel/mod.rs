@@ -85,15 +85,19 @@ pub fn texture_args(
         .collect())
 }
 
-/// The byte type a read-only buffer (an input, a weight, a constant) of
-/// `elem` is stored as, where `elem` is an integer of 8 bits or fewer:
-/// quantized weights then take a byte an element on the device, as in
-/// the model, instead of the i32 kernels compute in. Buffers a kernel
-/// writes hold i32, since a byte cannot be written alone.
-pub fn byte_stored(elem: ElemType) -> Option<ElemType> {
+/// What a buffer of `elem` holds on the device, for kernels computing
+/// floats in `float`: floats in `float`, integers and booleans as i32 —
+/// but a `read_only` buffer (an input, a weight, a constant) of an integer
+/// of 8 bits or fewer as bytes, so quantized weights take a byte an
+/// element, as in the model. A buffer a kernel writes holds i32, since a
+/// byte cannot be written alone. `kernel.lower` and the host plan both
+/// decide by this.
+pub fn storage(elem: ElemType, float: ElemType, read_only: bool) -> ElemType {
     match elem {
-        ElemType::I8 | ElemType::I4 | ElemType::I2 => Some(ElemType::I8),
-        ElemType::U8 | ElemType::U4 | ElemType::U2 => Some(ElemType::U8),
-        _ => None,
+        e if e.is_float() => float,
+        e => match ircc_core::tensor::byte_storage(e) {
+            b @ (ElemType::I8 | ElemType::U8) if read_only => b,
+            _ => ElemType::I32,
+        },
     }
 }

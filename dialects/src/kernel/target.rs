@@ -74,6 +74,10 @@ mod tests {
         assert_eq!(t.max_workgroups_per_dimension, 65535);
         assert!(t.elementwise_workgroup <= t.max_workgroup_invocations);
         assert!(t.nms_workgroup <= t.max_workgroup_invocations);
+        assert!(
+            t.nms_workgroup >= 3,
+            "the first three invocations clear the verdict flags"
+        );
         assert!(t.row_max_threads <= t.max_workgroup_invocations);
         assert!(t.matmul_workgroup * t.matmul_workgroup <= t.max_workgroup_invocations);
         assert!(t.attention_query_tile * t.attention_key_tile <= t.max_workgroup_invocations);

@@ -62,6 +62,11 @@ fn verify_load(v: &OpView) -> Result<(), String> {
 fn verify_store(v: &OpView) -> Result<(), String> {
     let o = v.module.op(v.op);
     let elem = memory_elem(v.module, o.operands[1])?;
+    // Bytes live in words that several invocations share: no kernel
+    // writes them (`kernel::storage` keeps written buffers i32).
+    if matches!(elem, ElemType::I8 | ElemType::U8) {
+        return Err(format!("{elem} memory is read-only"));
+    }
     if *ty(v.module, o.operands[0]) != Type::Scalar(elem) {
         return Err(format!("only {elem} values can be stored to {elem} memory"));
     }

@@ -19,7 +19,7 @@ use ircc_core::{AffineExpr, AffineMap, ElemType, Module, OpId, TensorType, Type,
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::kernel::builder::{FuncBuilder, Launch};
 use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
-use ircc_dialects::kernel::{TextureArg, byte_stored};
+use ircc_dialects::kernel::{TextureArg, storage};
 
 pub use super::address::{Ix, delinearize, linearize};
 use super::address::{agrees, collect_dims, fits_i32, nonnegative_divisions};
@@ -110,12 +110,11 @@ pub fn kernel_elem(e: ElemType, float: ElemType) -> ElemType {
     }
 }
 
-/// The element type a tensor of `e` is stored as (booleans as i32).
+/// The element type a tensor of `e` that kernels write is stored as
+/// (`kernel::storage`: booleans as i32); `KernelBuilder::arg` stores
+/// read-only narrow integers as bytes.
 pub fn storage_elem(e: ElemType, float: ElemType) -> ElemType {
-    match kernel_elem(e, float) {
-        ElemType::I1 => ElemType::I32,
-        k => k,
-    }
+    storage(e, float, false)
 }
 
 impl<'a> KernelBuilder<'a> {
@@ -388,9 +387,7 @@ impl<'a> KernelBuilder<'a> {
             }
             ArgRole::Output(_) | ArgRole::Partials => false,
         };
-        let elem = byte_stored(t.elem)
-            .filter(|_| read_only)
-            .unwrap_or_else(|| storage_elem(t.elem, self.float));
+        let elem = storage(t.elem, self.float, read_only);
         let a = self.ir.add_arg(Type::tensor(t.shape, elem));
         self.args.push((a, role));
         a

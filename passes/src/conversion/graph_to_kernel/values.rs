@@ -142,7 +142,14 @@ impl KernelBuilder<'_> {
                     .iter()
                     .position(|&r| r == v)
                     .unwrap_or(0);
-                self.op_value_at(op, result, idx)?
+                let k = self.op_value_at(op, result, idx)?;
+                // Every computed 8- or 4-bit float is rounded to its type,
+                // as the interpreter rounds every result (a copy's value
+                // is one already, and rounds to itself).
+                match MiniFloat::of(graph_elem(self, v)) {
+                    Some(format) => self.round_to_narrow_float(k, format),
+                    None => k,
+                }
             }
         };
         self.memo_put(v, idx, k);
@@ -301,7 +308,7 @@ impl KernelBuilder<'_> {
                     xs.push(self.value_at(x, &broadcast_index(idx, &s))?);
                 }
                 let y = self.pointwise(op, k, &xs, out_elem)?;
-                Ok(self.wrap_narrow(y, graph_elem(self, out)))
+                Ok(self.wrap_narrow_int(y, graph_elem(self, out)))
             }
             G::BatchNorm => {
                 let mut xs = vec![self.value_at(self.operand(op, 0), idx)?];
@@ -543,12 +550,9 @@ impl KernelBuilder<'_> {
         self.ir.select(in_range, shifted, out)
     }
 
-    /// `y`, computed in i32, wrapped to the width of an 8- or 16-bit
+    /// `y`, computed in i32, wrapped to the width of a 16-, 8-, 4- or 2-bit
     /// integer type `elem` as that type's arithmetic would wrap it.
-    fn wrap_narrow(&mut self, y: ValueId, elem: ElemType) -> ValueId {
-        if let Some(format) = MiniFloat::of(elem) {
-            return self.round_to_narrow_float(y, format);
-        }
+    fn wrap_narrow_int(&mut self, y: ValueId, elem: ElemType) -> ValueId {
         let bits = match elem {
             ElemType::I2 | ElemType::U2 => 2,
             ElemType::I4 | ElemType::U4 => 4,
@@ -567,7 +571,8 @@ impl KernelBuilder<'_> {
     }
 
     /// `y` rounded to the nearest value of an 8- or 4-bit float, ties to
-    /// even, as the interpreter rounds every result of such a type: finite
+    /// even, as the interpreter rounds every result of such a type (see
+    /// `value_at`): finite
     /// values past the largest saturate, an infinity stays one where the
     /// format has them. Kernels hold these types widened (f32, or f16,
     /// which holds all their values), so only the rounding is emulated: the
@@ -598,11 +603,18 @@ impl KernelBuilder<'_> {
             v = self.ir.select(infinite, a, v);
         }
         let zero = self.ir.constant(0.0, ACC);
-        let negative = self.ir.cmp(CmpPred::Lt, x, zero);
+        let mut negative = self.ir.cmp(CmpPred::Lt, x, zero);
+        if format.unsigned_zero() {
+            // The FNUZ formats have no -0: a tiny negative value is +0.
+            let nonzero = self.ir.cmp(CmpPred::Gt, v, zero);
+            negative = self.ir.binary(BinaryFn::And, negative, nonzero);
+        }
         let minus = self.ir.unary(UnaryFn::Neg, v);
         let mut v = self.ir.select(negative, minus, v);
         if !format.has_nan() {
-            // E2M1 has no NaN: ml_dtypes, as the interpreter, gives -0.
+            // E2M1 has no NaN: as ml_dtypes and the interpreter, NaN
+            // becomes a zero (-0 here; the interpreter gives the opposite
+            // sign's, equal to it).
             // Ordered comparisons: x == x is false for NaN alone (Vulkan's
             // != is ordered too, false for NaN).
             let same = self.ir.cmp(CmpPred::Eq, x, x);
