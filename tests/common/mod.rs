@@ -473,6 +473,36 @@ fn run_results(
         .collect()
 }
 
+/// `ircc run` of `file` on named `inputs` into `out`, which must succeed:
+/// its `count` unnamed results.
+fn run_named(
+    file: &Path,
+    inputs: &[(&str, &Path)],
+    out: &Path,
+    extra: &[&str],
+    count: usize,
+) -> Vec<ircc_core::Tensor> {
+    let inputs: Vec<String> = inputs
+        .iter()
+        .map(|(name, path)| format!("{name}={}", path.display()))
+        .collect();
+    let mut args = vec![
+        "run",
+        file.to_str().unwrap(),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ];
+    for i in &inputs {
+        args.extend(["--input", i.as_str()]);
+    }
+    args.extend_from_slice(extra);
+    let r = ircc(&args);
+    assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
+    (0..count)
+        .map(|i| ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap())
+        .collect()
+}
+
 /// `tests/ir/kernel/reduce_int.ir` on `backend` gives the interpreter's
 /// integers exactly: rows whose max is negative and whose min is
 /// positive, which a wrong starting value would change.
@@ -579,29 +609,11 @@ pub fn suppression_matches(backend: &str) {
     ircc_reference::write_npy(&b, &tensor(&[2, 200, 4], boxes)).unwrap();
     ircc_reference::write_npy(&l, &tensor(&[2, 3, 200], logits)).unwrap();
     let file = root().join("tests/ir/kernel/nms.ir");
+    let inputs = [("boxes", b.as_path()), ("logits", l.as_path())];
     let results = |out: &str, extra: &[&str]| {
-        let out = dir.join(out);
-        let inputs = [
-            format!("boxes={}", b.display()),
-            format!("logits={}", l.display()),
-        ];
-        let mut args = vec![
-            "run",
-            file.to_str().unwrap(),
-            "--output-dir",
-            out.to_str().unwrap(),
-        ];
-        for i in &inputs {
-            args.extend(["--input", i.as_str()]);
-        }
-        args.extend_from_slice(extra);
-        let r = ircc(&args);
-        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
-        (0..2)
-            .map(|i| {
-                let t = ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap();
-                t.to_i64().iter().copied().collect::<Vec<i64>>()
-            })
+        run_named(&file, &inputs, &dir.join(out), extra, 2)
+            .iter()
+            .map(|t| t.to_i64().iter().copied().collect::<Vec<i64>>())
             .collect::<Vec<_>>()
     };
     let want = results("want", &[]);
@@ -637,25 +649,8 @@ pub fn byte_inputs_match(backend: &str) {
     ircc_reference::write_npy(&x, &tensor(ircc_core::ElemType::I8, values(-128, 127))).unwrap();
     ircc_reference::write_npy(&y, &tensor(ircc_core::ElemType::U8, values(0, 255))).unwrap();
     let file = root().join("tests/ir/kernel/byte_inputs.ir");
-    let results = |out: &str, extra: &[&str]| {
-        let out = dir.join(out);
-        let inputs = [format!("x={}", x.display()), format!("y={}", y.display())];
-        let mut args = vec![
-            "run",
-            file.to_str().unwrap(),
-            "--output-dir",
-            out.to_str().unwrap(),
-        ];
-        for i in &inputs {
-            args.extend(["--input", i.as_str()]);
-        }
-        args.extend_from_slice(extra);
-        let r = ircc(&args);
-        assert_eq!(r.code, 0, "{extra:?}: {}", r.stderr);
-        (0..2)
-            .map(|i| ircc_reference::read_npy(&out.join(format!("result{i}.npy"))).unwrap())
-            .collect::<Vec<_>>()
-    };
+    let inputs = [("x", x.as_path()), ("y", y.as_path())];
+    let results = |out: &str, extra: &[&str]| run_named(&file, &inputs, &dir.join(out), extra, 2);
     let want = results("want", &[]);
     assert_eq!(want[0].to_f64()[[0, 0]], -128.0, "x[0,0] - y[0,0]");
     // 127 + 127 wraps to -2 in i8.
