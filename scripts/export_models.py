@@ -100,6 +100,56 @@ class LlamaBlock(torch.nn.Module):
         return x + self.down(torch.nn.functional.silu(self.gate(h)) * self.up(h))
 
 
+class GptNeoXLayer(torch.nn.Module):
+    """A GPT-NeoX decoder layer written out as transformers' GPTNeoXLayer computes
+    it: one fused QKV projection split per head, rotary embedding on the first
+    quarter of each head's channels (applied through slices and concatenation),
+    causal attention, and attention and MLP in parallel on the same input."""
+
+    def __init__(self, d=64, heads=4, rotary_pct=0.25, ffn=256, seq=32):
+        super().__init__()
+        self.h, self.hd = heads, d // heads
+        self.rot = int(self.hd * rotary_pct)
+        self.ln1, self.ln2 = torch.nn.LayerNorm(d), torch.nn.LayerNorm(d)
+        self.qkv = torch.nn.Linear(d, 3 * d)
+        self.dense = torch.nn.Linear(d, d)
+        self.up = torch.nn.Linear(d, ffn)
+        self.down = torch.nn.Linear(ffn, d)
+        self.register_buffer("inv_freq", 1.0 / (10000 ** (torch.arange(0, self.rot, 2).float() / self.rot)))
+        self.register_buffer("causal", torch.ones(seq, seq, dtype=torch.bool).tril())
+
+    def rotate_half(self, x):
+        return torch.cat([-x[..., self.rot // 2:], x[..., : self.rot // 2]], -1)
+
+    def rope(self, x, cos, sin):
+        r, rest = x[..., : self.rot], x[..., self.rot:]
+        return torch.cat([r * cos + self.rotate_half(r) * sin, rest], -1)
+
+    def forward(self, x):
+        b, s, d = x.shape
+        f = torch.arange(s, dtype=torch.float32)[:, None] * self.inv_freq[None, :]
+        f = torch.cat([f, f], -1)
+        cos, sin = f.cos(), f.sin()
+        qkv = self.qkv(self.ln1(x)).view(b, s, self.h, 3 * self.hd).permute(0, 2, 1, 3)
+        q, k, v = qkv[..., : self.hd], qkv[..., self.hd: 2 * self.hd], qkv[..., 2 * self.hd:]
+        q, k = self.rope(q, cos, sin), self.rope(k, cos, sin)
+        scores = q @ k.transpose(-1, -2) / self.hd ** 0.5
+        scores = torch.where(self.causal[:s, :s], scores, torch.finfo(scores.dtype).min)
+        a = (torch.softmax(scores, -1) @ v).permute(0, 2, 1, 3).reshape(b, s, d)
+        mlp = self.down(torch.nn.functional.gelu(self.up(self.ln2(x))))
+        return x + self.dense(a) + mlp
+
+
+class GptNeoX(torch.nn.Module):
+    def __init__(self, layers=2, d=64):
+        super().__init__()
+        self.layers = torch.nn.Sequential(*[GptNeoXLayer(d) for _ in range(layers)])
+        self.norm = torch.nn.LayerNorm(d)
+
+    def forward(self, x):
+        return self.norm(self.layers(x))
+
+
 class Conformer(torch.nn.Module):
     def __init__(self, frames):
         super().__init__()
@@ -143,6 +193,7 @@ def wider():
     # which the exporter lacks), so the block is written out.
     yield "llama_block_w64", torch.nn.Sequential(LlamaBlock(), LlamaBlock()), (1, 32, 64)
     yield "conformer_l2_w64", Conformer(64), (1, 64, 64)
+    yield "gpt_neox_l2_w64", GptNeoX(), (1, 32, 64)
     from torchvision.models import mobilenetv3 as mb, efficientnet as ef
 
     setting, last = mb._mobilenet_v3_conf("mobilenet_v3_small", width_mult=0.5)

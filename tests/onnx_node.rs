@@ -50,7 +50,7 @@ fn compare_by(got: &Tensor, want: &Tensor, bound: impl Fn(f64) -> f64) -> Result
             want.shape()
         ));
     }
-    match (&got.data, &want.data) {
+    match (got.data(), want.data()) {
         (TensorData::Float(g), TensorData::Float(w)) => {
             for (i, (a, b)) in g.iter().zip(w.iter()).enumerate() {
                 let ok = (a.is_nan() && b.is_nan()) || a == b || (a - b).abs() <= bound(*b);
@@ -86,7 +86,7 @@ fn compare_scaled(got: &Tensor, want: &Tensor) -> Result<(), String> {
         ElemType::F16 | ElemType::BF16 => 1e-2,
         _ => 1e-4,
     };
-    let scale = match &want.data {
+    let scale = match want.data() {
         TensorData::Float(w) => w
             .iter()
             .filter(|v| v.is_finite())

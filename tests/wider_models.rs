@@ -1,7 +1,9 @@
 //! The wider model suite of `tests/models/` (`scripts/export_models.py
 //! --suite wider`, exported with reference outputs from onnxruntime): a
 //! Llama decoder (rotary embedding, RMSNorm, grouped-query attention, gated
-//! SiLU MLP), a Conformer speech encoder (conv1d, GLU, depthwise conv),
+//! SiLU MLP), a GPT-NeoX decoder from both exporters (rotary embedding on
+//! part of each head through slices and concatenations, attention and MLP
+//! in parallel), a Conformer speech encoder (conv1d, GLU, depthwise conv),
 //! MobileNetV3 (hard-swish, squeeze-excite), EfficientNet (depthwise, SiLU),
 //! RegNetX (grouped convolutions) and a detection head ending in
 //! NonMaxSuppression. Each runs through every pipeline on the interpreter
@@ -23,8 +25,10 @@ use std::path::Path;
 use common::{find_model, gpu_available, max_relative, run, scratch_dir};
 use ircc_reference::read_npy;
 
-const WIDER_MODELS: [&str; 6] = [
+const WIDER_MODELS: [&str; 8] = [
     "llama_block_w64",
+    "gpt_neox_l2_w64",
+    "gpt_neox_l2_w64_dynamo",
     "conformer_l2_w64",
     "mobilenet_v3_w05",
     "efficientnet_b0_w025",
@@ -152,6 +156,24 @@ fn wider_suite_matches_onnxruntime_on_every_pipeline() {
         failed.len()
     );
     assert!(failed.is_empty(), "{failed:#?}");
+}
+
+/// `ircc check` — the interpreter before and after every pass, on random
+/// inputs — passes on every model of the wider suite under `smartmem`.
+#[test]
+fn wider_suite_checks_through_smartmem() {
+    for name in WIDER_MODELS {
+        let path =
+            find_model(name).unwrap_or_else(|| panic!("tests/models/{name}.onnx is missing"));
+        let r = common::ircc(&[
+            "check",
+            path.to_str().unwrap(),
+            "--pipeline",
+            "smartmem",
+            "--quiet",
+        ]);
+        assert_eq!(r.code, 0, "{name}: {}", r.stderr);
+    }
 }
 
 /// Two shared networks quantized by onnxruntime's tool

@@ -55,7 +55,7 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
     let file = std::fs::File::create(path)
         .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
     let w = std::io::BufWriter::new(file);
-    let r = match (&t.data, t.elem) {
+    let r = match (t.data(), t.elem) {
         (TensorData::Float(a), ElemType::F64) => a.write_npy(w),
         (TensorData::Float(a), _) => a.mapv(|x| x as f32).write_npy(w),
         (TensorData::Int(a), ElemType::I32) => a.mapv(|x| x as i32).write_npy(w),

@@ -4,6 +4,13 @@
 //! type after each operation, so one code path serves f64, f32, f16 and
 //! bf16 while results stay those of the narrower type. Integers are held as
 //! `i64` and wrapped to their width; booleans as `bool`.
+//!
+//! Every array a tensor holds is in row-major (standard) layout: the
+//! constructors copy any other layout once, so no reader — an interpret
+//! hook reshaping its operand, a writer walking its bytes — meets strides.
+//! ndarray makes other layouts quietly (a concatenation along the last
+//! axis grows that axis outermost; element-wise maps keep their input's
+//! order), which is why the fields are private.
 
 use ndarray::{ArrayD, IxDyn};
 
@@ -20,7 +27,7 @@ pub enum TensorData {
 #[derive(Clone, Debug, PartialEq)]
 pub struct Tensor {
     pub elem: ElemType,
-    pub data: TensorData,
+    data: TensorData,
 }
 
 /// `v` wrapped to `elem`'s width, as two's-complement hardware wraps it
@@ -82,6 +89,21 @@ pub fn ints_to_le(values: impl Iterator<Item = i64>, elem: ElemType) -> Vec<u8> 
 }
 
 impl Tensor {
+    /// A tensor of `elem` holding `data` (of the matching kind), in
+    /// row-major layout, rounded or wrapped to `elem`.
+    pub fn new(elem: ElemType, data: TensorData) -> Tensor {
+        match data {
+            TensorData::Float(a) => Tensor::float(elem, a),
+            TensorData::Int(a) => Tensor::int(elem, a),
+            TensorData::Bool(a) => Tensor::bool(a),
+        }
+    }
+
+    /// The values, in row-major layout.
+    pub fn data(&self) -> &TensorData {
+        &self.data
+    }
+
     /// A float tensor, rounded to `elem`.
     pub fn float(elem: ElemType, data: ArrayD<f64>) -> Tensor {
         Tensor {

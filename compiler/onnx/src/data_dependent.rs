@@ -168,7 +168,7 @@ impl Importer<'_> {
                 (reshaped(&x, &[len])?, 0)
             }
         };
-        let (flat, width) = match &x.data {
+        let (flat, width) = match x.data() {
             TensorData::Float(v) => slice_keys(v, axis, |&f| Ordered(f)),
             TensorData::Int(v) if v.iter().any(|i| i.unsigned_abs() > 1 << 53) => {
                 // They would compare rounded, as floats.
@@ -196,14 +196,14 @@ impl Importer<'_> {
         }
         let counts: Vec<i64> = groups.iter().map(|g| g.len() as i64).collect();
         let firsts: Vec<usize> = groups.iter().map(|g| g[0]).collect();
-        let y = Tensor {
-            elem: x.elem,
-            data: match &x.data {
+        let y = Tensor::new(
+            x.elem,
+            match x.data() {
                 TensorData::Float(v) => TensorData::Float(v.select(Axis(axis), &firsts)),
                 TensorData::Int(v) => TensorData::Int(v.select(Axis(axis), &firsts)),
                 TensorData::Bool(v) => TensorData::Bool(v.select(Axis(axis), &firsts)),
             },
-        };
+        );
         let vector = |v: Vec<i64>| {
             Val::constant(Tensor::int(
                 ElemType::I64,
@@ -234,7 +234,7 @@ fn slice_keys<T>(v: &ArrayD<T>, axis: usize, key: impl Fn(&T) -> Ordered) -> (Ve
 fn reshaped(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
     let dim = IxDyn(shape);
     let err = |e: ndarray::ShapeError| ImportError::invalid(e.to_string());
-    let data = match &x.data {
+    let data = match x.data() {
         TensorData::Float(v) => TensorData::Float(
             ArrayD::from_shape_vec(dim, v.iter().copied().collect()).map_err(err)?,
         ),
@@ -245,7 +245,7 @@ fn reshaped(x: &Tensor, shape: &[usize]) -> Result<Tensor> {
             TensorData::Bool(ArrayD::from_shape_vec(dim, v.iter().copied().collect()).map_err(err)?)
         }
     };
-    Ok(Tensor { elem: x.elem, data })
+    Ok(Tensor::new(x.elem, data))
 }
 
 /// A float attribute as ONNX gives it (f32), held at f64.

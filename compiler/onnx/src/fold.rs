@@ -136,7 +136,7 @@ pub fn import_only(imp: &mut Importer, n: &NodeProto, a: &Attrs) -> Result<Val> 
                 return imp.splat(&value, dims);
             }
             let shape: Vec<usize> = dims.iter().map(|&d| d as usize).collect();
-            let data = match &value.data {
+            let data = match value.data() {
                 TensorData::Float(v) => TensorData::Float(ArrayD::from_elem(
                     IxDyn(&shape),
                     v.iter().next().copied().unwrap_or_default(),
@@ -150,10 +150,7 @@ pub fn import_only(imp: &mut Importer, n: &NodeProto, a: &Attrs) -> Result<Val> 
                     v.iter().next().copied().unwrap_or_default(),
                 )),
             };
-            Tensor {
-                elem: value.elem,
-                data,
-            }
+            Tensor::new(value.elem, data)
         }
         "Range" => {
             a.only(&[])?;
@@ -269,7 +266,7 @@ fn elementwise(
     g: impl Fn(i64, i64) -> i64,
 ) -> Result<Tensor> {
     let shape = broadcast_shape(x.shape(), y.shape())?;
-    match (&x.data, &y.data) {
+    match (x.data(), y.data()) {
         (TensorData::Float(p), TensorData::Float(q)) => {
             let (p, q) = (
                 p.broadcast(IxDyn(&shape)).expect("broadcast"),
@@ -446,7 +443,7 @@ fn scatter(
             data.elem, updates.elem
         )));
     }
-    let data_out = match (&data.data, &updates.data) {
+    let data_out = match (data.data(), updates.data()) {
         (TensorData::Float(d), TensorData::Float(u)) => {
             TensorData::Float(apply(d, u, offsets, slice, |o, n| reduction.float(o, n))?)
         }
@@ -461,8 +458,5 @@ fn scatter(
         }
         _ => unreachable!("one element type, one kind of data"),
     };
-    Ok(Tensor {
-        elem: data.elem,
-        data: data_out,
-    })
+    Ok(Tensor::new(data.elem, data_out))
 }

@@ -158,7 +158,7 @@ pub fn write_weights(path: &Path, weights: &[(String, Tensor)]) -> std::result::
             widened = t.cast(storage);
             &widened
         };
-        let (dtype, bytes): (Dtype, Vec<u8>) = match (&t.data, t.elem) {
+        let (dtype, bytes): (Dtype, Vec<u8>) = match (t.data(), t.elem) {
             (TensorData::Float(a), ElemType::F64) => {
                 (Dtype::F64, a.iter().flat_map(|x| x.to_le_bytes()).collect())
             }

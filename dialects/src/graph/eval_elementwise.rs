@@ -47,7 +47,7 @@ fn float_input<'a>(t: &'a Tensor, what: &str) -> Result<&'a ArrayD<f64>, String>
 pub fn unary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let x = &args[0];
     let name = kind(v)?;
-    if let TensorData::Int(a) = &x.data {
+    if let TensorData::Int(a) = x.data() {
         let f: fn(i64) -> i64 = match name {
             G::Neg => |x| x.wrapping_neg(),
             G::Abs => |x| x.wrapping_abs(),
@@ -121,7 +121,7 @@ pub fn clip(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let x = &args[0];
     let lo = v.attr("min").and_then(|a| a.as_f64());
     let hi = v.attr("max").and_then(|a| a.as_f64());
-    match &x.data {
+    match x.data() {
         TensorData::Float(a) => Ok(vec![Tensor::float(
             x.elem,
             a.mapv(|x| {
@@ -176,7 +176,7 @@ pub fn binary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let shape = out_shape(v)?;
     let (a, b) = (&args[0], &args[1]);
     let name = kind(v)?;
-    match (&a.data, &b.data) {
+    match (a.data(), b.data()) {
         (TensorData::Float(x), TensorData::Float(y)) => {
             let f: fn(f64, f64) -> f64 = match name {
                 G::Add => |a, b| a + b,
@@ -233,7 +233,7 @@ pub fn compare(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let shape = out_shape(v)?;
     let (a, b) = (&args[0], &args[1]);
     let name = kind(v)?;
-    let out = match (&a.data, &b.data) {
+    let out = match (a.data(), b.data()) {
         (TensorData::Float(x), TensorData::Float(y)) => match name {
             G::Equal => zip_with(x, y, &shape, |a, b| a == b)?,
             G::Less => zip_with(x, y, &shape, |a, b| a < b)?,
@@ -261,7 +261,7 @@ pub fn compare(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
 
 pub fn not(_v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let x = &args[0];
-    match &x.data {
+    match x.data() {
         TensorData::Bool(a) => Ok(vec![Tensor::bool(a.mapv(|b| !b))]),
         TensorData::Int(a) => Ok(vec![Tensor::int(x.elem, a.mapv(|v| !v))]),
         TensorData::Float(_) => Err("not needs an i1 or integer tensor".to_string()),
@@ -276,7 +276,7 @@ pub fn bitwise(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let name = kind(v)?;
     let width = a.elem.byte_size() as i64 * 8;
     let unsigned = a.elem.is_unsigned();
-    match (&a.data, &b.data) {
+    match (a.data(), b.data()) {
         (TensorData::Bool(x), TensorData::Bool(y)) => {
             let f: fn(bool, bool) -> bool = match name {
                 G::And => |p, q| p & q,
@@ -328,13 +328,13 @@ pub fn where_(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let shape = out_shape(v)?;
     let c = args[0].as_bool().ok_or("condition must be i1")?;
     let (x, y) = (&args[1], &args[2]);
-    let data = match (&x.data, &y.data) {
+    let data = match (x.data(), y.data()) {
         (TensorData::Float(a), TensorData::Float(b)) => TensorData::Float(select(c, a, b, &shape)?),
         (TensorData::Int(a), TensorData::Int(b)) => TensorData::Int(select(c, a, b, &shape)?),
         (TensorData::Bool(a), TensorData::Bool(b)) => TensorData::Bool(select(c, a, b, &shape)?),
         _ => return Err("x and y must have the same element type".to_string()),
     };
-    Ok(vec![Tensor { elem: x.elem, data }])
+    Ok(vec![Tensor::new(x.elem, data)])
 }
 
 pub fn cast(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {

@@ -68,12 +68,12 @@ pub fn gather_by(
 ) -> Result<Tensor, String> {
     let mut idx = Vec::with_capacity(shape.iter().product());
     for_each_index(shape, |o| idx.push(f(o)));
-    let data = match &t.data {
+    let data = match t.data() {
         TensorData::Float(a) => TensorData::Float(take(a, &idx, shape, fill)?),
         TensorData::Int(a) => TensorData::Int(take(a, &idx, shape, fill as i64)?),
         TensorData::Bool(a) => TensorData::Bool(take(a, &idx, shape, fill != 0.0)?),
     };
-    Ok(Tensor { elem: t.elem, data }.normalized())
+    Ok(Tensor::new(t.elem, data))
 }
 
 fn out_shape(v: &OpView, i: usize) -> Result<Vec<usize>, String> {
@@ -174,7 +174,7 @@ pub fn gather(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
 pub fn concat(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let a = Axis(shape::axis(v.i64("axis")?, args[0].shape().len())?);
     let elem = args[0].elem;
-    let data = match &args[0].data {
+    let data = match args[0].data() {
         TensorData::Float(_) => {
             let views: Vec<_> = args
                 .iter()
@@ -200,7 +200,7 @@ pub fn concat(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     if args.iter().any(|t| t.elem != elem) {
         return Err("concat operands must have the same element type".to_string());
     }
-    Ok(vec![Tensor { elem, data }])
+    Ok(vec![Tensor::new(elem, data)])
 }
 
 pub fn split(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {

@@ -34,7 +34,7 @@ fn as_2d(a: &ArrayD<f64>) -> Result<ArrayView2<'_, f64>, String> {
 pub fn matmul(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let (a, b) = (&args[0], &args[1]);
     let elem = a.elem;
-    let (fa, fb) = match (&a.data, &b.data) {
+    let (fa, fb) = match (a.data(), b.data()) {
         (TensorData::Float(x), TensorData::Float(y)) => (x.clone(), y.clone()),
         (TensorData::Int(x), TensorData::Int(y)) => (x.mapv(|v| v as f64), y.mapv(|v| v as f64)),
         _ => return Err("matmul operands must both be float or both integer".to_string()),

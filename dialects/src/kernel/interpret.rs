@@ -226,7 +226,7 @@ pub(super) fn interpret_launch(v: &OpView, args: &[Tensor], _: &mut dyn Env) -> 
 
 /// A host tensor as the kernel argument of element type `elem` holds it.
 fn to_memory(t: &Tensor, elem: ElemType) -> R<Col> {
-    Ok(match (&t.data, elem) {
+    Ok(match (t.data(), elem) {
         (TensorData::Float(a), e) if e.is_float() => {
             Col::Float(a.iter().map(|&x| round(x, e)).collect())
         }
