@@ -1,6 +1,6 @@
-//! Lowers the layout ops of Swin-T (torchscript export, from tests/models
-//! or ../shared/models) to views and times simplifying all their maps.
-//! `cargo bench -p ircc-tests --bench index`
+//! Lowers the layout ops of Swin-T (the torchscript export in tests/models)
+//! to views and times simplifying all their maps.
+//! `cargo bench --bench index`
 
 #[path = "../tests/common/mod.rs"]
 mod common;
@@ -11,17 +11,7 @@ use ircc_core::pass::{Pass, PassContext, PassOptions};
 
 fn main() {
     let root = common::root();
-    let Some(path) = [
-        "tests/models/swin_t_w24.onnx",
-        "../shared/models/swin_t_w24.onnx",
-        "tests/models/swin_t_w24_dynamo.onnx",
-    ]
-    .iter()
-    .map(|p| root.join(p))
-    .find(|p| p.exists()) else {
-        println!("index: no Swin-T model found");
-        return;
-    };
+    let path = root.join("tests/models/swin_t_w24.onnx");
     let registry = ircc_dialects::registry().unwrap();
     let ctx = PassContext::new(&registry);
     let t = Instant::now();

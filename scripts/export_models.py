@@ -2,12 +2,13 @@
 """Export real network architectures to ONNX, with onnxruntime reference outputs.
 
 Runs where torch, torchvision, transformers, torchaudio, onnx and onnxruntime are
-installed: the GPU machine has them all (see ../shared/scripts/GPU.md).
+installed (the GPU machine has them all).
 
     python3 export_models.py OUT_DIR [--suite shared|wider|full] [--exporter torchscript|dynamo]
                              [--quantize DIR] [--only NAME]...
 
---suite shared: the eight reduced-width, full-depth networks of ../shared/models.
+--suite shared: the reduced-width, full-depth Swin-T, ViT, ConvNeXt and BERT of
+  tests/models/ (the eight, with both exporters).
 --suite wider: the wider suite of tests/models/ (an LLM decoder, a Conformer
   speech encoder, MobileNetV3, EfficientNet, RegNetX and a detection head
   ending in NonMaxSuppression), reduced in width.

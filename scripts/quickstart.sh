@@ -7,7 +7,23 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-if ! ls /usr/share/vulkan/icd.d/*.json /etc/vulkan/icd.d/*.json >/dev/null 2>&1; then
+# Whether the Vulkan loader finds a driver: a manifest named by the
+# variables that replace or extend its search, or one in any folder it
+# searches (the loader's documentation: the XDG config folders, /etc, the
+# XDG data folders; each holds vulkan/icd.d/*.json).
+vulkan_driver_found() {
+  local IFS=: f d
+  for f in ${VK_DRIVER_FILES:-} ${VK_ICD_FILENAMES:-} ${VK_ADD_DRIVER_FILES:-}; do
+    if [ -f "$f" ] || compgen -G "$f/*.json" >/dev/null; then return 0; fi
+  done
+  for d in "${XDG_CONFIG_HOME:-${HOME:-/root}/.config}" ${XDG_CONFIG_DIRS:-/etc/xdg} /etc \
+      "${XDG_DATA_HOME:-${HOME:-/root}/.local/share}" ${XDG_DATA_DIRS:-/usr/local/share:/usr/share}; do
+    if compgen -G "$d/vulkan/icd.d/*.json" >/dev/null; then return 0; fi
+  done
+  return 1
+}
+
+if ! vulkan_driver_found; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
     echo "no Vulkan driver: installing lavapipe (mesa-vulkan-drivers)"
     DEBIAN_FRONTEND=noninteractive apt-get update -qq

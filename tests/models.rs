@@ -2,8 +2,7 @@
 //! interpreter, and matches onnxruntime's stored output within 1e-4; the
 //! torchscript exports fold to about the size of their dynamo twins.
 //!
-//! Models are read from `tests/models/` (the smaller ones, kept in the
-//! repository) or `../shared/models/`.
+//! Models are read from `tests/models/`.
 
 mod common;
 

@@ -242,13 +242,9 @@ pub fn max_relative_tensors(got: &ircc_core::Tensor, want: &ircc_core::Tensor) -
         .fold(0.0, f64::max)
 }
 
-/// `NAME.onnx` from `tests/models/` (the smaller models, kept in the
-/// repository) or `../shared/models/`.
+/// `NAME.onnx` from `tests/models/`, where every model a test reads is kept.
 pub fn find_model(name: &str) -> Option<PathBuf> {
-    [root().join("tests/models"), root().join("../shared/models")]
-        .into_iter()
-        .map(|d| d.join(format!("{name}.onnx")))
-        .find(|p| p.exists())
+    Some(root().join("tests/models").join(format!("{name}.onnx"))).filter(|p| p.exists())
 }
 
 /// Whether wgpu finds an adapter here (the tiny MLP runs on it). Without

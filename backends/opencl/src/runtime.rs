@@ -1,8 +1,13 @@
 //! The OpenCL runtime: a [`Session`] builds a plan's program once, creates
-//! its buffers (intermediates as sub-buffers of one pooled allocation) and
-//! images, uploads the weights, binds every kernel's arguments, and then
-//! runs the plan many times: one in-order queue, one enqueue per dispatch.
-//! A compiler error names the kernel and the line of the program it is on.
+//! its buffers and images, uploads the weights, binds every kernel's
+//! arguments, and then runs the plan many times: one in-order queue, one
+//! enqueue per dispatch. A compiler error names the kernel and the line of
+//! the program it is on.
+//!
+//! Intermediates share whole buffers ([`Plan::allocations`]), never parts
+//! of one: NVIDIA's OpenCL driver crashed releasing sub-buffers that
+//! overlap (a segmentation fault once the outputs were read, on most
+//! models), which pooling by offsets makes.
 
 use std::ptr;
 use std::sync::OnceLock;
@@ -20,42 +25,42 @@ use opencl3::memory::{
     Image,
 };
 use opencl3::program::Program;
-use opencl3::types::{CL_BLOCKING, cl_image_desc, cl_image_format, cl_mem};
+use opencl3::types::{CL_BLOCKING, cl_image_desc, cl_image_format};
 
 type R<T> = Result<T, String>;
 
 /// Where the runtime finds a weight by name.
 pub type Weights<'a> = dyn Fn(&str) -> R<Tensor> + 'a;
 
+/// The buffer of plan buffer `id`, which the host writes or reads.
+fn host_buffer<'a>(
+    memories: &'a mut [Memory],
+    shared: &'a mut [Buffer<u8>],
+    id: usize,
+) -> R<&'a mut Buffer<u8>> {
+    match &mut memories[id] {
+        Memory::Buffer(b) => Ok(b),
+        Memory::Shared(i) => Ok(&mut shared[*i]),
+        Memory::Image(_) => Err("a host-visible tensor is held in an image".to_string()),
+    }
+}
+
 /// A plan's tensor on the device.
 enum Memory {
     Buffer(Buffer<u8>),
     Image(Image),
-}
-
-impl Memory {
-    fn cl_mem(&self) -> cl_mem {
-        match self {
-            Memory::Buffer(b) => b.get(),
-            Memory::Image(i) => i.get(),
-        }
-    }
-
-    fn buffer(&mut self) -> R<&mut Buffer<u8>> {
-        match self {
-            Memory::Buffer(b) => Ok(b),
-            Memory::Image(_) => Err("a host-visible tensor is held in an image".to_string()),
-        }
-    }
+    /// An intermediate, in the shared allocation of this index.
+    Shared(usize),
 }
 
 pub struct Session {
     queue: CommandQueue,
     plan: Plan,
     memories: Vec<Memory>,
+    /// The buffers intermediates share, which [`Memory::Shared`] indexes.
+    shared: Vec<Buffer<u8>>,
     kernels: Vec<Kernel>,
-    /// Kept alive for the kernels and sub-buffers made from them.
-    _pool: Option<Buffer<u8>>,
+    /// Kept alive for the kernels made from it.
     _program: Option<Program>,
     output_elems: Vec<ElemType>,
     pub device: String,
@@ -216,12 +221,6 @@ impl Session {
                 "a {largest}-byte tensor exceeds the device's allocation limit of {max_alloc} bytes"
             ));
         }
-        let align = u64::from(
-            device
-                .mem_base_addr_align()
-                .map_err(cl_err("device limits"))?
-                / 8,
-        );
         // SAFETY (every `unsafe` below): the host pointers passed are null
         // (no host memory is adopted), sizes come from the plan, and the
         // blocking writes read slices that live across the call.
@@ -234,9 +233,14 @@ impl Session {
             )
             .map_err(cl_err("allocating a buffer"))
         };
-        let pool = (plan.pool_bytes > 0)
-            .then(|| create(plan.pool_bytes))
-            .transpose()?;
+        let mut in_shared = vec![None; plan.buffers.len()];
+        let mut shared = Vec::new();
+        for (i, a) in plan.allocations().into_iter().enumerate() {
+            for id in a.buffers {
+                in_shared[id] = Some(i);
+            }
+            shared.push(create(a.bytes)?);
+        }
         let (max_w, max_h) = (
             device.image2d_max_width().unwrap_or(0) as u64,
             device.image2d_max_height().unwrap_or(0) as u64,
@@ -271,18 +275,12 @@ impl Session {
                 memories.push(Memory::Image(image));
                 continue;
             }
+            if let Some(i) = in_shared[b.id] {
+                memories.push(Memory::Shared(i));
+                continue;
+            }
             let size = b.bytes.div_ceil(4) * 4;
-            let mut memory = match (b.kind, b.pool_offset, &pool) {
-                (BufferKind::Intermediate | BufferKind::Output, Some(offset), Some(pool))
-                    if offset % align.max(1) == 0 =>
-                {
-                    unsafe {
-                        pool.create_sub_buffer(CL_MEM_READ_WRITE, offset as usize, size as usize)
-                    }
-                    .map_err(cl_err("a pool sub-buffer"))?
-                }
-                _ => create(size)?,
-            };
+            let mut memory = create(size)?;
             let data = match b.kind {
                 BufferKind::Weight => Some(weights(b.tensor_name())?),
                 BufferKind::Constant => plan.constants.get(&b.id).cloned(),
@@ -304,7 +302,11 @@ impl Session {
             let kernel = Kernel::create(program.as_ref().ok_or("no program")?, entry)
                 .map_err(cl_err(&format!("kernel {entry}")))?;
             for b in &d.bindings {
-                let mem = memories[b.buffer].cl_mem();
+                let mem = match &memories[b.buffer] {
+                    Memory::Buffer(m) => m.get(),
+                    Memory::Image(m) => m.get(),
+                    Memory::Shared(i) => shared[*i].get(),
+                };
                 unsafe { kernel.set_arg(b.binding as u32, &mem) }
                     .map_err(cl_err(&format!("kernel {entry}, argument {}", b.binding)))?;
             }
@@ -314,8 +316,8 @@ impl Session {
             queue,
             plan,
             memories,
+            shared,
             kernels,
-            _pool: pool,
             _program: program,
             output_elems,
             device: name.clone(),
@@ -329,7 +331,7 @@ impl Session {
 
     fn upload_inputs(&mut self, inputs: &[Tensor]) -> R<()> {
         for (id, bytes) in input_bytes(&self.plan, inputs)? {
-            let buffer = self.memories[id].buffer()?;
+            let buffer = host_buffer(&mut self.memories, &mut self.shared, id)?;
             // SAFETY: a blocking write of a live slice.
             unsafe {
                 self.queue
@@ -389,7 +391,7 @@ impl Session {
             let b = &self.plan.buffers[id];
             let shape: Vec<usize> = b.shape.iter().map(|&d| d as usize).collect();
             let mut data = vec![0u8; (b.bytes.div_ceil(4) * 4) as usize];
-            let buffer = self.memories[id].buffer()?;
+            let buffer = host_buffer(&mut self.memories, &mut self.shared, id)?;
             // SAFETY: a blocking read into a live slice of the buffer's size.
             unsafe {
                 self.queue

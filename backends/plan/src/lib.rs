@@ -11,7 +11,7 @@
 pub mod bundle;
 pub mod host;
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use ircc_core::builtin::{FuncOp, input_names, output_names};
 use ircc_core::{ElemType, Module, OpId, ValueId};
@@ -190,6 +190,78 @@ impl Plan {
             .chain([self.pool_bytes])
             .max()
             .unwrap_or(0)
+    }
+}
+
+/// Intermediates sharing one allocation of `bytes`: no two of `buffers`
+/// are live at once.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Allocation {
+    pub bytes: u64,
+    pub buffers: Vec<usize>,
+}
+
+impl Plan {
+    /// The pooled intermediates shared out over whole allocations, for a
+    /// runtime that cannot bind a part of the pool: OpenCL's sub-buffers
+    /// would, but NVIDIA's driver crashes releasing overlapping ones. An
+    /// intermediate lives from the first dispatch binding it to the last;
+    /// each, in the order they come alive, takes the smallest free
+    /// allocation that holds it, else grows the largest free one, else
+    /// starts another.
+    pub fn allocations(&self) -> Vec<Allocation> {
+        let mut lives: BTreeMap<usize, (usize, usize)> = BTreeMap::new();
+        for (i, d) in self.dispatches.iter().enumerate() {
+            for b in &d.bindings {
+                if self
+                    .buffers
+                    .get(b.buffer)
+                    .is_some_and(|x| x.pool_offset.is_some())
+                {
+                    let live = lives.entry(b.buffer).or_insert((i, i));
+                    live.1 = i;
+                }
+            }
+        }
+        let mut order: Vec<(usize, usize, usize)> = lives
+            .iter()
+            .map(|(&id, &(first, last))| (first, id, last))
+            .collect();
+        order.sort_unstable();
+        // Each allocation with the last dispatch its current tenant lives to.
+        let mut allocations: Vec<(Allocation, usize)> = Vec::new();
+        for (first, id, last) in order {
+            let need = self.buffers[id].bytes.div_ceil(4) * 4;
+            let free = allocations
+                .iter()
+                .enumerate()
+                .filter(|(_, (_, end))| *end < first);
+            let fits = free
+                .clone()
+                .filter(|(_, (a, _))| a.bytes >= need)
+                .min_by_key(|(i, (a, _))| (a.bytes, *i))
+                .map(|(i, _)| i);
+            let chosen = fits.or_else(|| {
+                free.max_by_key(|(i, (a, _))| (a.bytes, usize::MAX - i))
+                    .map(|(i, _)| i)
+            });
+            match chosen {
+                Some(i) => {
+                    let (a, end) = &mut allocations[i];
+                    a.bytes = a.bytes.max(need);
+                    a.buffers.push(id);
+                    *end = last;
+                }
+                None => allocations.push((
+                    Allocation {
+                        bytes: need,
+                        buffers: vec![id],
+                    },
+                    last,
+                )),
+            }
+        }
+        allocations.into_iter().map(|(a, _)| a).collect()
     }
 }
 
@@ -495,7 +567,114 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
 
 #[cfg(test)]
 mod tests {
-    use super::pack;
+    use super::*;
+
+    /// A plan of intermediates of `bytes`, each bound by the dispatches
+    /// listed with it.
+    fn plan_of(buffers: &[(u64, &[usize])]) -> Plan {
+        let n = buffers
+            .iter()
+            .flat_map(|(_, d)| d.iter())
+            .max()
+            .map_or(0, |m| m + 1);
+        let dispatches = (0..n)
+            .map(|i| Dispatch {
+                kernel: format!("k{i}"),
+                shader: None,
+                entry: None,
+                template: "elementwise".into(),
+                workgroup_size: vec![1, 1, 1],
+                workgroups: vec![1, 1, 1],
+                bindings: buffers
+                    .iter()
+                    .enumerate()
+                    .filter(|(_, (_, ds))| ds.contains(&i))
+                    .map(|(id, _)| Binding {
+                        binding: id,
+                        buffer: id,
+                        access: Access::ReadWrite,
+                    })
+                    .collect(),
+            })
+            .collect();
+        Plan {
+            version: PLAN_VERSION,
+            language: None,
+            weights: None,
+            precision: "f32".into(),
+            pool_bytes: 0,
+            buffers: buffers
+                .iter()
+                .enumerate()
+                .map(|(id, &(bytes, _))| BufferPlan {
+                    id,
+                    name: format!("t{id}"),
+                    kind: BufferKind::Intermediate,
+                    shape: vec![bytes as i64 / 4],
+                    dtype: "f32".into(),
+                    elem: "f32".into(),
+                    bytes,
+                    pool_offset: Some(0),
+                    tensor: None,
+                    texels: None,
+                    texel_format: None,
+                })
+                .collect(),
+            inputs: Vec::new(),
+            outputs: Vec::new(),
+            output_names: Vec::new(),
+            dispatches,
+            sources: Vec::new(),
+            constants: HashMap::new(),
+        }
+    }
+
+    #[test]
+    fn allocations_hold_no_two_live_intermediates_and_reuse_dead_ones() {
+        // t0 lives over dispatches 0-1, t1 1-2, t2 2-3, t3 3-4, t4 0-4.
+        let plan = plan_of(&[
+            (100, &[0, 1]),
+            (400, &[1, 2]),
+            (300, &[2, 3]),
+            (50, &[3, 4]),
+            (8, &[0, 4]),
+        ]);
+        let allocations = plan.allocations();
+        let mut seen = Vec::new();
+        for a in &allocations {
+            for (i, &x) in a.buffers.iter().enumerate() {
+                assert!(plan.buffers[x].bytes <= a.bytes);
+                seen.push(x);
+                for &y in &a.buffers[i + 1..] {
+                    // Bound by no common dispatch, and one ends first.
+                    assert!(!plan.dispatches.iter().any(|d| {
+                        d.bindings.iter().any(|b| b.buffer == x)
+                            && d.bindings.iter().any(|b| b.buffer == y)
+                    }));
+                }
+            }
+        }
+        seen.sort_unstable();
+        assert_eq!(seen, vec![0, 1, 2, 3, 4]);
+        // t2 takes t0's allocation (grown to 300), t3 takes t1's.
+        assert_eq!(
+            allocations,
+            vec![
+                Allocation {
+                    bytes: 300,
+                    buffers: vec![0, 2]
+                },
+                Allocation {
+                    bytes: 8,
+                    buffers: vec![4]
+                },
+                Allocation {
+                    bytes: 400,
+                    buffers: vec![1, 3]
+                },
+            ]
+        );
+    }
 
     #[test]
     fn buffers_live_at_once_never_overlap_and_dead_ones_are_reused() {
