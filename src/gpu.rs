@@ -6,9 +6,9 @@ use std::io::Write;
 use std::path::Path;
 
 use ircc_core::builtin::FuncOp;
-use ircc_core::interp::checked_param;
+use ircc_core::interp::checked_stored_param;
 use ircc_core::pass::PassOptions;
-use ircc_core::{Diagnostic, ElemType, Module, OpId, Tensor, Type};
+use ircc_core::{Diagnostic, ElemType, Module, OpId, StoredTensor, Tensor, Type};
 use ircc_dialects::graph::ops as graph_ops;
 use ircc_dialects::kernel::KernelOp;
 use ircc_plan::{Plan, Timing};
@@ -252,12 +252,12 @@ impl Session {
 }
 
 impl Driver {
-    /// Every weight the module's `graph.param`s name, read once.
+    /// Every weight the module's `graph.param`s name, as stored.
     pub(crate) fn weights_of(
         &self,
         loaded: &Loaded,
         func: OpId,
-    ) -> Result<HashMap<String, Tensor>, Failure> {
+    ) -> Result<HashMap<String, StoredTensor>, Failure> {
         let mut env = self.weights_env(loaded)?;
         let m = &loaded.module;
         let mut out = HashMap::new();
@@ -271,7 +271,7 @@ impl Driver {
             let Some(t) = m.value_type(param.y()).as_tensor() else {
                 continue;
             };
-            let t = checked_param(env.as_mut(), param.name(), t).map_err(plain)?;
+            let t = checked_stored_param(env.as_mut(), param.name(), t).map_err(plain)?;
             out.insert(param.name().to_string(), t);
         }
         Ok(out)
@@ -405,7 +405,7 @@ fn start(
     device: Device,
     plan: Plan,
     outputs: Vec<ElemType>,
-    weights: &HashMap<String, Tensor>,
+    weights: &HashMap<String, StoredTensor>,
     cl_options: &str,
 ) -> Result<Session, String> {
     let lookup = |name: &str| ircc_plan::bundle::weight_named(weights, name);

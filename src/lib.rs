@@ -35,7 +35,9 @@ use ircc_core::pass::{
     parse_pipeline_file, timing_table,
 };
 use ircc_core::verify::{VerifyOptions, verify};
-use ircc_core::{Attribute, Diagnostic, Diagnostics, Form, Module, Registry, Tensor, parse_module};
+use ircc_core::{
+    Attribute, Diagnostic, Diagnostics, Form, Module, Registry, StoredTensor, Tensor, parse_module,
+};
 
 pub use cli::{
     Backend, BenchArgs, BundleArgs, CheckArgs, Cli, Command, CompileArgs, DeviceBackend, Emit,
@@ -130,8 +132,9 @@ pub struct Loaded {
     pub module: Module,
     /// The text it was parsed from (none for an ONNX model).
     pub source: Option<String>,
-    /// Weights of an imported model, held in memory.
-    pub weights: Option<Vec<(String, Tensor)>>,
+    /// Weights of an imported model, as the model stores them (shared
+    /// with its mapped files).
+    pub weights: Option<Vec<(String, StoredTensor)>>,
     pub path: PathBuf,
     /// Milliseconds spent importing, for an ONNX model.
     pub import_ms: f64,
@@ -589,7 +592,7 @@ impl Driver {
     /// none.
     pub(crate) fn place_weights(&self, loaded: &mut Loaded, path: &Path) -> Outcome {
         if let Some(weights) = &loaded.weights {
-            ircc_onnx::write_weights(path, weights).map_err(Diagnostic::plain)?;
+            ircc_reference::write_safetensors(path, weights).map_err(Diagnostic::plain)?;
         } else if let Some(Attribute::String(rel)) = loaded.module.attrs.get("ircc.weights") {
             let base = loaded.path.parent().unwrap_or(Path::new("."));
             let source = ircc_core::files::file_inside(base, rel).map_err(|e| {

@@ -7,8 +7,8 @@
 
 mod common;
 
+use ircc_core::Module;
 use ircc_core::pass::{PassManager, PassRegistry, RunOptions, parse_pipeline_file};
-use ircc_core::{Module, Tensor};
 use ircc_dialects::texture::TextureOp;
 
 fn pipeline(m: &mut Module, name: &str) {
@@ -49,8 +49,7 @@ fn pipelines_keep_results_and_cut_kernels() {
         let path = root.join(format!("tests/models/{name}.onnx"));
         let imported = ircc_onnx::import_file(&path, &registry, &Default::default()).unwrap();
         let input = ircc_reference::read_npy(&path.with_extension("input.npy")).unwrap();
-        let weights: std::collections::HashMap<String, Tensor> =
-            imported.weights.into_iter().collect();
+        let weights: std::collections::HashMap<_, _> = imported.weights.into_iter().collect();
         let run = |m: &Module| {
             let mut env = ircc_reference::MemoryWeights(weights.clone());
             ircc_reference::run_function(m, &registry, "main", vec![input.clone()], &mut env)

@@ -414,7 +414,11 @@ fn narrow_weights_round_trip_through_safetensors() {
         ("d".to_string(), ints(ElemType::I8, vec![-9, 0, 1, 2])),
     ];
     let path = dir.join("w.safetensors");
-    ircc_onnx::write_weights(&path, &weights).unwrap();
+    let stored: Vec<_> = weights
+        .iter()
+        .map(|(n, t)| (n.clone(), ircc_core::StoredTensor::from_tensor(t)))
+        .collect();
+    ircc_reference::write_safetensors(&path, &stored).unwrap();
     let mut env = ircc_reference::SafetensorsWeights::open(&path).unwrap();
     for (name, want) in &weights[..3] {
         let got = env.param(name, &want.ty()).unwrap();

@@ -691,7 +691,7 @@ fn packed_tensors_are_checked() {
     let packed = |name: &str, data_type, dims: &[i64], raw: Vec<u8>, ints: Vec<i32>| TensorProto {
         dims: dims.to_vec(),
         data_type,
-        raw_data: raw,
+        raw_data: raw.into(),
         int32_data: ints,
         name: name.into(),
         ..Default::default()

@@ -104,7 +104,7 @@ fn run_on_device(
     device: ircc::Device,
     dir: &Path,
     module: ircc_core::Module,
-    weights: Vec<(String, Tensor)>,
+    weights: Vec<(String, ircc_core::StoredTensor)>,
     inputs: &[Tensor],
     wants: &[Tensor],
 ) -> Outcome {
@@ -180,7 +180,7 @@ fn run_case(
 /// module, its weights, inputs and expected outputs.
 type Passed = (
     ircc_core::Module,
-    Vec<(String, Tensor)>,
+    Vec<(String, ircc_core::StoredTensor)>,
     Vec<Tensor>,
     Vec<Tensor>,
 );

@@ -251,8 +251,8 @@ fn qdq_weights_stay_int8() {
         imported
             .weights
             .iter()
-            .filter(|(_, t)| (t.elem == ircc_core::ElemType::I8) == int8)
-            .map(|(_, t)| t.len())
+            .filter(|(_, t)| (t.ty().elem == ircc_core::ElemType::I8) == int8)
+            .map(|(_, t)| t.ty().num_elements() as usize)
             .sum()
     };
     let (int8, other) = (count(true), count(false));

@@ -13,8 +13,8 @@ use std::ptr;
 use std::sync::OnceLock;
 use std::time::Instant;
 
-use ircc_core::{ElemType, Tensor};
-use ircc_plan::host::{from_bytes, input_bytes, to_bytes};
+use ircc_core::{ElemType, StoredTensor, Tensor};
+use ircc_plan::host::{from_bytes, input_bytes, stored_to_bytes, to_bytes};
 use ircc_plan::{BufferKind, Plan, Timing};
 use opencl3::command_queue::{CL_QUEUE_PROFILING_ENABLE, CommandQueue};
 use opencl3::context::Context;
@@ -30,7 +30,7 @@ use opencl3::types::{CL_BLOCKING, cl_image_desc, cl_image_format};
 type R<T> = Result<T, String>;
 
 /// Where the runtime finds a weight by name.
-pub type Weights<'a> = dyn Fn(&str) -> R<Tensor> + 'a;
+pub type Weights<'a> = dyn Fn(&str) -> R<StoredTensor> + 'a;
 
 /// The buffer of plan buffer `id`, which the host writes or reads.
 fn host_buffer<'a>(
@@ -281,13 +281,19 @@ impl Session {
             }
             let size = b.bytes.div_ceil(4) * 4;
             let mut memory = create(size)?;
-            let data = match b.kind {
-                BufferKind::Weight => Some(weights(b.tensor_name())?),
-                BufferKind::Constant => plan.constants.get(&b.id).cloned(),
+            let bytes = match b.kind {
+                BufferKind::Weight => {
+                    let t = weights(b.tensor_name())?;
+                    Some(stored_to_bytes(&t, &b.dtype, size)?.to_vec())
+                }
+                BufferKind::Constant => plan
+                    .constants
+                    .get(&b.id)
+                    .map(|t| to_bytes(t, &b.dtype, size))
+                    .transpose()?,
                 _ => None,
             };
-            if let Some(t) = data {
-                let bytes = to_bytes(&t, &b.dtype, size)?;
+            if let Some(bytes) = bytes {
                 unsafe { queue.enqueue_write_buffer(&mut memory, CL_BLOCKING, 0, &bytes, &[]) }
                     .map_err(cl_err("uploading a weight"))?;
             }

@@ -7,11 +7,12 @@
 use std::collections::{HashMap, HashSet};
 use std::path::Path;
 
-use ircc_core::{ElemType, Tensor};
+use ircc_core::stored::{Bytes, map_file};
+use ircc_core::{ElemType, StoredTensor, TensorType};
 use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
-use crate::host::{from_bytes, to_bytes};
+use crate::host::{dtype_size, from_bytes, stored_bytes};
 use crate::{Access, BufferKind, Language, PLAN_VERSION, Plan, TexelFormat};
 
 type R<T> = Result<T, String>;
@@ -33,12 +34,12 @@ const MAX_TEXT_BYTES: u64 = 256 << 20;
 /// (`weight(name)`) and constant in weights.safetensors in its storage
 /// type, and plan.json naming them. A constant whose name a weight
 /// already has is renamed in the plan.
-pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<Tensor>) -> R<()> {
+pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<StoredTensor>) -> R<()> {
     let io = |what: &str, path: &Path, e: std::io::Error| {
         format!("cannot {what} {}: {e}", path.display())
     };
     std::fs::create_dir_all(dir).map_err(|e| io("create", dir, e))?;
-    let mut tensors: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
+    let mut tensors: Vec<(String, Dtype, Vec<usize>, Bytes)> = Vec::new();
     let mut taken: HashSet<String> = plan
         .buffers
         .iter()
@@ -47,14 +48,14 @@ pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<Tensor>) ->
         .collect();
     let mut written: HashSet<String> = HashSet::new();
     for b in &mut plan.buffers {
-        let data = match b.kind {
+        let bytes = match b.kind {
             BufferKind::Weight => {
                 let name = b.tensor_name().to_string();
                 b.tensor = Some(name.clone());
                 if written.contains(&name) {
                     continue; // one weight bound twice
                 }
-                weight(&name)?
+                stored_bytes(&weight(&name)?, &b.dtype)
             }
             BufferKind::Constant => {
                 let base = b.tensor_name().to_string();
@@ -67,19 +68,26 @@ pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<Tensor>) ->
                 }
                 taken.insert(name.clone());
                 b.tensor = Some(name);
-                plan.constants
+                let data = plan
+                    .constants
                     .get(&b.id)
-                    .cloned()
-                    .ok_or_else(|| format!("constant '{}' has no data", b.name))?
+                    .ok_or_else(|| format!("constant '{}' has no data", b.name))?;
+                stored_bytes(&StoredTensor::from_tensor(data), &b.dtype)
             }
             _ => continue,
-        };
+        }
+        .map_err(|e| format!("{:?} '{}': {e}", b.kind, b.name))?;
         written.insert(b.tensor.clone().unwrap_or_default());
         let shape = b.dims()?;
-        let exact = shape.iter().product::<usize>() * storage_size(&b.dtype)?;
-        let mut bytes = to_bytes(&data, &b.dtype, b.bytes)
-            .map_err(|e| format!("{:?} '{}': {e}", b.kind, b.name))?;
-        bytes.truncate(exact);
+        let exact = shape.iter().product::<usize>() as u64 * dtype_size(&b.dtype)?;
+        if bytes.len() as u64 != exact {
+            return Err(format!(
+                "{:?} '{}': {} bytes of data for {exact}",
+                b.kind,
+                b.name,
+                bytes.len()
+            ));
+        }
         tensors.push((
             b.tensor.clone().unwrap_or_default(),
             storage_dtype(&b.dtype)?,
@@ -96,8 +104,10 @@ pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<Tensor>) ->
         })
         .collect::<R<Vec<_>>>()?;
     let path = dir.join(WEIGHTS_FILE);
-    let bytes = safetensors::serialize(views, None).map_err(|e| e.to_string())?;
-    std::fs::write(&path, bytes).map_err(|e| io("write", &path, e))?;
+    // Written as it is serialized: the weights are not copied into one
+    // buffer first.
+    safetensors::serialize_to_file(views, None, &path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     plan.weights = Some(WEIGHTS_FILE.to_string());
     for (file, text) in &plan.sources {
         let path = dir.join(file);
@@ -114,14 +124,15 @@ pub struct Bundle {
     pub plan: Plan,
     /// The language of the plan's sources.
     pub language: Language,
-    pub weights: HashMap<String, Tensor>,
+    /// Each weight in its buffer's storage type, shared with the mapped file.
+    pub weights: HashMap<String, StoredTensor>,
     /// The graph element type of each output, to convert results back.
     pub output_elems: Vec<ElemType>,
 }
 
 /// The weight `name` of `weights`, or an error naming it: what a runtime
 /// asks for each weight buffer.
-pub fn weight_named(weights: &HashMap<String, Tensor>, name: &str) -> R<Tensor> {
+pub fn weight_named(weights: &HashMap<String, StoredTensor>, name: &str) -> R<StoredTensor> {
     weights
         .get(name)
         .cloned()
@@ -188,7 +199,7 @@ fn read_text(dir: &Path, file: &str) -> R<String> {
 
 /// The weights and constants of `plan` from its weights file; constants
 /// go into `plan.constants`.
-fn read_weights(dir: &Path, plan: &mut Plan) -> R<HashMap<String, Tensor>> {
+fn read_weights(dir: &Path, plan: &mut Plan) -> R<HashMap<String, StoredTensor>> {
     let mut weights = HashMap::new();
     let needed: Vec<usize> = plan
         .buffers
@@ -217,7 +228,7 @@ fn read_weights(dir: &Path, plan: &mut Plan) -> R<HashMap<String, Tensor>> {
             path.display()
         ));
     }
-    let bytes = std::fs::read(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let bytes: Bytes = map_file(&path)?;
     let st = safetensors::SafeTensors::deserialize(&bytes)
         .map_err(|e| format!("{}: not a valid safetensors file: {e}", path.display()))?;
     for id in needed {
@@ -238,10 +249,14 @@ fn read_weights(dir: &Path, plan: &mut Plan) -> R<HashMap<String, Tensor>> {
         }
         // Held in its storage type, which the runtime uploads as it is.
         let storage = ElemType::from_name(&b.dtype).unwrap_or(ElemType::F32);
-        let t = from_bytes(view.data(), &b.dtype, &shape, storage)?;
         if b.kind == BufferKind::Constant {
+            let t = from_bytes(view.data(), &b.dtype, &shape, storage)?;
             plan.constants.insert(id, t);
         } else {
+            let start = view.data().as_ptr() as usize - bytes.as_ptr() as usize;
+            let data = bytes.slice(start..start + view.data().len());
+            let ty = TensorType::new(shape.iter().map(|&d| d as i64).collect(), storage);
+            let t = StoredTensor::new(ty, data).map_err(|e| format!("{file}: '{name}': {e}"))?;
             weights.insert(name.to_string(), t);
         }
     }
@@ -263,14 +278,6 @@ fn storage_dtype(dtype: &str) -> R<Dtype> {
             "storage type '{other}' is not f32, f16, i32, i8 or ui8"
         )),
     }
-}
-
-fn storage_size(dtype: &str) -> R<usize> {
-    Ok(match storage_dtype(dtype)? {
-        Dtype::F16 => 2,
-        Dtype::I8 | Dtype::U8 => 1,
-        _ => 4,
-    })
 }
 
 impl crate::BufferPlan {

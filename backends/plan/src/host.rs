@@ -2,10 +2,59 @@
 //! lays them out: little-endian f32, f16 or i32, or bytes (i8, ui8),
 //! densely in row-major order.
 
-use ircc_core::{ElemType, Tensor};
+use ircc_core::stored::Bytes;
+use ircc_core::{ElemType, StoredTensor, Tensor};
 use ndarray::{ArrayD, IxDyn};
 
 type R<T> = Result<T, String>;
+
+/// The bytes of `t` stored as `dtype`, no more: its own bytes (shared,
+/// not copied) where the file stores it as the device does (f32 weights
+/// at f32, f16 at f16, bytes as bytes), else its values converted as
+/// [`to_bytes`] converts them.
+pub fn stored_bytes(t: &StoredTensor, dtype: &str) -> R<Bytes> {
+    use ElemType as E;
+    let same = matches!(
+        (dtype, t.ty().elem),
+        ("f32", E::F32) | ("f16", E::F16) | ("i32", E::I32) | ("i8", E::I8) | ("ui8", E::U8)
+    );
+    if same {
+        return Ok(t.bytes().clone());
+    }
+    let exact = t.ty().num_elements() as u64 * dtype_size(dtype)?;
+    let mut bytes = to_bytes(&t.to_tensor(), dtype, exact)?;
+    bytes.truncate(exact as usize);
+    Ok(Bytes::from(bytes))
+}
+
+/// [`stored_bytes`] zero-padded to a multiple of four bytes, for a buffer
+/// of `bytes`; still shared where no padding is needed.
+pub fn stored_to_bytes(t: &StoredTensor, dtype: &str, bytes: u64) -> R<Bytes> {
+    let data = stored_bytes(t, dtype)?;
+    if data.len() as u64 > bytes {
+        return Err(format!(
+            "{} bytes of data for a {bytes}-byte buffer",
+            data.len()
+        ));
+    }
+    let padded = bytes.div_ceil(4) as usize * 4;
+    if data.len() == padded {
+        return Ok(data);
+    }
+    let mut out = data.to_vec();
+    out.resize(padded, 0);
+    Ok(Bytes::from(out))
+}
+
+/// The bytes of an element stored as `dtype`.
+pub fn dtype_size(dtype: &str) -> R<u64> {
+    match dtype {
+        "f32" | "i32" => Ok(4),
+        "f16" => Ok(2),
+        "i8" | "ui8" => Ok(1),
+        other => Err(format!("no storage of element type {other}")),
+    }
+}
 
 /// The bytes of `t` stored as `dtype`, zero-padded to a multiple of four
 /// bytes; an error if they exceed `bytes`.

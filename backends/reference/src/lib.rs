@@ -10,7 +10,9 @@ mod weights;
 
 pub use ircc_core::builtin::{input_names, output_names};
 pub use npy::{read_npy, write_npy};
-pub use weights::{MemoryWeights, SafetensorsWeights};
+pub use weights::{
+    MemoryWeights, SafetensorsWeights, elem_of_dtype, safetensors_dtype, write_safetensors,
+};
 
 use std::collections::HashMap;
 

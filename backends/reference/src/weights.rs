@@ -1,21 +1,79 @@
-//! Weights from a `.safetensors` file, looked up by `graph.param` name.
+//! Weights from a `.safetensors` file (mapped, and sliced per tensor),
+//! looked up by `graph.param` name; writing weights as one; and weights
+//! held in memory, as an import produces them.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use ircc_core::interp::Env;
-use ircc_core::{ElemType, Tensor, TensorType};
-use ndarray::{ArrayD, IxDyn};
+use ircc_core::stored::{Bytes, map_file};
+use ircc_core::tensor::byte_storage;
+use ircc_core::{ElemType, StoredTensor, Tensor, TensorType};
 use safetensors::{Dtype, SafeTensors};
 
+/// The safetensors dtype a tensor of `elem` is stored as (safetensors has
+/// no 4- or 2-bit types: those are stored a byte each, as
+/// [`byte_storage`] says).
+pub fn safetensors_dtype(elem: ElemType) -> Dtype {
+    use ElemType as E;
+    match byte_storage(elem) {
+        E::F64 => Dtype::F64,
+        E::F32 => Dtype::F32,
+        E::F16 => Dtype::F16,
+        E::BF16 => Dtype::BF16,
+        E::F8E4M3FN => Dtype::F8_E4M3,
+        E::F8E4M3FNUZ => Dtype::F8_E4M3FNUZ,
+        E::F8E5M2 => Dtype::F8_E5M2,
+        E::F8E5M2FNUZ => Dtype::F8_E5M2FNUZ,
+        E::I64 => Dtype::I64,
+        E::I32 => Dtype::I32,
+        E::I16 => Dtype::I16,
+        E::I8 => Dtype::I8,
+        E::U64 => Dtype::U64,
+        E::U32 => Dtype::U32,
+        E::U16 => Dtype::U16,
+        E::U8 => Dtype::U8,
+        E::I1 => Dtype::BOOL,
+        E::F4E2M1FN | E::I4 | E::U4 | E::I2 | E::U2 => {
+            unreachable!("byte_storage widens the types narrower than a byte")
+        }
+    }
+}
+
+/// The element type of a safetensors dtype, where ircc has one.
+pub fn elem_of_dtype(dtype: Dtype) -> Option<ElemType> {
+    ElemType::ALL
+        .into_iter()
+        .find(|&e| byte_storage(e) == e && safetensors_dtype(e) == dtype)
+}
+
+/// Writes named tensors as a safetensors file, each in its stored type:
+/// the bytes as they are held, never decoded.
+pub fn write_safetensors(path: &Path, tensors: &[(String, StoredTensor)]) -> Result<(), String> {
+    let views = tensors
+        .iter()
+        .map(|(name, t)| {
+            let shape: Vec<usize> = t.ty().shape.iter().map(|&d| d as usize).collect();
+            safetensors::tensor::TensorView::new(safetensors_dtype(t.ty().elem), shape, t.bytes())
+                .map(|v| (name.clone(), v))
+                .map_err(|e| format!("tensor '{name}': {e}"))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    safetensors::serialize_to_file(views, None, path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+/// A safetensors file, mapped and checked whole (its header's offsets
+/// against its size) when opened.
 pub struct SafetensorsWeights {
     path: PathBuf,
-    bytes: Vec<u8>,
+    bytes: Bytes,
 }
 
 impl SafetensorsWeights {
     pub fn open(path: &Path) -> Result<Self, String> {
-        let bytes = std::fs::read(path)
-            .map_err(|e| format!("cannot read weights file {}: {e}", path.display()))?;
+        let bytes = map_file(path)
+            .map_err(|e| format!("cannot read the safetensors file {}: {e}", path.display()))?;
         SafeTensors::deserialize(&bytes)
             .map_err(|e| format!("{}: not a valid safetensors file: {e}", path.display()))?;
         Ok(SafetensorsWeights {
@@ -23,92 +81,80 @@ impl SafetensorsWeights {
             bytes,
         })
     }
-}
 
-fn decode<const N: usize, T>(data: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-    data.chunks_exact(N)
-        .map(|c| f(c.try_into().unwrap_or([0; N])))
-        .collect()
+    fn file(&self) -> SafeTensors<'_> {
+        SafeTensors::deserialize(&self.bytes).expect("checked when opened")
+    }
+
+    /// Every tensor of the file by name, as stored, in the file's order.
+    pub fn tensors(&self) -> Result<Vec<(String, StoredTensor)>, String> {
+        let file = self.file();
+        let mut names: Vec<(usize, String)> = file
+            .tensors()
+            .into_iter()
+            .map(|(name, view)| (view.data().as_ptr() as usize, name))
+            .collect();
+        names.sort();
+        names
+            .into_iter()
+            .map(|(_, name)| Ok((name.clone(), self.stored(&name)?)))
+            .collect()
+    }
+
+    /// The tensor `name` as the file stores it.
+    pub fn stored(&self, name: &str) -> Result<StoredTensor, String> {
+        let file = self.file();
+        let view = file
+            .tensor(name)
+            .map_err(|_| format!("'{name}' is not in {}", self.path.display()))?;
+        let elem = elem_of_dtype(view.dtype()).ok_or_else(|| {
+            format!(
+                "'{name}' in {} has the dtype {:?}, which ircc has no type for",
+                self.path.display(),
+                view.dtype()
+            )
+        })?;
+        let shape = view.shape().iter().map(|&d| d as i64).collect();
+        // The view's data is a slice of the mapped file.
+        let start = view.data().as_ptr() as usize - self.bytes.as_ptr() as usize;
+        let bytes = self.bytes.slice(start..start + view.data().len());
+        StoredTensor::new(TensorType::new(shape, elem), bytes)
+            .map_err(|e| format!("'{name}' in {}: {e}", self.path.display()))
+    }
 }
 
 impl Env for SafetensorsWeights {
     fn param(&mut self, name: &str, ty: &TensorType) -> Result<Tensor, String> {
-        // safetensors has no 4- or 2-bit types: they are stored a byte each.
-        self.stored(name)?
-            .narrowed(ty.elem)
-            .map_err(|e| format!("weight '{name}' of {ty}: {e}"))
+        self.stored_param(name, ty).map(|t| t.to_tensor())
     }
-}
 
-impl SafetensorsWeights {
-    fn stored(&self, name: &str) -> Result<Tensor, String> {
-        let st = SafeTensors::deserialize(&self.bytes).map_err(|e| e.to_string())?;
-        let view = st
-            .tensor(name)
-            .map_err(|_| format!("weight '{name}' is not in {}", self.path.display()))?;
-        let shape = IxDyn(view.shape());
-        let d = view.data();
-        let arr = |v: Vec<f64>| ArrayD::from_shape_vec(shape.clone(), v).map_err(|e| e.to_string());
-        let iarr =
-            |v: Vec<i64>| ArrayD::from_shape_vec(shape.clone(), v).map_err(|e| e.to_string());
-        Ok(match view.dtype() {
-            Dtype::F32 => Tensor::float(
-                ElemType::F32,
-                arr(decode(d, |b| f32::from_le_bytes(b) as f64))?,
-            ),
-            Dtype::F64 => Tensor::float(ElemType::F64, arr(decode(d, f64::from_le_bytes))?),
-            Dtype::F16 => Tensor::float(
-                ElemType::F16,
-                arr(decode(d, |b| half::f16::from_le_bytes(b).to_f64()))?,
-            ),
-            Dtype::BF16 => Tensor::float(
-                ElemType::BF16,
-                arr(decode(d, |b| half::bf16::from_le_bytes(b).to_f64()))?,
-            ),
-            Dtype::F8_E4M3 | Dtype::F8_E4M3FNUZ | Dtype::F8_E5M2 | Dtype::F8_E5M2FNUZ => {
-                let elem = match view.dtype() {
-                    Dtype::F8_E4M3 => ElemType::F8E4M3FN,
-                    Dtype::F8_E4M3FNUZ => ElemType::F8E4M3FNUZ,
-                    Dtype::F8_E5M2 => ElemType::F8E5M2,
-                    _ => ElemType::F8E5M2FNUZ,
-                };
-                let f8 = ircc_core::minifloat::MiniFloat::of(elem).expect("an 8-bit float");
-                Tensor::float(elem, arr(d.iter().map(|&b| f8.from_bits(b)).collect())?)
-            }
-            Dtype::I64
-            | Dtype::I32
-            | Dtype::I16
-            | Dtype::I8
-            | Dtype::U64
-            | Dtype::U32
-            | Dtype::U16
-            | Dtype::U8 => {
-                let elem = match view.dtype() {
-                    Dtype::I64 => ElemType::I64,
-                    Dtype::I32 => ElemType::I32,
-                    Dtype::I16 => ElemType::I16,
-                    Dtype::I8 => ElemType::I8,
-                    Dtype::U64 => ElemType::U64,
-                    Dtype::U32 => ElemType::U32,
-                    Dtype::U16 => ElemType::U16,
-                    _ => ElemType::U8,
-                };
-                Tensor::int(elem, iarr(ircc_core::tensor::ints_from_le(d, elem))?)
-            }
-            Dtype::BOOL => Tensor::bool(
-                ArrayD::from_shape_vec(shape, d.iter().map(|&b| b != 0).collect())
-                    .map_err(|e| e.to_string())?,
-            ),
-            other => return Err(format!("weight '{name}' has unsupported dtype {other:?}")),
-        })
+    fn stored_param(&mut self, name: &str, ty: &TensorType) -> Result<StoredTensor, String> {
+        let t = self.stored(name).map_err(|e| format!("weight {e}"))?;
+        // A type narrower than a byte is stored as a byte type: read back
+        // as the declared type where each value is one of it.
+        let narrow = ty.elem != t.ty().elem && byte_storage(ty.elem) == t.ty().elem;
+        if !narrow {
+            return Ok(t);
+        }
+        t.to_tensor()
+            .narrowed(ty.elem)
+            .map_err(|e| format!("weight '{name}' of {ty}: {e}"))?;
+        StoredTensor::new(
+            TensorType::new(t.ty().shape.clone(), ty.elem),
+            t.bytes().clone(),
+        )
     }
 }
 
 /// Weights held in memory, as an import produces them.
-pub struct MemoryWeights(pub std::collections::HashMap<String, Tensor>);
+pub struct MemoryWeights(pub HashMap<String, StoredTensor>);
 
 impl Env for MemoryWeights {
-    fn param(&mut self, name: &str, _ty: &TensorType) -> Result<Tensor, String> {
+    fn param(&mut self, name: &str, ty: &TensorType) -> Result<Tensor, String> {
+        self.stored_param(name, ty).map(|t| t.to_tensor())
+    }
+
+    fn stored_param(&mut self, name: &str, _ty: &TensorType) -> Result<StoredTensor, String> {
         self.0
             .get(name)
             .cloned()

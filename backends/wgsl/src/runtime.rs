@@ -9,15 +9,15 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use ircc_core::{ElemType, Tensor};
+use ircc_core::{ElemType, StoredTensor, Tensor};
 
-use ircc_plan::host::{from_bytes, input_bytes, to_bytes};
+use ircc_plan::host::{from_bytes, input_bytes, stored_to_bytes, to_bytes};
 use ircc_plan::{BufferKind, Plan, Timing};
 
 type R<T> = Result<T, String>;
 
 /// Where the runtime finds a weight by name.
-pub type Weights<'a> = dyn Fn(&str) -> R<Tensor> + 'a;
+pub type Weights<'a> = dyn Fn(&str) -> R<StoredTensor> + 'a;
 
 /// Where a plan's tensor lives on the device.
 enum Memory {
@@ -331,13 +331,17 @@ impl Session {
                 usage,
                 mapped_at_creation: false,
             });
-            let data = match b.kind {
-                BufferKind::Weight => Some(weights(b.tensor_name())?),
-                BufferKind::Constant => plan.constants.get(&b.id).cloned(),
-                _ => None,
-            };
-            if let Some(t) = data {
-                queue.write_buffer(&buf, 0, &to_bytes(&t, &b.dtype, size)?);
+            match b.kind {
+                BufferKind::Weight => {
+                    let t = weights(b.tensor_name())?;
+                    queue.write_buffer(&buf, 0, &stored_to_bytes(&t, &b.dtype, size)?);
+                }
+                BufferKind::Constant => {
+                    if let Some(t) = plan.constants.get(&b.id) {
+                        queue.write_buffer(&buf, 0, &to_bytes(t, &b.dtype, size)?);
+                    }
+                }
+                _ => {}
             }
             buffers.push(Memory::Buffer(Arc::new(buf)));
         }

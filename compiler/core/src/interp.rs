@@ -1,12 +1,20 @@
 //! What an interpret hook may ask of the interpreter running it.
 
 use crate::ir::{Module, RegionId};
+use crate::stored::StoredTensor;
 use crate::tensor::Tensor;
 use crate::types::TensorType;
 
 pub trait Env {
     /// The weight named `name` (a `graph.param`), checked against `ty`.
     fn param(&mut self, name: &str, ty: &TensorType) -> Result<Tensor, String>;
+
+    /// The weight named `name` as stored, for a writer or a GPU upload
+    /// that needs its bytes rather than its values; an environment
+    /// holding stored weights gives them without decoding.
+    fn stored_param(&mut self, name: &str, ty: &TensorType) -> Result<StoredTensor, String> {
+        self.param(name, ty).map(|t| StoredTensor::from_tensor(&t))
+    }
 
     /// Runs the single block of `region` on `args` and returns what its
     /// terminator yields (the body of a fused op, say).
@@ -40,6 +48,22 @@ pub fn checked_param(env: &mut dyn Env, name: &str, ty: &TensorType) -> Result<T
         return Err(format!(
             "weight '{name}' has element type {} but the IR declares {ty}",
             t.elem
+        ));
+    }
+    Ok(t)
+}
+
+/// [`checked_param`] as stored.
+pub fn checked_stored_param(
+    env: &mut dyn Env,
+    name: &str,
+    ty: &TensorType,
+) -> Result<StoredTensor, String> {
+    let t = env.stored_param(name, ty)?;
+    if t.ty() != ty {
+        return Err(format!(
+            "weight '{name}' is {} but the IR declares {ty}",
+            t.ty()
         ));
     }
     Ok(t)

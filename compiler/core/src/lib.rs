@@ -22,6 +22,7 @@ pub mod pass;
 pub mod plugin;
 pub mod print;
 pub mod registry;
+pub mod stored;
 pub mod tensor;
 pub mod verify;
 
@@ -32,6 +33,7 @@ pub use ir::{BlockId, Module, OpBuilder, OpId, Operation, RegionId, ValueId};
 pub use parse::{parse_attribute, parse_module};
 pub use print::{Form, print_module};
 pub use registry::{OpHooks, OpView, Registry};
+pub use stored::StoredTensor;
 pub use tensor::{Tensor, TensorData};
 pub use types::{ElemType, TensorType, Type};
 

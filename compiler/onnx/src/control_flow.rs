@@ -329,9 +329,9 @@ impl Importer<'_> {
             self.bind_name(name, v);
         }
         for t in &g.initializer {
-            let tensor = crate::tensor::to_tensor(t, &self.base)
+            let tensor = crate::tensor::to_stored(t, &self.external)
                 .map_err(|e| e.context(format!("initializer '{}'", t.name)))?;
-            self.bind_name(&t.name, Val::constant(tensor));
+            self.bind_name(&t.name, Val::stored(tensor));
         }
         for (i, node) in g.node.iter().enumerate() {
             self.import_node(i, node)?;

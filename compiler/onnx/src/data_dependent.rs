@@ -118,7 +118,10 @@ impl Importer<'_> {
             .remove(0);
         match selected {
             Val::Const(t) => {
-                let all = t.as_int().ok_or_else(|| ImportError::invalid("indices"))?;
+                let all = t.value();
+                let all = all
+                    .as_int()
+                    .ok_or_else(|| ImportError::invalid("indices"))?;
                 let kept: Vec<i64> = all
                     .rows()
                     .into_iter()

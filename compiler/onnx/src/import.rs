@@ -2,22 +2,24 @@
 //! at import time or an SSA value of the function being built.
 
 use std::collections::{HashMap, HashSet};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::sync::Arc;
 
 use ircc_core::builtin::FuncOp;
 use ircc_core::interp::NoWeights;
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
 use ircc_core::limits::{MAX_ELEMENTS, MAX_FOLDED_ELEMENTS, MAX_FOLDED_WORK};
+use ircc_core::stored::Bytes;
 use ircc_core::{
-    Attribute, Attributes, DenseAttr, Module, OpId, Registry, Tensor, TensorType, Type,
+    Attribute, Attributes, DenseAttr, Module, OpId, Registry, StoredTensor, Tensor, TensorType,
+    Type,
 };
 use ircc_dialects::graph::GraphOp;
 use prost::Message;
 
 use crate::attrs::Attrs;
 use crate::proto::{ModelProto, NodeProto};
-use crate::tensor::{elem_type, to_tensor};
+use crate::tensor::{ExternalData, elem_type, to_stored};
 use crate::{ImportError, ImportOptions, Imported, Result};
 
 /// Integer constants up to this many elements are always inlined.
@@ -27,17 +29,57 @@ const INDEX_INLINE_LIMIT: usize = 4096;
 /// in several places is placed in the IR once (keyed by its allocation).
 #[derive(Clone)]
 pub enum Val {
-    Const(Arc<Tensor>),
+    Const(Arc<Constant>),
     Dyn(ValueId),
 }
 
 impl Val {
     pub fn constant(t: Tensor) -> Val {
-        Val::Const(Arc::new(t))
+        Val::Const(Arc::new(Constant::Computed(t)))
+    }
+
+    /// A constant as the model stores it (an initializer).
+    pub fn stored(t: StoredTensor) -> Val {
+        Val::Const(Arc::new(Constant::Stored(t)))
     }
 }
 
-fn key(t: &Arc<Tensor>) -> usize {
+/// A constant known at import: a tensor computed there, or an
+/// initializer as the model stores it, decoded only when an operator is
+/// evaluated on it. A weight that is only placed in the IR is never
+/// decoded: its stored bytes become the weight.
+pub enum Constant {
+    Computed(Tensor),
+    Stored(StoredTensor),
+}
+
+impl Constant {
+    pub fn ty(&self) -> TensorType {
+        match self {
+            Constant::Computed(t) => t.ty(),
+            Constant::Stored(s) => s.ty().clone(),
+        }
+    }
+
+    /// The values (decoded again at each call for a stored constant, so
+    /// no decoded copy outlives its use).
+    pub fn value(&self) -> Tensor {
+        match self {
+            Constant::Computed(t) => t.clone(),
+            Constant::Stored(s) => s.to_tensor(),
+        }
+    }
+
+    /// The constant as a weight stores it.
+    fn stored(&self) -> StoredTensor {
+        match self {
+            Constant::Computed(t) => StoredTensor::from_tensor(t),
+            Constant::Stored(s) => s.clone(),
+        }
+    }
+}
+
+fn key(t: &Arc<Constant>) -> usize {
     Arc::as_ptr(t) as usize
 }
 
@@ -53,16 +95,16 @@ pub struct Importer<'r> {
     bound: std::cell::RefCell<Vec<(String, String)>>,
     remarks: std::cell::RefCell<Vec<String>>,
     /// Constants already placed in the IR; the Arc keeps the key's address alive.
-    placed: HashMap<usize, (Arc<Tensor>, ValueId)>,
+    placed: HashMap<usize, (Arc<Constant>, ValueId)>,
     /// ONNX names of constants, for the placed ops and weights.
     const_names: HashMap<usize, String>,
     weight_names: HashSet<String>,
-    pub weights: Vec<(String, Tensor)>,
+    pub weights: Vec<(String, StoredTensor)>,
     inline_limit: usize,
     /// Scratch space for evaluating ops on constants.
     scratch: Module,
-    /// The model's folder, where its external data lives.
-    pub base: PathBuf,
+    /// The model's external-data files, relative to its folder.
+    pub external: ExternalData,
     /// The nodes that inlined bodies (If, Loop, Scan) have added so far.
     pub inlined_nodes: usize,
 }
@@ -70,6 +112,17 @@ pub struct Importer<'r> {
 /// Decodes and imports a model held in memory.
 pub fn import_model(
     bytes: &[u8],
+    base: &Path,
+    registry: &Registry,
+    options: &ImportOptions,
+) -> Result<Imported> {
+    import_bytes(Bytes::copy_from_slice(bytes), base, registry, options)
+}
+
+/// [`import_model`] of shared bytes, which the model's raw tensors stay
+/// slices of.
+pub(crate) fn import_bytes(
+    bytes: Bytes,
     base: &Path,
     registry: &Registry,
     options: &ImportOptions,
@@ -155,7 +208,7 @@ pub fn import_model(
             options.inline_limit
         },
         scratch: Module::new(),
-        base: base.to_path_buf(),
+        external: ExternalData::new(base),
         inlined_nodes: 0,
     };
     for (i, name) in arg_names.iter().enumerate() {
@@ -169,11 +222,13 @@ pub fn import_model(
     let steps = graph.initializer.len() + graph.node.len();
     for (i, t) in graph.initializer.iter().enumerate() {
         options.progress.report(i, steps);
-        let tensor =
-            to_tensor(t, base).map_err(|e| e.context(format!("initializer '{}'", t.name)))?;
-        let c = Arc::new(tensor);
-        imp.const_names.insert(key(&c), t.name.clone());
-        imp.values.insert(t.name.clone(), Val::Const(c));
+        let stored = to_stored(t, &imp.external)
+            .map_err(|e| e.context(format!("initializer '{}'", t.name)))?;
+        let c = Val::stored(stored);
+        if let Val::Const(k) = &c {
+            imp.const_names.insert(key(k), t.name.clone());
+        }
+        imp.values.insert(t.name.clone(), c);
     }
     for (i, node) in graph.node.iter().enumerate() {
         options.progress.report(graph.initializer.len() + i, steps);
@@ -385,7 +440,7 @@ impl Importer<'_> {
     /// (recorded as bound, feeding `what`).
     pub fn known_constant_for(&self, v: &Val, what: &str) -> Option<Tensor> {
         match v {
-            Val::Const(t) => Some(Tensor::clone(t)),
+            Val::Const(t) => Some(t.value()),
             Val::Dyn(id) => {
                 let t = self.known.get(id).cloned()?;
                 self.bind(*id, what);
@@ -421,7 +476,7 @@ impl Importer<'_> {
     pub fn constant_input(&self, node: &NodeProto, i: usize, what: &str) -> Result<Option<Tensor>> {
         match self.input(node, i)? {
             None => Ok(None),
-            Some(Val::Const(t)) => Ok(Some(Tensor::clone(&t))),
+            Some(Val::Const(t)) => Ok(Some(t.value())),
             Some(Val::Dyn(v)) if self.known.contains_key(&v) => {
                 self.bind(v, &format!("{}'s {what}", node.op_type));
                 Ok(self.known.get(&v).cloned())
@@ -483,8 +538,8 @@ impl Importer<'_> {
             return Ok(*id);
         }
         let name = self.const_names.get(&key(&c)).cloned();
-        let ty = Type::Tensor(c.ty());
-        let b = if c.len() > self.inline_limit_of(c.elem) {
+        let ty = c.ty();
+        let b = if ty.num_elements() as usize > self.inline_limit_of(ty.elem) {
             let base = name.clone().unwrap_or_else(|| "weight".to_string());
             let mut weight = base.clone();
             let mut k = 1;
@@ -492,12 +547,13 @@ impl Importer<'_> {
                 weight = format!("{base}_{k}");
                 k += 1;
             }
-            self.weights.push((weight.clone(), Tensor::clone(&c)));
+            self.weights.push((weight.clone(), c.stored()));
             OpBuilder::new(GraphOp::Param.name()).attr("name", Attribute::String(weight))
         } else {
-            OpBuilder::new(GraphOp::Constant.name()).attr("value", Attribute::Dense(c.to_dense()))
+            OpBuilder::new(GraphOp::Constant.name())
+                .attr("value", Attribute::Dense(c.value().to_dense()))
         };
-        let op = self.module.create_op(b.results([ty]));
+        let op = self.module.create_op(b.results([Type::Tensor(ty)]));
         self.module.append_op(self.block, op);
         let id = self.module.op(op).results[0];
         self.module.values[id].name = name;
@@ -523,7 +579,9 @@ impl Importer<'_> {
     pub fn kept_as_weight(&mut self, v: Val) -> Result<Val> {
         match v {
             Val::Const(t)
-                if t.elem.is_int() && t.len() > self.inline_limit.max(INDEX_INLINE_LIMIT) =>
+                if t.ty().elem.is_int()
+                    && t.ty().num_elements() as usize
+                        > self.inline_limit.max(INDEX_INLINE_LIMIT) =>
             {
                 Ok(Val::Dyn(self.materialize(Val::Const(t))?))
             }
@@ -559,7 +617,7 @@ impl Importer<'_> {
             let args: Vec<Tensor> = operands
                 .iter()
                 .map(|v| match v {
-                    Val::Const(t) => Tensor::clone(t),
+                    Val::Const(t) => t.value(),
                     Val::Dyn(_) => unreachable!("checked above"),
                 })
                 .collect();

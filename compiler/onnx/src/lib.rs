@@ -32,7 +32,7 @@ use std::collections::HashMap;
 use std::fmt;
 use std::path::Path;
 
-use ircc_core::{Module, Registry, Tensor};
+use ircc_core::{Module, Registry, StoredTensor, Tensor};
 
 pub use import::import_model;
 
@@ -127,7 +127,8 @@ impl std::fmt::Debug for Progress {
 /// An imported model: the module and the weights its `graph.param`s name.
 pub struct Imported {
     pub module: Module,
-    pub weights: Vec<(String, Tensor)>,
+    /// Each weight as the model stores it (shared with its file).
+    pub weights: Vec<(String, StoredTensor)>,
     /// The known inputs (`ImportOptions::known_inputs`) whose values the
     /// module was specialized on, each with the first operand it fed.
     pub bound: Vec<(String, String)>,
@@ -136,80 +137,17 @@ pub struct Imported {
 }
 
 /// Reads and imports a model file; external data is looked up beside it.
+/// The file is mapped, not read: the weights it holds stay its bytes.
 pub fn import_file(path: &Path, registry: &Registry, options: &ImportOptions) -> Result<Imported> {
-    let bytes = std::fs::read(path)
+    let meta = std::fs::metadata(path)
         .map_err(|e| ImportError::invalid(format!("cannot read {}: {e}", path.display())))?;
-    let base = path.parent().unwrap_or(Path::new("."));
-    import_model(&bytes, base, registry, options)
-}
-
-/// Writes weights as a safetensors file.
-pub fn write_weights(path: &Path, weights: &[(String, Tensor)]) -> std::result::Result<(), String> {
-    use ircc_core::{ElemType, TensorData};
-    use safetensors::{Dtype, tensor::TensorView};
-    let mut buffers: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
-    for (name, t) in weights {
-        // safetensors has no 4- or 2-bit types: they are stored a byte each.
-        let storage = ircc_core::tensor::byte_storage(t.elem);
-        let widened;
-        let t = if storage == t.elem {
-            t
-        } else {
-            widened = t.cast(storage);
-            &widened
-        };
-        let (dtype, bytes): (Dtype, Vec<u8>) = match (t.data(), t.elem) {
-            (TensorData::Float(a), ElemType::F64) => {
-                (Dtype::F64, a.iter().flat_map(|x| x.to_le_bytes()).collect())
-            }
-            (TensorData::Float(a), ElemType::F16) => (
-                Dtype::F16,
-                a.iter()
-                    .flat_map(|&x| half::f16::from_f64(x).to_le_bytes())
-                    .collect(),
-            ),
-            (TensorData::Float(a), ElemType::BF16) => (
-                Dtype::BF16,
-                a.iter()
-                    .flat_map(|&x| half::bf16::from_f64(x).to_le_bytes())
-                    .collect(),
-            ),
-            (TensorData::Float(a), e) if let Some(f8) = ircc_core::minifloat::MiniFloat::of(e) => {
-                let dtype = match e {
-                    ElemType::F8E4M3FN => Dtype::F8_E4M3,
-                    ElemType::F8E4M3FNUZ => Dtype::F8_E4M3FNUZ,
-                    ElemType::F8E5M2 => Dtype::F8_E5M2,
-                    _ => Dtype::F8_E5M2FNUZ,
-                };
-                (dtype, a.iter().map(|&x| f8.to_bits(x)).collect())
-            }
-            (TensorData::Float(a), _) => (
-                Dtype::F32,
-                a.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect(),
-            ),
-            (TensorData::Int(a), elem) => {
-                let dtype = match elem {
-                    ElemType::I32 => Dtype::I32,
-                    ElemType::I16 => Dtype::I16,
-                    ElemType::I8 => Dtype::I8,
-                    ElemType::U64 => Dtype::U64,
-                    ElemType::U32 => Dtype::U32,
-                    ElemType::U16 => Dtype::U16,
-                    ElemType::U8 => Dtype::U8,
-                    _ => Dtype::I64,
-                };
-                let bytes = ircc_core::tensor::ints_to_le(a.iter().copied(), elem);
-                (dtype, bytes)
-            }
-            (TensorData::Bool(a), _) => (Dtype::BOOL, a.iter().map(|&b| b as u8).collect()),
-        };
-        buffers.push((name.clone(), dtype, t.shape().to_vec(), bytes));
+    if !meta.is_file() {
+        return Err(ImportError::invalid(format!(
+            "{} is not a regular file",
+            path.display()
+        )));
     }
-    let views = buffers
-        .iter()
-        .map(|(n, d, s, b)| TensorView::new(*d, s.clone(), b).map(|v| (n.clone(), v)))
-        .collect::<std::result::Result<Vec<_>, _>>()
-        .map_err(|e| e.to_string())?;
-    safetensors::serialize_to_file(views, None, path)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let bytes = ircc_core::stored::map_file(path).map_err(ImportError::invalid)?;
+    let base = path.parent().unwrap_or(Path::new("."));
+    import::import_bytes(bytes, base, registry, options)
 }

@@ -9,7 +9,7 @@ use crate::attrs::Attrs;
 use crate::fold;
 use crate::import::{Importer, Val, i64s, scalar_f64};
 use crate::proto::{NodeProto, attr_type};
-use crate::tensor::{elem_type, to_tensor};
+use crate::tensor::{elem_type, to_stored};
 use crate::{ImportError, Result};
 
 /// The attributes of Conv, ConvInteger and QLinearConv.
@@ -795,12 +795,13 @@ impl Importer<'_> {
             ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&shape), data).expect("sizes agree")
         };
         Ok(match (attr.name.as_str(), attr.r#type) {
-            ("value", attr_type::TENSOR) => to_tensor(
+            ("value", attr_type::TENSOR) => to_stored(
                 attr.t
                     .as_ref()
                     .ok_or_else(|| ImportError::invalid("empty tensor"))?,
-                std::path::Path::new("."),
-            )?,
+                &self.external,
+            )?
+            .to_tensor(),
             ("value_float", _) => Tensor::float(
                 ElemType::F32,
                 v(vec![a.f("value_float", 0.0) as f64], vec![]),

@@ -116,8 +116,9 @@ pub struct TensorProto {
     pub int64_data: Vec<i64>,
     #[prost(string, tag = "8")]
     pub name: String,
-    #[prost(bytes = "vec", tag = "9")]
-    pub raw_data: Vec<u8>,
+    /// Shared with the buffer the model was decoded from, not copied.
+    #[prost(bytes = "bytes", tag = "9")]
+    pub raw_data: bytes::Bytes,
     #[prost(double, repeated, tag = "10")]
     pub double_data: Vec<f64>,
     #[prost(uint64, repeated, tag = "11")]

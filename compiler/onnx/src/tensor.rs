@@ -1,10 +1,18 @@
 //! ONNX tensors (TensorProto) to ircc tensors and back, external data
 //! included.
+//!
+//! A tensor's raw bytes (in the model or in an external-data file) are
+//! kept as they are, a [`StoredTensor`] sharing the file's mapped bytes,
+//! and decoded only where an operator must be evaluated on them at import.
+//! Each external-data file is mapped once, however many tensors it holds.
 
-use std::path::Path;
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
 
 use ircc_core::minifloat::MiniFloat;
-use ircc_core::{ElemType, Tensor};
+use ircc_core::stored::{Bytes, map_file};
+use ircc_core::{ElemType, StoredTensor, Tensor, TensorType};
 use ndarray::{ArrayD, IxDyn};
 
 use crate::proto::{DATA_LOCATION_EXTERNAL, TensorProto, data_type as dt};
@@ -77,7 +85,35 @@ pub fn data_type_name(t: i32) -> &'static str {
     }
 }
 
-fn external_bytes(t: &TensorProto, base: &Path) -> Result<Vec<u8>> {
+/// The external-data files of a model's folder, each mapped once.
+pub struct ExternalData {
+    base: PathBuf,
+    files: RefCell<HashMap<PathBuf, Bytes>>,
+}
+
+impl ExternalData {
+    /// External data relative to `base`, the model's folder.
+    pub fn new(base: &Path) -> ExternalData {
+        ExternalData {
+            base: base.to_path_buf(),
+            files: RefCell::default(),
+        }
+    }
+
+    /// The bytes of the file at `path`, mapped the first time.
+    fn file(&self, path: &Path) -> std::result::Result<Bytes, String> {
+        if let Some(b) = self.files.borrow().get(path) {
+            return Ok(b.clone());
+        }
+        let bytes = map_file(path)?;
+        self.files
+            .borrow_mut()
+            .insert(path.to_path_buf(), bytes.clone());
+        Ok(bytes)
+    }
+}
+
+fn external_bytes(t: &TensorProto, external: &ExternalData) -> Result<Bytes> {
     let get = |k: &str| {
         t.external_data
             .iter()
@@ -90,19 +126,15 @@ fn external_bytes(t: &TensorProto, base: &Path) -> Result<Vec<u8>> {
             t.name
         ))
     })?;
-    let path = ircc_core::files::file_inside(base, location).map_err(|e| {
+    let path = ircc_core::files::file_inside(&external.base, location).map_err(|e| {
         ImportError::invalid(format!(
             "cannot read external data {location} of tensor '{}': {e}",
             t.name
         ))
     })?;
-    let data = std::fs::read(&path).map_err(|e| {
-        ImportError::invalid(format!(
-            "cannot read external data {} of tensor '{}': {e}",
-            path.display(),
-            t.name
-        ))
-    })?;
+    let data = external
+        .file(&path)
+        .map_err(|e| ImportError::invalid(format!("external data of tensor '{}': {e}", t.name)))?;
     let number = |k: &str| -> Result<Option<usize>> {
         get(k)
             .map(|v| {
@@ -113,21 +145,15 @@ fn external_bytes(t: &TensorProto, base: &Path) -> Result<Vec<u8>> {
     };
     let offset = number("offset")?.unwrap_or(0);
     let length = number("length")?.unwrap_or(data.len().saturating_sub(offset));
-    data.get(offset..offset.saturating_add(length))
-        .map(<[u8]>::to_vec)
-        .ok_or_else(|| {
-            ImportError::invalid(format!(
-                "external data of tensor '{}' ({offset}+{length} bytes) is beyond the end of {}",
-                t.name,
-                path.display()
-            ))
-        })
-}
-
-fn from_le<const N: usize, T>(raw: &[u8], f: impl Fn([u8; N]) -> T) -> Vec<T> {
-    raw.chunks_exact(N)
-        .map(|c| f(c.try_into().unwrap_or([0; N])))
-        .collect()
+    match offset.checked_add(length) {
+        Some(end) if end <= data.len() => Ok(data.slice(offset..end)),
+        _ => Err(ImportError::invalid(format!(
+            "external data of tensor '{}' ({offset}+{length} bytes) is beyond the end of {} ({} bytes)",
+            t.name,
+            path.display(),
+            data.len()
+        ))),
+    }
 }
 
 /// The width of a type ONNX packs several to a byte.
@@ -148,10 +174,10 @@ fn unpacked(
     n: usize,
     elem: ElemType,
     bits: usize,
-    raw: Option<Vec<u8>>,
+    raw: Option<&[u8]>,
 ) -> Result<Tensor> {
     let bytes = match raw {
-        Some(raw) => raw,
+        Some(raw) => raw.to_vec(),
         None => t
             .int32_data
             .iter()
@@ -197,7 +223,41 @@ fn unpacked(
 
 /// Decodes a tensor; `base` is the folder external data is relative to.
 pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
+    to_stored(t, &ExternalData::new(base)).map(|s| s.to_tensor())
+}
+
+/// A tensor as stored: raw bytes (in the model or in `external` data) of a
+/// type of a byte or more are kept undecoded, shared with the file;
+/// values in typed fields and packed 4- and 2-bit values are decoded.
+pub fn to_stored(t: &TensorProto, external: &ExternalData) -> Result<StoredTensor> {
     let elem = elem_type(t.data_type).map_err(|e| e.context(format!("tensor '{}'", t.name)))?;
+    let raw = if t.data_location == DATA_LOCATION_EXTERNAL {
+        Some(external_bytes(t, external)?)
+    } else if !t.raw_data.is_empty() {
+        Some(t.raw_data.clone())
+    } else {
+        None
+    };
+    let shape = dims(t)?;
+    let n = shape.iter().product();
+    let decoded = match (raw, packed_bits(elem)) {
+        (raw, Some(bits)) => unpacked(t, &shape, n, elem, bits, raw.as_deref())?,
+        (Some(raw), None) => {
+            let ty = TensorType::new(shape.iter().map(|&d| d as i64).collect(), elem);
+            return StoredTensor::new(ty, raw).map_err(|e| {
+                ImportError::invalid(format!(
+                    "tensor '{}' of {elem} with shape {:?}: {e}",
+                    t.name, t.dims
+                ))
+            });
+        }
+        (None, None) => typed_fields(t, elem, &shape)?,
+    };
+    Ok(StoredTensor::from_tensor(&decoded))
+}
+
+/// The tensor's shape, checked: no negative extents, no overflowing count.
+fn dims(t: &TensorProto) -> Result<Vec<usize>> {
     if t.dims.iter().any(|&d| d < 0) {
         return Err(ImportError::invalid(format!(
             "tensor '{}' has a negative dimension",
@@ -205,43 +265,32 @@ pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
         )));
     }
     let shape: Vec<usize> = t.dims.iter().map(|&d| d as usize).collect();
-    let n = shape
+    shape
         .iter()
         .try_fold(1usize, |a, &d| a.checked_mul(d))
-        .ok_or_else(|| ImportError::invalid("tensor too large"))?;
-    let raw = if t.data_location == DATA_LOCATION_EXTERNAL {
-        Some(external_bytes(t, base)?)
-    } else if !t.raw_data.is_empty() {
-        Some(t.raw_data.clone())
-    } else {
-        None
-    };
-    if let Some(bits) = packed_bits(elem) {
-        return unpacked(t, &shape, n, elem, bits, raw);
-    }
-    let floats: Vec<f64> = match (&raw, elem) {
-        (Some(r), ElemType::F32) => from_le(r, |b| f32::from_le_bytes(b) as f64),
-        (Some(r), ElemType::F64) => from_le(r, f64::from_le_bytes),
-        (Some(r), ElemType::F16) => from_le(r, |b| half::f16::from_le_bytes(b).to_f64()),
-        (Some(r), ElemType::BF16) => from_le(r, |b| half::bf16::from_le_bytes(b).to_f64()),
-        (Some(r), e) if MiniFloat::of(e).is_some() => {
-            let f8 = MiniFloat::of(e).expect("checked");
-            r.iter().map(|&b| f8.from_bits(b)).collect()
-        }
-        (None, ElemType::F32) => t.float_data.iter().map(|&x| x as f64).collect(),
-        (None, ElemType::F64) => t.double_data.clone(),
+        .filter(|&n| n as u64 <= ircc_core::limits::MAX_ELEMENTS as u64)
+        .ok_or_else(|| ImportError::invalid(format!("tensor '{}' is too large", t.name)))?;
+    Ok(shape)
+}
+
+/// The values of a tensor held in its typed fields.
+fn typed_fields(t: &TensorProto, elem: ElemType, shape: &[usize]) -> Result<Tensor> {
+    let n: usize = shape.iter().product();
+    let floats: Vec<f64> = match elem {
+        ElemType::F32 => t.float_data.iter().map(|&x| x as f64).collect(),
+        ElemType::F64 => t.double_data.clone(),
         // float16 and bfloat16 travel as their bit patterns in int32_data.
-        (None, ElemType::F16) => t
+        ElemType::F16 => t
             .int32_data
             .iter()
             .map(|&x| half::f16::from_bits(x as u16).to_f64())
             .collect(),
-        (None, ElemType::BF16) => t
+        ElemType::BF16 => t
             .int32_data
             .iter()
             .map(|&x| half::bf16::from_bits(x as u16).to_f64())
             .collect(),
-        (None, e) if MiniFloat::of(e).is_some() => {
+        e if MiniFloat::of(e).is_some() => {
             let f8 = MiniFloat::of(e).expect("checked");
             t.int32_data
                 .iter()
@@ -252,12 +301,11 @@ pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
     };
     // Without raw data, ONNX keeps int64 in int64_data, uint32 and uint64
     // in uint64_data, and narrower integers and bool in int32_data.
-    let ints: Vec<i64> = match (&raw, elem) {
-        (_, e) if e.is_float() => Vec::new(),
-        (Some(r), e) => ircc_core::tensor::ints_from_le(r, e),
-        (None, ElemType::I64) => t.int64_data.clone(),
-        (None, ElemType::U64 | ElemType::U32) => t.uint64_data.iter().map(|&x| x as i64).collect(),
-        (None, e) => t
+    let ints: Vec<i64> = match elem {
+        e if e.is_float() => Vec::new(),
+        ElemType::I64 => t.int64_data.clone(),
+        ElemType::U64 | ElemType::U32 => t.uint64_data.iter().map(|&x| x as i64).collect(),
+        e => t
             .int32_data
             .iter()
             .map(|&x| ircc_core::tensor::wrap_int(x as i64, e))
@@ -278,12 +326,12 @@ pub fn to_tensor(t: &TensorProto, base: &Path) -> Result<Tensor> {
     Ok(match elem {
         e if e.is_float() => Tensor::float(
             e,
-            ArrayD::from_shape_vec(IxDyn(&shape), floats).map_err(bad)?,
+            ArrayD::from_shape_vec(IxDyn(shape), floats).map_err(bad)?,
         ),
         ElemType::I1 => Tensor::bool(
-            ArrayD::from_shape_vec(IxDyn(&shape), ints.iter().map(|&v| v != 0).collect())
+            ArrayD::from_shape_vec(IxDyn(shape), ints.iter().map(|&v| v != 0).collect())
                 .map_err(bad)?,
         ),
-        e => Tensor::int(e, ArrayD::from_shape_vec(IxDyn(&shape), ints).map_err(bad)?),
+        e => Tensor::int(e, ArrayD::from_shape_vec(IxDyn(shape), ints).map_err(bad)?),
     })
 }
