@@ -15,7 +15,7 @@ use ircc_plan::bundle::{self, Bundle};
 use crate::gpu::plain;
 use crate::inputs::read_inputs;
 
-use crate::{Backend, BundleArgs, Cli, Driver, Outcome, RunArgs, io_err};
+use crate::{Backend, BundleArgs, Cli, Driver, Outcome, OutputFormat, RunArgs, io_err};
 
 /// The options of `ircc run` a bundle takes: everything else was decided
 /// when it was compiled.
@@ -131,20 +131,38 @@ impl Driver {
                 dir.display()
             )));
         }
-        let names: Vec<String> = bundle
+        let params = bundle
             .plan
             .inputs
             .iter()
-            .map(|&id| bundle.plan.buffers[id].name.clone())
-            .collect();
-        let inputs = read_inputs(&args.inputs, &names)?;
+            .map(|&id| {
+                let b = &bundle.plan.buffers[id];
+                let elem = ircc_core::ElemType::from_name(&b.elem).ok_or_else(|| {
+                    plain(format!(
+                        "input '{}' has no element type '{}'",
+                        b.name, b.elem
+                    ))
+                })?;
+                Ok((
+                    b.name.clone(),
+                    ircc_core::TensorType::new(b.shape.clone(), elem),
+                ))
+            })
+            .collect::<Result<Vec<_>, crate::Failure>>()?;
+        let inputs = read_inputs(&args.inputs, &params)?;
         let output_names = bundle.plan.output_names.clone();
         let outputs = self
             .phase("GPU setup and run", || {
                 run(bundle, &args.opencl.cl_options, &inputs)
             })
             .map_err(plain)?;
-        write_outputs(&args.output_dir, &output_names, &outputs, stdout)
+        write_outputs(
+            &args.output_dir,
+            &output_names,
+            &outputs,
+            args.output_format,
+            stdout,
+        )
     }
 }
 
@@ -178,14 +196,35 @@ fn run(
     }
 }
 
-/// Writes each output as `DIR/NAME.npy` and says so on `stdout`.
+/// The file `--output-format safetensors` writes the outputs to.
+pub(crate) const OUTPUTS_FILE: &str = "outputs.safetensors";
+
+/// Writes each output in its own type, as `DIR/NAME.npy` or all in
+/// `DIR/outputs.safetensors` by name, and says so on `stdout`.
 pub(crate) fn write_outputs(
     dir: &Path,
     names: &[String],
     outputs: &[ircc_core::Tensor],
+    format: OutputFormat,
     stdout: &mut dyn Write,
 ) -> Outcome {
     std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
+    if format == OutputFormat::Safetensors {
+        let path = dir.join(OUTPUTS_FILE);
+        let stored: Vec<_> = names
+            .iter()
+            .zip(outputs)
+            .map(|(n, t)| (n.clone(), ircc_core::StoredTensor::from_tensor(t)))
+            .collect();
+        ircc_reference::write_safetensors(&path, &stored).map_err(Diagnostic::plain)?;
+        let what: Vec<String> = names
+            .iter()
+            .zip(outputs)
+            .map(|(n, t)| format!("'{n}' {}", t.ty()))
+            .collect();
+        let _ = writeln!(stdout, "wrote {} ({})", path.display(), what.join(", "));
+        return Ok(());
+    }
     let stems = ircc_core::files::unique_stems(names.iter().map(String::as_str));
     for ((name, stem), t) in names.iter().zip(&stems).zip(outputs) {
         let path = dir.join(format!("{stem}.npy"));

@@ -177,8 +177,11 @@ pub struct ProbeArgs {
 /// database --tuning-db names (merged into it where it exists), which
 /// compiling with --tuning-db then reads. The space of each signature is
 /// spec/tuning.toml's, pruned by Romou's criteria against --device's
-/// profile; every trial times the whole model, each product with its own
-/// candidate.
+/// profile. Each candidate is timed on its kernel alone: the first
+/// product of each signature, cut out of the model with operands of its
+/// real shapes, every signature's next candidate lowered and timed in one
+/// round; the whole model is then run untuned and tuned, their outputs
+/// compared and their times reported.
 #[derive(Args, Debug)]
 pub struct TuneArgs {
     #[command(flatten)]
@@ -197,7 +200,7 @@ pub struct TuneArgs {
     /// Search every valid configuration, not only those pruning keeps.
     #[arg(long)]
     pub no_prune: bool,
-    /// Timed runs of the model per trial, after warm-up runs worth about a quarter of a second.
+    /// Timed runs of each round's kernels (and, at the end, of the whole model untuned and tuned), after warm-up runs worth about a quarter of a second on a GPU.
     #[arg(long, default_value_t = 5)]
     pub runs: usize,
     /// Print each kernel signature's space (all points, the valid ones,
@@ -292,10 +295,10 @@ pub struct OnnxArgs {
     /// An input's value, known when compiling: NAME=FILE.npy (repeatable). Where the input feeds an operand that must be a constant (Reshape's shape, Split's sizes, an axis), the model is specialized on this value, and a remark says so; `ircc run` binds the inputs it is given the same way
     #[arg(long = "bind", value_name = "NAME=FILE.npy")]
     pub binds: Vec<String>,
-    /// Values bound to the model's first inputs in order (`ircc run`'s
-    /// inputs given by position), as FILE.npy.
+    /// `ircc run`'s inputs (`--input`), bound as `--bind` binds a value
+    /// where the model needs one when compiling.
     #[arg(skip)]
-    pub binds_in_order: Vec<String>,
+    pub run_inputs: Vec<String>,
 }
 
 #[derive(Args, Debug)]
@@ -522,6 +525,15 @@ pub struct CompileArgs {
     pub kernel: KernelArgs,
 }
 
+/// The file format of `ircc run`'s outputs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+pub enum OutputFormat {
+    /// One NAME.npy per output.
+    Npy,
+    /// One outputs.safetensors holding every output by name.
+    Safetensors,
+}
+
 #[derive(Args, Debug)]
 pub struct RunArgs {
     #[command(flatten)]
@@ -529,12 +541,20 @@ pub struct RunArgs {
     /// Where to run it.
     #[arg(long, value_enum, default_value = "reference")]
     pub backend: Backend,
-    /// An input: NAME=PATH.npy, or PATH.npy for the inputs in order.
+    /// An input: NAME=PATH.npy, or PATH.npy for the inputs in order; a
+    /// .safetensors file given alone holds inputs by name (NAME=FILE.safetensors
+    /// takes its tensor NAME). Each in the input's type: numpy's, or for
+    /// bfloat16, the 8- and 4-bit floats and 4- and 2-bit integers the
+    /// form ml_dtypes saves (spec/io.md).
     #[arg(long = "input", value_name = "NAME=PATH")]
     pub inputs: Vec<String>,
-    /// Directory for the outputs, one NAME.npy per result.
+    /// Directory for the outputs, one NAME.npy per result (or one
+    /// outputs.safetensors), each in the model's type.
     #[arg(long, value_name = "DIR")]
     pub output_dir: PathBuf,
+    /// How the outputs are written.
+    #[arg(long, value_enum, default_value = "npy")]
+    pub output_format: OutputFormat,
     /// The function to run.
     #[arg(long, default_value = "main")]
     pub entry: String,

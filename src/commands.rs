@@ -16,13 +16,7 @@ use crate::{
 /// inputs in order) bound as `--bind` would bind it.
 fn bind_inputs(onnx: &crate::OnnxArgs, inputs: &[String]) -> crate::OnnxArgs {
     let mut onnx = onnx.clone();
-    for spec in inputs {
-        if spec.contains('=') {
-            onnx.binds.push(spec.clone());
-        } else {
-            onnx.binds_in_order.push(spec.clone());
-        }
-    }
+    onnx.run_inputs = inputs.to_vec();
     onnx
 }
 
@@ -149,8 +143,7 @@ impl Driver {
                 args.model.file.display()
             ))
         })?;
-        let names = ircc_reference::input_names(module, func);
-        let inputs = read_inputs(&args.inputs, &names)?;
+        let inputs = read_inputs(&args.inputs, &crate::inputs::params(module, func))?;
         let outputs = match args.backend.device() {
             None => {
                 let mut env = self.weights_env(&loaded)?;
@@ -191,7 +184,13 @@ impl Driver {
             }
         };
         let names = ircc_reference::output_names(&loaded.module, func);
-        crate::bundle::write_outputs(&args.output_dir, &names, &outputs, stdout)
+        crate::bundle::write_outputs(
+            &args.output_dir,
+            &names,
+            &outputs,
+            args.output_format,
+            stdout,
+        )
     }
 
     pub(crate) fn import_command(&self, args: &ImportArgs, stdout: &mut dyn Write) -> Outcome {

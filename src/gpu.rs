@@ -540,11 +540,10 @@ impl Driver {
             stderr,
         )?;
         let func = main_function(&loaded.module)?;
-        let names = ircc_reference::input_names(&loaded.module, func);
         let inputs = if args.inputs.is_empty() {
             crate::inputs::random_inputs(&loaded.module, 0)?
         } else {
-            crate::inputs::read_inputs(&args.inputs, &names)?
+            crate::inputs::read_inputs(&args.inputs, &crate::inputs::params(&loaded.module, func))?
         };
         let profile = args.model.pipeline.device_profile();
         let profile = profile.as_deref();

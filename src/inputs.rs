@@ -3,7 +3,8 @@
 
 use std::path::Path;
 
-use ircc_core::{Diagnostic, ElemType, Module, Tensor, Type};
+use ircc_core::{Diagnostic, ElemType, Module, Tensor, TensorType, Type};
+use ircc_reference::{Npy, read_npy_file};
 use ndarray::{ArrayD, IxDyn};
 
 use crate::Failure;
@@ -52,44 +53,177 @@ pub(crate) fn random_inputs(module: &Module, seed: u64) -> Result<Vec<Tensor>, D
         .collect()
 }
 
-/// The inputs `specs` (`NAME=PATH.npy`, or `PATH.npy` in order) give the
-/// function whose inputs are `names`.
-pub(crate) fn read_inputs(specs: &[String], names: &[String]) -> Result<Vec<Tensor>, Failure> {
-    let mut slots: Vec<Option<Tensor>> = vec![None; names.len()];
+/// A function's inputs: each one's name and declared type.
+pub(crate) fn params(module: &Module, func: ircc_core::OpId) -> Vec<(String, TensorType)> {
+    let names = ircc_reference::input_names(module, func);
+    let args = module
+        .entry_block(func)
+        .map(|b| module.blocks[b].args.clone())
+        .unwrap_or_default();
+    names
+        .into_iter()
+        .zip(args)
+        .filter_map(|(n, a)| Some((n, module.value_type(a).as_tensor()?.clone())))
+        .collect()
+}
+
+/// A `--input` or `--bind` spec: the input it names, if any, and the file.
+fn split_spec(spec: &str) -> (Option<&str>, &Path) {
+    match spec.split_once('=') {
+        Some((name, path)) => (Some(name), Path::new(path)),
+        None => (None, Path::new(spec)),
+    }
+}
+
+fn is_safetensors(path: &Path) -> bool {
+    path.extension()
+        .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
+}
+
+/// The values a spec's file gives: a `.npy` file one (typed, or ml_dtypes'
+/// untyped bytes); a `.safetensors` file, named for one input, the
+/// tensor of that name or its only one, and given alone, every tensor by
+/// its name.
+fn read_file(name: Option<&str>, path: &Path) -> Result<Vec<(Option<String>, Npy)>, String> {
+    if !is_safetensors(path) {
+        return Ok(vec![(name.map(str::to_string), read_npy_file(path)?)]);
+    }
+    let file = ircc_reference::SafetensorsWeights::open(path)?;
+    let tensors = file.tensors()?;
+    let typed = |t: &ircc_core::StoredTensor| Npy::Typed(t.to_tensor());
+    match name {
+        None => Ok(tensors
+            .iter()
+            .map(|(n, t)| (Some(n.clone()), typed(t)))
+            .collect()),
+        Some(name) => {
+            let t = match tensors.iter().find(|(n, _)| n == name) {
+                Some((_, t)) => t,
+                None if tensors.len() == 1 => &tensors[0].1,
+                None => {
+                    let names: Vec<&str> = tensors.iter().map(|(n, _)| n.as_str()).collect();
+                    return Err(format!(
+                        "{} has no tensor '{name}' (it holds {})",
+                        path.display(),
+                        names.join(", ")
+                    ));
+                }
+            };
+            Ok(vec![(Some(name.to_string()), typed(t))])
+        }
+    }
+}
+
+/// The inputs `specs` give the function whose inputs are `params`: each
+/// spec `NAME=FILE` or `FILE` (the next input in order), a `.npy` file
+/// holding one input and a `.safetensors` file given alone holding inputs
+/// by name. Every input must be given, in its declared type and shape.
+pub(crate) fn read_inputs(
+    specs: &[String],
+    params: &[(String, TensorType)],
+) -> Result<Vec<Tensor>, Failure> {
+    let names: Vec<&str> = params.iter().map(|(n, _)| n.as_str()).collect();
+    let mut slots: Vec<Option<Tensor>> = vec![None; params.len()];
     let mut next_positional = 0;
     for spec in specs {
-        let (index, path) = match spec.split_once('=') {
-            Some((name, path)) => {
-                let i = names.iter().position(|n| n == name).ok_or_else(|| {
-                    Diagnostic::plain(format!(
-                        "no input named '{name}' (inputs: {})",
-                        names.join(", ")
-                    ))
-                })?;
-                (i, path)
-            }
-            None => {
-                let i = next_positional;
-                next_positional += 1;
-                (i, spec.as_str())
-            }
-        };
-        if index >= names.len() {
-            return Err(Diagnostic::plain(format!(
-                "too many inputs: the function takes {}",
-                names.len()
+        let (name, path) = split_spec(spec);
+        let at = |e: String| Diagnostic::plain(format!("--input {spec}: {e}"));
+        let unknown = |name: &str| {
+            at(format!(
+                "no input named '{name}' (inputs: {})",
+                names.join(", ")
             ))
-            .into());
+        };
+        if let Some(name) = name
+            && !names.contains(&name)
+        {
+            return Err(unknown(name).into());
         }
-        slots[index] = Some(ircc_reference::read_npy(Path::new(path)).map_err(Diagnostic::plain)?);
+        for (name, value) in read_file(name, path).map_err(at)? {
+            let index = match &name {
+                Some(name) => names
+                    .iter()
+                    .position(|n| n == name)
+                    .ok_or_else(|| unknown(name))?,
+                None => {
+                    next_positional += 1;
+                    next_positional - 1
+                }
+            };
+            let Some((input, ty)) = params.get(index) else {
+                return Err(
+                    at(format!("too many inputs: the model takes {}", params.len())).into(),
+                );
+            };
+            let t = value.into_type(ty.elem).map_err(|e| {
+                at(format!(
+                    "{} {e}, but input '{input}' is {ty}{}",
+                    path.display(),
+                    ircc_reference::ml_dtypes_hint(ty.elem)
+                ))
+            })?;
+            if t.ty() != *ty {
+                return Err(at(format!(
+                    "{} holds a {}, but input '{input}' is {ty}",
+                    path.display(),
+                    t.ty()
+                ))
+                .into());
+            }
+            if slots[index].is_some() {
+                return Err(at(format!("input '{input}' is given twice")).into());
+            }
+            slots[index] = Some(t);
+        }
     }
     slots
         .into_iter()
-        .zip(names)
-        .map(|(t, n)| {
+        .zip(params)
+        .map(|(t, (n, _))| {
             t.ok_or_else(|| {
                 Diagnostic::plain(format!("missing input '{n}' (give --input {n}=PATH.npy)")).into()
             })
         })
         .collect()
+}
+
+/// Values given for inputs: by name, and by position (None where a
+/// value is not known until run time).
+type Given = (Vec<(String, Tensor)>, Vec<Option<Tensor>>);
+
+/// The values `ircc run`'s inputs (or `--bind`) give, for an ONNX import
+/// to specialize on: `(by name, in order)`. A file whose values need the
+/// model's type to be read (ml_dtypes' untyped bytes) gives none, since
+/// no such value is a shape; with `strict` (`--bind`) any file that cannot
+/// be read is an error.
+pub(crate) fn known_values(
+    specs: &[String],
+    strict: bool,
+) -> Result<Given, String> {
+    let (mut by_name, mut in_order) = (Vec::new(), Vec::new());
+    for spec in specs {
+        let (name, path) = split_spec(spec);
+        let values = match read_file(name, path) {
+            Ok(v) => v,
+            Err(_) if !strict => continue,
+            Err(e) => return Err(format!("--bind {spec}: {e}")),
+        };
+        for (name, value) in values {
+            let value = match value {
+                Npy::Typed(t) => Some(t),
+                Npy::Untyped { descr, .. } if strict => {
+                    return Err(format!(
+                        "--bind {spec}: holds untyped {descr} values, which only a run's --input reads"
+                    ));
+                }
+                Npy::Untyped { .. } => None,
+            };
+            match (name, value) {
+                (Some(name), Some(t)) => by_name.push((name, t)),
+                (Some(_), None) => {}
+                (None, value) => in_order.push(value),
+            }
+        }
+    }
+    Ok((by_name, in_order))
 }

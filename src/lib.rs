@@ -41,8 +41,8 @@ use ircc_core::{
 
 pub use cli::{
     Backend, BenchArgs, BundleArgs, CheckArgs, Cli, Command, CompileArgs, DeviceBackend, Emit,
-    ImportArgs, KernelArgs, ModelArgs, OnnxArgs, OpenClArgs, PipelineArgs, Precision, RunArgs,
-    SimulateAttentionArgs, StatsArgs,
+    ImportArgs, KernelArgs, ModelArgs, OnnxArgs, OpenClArgs, OutputFormat, PipelineArgs, Precision,
+    RunArgs, SimulateAttentionArgs, StatsArgs,
 };
 
 /// The pipelines that ship inside the binary, by name.
@@ -707,25 +707,23 @@ fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
             })?;
         options.input_shapes.insert(name.to_string(), dims);
     }
-    for spec in &args.binds {
-        let (name, path) = spec
-            .split_once('=')
-            .ok_or_else(|| format!("--bind '{spec}' must be NAME=FILE.npy"))?;
-        let value =
-            ircc_reference::read_npy(Path::new(path)).map_err(|e| format!("--bind {name}: {e}"))?;
-        match options.known_inputs.get(name) {
+    if let Some(spec) = args.binds.iter().find(|s| !s.contains('=')) {
+        return Err(format!("--bind '{spec}' must be NAME=FILE.npy"));
+    }
+    let (bound, _) = crate::inputs::known_values(&args.binds, true)?;
+    for (name, value) in bound {
+        match options.known_inputs.get(&name) {
             Some(earlier) if *earlier != value => {
                 return Err(format!(
                     "input '{name}' is given twice, with another value each time"
                 ));
             }
-            _ => options.known_inputs.insert(name.to_string(), value),
+            _ => options.known_inputs.insert(name, value),
         };
     }
-    for path in &args.binds_in_order {
-        let value = ircc_reference::read_npy(Path::new(path))?;
-        options.known_in_order.push(value);
-    }
+    let (given, in_order) = crate::inputs::known_values(&args.run_inputs, false)?;
+    options.given = given.into_iter().collect();
+    options.given_in_order = in_order;
     Ok(options)
 }
 

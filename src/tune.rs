@@ -1,10 +1,17 @@
 //! `ircc tune`: each matrix product's template parameters searched on the
 //! GPU, the fastest per kernel signature recorded in a tuning database.
 //!
-//! A trial times the whole model once lowered: every tunable signature
-//! takes its search's next candidate, and a kernel's time (per product,
-//! its partial-sum kernel included) is charged to its signature, so one
-//! compile and one timed run measure a candidate of every signature.
+//! A candidate is timed on its kernel alone, as Ansor's and TVM's measure
+//! loops time one: the harness (`ircc_passes::tuning::harness`) is the
+//! first product of each signature cut out of the model with what feeds
+//! it, its operands arguments of the real shapes. Each round lowers the
+//! harness with every signature's next candidate, runs it once to check
+//! its outputs against the defaults', and times each kernel by timestamp
+//! queries (a product's partial-sum kernel charged to it); so one small
+//! compile and one submission a run measure a candidate of every
+//! signature. At the end the whole model is lowered untuned and tuned
+//! once each: their outputs must agree, and they are timed alternately,
+//! the gain checked where it counts.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -21,6 +28,8 @@ use ircc_passes::decl::KernelLowerOptions;
 #[cfg(feature = "wgpu")]
 use ircc_passes::tuning::database::Entry;
 use ircc_passes::tuning::database::TuningDb;
+#[cfg(feature = "wgpu")]
+use ircc_passes::tuning::harness::harness;
 #[cfg(feature = "wgpu")]
 use ircc_passes::tuning::search::{Search, Strategy};
 use ircc_passes::tuning::space::{MatmulConfig, TuningSpec};
@@ -48,6 +57,30 @@ impl Lowerer {
         driver: &Driver,
         table: BTreeMap<String, MatmulConfig>,
     ) -> Result<(Module, BTreeMap<String, Tunable>), Failure> {
+        self.lower_with(driver, table, &RunOptions::default())
+    }
+
+    /// [`Lowerer::lower`] without verifying the result: a candidate's
+    /// harness, checked by running it against the defaults'.
+    #[cfg(feature = "wgpu")]
+    fn lower_unchecked(
+        &self,
+        driver: &Driver,
+        table: BTreeMap<String, MatmulConfig>,
+    ) -> Result<(Module, BTreeMap<String, Tunable>), Failure> {
+        let options = RunOptions {
+            verify_each: false,
+            ..Default::default()
+        };
+        self.lower_with(driver, table, &options)
+    }
+
+    fn lower_with(
+        &self,
+        driver: &Driver,
+        table: BTreeMap<String, MatmulConfig>,
+        options: &RunOptions,
+    ) -> Result<(Module, BTreeMap<String, Tunable>), Failure> {
         {
             let mut t = self.tuning.borrow_mut();
             t.table = table;
@@ -55,14 +88,20 @@ impl Lowerer {
         }
         let mut m = self.base.clone();
         let mut pm = PassManager::from_specs(&self.passes, &self.specs)?;
-        pm.run(
-            &mut m,
-            &driver.registry,
-            &RunOptions::default(),
-            &mut std::io::sink(),
-        )?;
+        pm.run(&mut m, &driver.registry, options, &mut std::io::sink())?;
         let seen = std::mem::take(&mut self.tuning.borrow_mut().seen);
         Ok((m, seen))
+    }
+
+    /// The same lowering of another module.
+    #[cfg(feature = "wgpu")]
+    fn on(&self, base: Module) -> Lowerer {
+        Lowerer {
+            base,
+            specs: self.specs.clone(),
+            passes: self.passes.clone(),
+            tuning: self.tuning.clone(),
+        }
     }
 }
 
@@ -218,10 +257,15 @@ impl Driver {
             .collect();
         let f16 = args.kernel.precision.is_some_and(|p| p.name() == "f16");
         let gpu = std::sync::Arc::new(ircc_wgsl::Gpu::open(f16).map_err(plain)?);
-        let mut trial = Trial {
+        // Each signature is timed on its first product, alone.
+        let products: Vec<ircc_core::OpId> = seen
+            .values()
+            .filter_map(|t| t.ops.first().copied())
+            .collect();
+        let harness = harness(&lowerer.base, &products).map_err(plain)?;
+        let mut bench = Bench {
             driver: self,
-            loaded,
-            lowerer,
+            lowerer: lowerer.on(harness),
             gpu,
             profile: args.model.pipeline.device_profile(),
             runs: args.runs,
@@ -230,14 +274,15 @@ impl Driver {
             // The precision's rounding, summed in another order.
             tolerance: if f16 { 1e-2 } else { 1e-4 },
         };
+        let candidates: usize = searches.values().map(|s| s.points().min(args.budget)).sum();
         let bar = crate::progress::bar(
-            args.budget as u64,
-            "tuning {pos}/{len} trials per kernel [{bar:30}] {elapsed} {msg}",
+            candidates as u64,
+            "tuning {pos}/{len} trials [{bar:30}] {per_sec} {elapsed} {msg}",
             args.json || args.model.pipeline.quiet,
         );
         let mut default_us: BTreeMap<String, f64> = BTreeMap::new();
         // The products' time with the best point found so far, after each
-        // trial: Romou's Fig. 18, the search's progress.
+        // round: Romou's Fig. 18, the search's progress.
         let mut best_by_trial = Vec::new();
         for round in 0..args.budget {
             let table: BTreeMap<String, MatmulConfig> = searches
@@ -247,7 +292,7 @@ impl Driver {
             if table.is_empty() {
                 break;
             }
-            let times = trial.time(table.clone())?;
+            let times = bench.time(table.clone())?;
             for (key, config) in &table {
                 let Some(&us) = times.get(key) else {
                     continue;
@@ -273,10 +318,11 @@ impl Driver {
                 before / 1e3,
                 best / 1e3
             ));
-            bar.inc(1);
+            bar.inc(table.len() as u64);
         }
         bar.finish_and_clear();
         let search_s = start.elapsed().as_secs_f64();
+        let trials: usize = searches.values().map(Search::trials).sum();
         let mut found = TuningDb::new(&db.device);
         for (key, s) in &searches {
             let (Some((best, best_us)), Some(&default)) = (s.best(), default_us.get(key)) else {
@@ -298,6 +344,9 @@ impl Driver {
             );
         }
         db.merge(&found);
+        // The whole model, untuned and tuned: the same outputs, and the
+        // gain where it counts.
+        let (untuned, tuned) = bench.models(lowerer, loaded, &db.table())?;
         let path = args
             .model
             .pipeline
@@ -306,19 +355,7 @@ impl Driver {
             .expect("checked above");
         std::fs::write(path, db.to_text())
             .map_err(|e| plain(format!("{}: {e}", path.display())))?;
-        // The model untuned and tuned, timed alternately in one session.
-        let tuned = db.table();
-        let (mut untuned_ms, mut tuned_ms) = (Vec::new(), Vec::new());
-        for _ in 0..3 {
-            untuned_ms.push(trial.model_ms(BTreeMap::new())?);
-            tuned_ms.push(trial.model_ms(tuned.clone())?);
-        }
-        let median = |mut v: Vec<f64>| {
-            v.sort_by(f64::total_cmp);
-            v[v.len() / 2]
-        };
-        let (untuned, tuned) = (median(untuned_ms), median(tuned_ms));
-        let trials: usize = searches.values().map(Search::trials).sum();
+        let per_s = trials as f64 / search_s.max(1e-9);
         if args.json {
             let kernels: Vec<serde_json::Value> = found
                 .entries
@@ -334,14 +371,15 @@ impl Driver {
             let report = serde_json::json!({
                 "device": db.device, "search": format!("{:?}", args.search).to_lowercase(),
                 "pruned": !args.no_prune, "budget": args.budget, "trials": trials,
-                "search_s": search_s, "untuned_ms": untuned, "tuned_ms": tuned,
+                "search_s": search_s, "trials_per_s": per_s, "total_s": start.elapsed().as_secs_f64(),
+                "untuned_ms": untuned, "tuned_ms": tuned,
                 "products_us_by_trial": best_by_trial, "kernels": kernels,
             });
             let _ = writeln!(stdout, "{report}");
         } else {
             let _ = writeln!(
                 stdout,
-                "{trials} trials over {} kernel signatures in {search_s:.1} s; wrote {}",
+                "{trials} trials over {} kernel signatures in {search_s:.1} s ({per_s:.1} trials/s); wrote {}",
                 searches.len(),
                 path.display()
             );
@@ -375,68 +413,71 @@ impl Driver {
     }
 }
 
-/// Times lowered models on one device, its compiled kernels kept across
-/// trials.
+/// Times candidates on one device, its compiled kernels kept across
+/// rounds: each round lowers the harness (every signature's product,
+/// alone) with each signature's candidate and times its kernels.
 #[cfg(feature = "wgpu")]
-struct Trial<'a> {
+struct Bench<'a> {
     driver: &'a Driver,
-    loaded: &'a crate::Loaded,
-    lowerer: &'a Lowerer,
+    /// Lowers the harness.
+    lowerer: Lowerer,
     gpu: std::sync::Arc<ircc_wgsl::Gpu>,
     profile: Option<String>,
     runs: usize,
     inputs: Option<Vec<ircc_core::Tensor>>,
-    /// The untuned model's outputs, which every trial's must match.
+    /// The harness's outputs with each signature's default, which every
+    /// candidate's must match.
     reference: Option<Vec<ircc_core::Tensor>>,
     tolerance: f64,
 }
 
 #[cfg(feature = "wgpu")]
-impl Trial<'_> {
+impl Bench<'_> {
+    /// A session of `module` (lowered) on the bench's device.
     fn session(
-        &mut self,
-        table: BTreeMap<String, MatmulConfig>,
-    ) -> Result<(ircc_wgsl::Session, BTreeMap<String, Tunable>), Failure> {
-        let (module, seen) = self.lowerer.lower(self.driver, table)?;
-        let func = crate::gpu::main_function(&module)?;
-        if self.inputs.is_none() {
-            self.inputs = Some(crate::inputs::random_inputs(&module, 0)?);
-        }
-        let lowered = crate::Loaded {
-            module,
-            source: None,
-            weights: self.loaded.weights.clone(),
-            path: self.loaded.path.clone(),
-            import_ms: 0.0,
-            bound: Vec::new(),
-            remarks: Vec::new(),
-        };
-        let weights = self.driver.weights_of(&lowered, func)?;
+        &self,
+        module: &Module,
+        weights: &std::collections::HashMap<String, ircc_core::StoredTensor>,
+    ) -> Result<ircc_wgsl::Session, Failure> {
+        let func = crate::gpu::main_function(module)?;
         let plan = crate::gpu::Device::Wgpu
-            .plan(&lowered.module, func, self.profile.as_deref())
+            .plan(module, func, self.profile.as_deref())
             .map_err(plain)?;
-        let outputs = crate::gpu::output_elems(&lowered.module, func);
-        let lookup = |name: &str| {
-            weights
-                .get(name)
-                .cloned()
-                .ok_or_else(|| format!("no weight '{name}'"))
-        };
-        let session =
-            ircc_wgsl::Session::on(self.gpu.clone(), plan, outputs, &lookup).map_err(plain)?;
-        Ok((session, seen))
+        let outputs = crate::gpu::output_elems(module, func);
+        let lookup = |name: &str| ircc_plan::bundle::weight_named(weights, name);
+        ircc_wgsl::Session::on(self.gpu.clone(), plan, outputs, &lookup).map_err(plain)
     }
 
-    /// Each signature's time per product (the median over runs of its
-    /// kernels' times, summed, over its products).
+    /// Untimed runs that raise a GPU's clocks (about a quarter of a second
+    /// of work after it idled while candidates compiled); one on a CPU.
+    fn warmup(
+        &self,
+        session: &mut ircc_wgsl::Session,
+        inputs: &[ircc_core::Tensor],
+    ) -> Result<usize, Failure> {
+        if self.gpu.is_cpu() {
+            return Ok(1);
+        }
+        let mut runs = session.wall_ms(inputs, 1, 3).map_err(plain)?;
+        runs.sort_by(f64::total_cmp);
+        let once = runs[1] / 1e3;
+        Ok(((0.25 / once.max(1e-6)).ceil() as usize).clamp(1, 5000))
+    }
+
+    /// Each signature's time (the median over runs of its kernels' times,
+    /// summed) with `table`'s candidates, after checking the harness's
+    /// outputs against the defaults'.
     fn time(
         &mut self,
         table: BTreeMap<String, MatmulConfig>,
     ) -> Result<BTreeMap<String, f64>, Failure> {
-        let (mut session, seen) = self.session(table.clone())?;
+        let (module, seen) = self.lowerer.lower_unchecked(self.driver, table.clone())?;
+        let mut session = self.session(&module, &Default::default())?;
+        if self.inputs.is_none() {
+            self.inputs = Some(crate::inputs::random_inputs(&module, 0)?);
+        }
         let inputs = self.inputs.clone().unwrap_or_default();
         let outputs = session.run(&inputs).map_err(plain)?;
-        let warmup = self.warmup(&mut session, &inputs)?;
         match &self.reference {
             None => self.reference = Some(outputs),
             Some(want) => {
@@ -445,22 +486,22 @@ impl Trial<'_> {
                     let tried: Vec<String> =
                         table.iter().map(|(k, c)| format!("{k}: {c:?}")).collect();
                     return Err(plain(format!(
-                        "a trial's outputs differ from the untuned model's by {d:e} (more than {:e}): a template bug; the trial's parameters were:\n  {}",
+                        "a candidate's outputs differ from the defaults' by {d:e} (more than {:e}): a template bug; the candidates were:\n  {}",
                         self.tolerance,
                         tried.join("\n  ")
                     )));
                 }
             }
         }
-        let timing = session.time(&inputs, warmup, self.runs).map_err(plain)?;
-        if timing.per_kernel_us.iter().all(Vec::is_empty) {
-            return Err(plain(format!(
-                "adapter '{}' cannot time kernels (no timestamp queries), which ircc tune needs",
+        let warmup = self.warmup(&mut session, &inputs)?;
+        let per_kernel = session.profile(&inputs, warmup, self.runs).map_err(|e| {
+            plain(format!(
+                "adapter '{}': {e}, which ircc tune needs",
                 self.gpu.adapter()
-            )));
-        }
+            ))
+        })?;
         let mut by_kernel: BTreeMap<&str, f64> = BTreeMap::new();
-        for (d, times) in session.plan().dispatches.iter().zip(&timing.per_kernel_us) {
+        for (d, times) in session.plan().dispatches.iter().zip(&per_kernel) {
             let mut t = times.clone();
             t.sort_by(f64::total_cmp);
             let median = t
@@ -481,30 +522,55 @@ impl Trial<'_> {
             .collect()
     }
 
-    /// Warm-up runs before timing `session`: a GPU left idle while the
-    /// trial compiled has lowered its clocks, and takes about a quarter of
-    /// a second of work to raise them again; the runs that measure how long
-    /// that is are part of it.
-    fn warmup(
+    /// The whole model with no table and with `tuned`: their outputs must
+    /// agree, and each one's median time in milliseconds, runs of the two
+    /// alternating (the clock's drift falls on both).
+    fn models(
         &self,
-        session: &mut ircc_wgsl::Session,
-        inputs: &[ircc_core::Tensor],
-    ) -> Result<usize, Failure> {
-        let mut runs = session.time(inputs, 0, self.runs).map_err(plain)?.runs_ms;
-        runs.sort_by(f64::total_cmp);
-        let once = runs[runs.len() / 2] / 1e3;
-        Ok(((0.25 / once.max(1e-6)).ceil() as usize).clamp(1, 5000))
-    }
-
-    /// The model's median time in milliseconds.
-    fn model_ms(&mut self, table: BTreeMap<String, MatmulConfig>) -> Result<f64, Failure> {
-        let (mut session, _) = self.session(table)?;
-        let inputs = self.inputs.clone().unwrap_or_default();
-        let warmup = self.warmup(&mut session, &inputs)?;
-        let timing = session.time(&inputs, warmup, self.runs).map_err(plain)?;
-        let mut runs = timing.runs_ms;
-        runs.sort_by(f64::total_cmp);
-        Ok(runs[runs.len() / 2])
+        lowerer: &Lowerer,
+        loaded: &crate::Loaded,
+        tuned: &BTreeMap<String, MatmulConfig>,
+    ) -> Result<(f64, f64), Failure> {
+        let (untuned_module, _) = lowerer.lower(self.driver, BTreeMap::new())?;
+        let (tuned_module, _) = lowerer.lower(self.driver, tuned.clone())?;
+        let with_weights = |module: Module| crate::Loaded {
+            module,
+            source: None,
+            weights: loaded.weights.clone(),
+            path: loaded.path.clone(),
+            import_ms: 0.0,
+            bound: Vec::new(),
+            remarks: Vec::new(),
+        };
+        let (untuned_model, tuned_model) =
+            (with_weights(untuned_module), with_weights(tuned_module));
+        let func = crate::gpu::main_function(&untuned_model.module)?;
+        let weights = self.driver.weights_of(&untuned_model, func)?;
+        let mut untuned = self.session(&untuned_model.module, &weights)?;
+        let mut tuned = self.session(&tuned_model.module, &weights)?;
+        let inputs = crate::inputs::random_inputs(&untuned_model.module, 0)?;
+        let want = untuned.run(&inputs).map_err(plain)?;
+        let got = tuned.run(&inputs).map_err(plain)?;
+        let d = crate::check::relative_difference(&got, &want);
+        if d.is_nan() || d > self.tolerance {
+            return Err(plain(format!(
+                "the tuned model's outputs differ from the untuned one's by {d:e} (more than {:e}): a template bug; nothing was written",
+                self.tolerance
+            )));
+        }
+        let warmup = self.warmup(&mut untuned, &inputs)?;
+        untuned.wall_ms(&inputs, warmup, 0).map_err(plain)?;
+        tuned.wall_ms(&inputs, warmup, 0).map_err(plain)?;
+        let (mut a, mut b) = (Vec::new(), Vec::new());
+        for _ in 0..self.runs.max(3) {
+            a.extend(untuned.wall_ms(&inputs, 0, 1).map_err(plain)?);
+            b.extend(tuned.wall_ms(&inputs, 0, 1).map_err(plain)?);
+        }
+        let median = |mut v: Vec<f64>| {
+            v.sort_by(f64::total_cmp);
+            v[v.len() / 2]
+        };
+        Ok((median(a), median(b)))
     }
 }
 

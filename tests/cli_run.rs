@@ -112,9 +112,9 @@ fn run_errors_are_clear() {
     ircc_reference::write_npy(&dir.join("bad.npy"), &bad).unwrap();
     let shape = run(&["--input", &format!("x={}", path(&dir, "bad.npy"))]);
     assert!(
-        shape.stderr.contains(
-            "input 'x' has type tensor<2x2xf32> but the function expects tensor<1x2xf32>"
-        ),
+        shape
+            .stderr
+            .contains("bad.npy holds a tensor<2x2xf32>, but input 'x' is tensor<1x2xf32>"),
         "{}",
         shape.stderr
     );
@@ -240,5 +240,150 @@ fn ir_with_a_weights_file_saved_elsewhere_runs() {
             logits.to_f64().iter().copied().collect::<Vec<_>>(),
             vec![-1.5, -102.0]
         );
+    }
+}
+
+/// A `.npy` file as `np.save` writes it: the header's dict padded to a
+/// multiple of 64 bytes, then the data.
+fn npy(descr: &str, shape: &str, data: &[u8]) -> Vec<u8> {
+    let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    let padded = (10 + h.len() + 1).div_ceil(64) * 64;
+    h.push_str(&" ".repeat(padded - 10 - h.len() - 1));
+    h.push('\n');
+    let mut b = b"\x93NUMPY\x01\x00".to_vec();
+    b.extend((h.len() as u16).to_le_bytes());
+    b.extend(h.as_bytes());
+    b.extend(data);
+    b
+}
+
+/// The descr and data of a `.npy` file ircc wrote.
+fn npy_payload(path: &std::path::Path) -> (String, Vec<u8>) {
+    let b = std::fs::read(path).unwrap();
+    let len = u16::from_le_bytes([b[8], b[9]]) as usize;
+    let header = String::from_utf8_lossy(&b[10..10 + len]).into_owned();
+    let descr = header.split('\'').nth(3).unwrap().to_string();
+    (descr, b[10 + len..].to_vec())
+}
+
+/// Inputs and outputs in the model's own types: f16 as numpy's float16,
+/// bfloat16 and int4 in the form ml_dtypes saves (untyped bytes read as
+/// the input's declared type), several inputs from one safetensors file,
+/// and outputs written back in those types, as .npy or safetensors.
+#[test]
+fn inputs_and_outputs_keep_their_types() {
+    let dir = scratch_dir("run-typed");
+    let model = r#"func.func @main(%h: tensor<3xf16>, %b: tensor<3xbf16>, %q: tensor<3xi4>) -> (tensor<3xf16> {ircc.name = "h2"}, tensor<3xbf16> {ircc.name = "b2"}, tensor<3xi4> {ircc.name = "q2"}) {
+  %h2 = graph.add %h, %h : tensor<3xf16>, tensor<3xf16> -> tensor<3xf16>
+  %b2 = graph.neg %b : tensor<3xbf16> -> tensor<3xbf16>
+  %q2 = graph.neg %q : tensor<3xi4> -> tensor<3xi4>
+  func.return %h2, %b2, %q2 : tensor<3xf16>, tensor<3xbf16>, tensor<3xi4>
+}
+"#;
+    std::fs::write(dir.join("m.ir"), model).unwrap();
+    let f16: Vec<u8> = [1.5f32, -2.0, 0.25]
+        .iter()
+        .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+        .collect();
+    let bf16: Vec<u8> = [1.0f32, -1.0, 0.5]
+        .iter()
+        .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+        .collect();
+    // ml_dtypes' int4: the value in the low four bits (-1 is 0x0F).
+    let int4 = [0x01u8, 0x0F, 0x07];
+    std::fs::write(dir.join("h.npy"), npy("<f2", "(3,)", &f16)).unwrap();
+    std::fs::write(dir.join("b.npy"), npy("<V2", "(3,)", &bf16)).unwrap();
+    std::fs::write(dir.join("q.npy"), npy("<V1", "(3,)", &int4)).unwrap();
+    let m = path(&dir, "m.ir");
+    let out = path(&dir, "out");
+    let r = ircc(&[
+        "run",
+        &m,
+        "--input",
+        &format!("h={}", path(&dir, "h.npy")),
+        "--input",
+        &format!("b={}", path(&dir, "b.npy")),
+        "--input",
+        &format!("q={}", path(&dir, "q.npy")),
+        "--output-dir",
+        &out,
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let (descr, data) = npy_payload(&dir.join("out/h2.npy"));
+    assert_eq!(descr, "<f2");
+    let want: Vec<u8> = [3.0f32, -4.0, 0.5]
+        .iter()
+        .flat_map(|&x| half::f16::from_f32(x).to_le_bytes())
+        .collect();
+    assert_eq!(data, want);
+    let (descr, data) = npy_payload(&dir.join("out/b2.npy"));
+    assert_eq!(descr, "<V2");
+    let want: Vec<u8> = [-1.0f32, 1.0, -0.5]
+        .iter()
+        .flat_map(|&x| half::bf16::from_f32(x).to_le_bytes())
+        .collect();
+    assert_eq!(data, want);
+    let (descr, data) = npy_payload(&dir.join("out/q2.npy"));
+    assert_eq!(descr, "<V1");
+    assert_eq!(data, vec![0x0F, 0x01, 0x09]); // -1, 1, -7
+
+    // The same inputs from one safetensors file, by name; the outputs
+    // into one safetensors file.
+    let views = vec![
+        ("h", TensorView::new(Dtype::F16, vec![3], &f16).unwrap()),
+        ("b", TensorView::new(Dtype::BF16, vec![3], &bf16).unwrap()),
+        (
+            "q",
+            TensorView::new(Dtype::I8, vec![3], &[1u8, 0xFF, 7]).unwrap(),
+        ),
+    ];
+    safetensors::serialize_to_file(views, None, &dir.join("in.safetensors")).unwrap();
+    let r = ircc(&[
+        "run",
+        &m,
+        "--input",
+        &path(&dir, "in.safetensors"),
+        "--output-dir",
+        &path(&dir, "out2"),
+        "--output-format",
+        "safetensors",
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let bytes = std::fs::read(dir.join("out2/outputs.safetensors")).unwrap();
+    let st = safetensors::SafeTensors::deserialize(&bytes).unwrap();
+    assert_eq!(st.tensor("h2").unwrap().dtype(), Dtype::F16);
+    assert_eq!(st.tensor("b2").unwrap().dtype(), Dtype::BF16);
+    assert_eq!(st.tensor("q2").unwrap().data(), &[0xFF, 1, 0xF9]);
+
+    // A file of another type or shape is named, not converted.
+    std::fs::write(dir.join("f32.npy"), npy("<f4", "(3,)", &[0; 12])).unwrap();
+    std::fs::write(dir.join("long.npy"), npy("<f2", "(4,)", &[0; 8])).unwrap();
+    for (spec, says) in [
+        (
+            "h=f32.npy",
+            "f32.npy holds f32 values, but input 'h' is tensor<3xf16>",
+        ),
+        (
+            "h=long.npy",
+            "long.npy holds a tensor<4xf16>, but input 'h' is tensor<3xf16>",
+        ),
+        ("b=f32.npy", "ml_dtypes.bfloat16"),
+        ("h=q.npy", "holds untyped V1 values"),
+    ] {
+        let (name, file) = spec.split_once('=').unwrap();
+        let r = ircc(&[
+            "run",
+            &m,
+            "--input",
+            &format!("{name}={}", path(&dir, file)),
+            "--input",
+            &format!("b={}", path(&dir, "b.npy")),
+            "--input",
+            &format!("q={}", path(&dir, "q.npy")),
+            "--output-dir",
+            &out,
+        ]);
+        assert_eq!(r.code, 1, "{spec}: {}", r.stderr);
+        assert!(r.stderr.contains(says), "{spec}: {}", r.stderr);
     }
 }

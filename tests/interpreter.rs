@@ -404,7 +404,7 @@ fn narrow_weights_round_trip_through_safetensors() {
     let floats = |elem, v: Vec<f64>| {
         Tensor::float(elem, ArrayD::from_shape_vec(IxDyn(&[v.len()]), v).unwrap())
     };
-    let weights = vec![
+    let weights = [
         ("a".to_string(), ints(ElemType::I4, vec![-8, -1, 0, 7])),
         ("b".to_string(), ints(ElemType::U2, vec![0, 1, 2, 3])),
         (

@@ -207,7 +207,7 @@ fn apply(step: &Step, x: &Naive, at: usize) -> (String, Naive) {
             if s / 5 % 2 == 0 && axis + 1 < rank {
                 let merged = shape.remove(axis + 1);
                 shape[axis] *= merged;
-            } else if shape[axis] % 2 == 0 && rank < 5 {
+            } else if shape[axis].is_multiple_of(2) && rank < 5 {
                 shape[axis] /= 2;
                 shape.insert(axis, 2);
             } else {

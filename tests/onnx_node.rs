@@ -1,6 +1,9 @@
 //! ONNX's backend node tests through the importer and the reference
 //! interpreter, compared with the outputs of onnx's reference
-//! implementation (rtol 1e-4, atol 1e-5; integers and booleans exact);
+//! implementation (rtol 1e-4, atol 1e-5; integers and booleans exact).
+//! Each case's inputs are read as `ircc run --input` reads them, from the
+//! `.npy` files numpy and ml_dtypes save (`input_N.npy`, beside onnx's
+//! `input_N.pb`), in the types the model declares;
 //! every case that passes there also runs on wgpu (lavapipe in CI) and
 //! on OpenCL (PoCL in CI), compiled by `smartmem` in f32, within 1e-4 of
 //! the output's scale.
@@ -36,6 +39,31 @@ fn load_pb(path: &Path) -> Result<(String, Tensor), String> {
         t.name.clone(),
         to_tensor(&t, Path::new(".")).map_err(|e| e.message)?,
     ))
+}
+
+/// The model's inputs (those without initializers), each with its element
+/// type where it is a tensor of one ircc has.
+fn declared_inputs(model: &Path) -> Vec<(String, Option<ElemType>)> {
+    let Ok(bytes) = std::fs::read(model) else {
+        return Vec::new();
+    };
+    let Ok(m) = ircc_onnx::proto::ModelProto::decode(&bytes[..]) else {
+        return Vec::new();
+    };
+    let graph = m.graph.unwrap_or_default();
+    graph
+        .input
+        .iter()
+        .filter(|i| !graph.initializer.iter().any(|t| t.name == i.name))
+        .map(|i| {
+            let elem = i
+                .r#type
+                .as_ref()
+                .and_then(|t| t.tensor_type.as_ref())
+                .and_then(|t| ircc_onnx::tensor::elem_type(t.elem_type).ok());
+            (i.name.clone(), elem)
+        })
+        .collect()
 }
 
 /// Same shape and element type, floats within `bound(want)` of each other
@@ -189,12 +217,22 @@ fn run_on_interpreter(dir: &Path, registry: &ircc_core::Registry) -> Result<Pass
     let data = dir.join("test_data_set_0");
     let mut inputs = Vec::new();
     let mut input_error = None;
+    let declared = declared_inputs(&dir.join("model.onnx"));
     for i in 0.. {
-        let p = data.join(format!("input_{i}.pb"));
-        if !p.exists() {
+        if !data.join(format!("input_{i}.pb")).exists() {
             break;
         }
-        match load_pb(&p) {
+        let npy = data.join(format!("input_{i}.npy"));
+        let read = match declared.get(i) {
+            Some((name, Some(elem))) if npy.exists() => ircc_reference::read_npy_file(&npy)
+                .and_then(|v| v.into_type(*elem))
+                .map(|t| (name.clone(), t)),
+            Some((name, _)) => Err(format!(
+                "input '{name}' has no .npy: it is not a numeric tensor"
+            )),
+            None => Err("more inputs than the model declares".to_string()),
+        };
+        match read {
             Ok(t) => inputs.push(t),
             Err(e) => {
                 input_error = Some(format!("input {i}: {e}"));

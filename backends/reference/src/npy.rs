@@ -1,77 +1,527 @@
-//! `.npy` input and output through `ndarray-npy`.
+//! `.npy` files, numpy's format (versions 1 to 3), read and written here.
+//!
+//! Every numeric type numpy has, float16 included, and bool. numpy has no
+//! bfloat16, 8- or 4-bit floats or 4- and 2-bit integers; `ml_dtypes`
+//! adds them, and `np.save` writes their arrays as untyped bytes: `<V2`
+//! for bfloat16, `<V1` for the one-byte types (float8_e4m3fn, its fnuz
+//! form, float8_e5m2fnuz, float4_e2m1fn, int4, uint4, int2, uint2; a
+//! 4- or 2-bit value in the low bits of its byte) and `<f1` for
+//! float8_e5m2. Such a file does not say which type it holds, so it is
+//! read as the type the model declares for it ([`Npy::into_type`]).
 
+use std::io::Write;
 use std::path::Path;
 
+use ircc_core::minifloat::MiniFloat;
+use ircc_core::stored::map_file;
+use ircc_core::tensor::{byte_storage, wrap_int};
 use ircc_core::{ElemType, Tensor, TensorData};
-use ndarray::ArrayD;
-use ndarray_npy::{ReadNpyExt, WriteNpyExt};
+use ndarray::{ArrayD, IxDyn};
 
-/// Reads a `.npy` file of any element type ircc supports.
-pub fn read_npy(path: &Path) -> Result<Tensor, String> {
-    let bytes = std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
-    let b = &bytes[..];
-    if let Ok(a) = ArrayD::<f32>::read_npy(b) {
-        return Ok(Tensor::float(ElemType::F32, a.mapv(f64::from)));
-    }
-    if let Ok(a) = ArrayD::<f64>::read_npy(b) {
-        return Ok(Tensor::float(ElemType::F64, a));
-    }
-    if let Ok(a) = ArrayD::<i64>::read_npy(b) {
-        return Ok(Tensor::int(ElemType::I64, a));
-    }
-    if let Ok(a) = ArrayD::<i32>::read_npy(b) {
-        return Ok(Tensor::int(ElemType::I32, a.mapv(i64::from)));
-    }
-    if let Ok(a) = ArrayD::<i16>::read_npy(b) {
-        return Ok(Tensor::int(ElemType::I16, a.mapv(i64::from)));
-    }
-    if let Ok(a) = ArrayD::<i8>::read_npy(b) {
-        return Ok(Tensor::int(ElemType::I8, a.mapv(i64::from)));
-    }
-    if let Ok(a) = ArrayD::<u64>::read_npy(b) {
-        return Ok(Tensor::int(ElemType::U64, a.mapv(|x| x as i64)));
-    }
-    if let Ok(a) = ArrayD::<u32>::read_npy(b) {
-        return Ok(Tensor::int(ElemType::U32, a.mapv(i64::from)));
-    }
-    if let Ok(a) = ArrayD::<u16>::read_npy(b) {
-        return Ok(Tensor::int(ElemType::U16, a.mapv(i64::from)));
-    }
-    if let Ok(a) = ArrayD::<u8>::read_npy(b) {
-        return Ok(Tensor::int(ElemType::U8, a.mapv(i64::from)));
-    }
-    if let Ok(a) = ArrayD::<bool>::read_npy(b) {
-        return Ok(Tensor::bool(a));
-    }
-    Err(format!(
-        "{}: not a .npy file of a supported type (float32, float64, int64, int32, int16, int8, uint64, uint32, uint16, uint8, bool)",
-        path.display()
-    ))
+/// What a `.npy` file holds.
+pub enum Npy {
+    /// An array of a type numpy knows.
+    Typed(Tensor),
+    /// `ml_dtypes`' untyped bytes: `item` bytes an element, as `descr`.
+    Untyped {
+        descr: String,
+        shape: Vec<usize>,
+        data: Vec<u8>,
+    },
 }
 
-/// Writes a tensor as `.npy` (f16, bf16 and the 8- and 4-bit floats widen
-/// to float32, the 4- and 2-bit integers to a byte).
-pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
-    let file = std::fs::File::create(path)
-        .map_err(|e| format!("cannot create {}: {e}", path.display()))?;
-    let w = std::io::BufWriter::new(file);
-    let r = match (t.data(), t.elem) {
-        (TensorData::Float(a), ElemType::F64) => a.write_npy(w),
-        (TensorData::Float(a), _) => a.mapv(|x| x as f32).write_npy(w),
-        (TensorData::Int(a), ElemType::I32) => a.mapv(|x| x as i32).write_npy(w),
-        (TensorData::Int(a), ElemType::I16) => a.mapv(|x| x as i16).write_npy(w),
-        // numpy has no 4- or 2-bit integers: they widen to a byte.
-        (TensorData::Int(a), ElemType::I8 | ElemType::I4 | ElemType::I2) => {
-            a.mapv(|x| x as i8).write_npy(w)
+/// Reads a `.npy` file: a typed array, or untyped bytes whose type the
+/// reader must know.
+pub fn read_npy_file(path: &Path) -> Result<Npy, String> {
+    let bytes = map_file(path)?;
+    parse(&bytes).map_err(|e| format!("{}: {e}", path.display()))
+}
+
+/// Reads a `.npy` file of a type numpy knows.
+pub fn read_npy(path: &Path) -> Result<Tensor, String> {
+    match read_npy_file(path)? {
+        Npy::Typed(t) => Ok(t),
+        Npy::Untyped { descr, .. } => Err(format!(
+            "{}: holds untyped {descr} values (ml_dtypes' bfloat16, 8-bit floats or 4- and 2-bit types), whose type only a model's input says",
+            path.display()
+        )),
+    }
+}
+
+impl Npy {
+    /// The array as a tensor of `elem`: a typed array must be of `elem`
+    /// (or, for a type narrower than a byte, of the byte type holding it,
+    /// each value one of `elem`); untyped bytes are read as `elem`, where
+    /// they can be one. The error says what the file holds.
+    pub fn into_type(self, elem: ElemType) -> Result<Tensor, String> {
+        let (descr, shape, data) = match self {
+            Npy::Typed(t) if t.elem == elem => return Ok(t),
+            Npy::Typed(t) if byte_storage(elem) == t.elem => {
+                return t.narrowed(elem).map_err(|e| format!("holds {e}"));
+            }
+            Npy::Typed(t) => return Err(format!("holds {} values", t.elem)),
+            Npy::Untyped { descr, shape, data } => (descr, shape, data),
+        };
+        let fits = match descr.as_str() {
+            "V2" => elem == ElemType::BF16,
+            "f1" => elem == ElemType::F8E5M2,
+            "V1" => {
+                elem.byte_size() == 1 && !matches!(elem, ElemType::I8 | ElemType::U8 | ElemType::I1)
+            }
+            _ => false,
+        };
+        if !fits {
+            return Err(format!(
+                "holds untyped {descr} values (ml_dtypes' bfloat16 is V2, float8_e5m2 f1, its other one-byte types V1)"
+            ));
         }
-        (TensorData::Int(a), ElemType::U64) => a.mapv(|x| x as u64).write_npy(w),
-        (TensorData::Int(a), ElemType::U32) => a.mapv(|x| x as u32).write_npy(w),
-        (TensorData::Int(a), ElemType::U16) => a.mapv(|x| x as u16).write_npy(w),
-        (TensorData::Int(a), ElemType::U8 | ElemType::U4 | ElemType::U2) => {
-            a.mapv(|x| x as u8).write_npy(w)
-        }
-        (TensorData::Int(a), _) => a.write_npy(w),
-        (TensorData::Bool(a), _) => a.write_npy(w),
+        let shape = IxDyn(&shape);
+        let floats = |v: Vec<f64>| {
+            Tensor::float(
+                elem,
+                ArrayD::from_shape_vec(shape.clone(), v).expect("sized"),
+            )
+        };
+        Ok(match elem {
+            ElemType::BF16 => floats(
+                data.chunks_exact(2)
+                    .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
+                    .collect(),
+            ),
+            ElemType::I4 | ElemType::U4 | ElemType::I2 | ElemType::U2 => Tensor::int(
+                elem,
+                ArrayD::from_shape_vec(
+                    shape,
+                    data.iter().map(|&b| wrap_int(b as i64, elem)).collect(),
+                )
+                .expect("sized"),
+            ),
+            e => {
+                let f = MiniFloat::of(e).expect("the other one-byte types are minifloats");
+                let mask = if e == ElemType::F4E2M1FN { 0x0F } else { 0xFF };
+                floats(data.iter().map(|&b| f.from_bits(b & mask)).collect())
+            }
+        })
+    }
+}
+
+/// How to save an array of `elem` where numpy has no such type (empty
+/// where it has).
+pub fn ml_dtypes_hint(elem: ElemType) -> String {
+    let name = match elem {
+        ElemType::BF16 => "bfloat16",
+        ElemType::F8E4M3FN => "float8_e4m3fn",
+        ElemType::F8E4M3FNUZ => "float8_e4m3fnuz",
+        ElemType::F8E5M2 => "float8_e5m2",
+        ElemType::F8E5M2FNUZ => "float8_e5m2fnuz",
+        ElemType::F4E2M1FN => "float4_e2m1fn",
+        ElemType::I4 => "int4",
+        ElemType::U4 => "uint4",
+        ElemType::I2 => "int2",
+        ElemType::U2 => "uint2",
+        _ => return String::new(),
     };
-    r.map_err(|e| format!("cannot write {}: {e}", path.display()))
+    format!(" (save it with np.save(path, x.astype(ml_dtypes.{name})))")
+}
+
+/// The numpy type of `elem`: byte order and kind, and the bytes of one.
+fn descr_of(elem: ElemType) -> (&'static str, usize) {
+    use ElemType as E;
+    match elem {
+        E::F64 => ("<f8", 8),
+        E::F32 => ("<f4", 4),
+        E::F16 => ("<f2", 2),
+        E::BF16 => ("<V2", 2),
+        E::I64 => ("<i8", 8),
+        E::I32 => ("<i4", 4),
+        E::I16 => ("<i2", 2),
+        E::I8 => ("|i1", 1),
+        E::U64 => ("<u8", 8),
+        E::U32 => ("<u4", 4),
+        E::U16 => ("<u2", 2),
+        E::U8 => ("|u1", 1),
+        E::I1 => ("|b1", 1),
+        // ml_dtypes' one-byte types, untyped; float8_e5m2 too, which
+        // ml_dtypes saves as `<f1`, a type np.load refuses.
+        _ => ("<V1", 1),
+    }
+}
+
+/// The type a typed descr (kind and size, byte order apart) names.
+fn elem_of(kind: char, size: usize) -> Option<ElemType> {
+    use ElemType as E;
+    Some(match (kind, size) {
+        ('f', 8) => E::F64,
+        ('f', 4) => E::F32,
+        ('f', 2) => E::F16,
+        ('i', 8) => E::I64,
+        ('i', 4) => E::I32,
+        ('i', 2) => E::I16,
+        ('i', 1) => E::I8,
+        ('u', 8) => E::U64,
+        ('u', 4) => E::U32,
+        ('u', 2) => E::U16,
+        ('u', 1) => E::U8,
+        ('b', 1) => E::I1,
+        _ => return None,
+    })
+}
+
+/// The value of `key` in the header's dict literal, as its text.
+fn field<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
+    let at = header
+        .find(&format!("'{key}'"))
+        .ok_or_else(|| format!("the header has no '{key}'"))?;
+    let rest = header[at + key.len() + 2..].trim_start();
+    let rest = rest
+        .strip_prefix(':')
+        .ok_or_else(|| format!("the header's '{key}' has no value"))?
+        .trim_start();
+    let end = match rest.chars().next() {
+        Some('(') => rest.find(')').map(|i| i + 1),
+        Some(q @ ('\'' | '"')) => rest[1..].find(q).map(|i| i + 2),
+        _ => rest.find([',', '}']),
+    }
+    .ok_or_else(|| format!("the header's '{key}' is cut short"))?;
+    Ok(rest[..end].trim())
+}
+
+fn parse(bytes: &[u8]) -> Result<Npy, String> {
+    let bad = |what: &str| Err(format!("not a .npy file ({what})"));
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return bad("no \\x93NUMPY magic");
+    }
+    let (len, start): (usize, usize) = match bytes[6] {
+        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        2 | 3 if bytes.len() >= 12 => (
+            u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
+            12,
+        ),
+        v => return Err(format!("not a .npy file of a known version ({v})")),
+    };
+    let header = bytes
+        .get(start..start.saturating_add(len))
+        .ok_or("the header is longer than the file")?;
+    let header = std::str::from_utf8(header).map_err(|_| "the header is not text")?;
+    let data = &bytes[start + len..];
+    let descr = field(header, "descr")?;
+    let descr = descr
+        .strip_prefix('\'')
+        .and_then(|d| d.strip_suffix('\''))
+        .ok_or_else(|| format!("its descr {descr} is not one type (a structured array?)"))?;
+    let fortran = match field(header, "fortran_order")? {
+        "True" => true,
+        "False" => false,
+        other => return Err(format!("its fortran_order is {other}")),
+    };
+    let shape_text = field(header, "shape")?;
+    let shape = shape_text
+        .trim_start_matches('(')
+        .trim_end_matches(')')
+        .split(',')
+        .map(str::trim)
+        .filter(|d| !d.is_empty())
+        .map(|d| d.parse::<usize>())
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|_| format!("its shape {shape_text} is not a tuple of sizes"))?;
+    let mut chars = descr.chars();
+    let (order, kind) = (chars.next().unwrap_or('?'), chars.next().unwrap_or('?'));
+    let size: usize = chars
+        .as_str()
+        .parse()
+        .map_err(|_| format!("its type {descr} is not one numpy writes"))?;
+    if matches!(kind, 'U' | 'S' | 'O' | 'a') {
+        return Err(format!(
+            "holds strings or objects ({descr}): ircc has no string tensors"
+        ));
+    }
+    let count = shape
+        .iter()
+        .try_fold(1usize, |a, &d| a.checked_mul(d))
+        .filter(|&n| n as u64 <= ircc_core::limits::MAX_ELEMENTS as u64)
+        .ok_or_else(|| format!("its shape {shape_text} is too large"))?;
+    if count.checked_mul(size) != Some(data.len()) {
+        return Err(format!(
+            "its header says {count} elements of {size} bytes ({descr}, shape {shape_text}), but {} bytes follow",
+            data.len()
+        ));
+    }
+    // Fortran order is the row-major order of the reversed shape.
+    let stored: Vec<usize> = if fortran {
+        shape.iter().rev().copied().collect()
+    } else {
+        shape.clone()
+    };
+    let arrange = |t: Tensor| -> Tensor {
+        if !fortran {
+            return t;
+        }
+        let elem = t.elem;
+        Tensor::new(
+            elem,
+            match t.data() {
+                TensorData::Float(a) => TensorData::Float(a.clone().reversed_axes()),
+                TensorData::Int(a) => TensorData::Int(a.clone().reversed_axes()),
+                TensorData::Bool(a) => TensorData::Bool(a.clone().reversed_axes()),
+            },
+        )
+    };
+    if kind == 'V' || descr == "<f1" {
+        let untyped = if kind == 'V' {
+            format!("V{size}")
+        } else {
+            "f1".into()
+        };
+        if fortran && shape.len() > 1 {
+            return Err(format!(
+                "holds untyped {descr} values in Fortran order, which ircc does not read"
+            ));
+        }
+        return Ok(Npy::Untyped {
+            descr: untyped,
+            shape,
+            data: data.to_vec(),
+        });
+    }
+    let elem = elem_of(kind, size).ok_or_else(|| {
+        format!("holds {descr} values, a type ircc has none of (complex or long double?)")
+    })?;
+    // Multi-byte values in big-endian order are reversed into little.
+    let swap = order == '>' && size > 1;
+    let word = |c: &[u8]| -> [u8; 8] {
+        let mut w = [0u8; 8];
+        w[..size].copy_from_slice(c);
+        if swap {
+            w[..size].reverse();
+        }
+        w
+    };
+    let dim = IxDyn(&stored);
+    let tensor = match elem {
+        ElemType::I1 => Tensor::bool(
+            ArrayD::from_shape_vec(dim, data.iter().map(|&b| b != 0).collect()).expect("sized"),
+        ),
+        e if e.is_float() => {
+            let v = data
+                .chunks_exact(size)
+                .map(|c| {
+                    let w = word(c);
+                    match size {
+                        8 => f64::from_le_bytes(w),
+                        4 => f32::from_le_bytes([w[0], w[1], w[2], w[3]]) as f64,
+                        _ => half::f16::from_le_bytes([w[0], w[1]]).to_f64(),
+                    }
+                })
+                .collect();
+            Tensor::float(e, ArrayD::from_shape_vec(dim, v).expect("sized"))
+        }
+        e => {
+            let v = data
+                .chunks_exact(size)
+                .map(|c| wrap_int(i64::from_le_bytes(word(c)), e))
+                .collect();
+            Tensor::int(e, ArrayD::from_shape_vec(dim, v).expect("sized"))
+        }
+    };
+    Ok(Npy::Typed(arrange(tensor)))
+}
+
+/// The bytes of `t`'s elements as [`descr_of`] its type stores them.
+fn element_bytes(t: &Tensor) -> Vec<u8> {
+    use ElemType as E;
+    match (t.data(), t.elem) {
+        (TensorData::Float(a), E::F64) => a.iter().flat_map(|x| x.to_le_bytes()).collect(),
+        (TensorData::Float(a), E::F32) => {
+            a.iter().flat_map(|&x| (x as f32).to_le_bytes()).collect()
+        }
+        (TensorData::Float(a), E::F16) => a
+            .iter()
+            .flat_map(|&x| half::f16::from_f64(x).to_le_bytes())
+            .collect(),
+        (TensorData::Float(a), E::BF16) => a
+            .iter()
+            .flat_map(|&x| half::bf16::from_f64(x).to_le_bytes())
+            .collect(),
+        (TensorData::Float(a), e) => {
+            let f = MiniFloat::of(e).expect("the other floats are minifloats");
+            a.iter().map(|&x| f.to_bits(x)).collect()
+        }
+        (TensorData::Int(a), e) => {
+            let size = descr_of(e).1;
+            let mask: u64 = match e {
+                E::I4 | E::U4 => 0x0F,
+                E::I2 | E::U2 => 0x03,
+                _ => u64::MAX,
+            };
+            a.iter()
+                .flat_map(|&x| ((x as u64) & mask).to_le_bytes()[..size].to_vec())
+                .collect()
+        }
+        (TensorData::Bool(a), _) => a.iter().map(|&b| b as u8).collect(),
+    }
+}
+
+/// Writes a tensor as `.npy` in its own type: numpy's where it has one,
+/// else ml_dtypes' untyped form (see the module's note).
+pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
+    let (descr, _) = descr_of(t.elem);
+    let dims: Vec<String> = t.shape().iter().map(|d| d.to_string()).collect();
+    let shape = match dims.len() {
+        1 => format!("({},)", dims[0]),
+        _ => format!("({})", dims.join(", ")),
+    };
+    let mut header = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}");
+    // The magic, version and length take ten bytes; the whole header
+    // ends in a newline at a multiple of 64 bytes.
+    let padded = (10 + header.len() + 1).div_ceil(64) * 64;
+    header.push_str(&" ".repeat(padded - 10 - header.len() - 1));
+    header.push('\n');
+    let write = || -> std::io::Result<()> {
+        let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+        w.write_all(b"\x93NUMPY\x01\x00")?;
+        w.write_all(&(header.len() as u16).to_le_bytes())?;
+        w.write_all(header.as_bytes())?;
+        w.write_all(&element_bytes(t))?;
+        w.flush()
+    };
+    write().map_err(|e| format!("cannot write {}: {e}", path.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tensor(elem: ElemType, values: &[f64]) -> Tensor {
+        let shape = IxDyn(&[2, values.len() / 2]);
+        match elem {
+            ElemType::I1 => Tensor::bool(
+                ArrayD::from_shape_vec(shape, values.iter().map(|&v| v != 0.0).collect()).unwrap(),
+            ),
+            e if e.is_float() => {
+                Tensor::float(e, ArrayD::from_shape_vec(shape, values.to_vec()).unwrap())
+            }
+            e => Tensor::int(
+                e,
+                ArrayD::from_shape_vec(shape, values.iter().map(|&v| v as i64).collect()).unwrap(),
+            ),
+        }
+    }
+
+    #[test]
+    fn every_type_is_written_and_read_back_as_itself() {
+        let dir = std::env::temp_dir().join(format!("ircc-npy-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        for elem in ElemType::ALL {
+            let t = tensor(elem, &[1.0, -1.0, 0.5, 0.0, 1.5, -2.0]);
+            let path = dir.join(format!("{elem}.npy"));
+            write_npy(&path, &t).unwrap();
+            let back = read_npy_file(&path).unwrap().into_type(elem).unwrap();
+            assert_eq!(back, t, "{elem}");
+            let bytes = std::fs::read(&path).unwrap();
+            let header_end = 10 + u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
+            assert_eq!(header_end % 64, 0, "{elem}");
+        }
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn ml_dtypes_bytes_are_read_as_the_type_asked_for() {
+        // ml_dtypes' np.save of [1, -1, 0.5] as bfloat16, and of
+        // [1, -1, 1] as int4 (-1 is 0x0F: the low four bits).
+        let header = |descr: &str| {
+            let mut h = format!("{{'descr': '{descr}', 'fortran_order': False, 'shape': (3,), }}");
+            h.push_str(&" ".repeat(128 - 10 - h.len() - 1));
+            h.push('\n');
+            let mut b = b"\x93NUMPY\x01\x00".to_vec();
+            b.extend((h.len() as u16).to_le_bytes());
+            b.extend(h.as_bytes());
+            b
+        };
+        let mut bf16 = header("<V2");
+        bf16.extend([0x80, 0x3F, 0x80, 0xBF, 0x00, 0x3F]);
+        let t = parse(&bf16).unwrap().into_type(ElemType::BF16).unwrap();
+        assert_eq!(
+            t.to_f64().iter().copied().collect::<Vec<_>>(),
+            vec![1.0, -1.0, 0.5]
+        );
+        let mut int4 = header("<V1");
+        int4.extend([0x01, 0x0F, 0x01]);
+        let t = parse(&int4).unwrap().into_type(ElemType::I4).unwrap();
+        assert_eq!(
+            t.to_i64().iter().copied().collect::<Vec<_>>(),
+            vec![1, -1, 1]
+        );
+        // Bytes of one type are not another's.
+        let err = parse(&int4).unwrap().into_type(ElemType::BF16).unwrap_err();
+        assert!(err.contains("untyped V1"), "{err}");
+        let err = parse(&bf16).unwrap().into_type(ElemType::F32).unwrap_err();
+        assert!(err.contains("untyped V2"), "{err}");
+        assert!(ml_dtypes_hint(ElemType::I4).contains("ml_dtypes.int4"));
+    }
+
+    #[test]
+    fn lying_or_foreign_files_are_refused() {
+        let file = |h: &str, data: &[u8]| {
+            let mut b = b"\x93NUMPY\x01\x00".to_vec();
+            b.extend((h.len() as u16).to_le_bytes());
+            b.extend(h.as_bytes());
+            b.extend(data);
+            b
+        };
+        // A shape far larger than the data, refused before anything is
+        // allocated for it.
+        let huge = file(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1000000, 1000000), }",
+            &[0; 8],
+        );
+        let err = parse(&huge).err().unwrap();
+        assert!(
+            err.contains("1000000000000 elements of 4 bytes") && err.contains("8 bytes follow"),
+            "{err}"
+        );
+        let short = file(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }",
+            &[0; 8],
+        );
+        assert!(parse(&short).err().unwrap().contains("3 elements"));
+        let strings = file(
+            "{'descr': '<U2', 'fortran_order': False, 'shape': (1,), }",
+            &[0; 8],
+        );
+        let err = parse(&strings).err().unwrap();
+        assert!(err.contains("string"), "{err}");
+        let mut cut = file(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (1,), }",
+            &[],
+        );
+        cut[8] = 0xff;
+        assert!(parse(&cut).err().unwrap().contains("longer than the file"));
+        assert!(
+            parse(b"PK\x03\x04 not npy")
+                .err()
+                .unwrap()
+                .contains("magic")
+        );
+    }
+
+    #[test]
+    fn fortran_order_and_big_endian_arrays_read_as_numpy_reads_them() {
+        // np.asfortranarray([[1, 2, 3], [4, 5, 6]], '>i2'): columns first.
+        let h = "{'descr': '>i2', 'fortran_order': True, 'shape': (2, 3), }";
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((h.len() as u16).to_le_bytes());
+        b.extend(h.as_bytes());
+        for v in [1i16, 4, 2, 5, 3, 6] {
+            b.extend(v.to_be_bytes());
+        }
+        let Npy::Typed(t) = parse(&b).unwrap() else {
+            panic!("typed")
+        };
+        assert_eq!(t.elem, ElemType::I16);
+        assert_eq!(t.shape(), &[2, 3]);
+        assert_eq!(
+            t.to_i64().iter().copied().collect::<Vec<_>>(),
+            vec![1, 2, 3, 4, 5, 6]
+        );
+    }
 }

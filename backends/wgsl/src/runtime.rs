@@ -163,6 +163,12 @@ impl Gpu {
         &self.info.name
     }
 
+    /// Whether the adapter is a CPU (lavapipe): no clocks to raise, so no
+    /// warming up before timing.
+    pub fn is_cpu(&self) -> bool {
+        self.info.device_type == wgpu::DeviceType::Cpu
+    }
+
     /// The pipeline of kernel `name`, compiled from `wgsl` unless a
     /// session on this device compiled the same source before. Shaders
     /// ircc did not print just now (`trusted` false: a bundle's) keep
@@ -627,24 +633,66 @@ impl Session {
             runs_ms.push(start.elapsed().as_secs_f64() * 1e3);
             step(progress);
         }
-        if let Some(t) = &self.timestamps {
-            for _ in 0..profiled {
-                self.submit(false, true)?;
-                step(progress);
-                let data = self.read(&t.read)?;
-                let ticks: Vec<u64> = data
-                    .chunks_exact(8)
-                    .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
-                    .collect();
-                for (k, times) in per_kernel_us.iter_mut().enumerate() {
-                    let d = ticks[2 * k + 1].saturating_sub(ticks[2 * k]);
-                    times.push(d as f64 * t.period_ns / 1e3);
-                }
+        for _ in 0..profiled {
+            for (k, us) in self.profiled_run()?.into_iter().enumerate() {
+                per_kernel_us[k].push(us);
             }
+            step(progress);
         }
         Ok(Timing {
             runs_ms,
             per_kernel_us,
         })
+    }
+
+    /// One run with each dispatch in a timed pass of its own: every
+    /// dispatch's time in microseconds.
+    fn profiled_run(&self) -> R<Vec<f64>> {
+        let t = self
+            .timestamps
+            .as_ref()
+            .ok_or("the adapter cannot time kernels (no timestamp queries)")?;
+        self.submit(false, true)?;
+        let data = self.read(&t.read)?;
+        let ticks: Vec<u64> = data
+            .chunks_exact(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap_or([0; 8])))
+            .collect();
+        Ok((0..self.pipelines.len())
+            .map(|k| ticks[2 * k + 1].saturating_sub(ticks[2 * k]) as f64 * t.period_ns / 1e3)
+            .collect())
+    }
+
+    /// Each dispatch's times over `runs` timed runs, after `warmup`
+    /// untimed ones: what a tuner measures kernels by, with no run timed
+    /// by the clock.
+    pub fn profile(&mut self, inputs: &[Tensor], warmup: usize, runs: usize) -> R<Vec<Vec<f64>>> {
+        self.upload_inputs(inputs)?;
+        for _ in 0..warmup {
+            self.submit(false, false)?;
+        }
+        let mut per_kernel_us = vec![Vec::new(); self.pipelines.len()];
+        for _ in 0..runs {
+            for (k, us) in self.profiled_run()?.into_iter().enumerate() {
+                per_kernel_us[k].push(us);
+            }
+        }
+        Ok(per_kernel_us)
+    }
+
+    /// `runs` runs timed by the clock, in milliseconds, after `warmup`
+    /// untimed ones.
+    pub fn wall_ms(&mut self, inputs: &[Tensor], warmup: usize, runs: usize) -> R<Vec<f64>> {
+        self.upload_inputs(inputs)?;
+        for _ in 0..warmup {
+            self.submit(false, false)?;
+        }
+        (0..runs)
+            .map(|_| {
+                let start = Instant::now();
+                self.submit(false, false)?;
+                Ok(start.elapsed().as_secs_f64() * 1e3)
+            })
+            .collect()
     }
 }

@@ -33,24 +33,24 @@ pub trait Env {
 /// through this, so none pads, truncates or reinterprets one.
 pub fn checked_param(env: &mut dyn Env, name: &str, ty: &TensorType) -> Result<Tensor, String> {
     let t = env.param(name, ty)?;
-    if !t
-        .shape()
-        .iter()
-        .map(|&d| d as i64)
-        .eq(ty.shape.iter().copied())
-    {
+    check_weight_type(name, &t.ty(), ty)?;
+    Ok(t)
+}
+
+fn check_weight_type(name: &str, got: &TensorType, ty: &TensorType) -> Result<(), String> {
+    if got.shape != ty.shape {
         return Err(format!(
             "weight '{name}' has shape {:?} but the IR declares {ty}",
-            t.shape()
+            got.shape
         ));
     }
-    if t.elem != ty.elem {
+    if got.elem != ty.elem {
         return Err(format!(
             "weight '{name}' has element type {} but the IR declares {ty}",
-            t.elem
+            got.elem
         ));
     }
-    Ok(t)
+    Ok(())
 }
 
 /// [`checked_param`] as stored.
@@ -60,12 +60,7 @@ pub fn checked_stored_param(
     ty: &TensorType,
 ) -> Result<StoredTensor, String> {
     let t = env.stored_param(name, ty)?;
-    if t.ty() != ty {
-        return Err(format!(
-            "weight '{name}' is {} but the IR declares {ty}",
-            t.ty()
-        ));
-    }
+    check_weight_type(name, t.ty(), ty)?;
     Ok(t)
 }
 

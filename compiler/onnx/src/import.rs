@@ -284,43 +284,31 @@ pub(crate) fn import_bytes(
     })
 }
 
-/// The value known for each input, by name or by position; each must have
-/// the input's type, and one given both ways the same value.
+/// The value known for each input: bound (each must have the input's
+/// type), else given to a run by name or by position (where it has the
+/// input's type).
 fn known_values(
     names: &[String],
     types: &[Type],
     options: &ImportOptions,
 ) -> Result<Vec<Option<Tensor>>> {
-    if options.known_in_order.len() > names.len() {
-        return Err(ImportError::invalid(format!(
-            "{} values for the model's {} inputs ({})",
-            options.known_in_order.len(),
-            names.len(),
-            names.join(", ")
-        )));
-    }
     let mut known = Vec::with_capacity(names.len());
     for (i, (name, ty)) in names.iter().zip(types).enumerate() {
-        let value = match (
-            options.known_inputs.get(name),
-            options.known_in_order.get(i),
-        ) {
-            (Some(a), Some(b)) if a != b => {
+        if let Some(value) = options.known_inputs.get(name) {
+            if Type::Tensor(value.ty()) != *ty {
                 return Err(ImportError::invalid(format!(
-                    "input '{name}' is given twice, with another value each time"
+                    "input '{name}' is {ty}, but the value bound to it is {}",
+                    value.ty()
                 )));
             }
-            (a, b) => a.or(b),
-        };
-        if let Some(value) = value
-            && Type::Tensor(value.ty()) != *ty
-        {
-            return Err(ImportError::invalid(format!(
-                "input '{name}' is {ty}, but the value bound to it is {}",
-                value.ty()
-            )));
+            known.push(Some(value.clone()));
+            continue;
         }
-        known.push(value.cloned());
+        let given = options
+            .given
+            .get(name)
+            .or(options.given_in_order.get(i).and_then(Option::as_ref));
+        known.push(given.filter(|v| Type::Tensor(v.ty()) == *ty).cloned());
     }
     Ok(known)
 }

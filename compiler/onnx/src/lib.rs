@@ -86,13 +86,18 @@ pub struct ImportOptions {
     /// instead of inline `graph.constant`s (integer constants, which are
     /// indices and shapes, are inlined up to 4096 elements whatever this is).
     pub inline_limit: usize,
-    /// Values of inputs to specialize on: where an operator needs a
-    /// constant (a Reshape's shape, a Slice's bounds) and gets one of these
-    /// inputs, the value is used. Elsewhere the input stays an argument.
+    /// Values of inputs to specialize on (`--bind`): where an operator
+    /// needs a constant (a Reshape's shape, a Slice's bounds) and gets one
+    /// of these inputs, the value is used. Elsewhere the input stays an
+    /// argument. Each must have its input's type.
     pub known_inputs: HashMap<String, Tensor>,
-    /// Values of the model's first inputs, in their order (inputs given
-    /// by position), used as `known_inputs` are.
-    pub known_in_order: Vec<Tensor>,
+    /// The values a run is given (`ircc run --input`), by name and by
+    /// position (None where a file's values need the model's type to be
+    /// read): used as `known_inputs` are where they have their input's
+    /// type. Where one does not, the input stays an argument and the run
+    /// that reads it says what is wrong.
+    pub given: HashMap<String, Tensor>,
+    pub given_in_order: Vec<Option<Tensor>>,
     /// Told how far the import is, as it goes.
     pub progress: Progress,
 }

@@ -6,6 +6,7 @@
 //! fills it a trial at a time.
 
 pub mod database;
+pub mod harness;
 pub mod prune;
 pub mod search;
 pub mod space;
@@ -14,6 +15,7 @@ use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::rc::Rc;
 
+use ircc_core::OpId;
 use ircc_dialects::kernel::{DeviceProfile, Target};
 
 use prune::{Criterion, KernelFacts};
@@ -39,6 +41,10 @@ pub struct Tunable {
     pub instances: usize,
     /// The names of their kernels (a product split along K has two).
     pub kernels: Vec<String>,
+    /// The host op (a fused group or a lone op) of each product, in the
+    /// module as it was before lowering: what `ircc tune` times a
+    /// signature on, alone ([`harness::harness`]).
+    pub ops: Vec<OpId>,
 }
 
 /// A [`Tuning`] `ircc tune` shares with the `kernel.lower` it runs.

@@ -130,6 +130,13 @@ impl Search {
         self.measured.len()
     }
 
+    /// How many points the search can propose: its space, and the first
+    /// point where that lies outside it.
+    pub fn points(&self) -> usize {
+        let outside = self.first.is_some_and(|f| !self.members.contains(&f));
+        self.members.len() + usize::from(outside)
+    }
+
     fn fresh(&self, c: &MatmulConfig) -> bool {
         self.members.contains(c) && !self.measured.contains_key(c)
     }

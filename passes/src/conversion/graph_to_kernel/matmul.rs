@@ -183,6 +183,7 @@ fn configure(
         default,
         instances: 0,
         kernels: Vec::new(),
+        ops: Vec::new(),
     });
     seen.instances += 1;
     let Some(config) = tuning.table.get(key).copied() else {

@@ -440,6 +440,9 @@ fn build(
     let mut built = Built::default();
     if let (Some(key), Some(tuning)) = (&tuning_key, &lowering.tuning) {
         record_kernel(tuning, key, &name);
+        if let Some(t) = tuning.borrow_mut().seen.get_mut(key) {
+            t.ops.push(group.op);
+        }
     }
     built.tuning_key = tuning_key;
     for (i, h) in launch_outputs.into_iter().enumerate() {
