@@ -196,10 +196,7 @@ type Given = (Vec<(String, Tensor)>, Vec<Option<Tensor>>);
 /// model's type to be read (ml_dtypes' untyped bytes) gives none, since
 /// no such value is a shape; with `strict` (`--bind`) any file that cannot
 /// be read is an error.
-pub(crate) fn known_values(
-    specs: &[String],
-    strict: bool,
-) -> Result<Given, String> {
+pub(crate) fn known_values(specs: &[String], strict: bool) -> Result<Given, String> {
     let (mut by_name, mut in_order) = (Vec::new(), Vec::new());
     for spec in specs {
         let (name, path) = split_spec(spec);

@@ -674,15 +674,12 @@ impl Importer<'_> {
                 ]);
                 self.emit(GraphOp::DepthToSpace, vec![self.required(n, 0)?], at, 1)?
             }
-            "SpaceToDepth" => {
-                a.only(&["blocksize"])?;
-                self.emit(
-                    GraphOp::SpaceToDepth,
-                    vec![self.required(n, 0)?],
-                    attrs(vec![("blocksize", Attribute::i64(a.i("blocksize", 0)))]),
-                    1,
-                )?
-            }
+            "SpaceToDepth" => self.space_to_depth(n, a)?,
+            "EyeLike" => self.eye_like(n, a)?,
+            "ReverseSequence" => self.reverse_sequence(n, a)?,
+            "Upsample" => self.upsample(n, a)?,
+            "GroupNormalization" => self.group_normalization(n, a)?,
+            "LRN" => self.lrn(n, a)?,
             "Resize" => self.resize(n, a)?,
             "Constant" => {
                 a.only(&[
@@ -1287,9 +1284,9 @@ impl Importer<'_> {
         let x = self.required(n, 0)?;
         let rank = self.type_of(&x).rank();
         let mode = a.s("mode", "constant");
-        if !matches!(mode.as_str(), "constant" | "reflect" | "edge") {
-            return Err(ImportError::unsupported(format!(
-                "Pad mode '{mode}' is not supported (constant, reflect, edge)"
+        if !matches!(mode.as_str(), "constant" | "reflect" | "edge" | "wrap") {
+            return Err(ImportError::invalid(format!(
+                "Pad mode '{mode}' is none of constant, reflect, edge and wrap"
             )));
         }
         let (pads, value) = if self.opset < 11 {
@@ -1325,6 +1322,9 @@ impl Importer<'_> {
                 full
             }
         };
+        if mode == "wrap" {
+            return self.wrap_pad(x, &pads);
+        }
         let at = attrs(vec![
             ("pads", ints_attr(pads)),
             ("mode", Attribute::String(mode)),

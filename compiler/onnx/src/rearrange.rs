@@ -1,0 +1,210 @@
+//! Operators that move or make data, imported as compositions of graph
+//! ops: EyeLike as a constant, ReverseSequence and Pad's `wrap` mode as
+//! gathers of known indices, SpaceToDepth's CRD mode as a reshape and a
+//! transpose, and the old Upsample as the Resize it equals.
+
+use ircc_core::{Attribute, ElemType, Tensor};
+use ircc_dialects::graph::GraphOp;
+use ndarray::{ArrayD, IxDyn};
+
+use crate::attrs::Attrs;
+use crate::import::{Importer, Val, i64s};
+use crate::ops::{attrs, rank_axis};
+use crate::proto::{AttributeProto, NodeProto, attr_type};
+use crate::tensor::elem_type;
+use crate::{ImportError, Result};
+
+impl Importer<'_> {
+    /// EyeLike: ones on the k-th diagonal of a matrix of the input's shape,
+    /// zeros elsewhere, of `dtype` (else the input's type): a constant,
+    /// whatever the input holds.
+    pub(crate) fn eye_like(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["dtype", "k"])?;
+        let ty = self.type_of(&self.required(n, 0)?);
+        if ty.rank() != 2 {
+            return Err(ImportError::invalid(format!(
+                "EyeLike takes a matrix, not {ty}"
+            )));
+        }
+        let elem = match a.i("dtype", -1) {
+            -1 => ty.elem,
+            t => elem_type(t as i32)?,
+        };
+        let k = a.i("k", 0);
+        let shape = IxDyn(&[ty.shape[0] as usize, ty.shape[1] as usize]);
+        let on = |i: &IxDyn| i[1] as i64 - i[0] as i64 == k;
+        let t = match elem {
+            e if e.is_float() => Tensor::float(
+                e,
+                ArrayD::from_shape_fn(shape, |i| f64::from(u8::from(on(&i)))),
+            ),
+            ElemType::I1 => Tensor::bool(ArrayD::from_shape_fn(shape, |i| on(&i))),
+            e => Tensor::int(e, ArrayD::from_shape_fn(shape, |i| i64::from(on(&i)))),
+        };
+        Ok(vec![Val::constant(t)])
+    }
+
+    /// ReverseSequence: each batch's first `sequence_lens` steps along the
+    /// time axis in reverse order, the rest as they are; the lengths must
+    /// be known (a constant, or an input bound to its value), so that the
+    /// result is a gather of known indices.
+    pub(crate) fn reverse_sequence(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["batch_axis", "time_axis"])?;
+        let x = self.required(n, 0)?;
+        let ty = self.type_of(&x);
+        let rank = ty.rank();
+        let batch = rank_axis(a.i("batch_axis", 1), rank)?;
+        let time = rank_axis(a.i("time_axis", 0), rank)?;
+        if rank < 2 || batch == time || batch > 1 || time > 1 {
+            return Err(ImportError::invalid(
+                "ReverseSequence's batch and time axes must be 0 and 1, in either order",
+            ));
+        }
+        let lens = i64s(
+            &self
+                .constant_input(n, 1, "sequence_lens")?
+                .ok_or_else(|| ImportError::invalid("missing sequence_lens"))?,
+        );
+        let (batches, steps) = (ty.shape[batch], ty.shape[time]);
+        if lens.len() as i64 != batches || lens.iter().any(|&l| l < 0 || l > steps) {
+            return Err(ImportError::invalid(format!(
+                "sequence_lens {lens:?} must give each of the {batches} batches a length of at most {steps}"
+            )));
+        }
+        let shape: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
+        let index = ArrayD::from_shape_fn(IxDyn(&shape), |i| {
+            let (t, len) = (i[time] as i64, lens[i[batch]]);
+            if t < len { len - 1 - t } else { t }
+        });
+        let index = Val::constant(Tensor::int(ElemType::I64, index));
+        let at = attrs(vec![("axis", Attribute::i64(time as i64))]);
+        self.emit(GraphOp::GatherElements, vec![x, index], at, 1)
+    }
+
+    /// SpaceToDepth: each `blocksize`² block of the spatial axes moved into
+    /// channels, the channel outermost (CRD, opset 25's mode) or the block
+    /// offset outermost (DCR, the default and graph.space_to_depth's order).
+    pub(crate) fn space_to_depth(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["blocksize", "mode"])?;
+        let x = self.required(n, 0)?;
+        let b = a.i("blocksize", 0);
+        match a.s("mode", "DCR").as_str() {
+            "DCR" => self.emit(
+                GraphOp::SpaceToDepth,
+                vec![x],
+                attrs(vec![("blocksize", Attribute::i64(b))]),
+                1,
+            ),
+            "CRD" => {
+                let ty = self.type_of(&x);
+                let &[batch, c, h, w] = ty.shape.as_slice() else {
+                    return Err(ImportError::invalid(format!(
+                        "SpaceToDepth takes an NCHW tensor, not {ty}"
+                    )));
+                };
+                if b <= 0 || h % b != 0 || w % b != 0 {
+                    return Err(ImportError::invalid(format!(
+                        "blocksize {b} does not divide the spatial axes of {ty}"
+                    )));
+                }
+                let split = self.reshape(x, vec![batch, c, h / b, b, w / b, b])?;
+                let moved = self.transpose(split, vec![0, 1, 3, 5, 2, 4])?;
+                Ok(vec![
+                    self.reshape(moved, vec![batch, c * b * b, h / b, w / b])?,
+                ])
+            }
+            m => Err(ImportError::invalid(format!(
+                "SpaceToDepth's mode is DCR or CRD, not '{m}'"
+            ))),
+        }
+    }
+
+    /// Pad's `wrap` mode: along each axis, the output's element `i` is the
+    /// input's `(i - begin) mod extent`: a gather of known indices per
+    /// padded axis (a negative pad crops).
+    pub(crate) fn wrap_pad(&mut self, x: Val, pads: &[i64]) -> Result<Vec<Val>> {
+        let ty = self.type_of(&x);
+        let rank = ty.rank();
+        if pads.len() != 2 * rank {
+            return Err(ImportError::invalid(format!(
+                "{} pads for a tensor of rank {rank}",
+                pads.len()
+            )));
+        }
+        let mut y = x;
+        for axis in 0..rank {
+            let (begin, end, d) = (pads[axis], pads[rank + axis], ty.shape[axis]);
+            if begin == 0 && end == 0 {
+                continue;
+            }
+            let len = d + begin + end;
+            if d == 0 || len < 0 {
+                return Err(ImportError::invalid(format!(
+                    "pads {begin} and {end} of an axis of {d} leave nothing to wrap"
+                )));
+            }
+            let index: Vec<i64> = (0..len).map(|i| (i - begin).rem_euclid(d)).collect();
+            let index = Val::constant(Tensor::int(
+                ElemType::I64,
+                ArrayD::from_shape_vec(IxDyn(&[len as usize]), index).expect("sized"),
+            ));
+            let at = attrs(vec![("axis", Attribute::i64(axis as i64))]);
+            y = self.emit(GraphOp::Gather, vec![y, index], at, 1)?.remove(0);
+        }
+        Ok(vec![y])
+    }
+
+    /// Upsample (opsets 7 to 9): Resize with each output coordinate mapped
+    /// back by dividing by the scale (`asymmetric`) and, for `nearest`,
+    /// rounded down; the scales an attribute (opset 7) or input 1.
+    pub(crate) fn upsample(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["mode", "scales"])?;
+        if self.opset >= 10 {
+            return Err(ImportError::invalid(
+                "Upsample was removed in opset 10: use Resize",
+            ));
+        }
+        let mode = a.s("mode", "nearest");
+        let mut resize = NodeProto {
+            input: n.input.iter().take(1).cloned().collect(),
+            output: n.output.clone(),
+            name: n.name.clone(),
+            op_type: "Resize".into(),
+            ..Default::default()
+        };
+        match a.floats("scales") {
+            Some(scales) => {
+                let name = format!(
+                    "{}__upsample_scales",
+                    n.output.first().cloned().unwrap_or_default()
+                );
+                let t = Tensor::float(
+                    ElemType::F32,
+                    ArrayD::from_shape_vec(
+                        IxDyn(&[scales.len()]),
+                        scales.iter().map(|&s| s as f64).collect(),
+                    )
+                    .expect("sized"),
+                );
+                self.bind_name(&name, Val::constant(t));
+                resize.input.push(name);
+            }
+            None => resize.input.extend(n.input.get(1).cloned()),
+        }
+        let text = |name: &str, value: &str| AttributeProto {
+            name: name.into(),
+            r#type: attr_type::STRING,
+            s: value.as_bytes().to_vec(),
+            ..Default::default()
+        };
+        resize.attribute = vec![
+            text("mode", &mode),
+            text("coordinate_transformation_mode", "asymmetric"),
+            text("nearest_mode", "floor"),
+        ];
+        let ra = Attrs::new(&resize);
+        let out = self.resize(&resize, &ra)?;
+        ra.check()?;
+        Ok(out)
+    }
+}
