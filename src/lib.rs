@@ -176,7 +176,7 @@ impl Driver {
     }
 
     /// Adds the `--timing` row `name`.
-    fn record(&self, name: &str, run: std::time::Duration, verify: std::time::Duration) {
+    pub(crate) fn record(&self, name: &str, run: std::time::Duration, verify: std::time::Duration) {
         self.phases.borrow_mut().push(PassTiming {
             pass: name.to_string(),
             run,

@@ -2,16 +2,18 @@
 //! GPU, the fastest per kernel signature recorded in a tuning database.
 //!
 //! A candidate is timed on its kernel alone, as Ansor's and TVM's measure
-//! loops time one: the harness (`ircc_passes::tuning::harness`) is the
-//! first product of each signature cut out of the model with what feeds
-//! it, its operands arguments of the real shapes. Each round lowers the
-//! harness with every signature's next candidate, runs it once to check
-//! its outputs against the defaults', and times each kernel by timestamp
-//! queries (a product's partial-sum kernel charged to it); so one small
-//! compile and one submission a run measure a candidate of every
-//! signature. At the end the whole model is lowered untuned and tuned
+//! loops time one: each signature's harness (`ircc_passes::tuning::harness`)
+//! is its first product cut out of the model with what feeds it, its
+//! operands arguments of the real shapes. Each round lowers every
+//! signature's harness with its next candidate, each on a thread of its
+//! own (lowering is most of a round's work), compiles the new kernels in
+//! parallel, then runs each harness once to check its outputs against its
+//! default's and times its kernels by timestamp queries (a product's
+//! partial-sum kernel charged to it), the harnesses back to back after
+//! one warm-up. At the end the whole model is lowered untuned and tuned
 //! once each: their outputs must agree, and they are timed alternately,
-//! the gain checked where it counts.
+//! the gain checked where it counts. `--timing` and the JSON report
+//! (`seconds_by_step`) say where the time went.
 
 use std::cell::RefCell;
 use std::collections::BTreeMap;
@@ -57,30 +59,6 @@ impl Lowerer {
         driver: &Driver,
         table: BTreeMap<String, MatmulConfig>,
     ) -> Result<(Module, BTreeMap<String, Tunable>), Failure> {
-        self.lower_with(driver, table, &RunOptions::default())
-    }
-
-    /// [`Lowerer::lower`] without verifying the result: a candidate's
-    /// harness, checked by running it against the defaults'.
-    #[cfg(feature = "wgpu")]
-    fn lower_unchecked(
-        &self,
-        driver: &Driver,
-        table: BTreeMap<String, MatmulConfig>,
-    ) -> Result<(Module, BTreeMap<String, Tunable>), Failure> {
-        let options = RunOptions {
-            verify_each: false,
-            ..Default::default()
-        };
-        self.lower_with(driver, table, &options)
-    }
-
-    fn lower_with(
-        &self,
-        driver: &Driver,
-        table: BTreeMap<String, MatmulConfig>,
-        options: &RunOptions,
-    ) -> Result<(Module, BTreeMap<String, Tunable>), Failure> {
         {
             let mut t = self.tuning.borrow_mut();
             t.table = table;
@@ -88,20 +66,14 @@ impl Lowerer {
         }
         let mut m = self.base.clone();
         let mut pm = PassManager::from_specs(&self.passes, &self.specs)?;
-        pm.run(&mut m, &driver.registry, options, &mut std::io::sink())?;
+        pm.run(
+            &mut m,
+            &driver.registry,
+            &RunOptions::default(),
+            &mut std::io::sink(),
+        )?;
         let seen = std::mem::take(&mut self.tuning.borrow_mut().seen);
         Ok((m, seen))
-    }
-
-    /// The same lowering of another module.
-    #[cfg(feature = "wgpu")]
-    fn on(&self, base: Module) -> Lowerer {
-        Lowerer {
-            base,
-            specs: self.specs.clone(),
-            passes: self.passes.clone(),
-            tuning: self.tuning.clone(),
-        }
     }
 }
 
@@ -258,22 +230,32 @@ impl Driver {
         let f16 = args.kernel.precision.is_some_and(|p| p.name() == "f16");
         let gpu = std::sync::Arc::new(ircc_wgsl::Gpu::open(f16).map_err(plain)?);
         // Each signature is timed on its first product, alone.
-        let products: Vec<ircc_core::OpId> = seen
-            .values()
-            .filter_map(|t| t.ops.first().copied())
-            .collect();
-        let harness = harness(&lowerer.base, &products).map_err(plain)?;
         let mut bench = Bench {
             driver: self,
-            lowerer: lowerer.on(harness),
+            // A harness is lowered to kernels as the model is, by
+            // kernel.lower and kernel.ace (with passes of each thread's own).
+            specs: lowerer
+                .specs
+                .iter()
+                .filter(|s| [KernelLowerOptions::NAME, "kernel.ace"].contains(&s.pass.as_str()))
+                .cloned()
+                .collect(),
+            harnesses: BTreeMap::new(),
             gpu,
             profile: args.model.pipeline.device_profile(),
             runs: args.runs,
-            inputs: None,
-            reference: None,
+            inputs: BTreeMap::new(),
+            reference: BTreeMap::new(),
             // The precision's rounding, summed in another order.
             tolerance: if f16 { 1e-2 } else { 1e-4 },
+            spent: BTreeMap::new(),
         };
+        for (key, t) in seen {
+            if let Some(&op) = t.ops.first() {
+                let module = harness(&lowerer.base, &[op]).map_err(plain)?;
+                bench.harnesses.insert(key.clone(), module);
+            }
+        }
         let candidates: usize = searches.values().map(|s| s.points().min(args.budget)).sum();
         let bar = crate::progress::bar(
             candidates as u64,
@@ -346,7 +328,17 @@ impl Driver {
         db.merge(&found);
         // The whole model, untuned and tuned: the same outputs, and the
         // gain where it counts.
-        let (untuned, tuned) = bench.models(lowerer, loaded, &db.table())?;
+        let (untuned, tuned) = bench.step("the whole model, untuned and tuned", |b| {
+            b.models(lowerer, loaded, &db.table())
+        })?;
+        for (step, d) in &bench.spent {
+            self.record(&format!("tune: {step}"), *d, std::time::Duration::ZERO);
+        }
+        let seconds_by_step: serde_json::Map<String, serde_json::Value> = bench
+            .spent
+            .iter()
+            .map(|(k, d)| (k.to_string(), serde_json::json!(d.as_secs_f64())))
+            .collect();
         let path = args
             .model
             .pipeline
@@ -374,6 +366,7 @@ impl Driver {
                 "search_s": search_s, "trials_per_s": per_s, "total_s": start.elapsed().as_secs_f64(),
                 "untuned_ms": untuned, "tuned_ms": tuned,
                 "products_us_by_trial": best_by_trial, "kernels": kernels,
+                "seconds_by_step": seconds_by_step,
             });
             let _ = writeln!(stdout, "{report}");
         } else {
@@ -414,25 +407,40 @@ impl Driver {
 }
 
 /// Times candidates on one device, its compiled kernels kept across
-/// rounds: each round lowers the harness (every signature's product,
-/// alone) with each signature's candidate and times its kernels.
+/// rounds: each round lowers every signature's harness with its
+/// candidate (each on a thread of its own: lowering is most of a round's
+/// work), compiles the kernels (in parallel too), and times each
+/// harness's kernels back to back.
 #[cfg(feature = "wgpu")]
 struct Bench<'a> {
     driver: &'a Driver,
-    /// Lowers the harness.
-    lowerer: Lowerer,
+    /// `kernel.lower` and what follows it in the pipeline.
+    specs: Vec<PassOptions>,
+    /// Each signature's harness: its first product alone.
+    harnesses: BTreeMap<String, Module>,
     gpu: std::sync::Arc<ircc_wgsl::Gpu>,
     profile: Option<String>,
     runs: usize,
-    inputs: Option<Vec<ircc_core::Tensor>>,
-    /// The harness's outputs with each signature's default, which every
+    /// Each harness's inputs.
+    inputs: BTreeMap<String, Vec<ircc_core::Tensor>>,
+    /// Each harness's outputs with its signature's default, which every
     /// candidate's must match.
-    reference: Option<Vec<ircc_core::Tensor>>,
+    reference: BTreeMap<String, Vec<ircc_core::Tensor>>,
     tolerance: f64,
+    /// Where the time went, by step (`--timing`, and the JSON report).
+    spent: BTreeMap<&'static str, std::time::Duration>,
 }
 
 #[cfg(feature = "wgpu")]
 impl Bench<'_> {
+    /// Runs `f`, its time added to `step`'s.
+    fn step<T>(&mut self, step: &'static str, f: impl FnOnce(&mut Self) -> T) -> T {
+        let start = Instant::now();
+        let out = f(self);
+        *self.spent.entry(step).or_default() += start.elapsed();
+        out
+    }
+
     /// A session of `module` (lowered) on the bench's device.
     fn session(
         &self,
@@ -454,72 +462,130 @@ impl Bench<'_> {
         &self,
         session: &mut ircc_wgsl::Session,
         inputs: &[ircc_core::Tensor],
-    ) -> Result<usize, Failure> {
+    ) -> Result<(), Failure> {
         if self.gpu.is_cpu() {
-            return Ok(1);
+            return session.wall_ms(inputs, 1, 0).map(drop).map_err(plain);
         }
         let mut runs = session.wall_ms(inputs, 1, 3).map_err(plain)?;
         runs.sort_by(f64::total_cmp);
         let once = runs[1] / 1e3;
-        Ok(((0.25 / once.max(1e-6)).ceil() as usize).clamp(1, 5000))
+        let more = ((0.25 / once.max(1e-6)).ceil() as usize).clamp(1, 5000);
+        session.wall_ms(inputs, more, 0).map(drop).map_err(plain)
     }
 
     /// Each signature's time (the median over runs of its kernels' times,
-    /// summed) with `table`'s candidates, after checking the harness's
-    /// outputs against the defaults'.
+    /// summed) with `table`'s candidate, after checking its harness's
+    /// outputs against its default's.
     fn time(
         &mut self,
         table: BTreeMap<String, MatmulConfig>,
     ) -> Result<BTreeMap<String, f64>, Failure> {
-        let (module, seen) = self.lowerer.lower_unchecked(self.driver, table.clone())?;
-        let mut session = self.session(&module, &Default::default())?;
-        if self.inputs.is_none() {
-            self.inputs = Some(crate::inputs::random_inputs(&module, 0)?);
-        }
-        let inputs = self.inputs.clone().unwrap_or_default();
-        let outputs = session.run(&inputs).map_err(plain)?;
-        match &self.reference {
-            None => self.reference = Some(outputs),
-            Some(want) => {
-                let d = crate::check::relative_difference(&outputs, want);
-                if d.is_nan() || d > self.tolerance {
-                    let tried: Vec<String> =
-                        table.iter().map(|(k, c)| format!("{k}: {c:?}")).collect();
-                    return Err(plain(format!(
-                        "a candidate's outputs differ from the defaults' by {d:e} (more than {:e}): a template bug; the candidates were:\n  {}",
-                        self.tolerance,
-                        tried.join("\n  ")
-                    )));
+        let lowered = self.step("lowering candidates", |b| b.lower_all(&table))?;
+        let sources: Vec<(String, String)> = lowered
+            .iter()
+            .flat_map(|(_, (plan, _))| plan.sources.iter().cloned())
+            .collect();
+        self.step("compiling and binding kernels", |b| {
+            b.gpu.precompile(&sources, true)
+        });
+        let mut times = BTreeMap::new();
+        let mut warm = false;
+        for (key, (plan, tunable)) in lowered {
+            let module = &self.harnesses[&key];
+            let func = crate::gpu::main_function(module)?;
+            let outputs = crate::gpu::output_elems(module, func);
+            if !self.inputs.contains_key(&key) {
+                let inputs = crate::inputs::random_inputs(module, 0)?;
+                self.inputs.insert(key.clone(), inputs);
+            }
+            let inputs = self.inputs[&key].clone();
+            let mut session = self.step("compiling and binding kernels", |b| {
+                let no_weights = |name: &str| -> Result<ircc_core::StoredTensor, String> {
+                    Err(format!(
+                        "a harness reads no weight, yet '{name}' was asked for"
+                    ))
+                };
+                ircc_wgsl::Session::on(b.gpu.clone(), plan, outputs, &no_weights).map_err(plain)
+            })?;
+            let got = self.step("checking outputs", |_| session.run(&inputs).map_err(plain))?;
+            match self.reference.get(&key) {
+                None => {
+                    self.reference.insert(key.clone(), got);
+                }
+                Some(want) => {
+                    let d = crate::check::relative_difference(&got, want);
+                    if d.is_nan() || d > self.tolerance {
+                        return Err(plain(format!(
+                            "the outputs of '{key}' with {:?} differ from its default's by {d:e} (more than {:e}): a template bug",
+                            table[&key], self.tolerance
+                        )));
+                    }
                 }
             }
+            // The harnesses are timed back to back: one warm-up raises the
+            // clocks for all of them.
+            if !warm {
+                self.step("warming up", |b| b.warmup(&mut session, &inputs))?;
+                warm = true;
+            }
+            let adapter = self.gpu.adapter().to_string();
+            let runs = self.runs;
+            let per_kernel = self.step("timing kernels", |_| {
+                session
+                    .profile(&inputs, 1, runs)
+                    .map_err(|e| plain(format!("adapter '{adapter}': {e}, which ircc tune needs")))
+            })?;
+            let mut total = 0.0;
+            for k in &tunable.kernels {
+                let d = session
+                    .plan()
+                    .dispatches
+                    .iter()
+                    .position(|d| &d.kernel == k)
+                    .ok_or_else(|| plain(format!("kernel {k} of '{key}' is not in the plan")))?;
+                let mut t = per_kernel[d].clone();
+                t.sort_by(f64::total_cmp);
+                total += t
+                    .get(t.len() / 2)
+                    .ok_or_else(|| plain(format!("kernel {k} was not timed")))?;
+            }
+            times.insert(key, total);
         }
-        let warmup = self.warmup(&mut session, &inputs)?;
-        let per_kernel = session.profile(&inputs, warmup, self.runs).map_err(|e| {
-            plain(format!(
-                "adapter '{}': {e}, which ircc tune needs",
-                self.gpu.adapter()
-            ))
-        })?;
-        let mut by_kernel: BTreeMap<&str, f64> = BTreeMap::new();
-        for (d, times) in session.plan().dispatches.iter().zip(&per_kernel) {
-            let mut t = times.clone();
-            t.sort_by(f64::total_cmp);
-            let median = t
-                .get(t.len() / 2)
-                .ok_or_else(|| plain(format!("kernel {} was not timed", d.kernel)))?;
-            *by_kernel.entry(d.kernel.as_str()).or_default() += median;
-        }
-        seen.iter()
-            .map(|(key, t)| {
-                let mut total = 0.0;
-                for k in &t.kernels {
-                    total += by_kernel.get(k.as_str()).ok_or_else(|| {
-                        plain(format!("kernel {k} of '{key}' is not in the plan"))
-                    })?;
-                }
-                Ok((key.clone(), total / t.instances.max(1) as f64))
-            })
-            .collect()
+        Ok(times)
+    }
+
+    /// Each of `table`'s signatures' harness lowered with its candidate,
+    /// and its plan: on as many threads as the machine has cores, each
+    /// with passes of its own (a pass registry is not shared between
+    /// threads).
+    fn lower_all(&self, table: &BTreeMap<String, MatmulConfig>) -> Result<Vec<Lowered>, Failure> {
+        let jobs: Vec<(&String, &MatmulConfig, &Module)> = table
+            .iter()
+            .filter_map(|(k, c)| Some((k, c, self.harnesses.get(k)?)))
+            .collect();
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let per_thread = jobs.len().div_ceil(threads).max(1);
+        let (registry, specs, profile) = (&self.driver.registry, &self.specs, &self.profile);
+        let results: Vec<Result<Lowered, String>> = std::thread::scope(|s| {
+            let workers: Vec<_> = jobs
+                .chunks(per_thread)
+                .map(|chunk| {
+                    s.spawn(move || {
+                        chunk
+                            .iter()
+                            .map(|&(key, config, module)| {
+                                lower_one(registry, specs, profile.as_deref(), key, *config, module)
+                            })
+                            .collect::<Vec<_>>()
+                    })
+                })
+                .collect();
+            workers
+                .into_iter()
+                .flat_map(|w| w.join().unwrap_or_else(|p| std::panic::resume_unwind(p)))
+                .collect()
+        });
+        results.into_iter().map(|r| r.map_err(plain)).collect()
     }
 
     /// The whole model with no table and with `tuned`: their outputs must
@@ -558,9 +624,8 @@ impl Bench<'_> {
                 self.tolerance
             )));
         }
-        let warmup = self.warmup(&mut untuned, &inputs)?;
-        untuned.wall_ms(&inputs, warmup, 0).map_err(plain)?;
-        tuned.wall_ms(&inputs, warmup, 0).map_err(plain)?;
+        self.warmup(&mut untuned, &inputs)?;
+        self.warmup(&mut tuned, &inputs)?;
         let (mut a, mut b) = (Vec::new(), Vec::new());
         for _ in 0..self.runs.max(3) {
             a.extend(untuned.wall_ms(&inputs, 0, 1).map_err(plain)?);
@@ -572,6 +637,55 @@ impl Bench<'_> {
         };
         Ok((median(a), median(b)))
     }
+}
+
+/// A signature's harness lowered with a candidate: the signature, the
+/// plan, and what lowering met of the signature (its kernels).
+#[cfg(feature = "wgpu")]
+type Lowered = (String, (ircc_plan::Plan, Tunable));
+
+/// `module` (a harness) lowered by `specs` with `config` for signature
+/// `key`, and its plan with the signature's kernels: what a thread of
+/// [`Bench::lower_all`] does, with passes and a tuning of its own.
+#[cfg(feature = "wgpu")]
+fn lower_one(
+    registry: &ircc_core::Registry,
+    specs: &[PassOptions],
+    profile: Option<&str>,
+    key: &str,
+    config: MatmulConfig,
+    module: &Module,
+) -> Result<Lowered, String> {
+    let tuning: SharedTuning = Rc::new(RefCell::new(Tuning {
+        source: "ircc tune".into(),
+        table: BTreeMap::from([(key.to_string(), config)]),
+        ..Default::default()
+    }));
+    let mut passes = PassRegistry::new();
+    ircc_passes::register_all(&mut passes);
+    let shared = tuning.clone();
+    passes.register_decl(&KernelLowerOptions::DECL, move |o| {
+        Ok(Box::new(KernelLower::tuned_by(
+            KernelLowerOptions::parse(o)?,
+            shared.clone(),
+        )))
+    });
+    let mut m = module.clone();
+    let mut pm = PassManager::from_specs(&passes, specs).map_err(|d| d.to_string())?;
+    let options = RunOptions {
+        verify_each: false,
+        ..Default::default()
+    };
+    pm.run(&mut m, registry, &options, &mut std::io::sink())
+        .map_err(|d| d.to_string())?;
+    let tunable = tuning
+        .borrow_mut()
+        .seen
+        .remove(key)
+        .ok_or_else(|| format!("lowering its harness met no product of '{key}'"))?;
+    let func = crate::gpu::main_function(&m).map_err(|f| f.diagnostics.to_string())?;
+    let plan = crate::gpu::Device::Wgpu.plan(&m, func, profile)?;
+    Ok((key.to_string(), (plan, tunable)))
 }
 
 /// The table of each signature's space, Romou's Fig. 18 figures: every

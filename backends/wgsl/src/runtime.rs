@@ -174,14 +174,61 @@ impl Gpu {
     /// ircc did not print just now (`trusted` false: a bundle's) keep
     /// every check wgpu adds.
     fn pipeline(&self, name: &str, wgsl: &str, trusted: bool) -> wgpu::ComputePipeline {
-        if let Some(p) = self
-            .pipelines
+        if let Some(p) = self.cached(wgsl, trusted) {
+            return p;
+        }
+        let pipeline = self.compile(name, wgsl, trusted);
+        if let Ok(mut m) = self.pipelines.lock() {
+            m.insert((wgsl.to_string(), trusted), pipeline.clone());
+        }
+        pipeline
+    }
+
+    fn cached(&self, wgsl: &str, trusted: bool) -> Option<wgpu::ComputePipeline> {
+        self.pipelines
             .lock()
             .ok()
             .and_then(|m| m.get(&(wgsl.to_string(), trusted)).cloned())
-        {
-            return p;
+    }
+
+    /// Compiles every one of `sources` (`(name, wgsl)`) this device has
+    /// not, on as many threads as the machine has cores: a driver
+    /// compiles a shader on one core, and a model (or a tuning round)
+    /// brings dozens at once. A source that fails is left for
+    /// [`Gpu::pipeline`] to compile again under its caller's error scope,
+    /// which reports it.
+    pub fn precompile(&self, sources: &[(String, String)], trusted: bool) {
+        let mut todo: Vec<&(String, String)> = sources
+            .iter()
+            .filter(|(_, wgsl)| self.cached(wgsl, trusted).is_none())
+            .collect();
+        todo.sort_by(|a, b| a.1.cmp(&b.1));
+        todo.dedup_by(|a, b| a.1 == b.1);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        if todo.len() < 2 || threads < 2 {
+            return;
         }
+        let per_thread = todo.len().div_ceil(threads);
+        std::thread::scope(|s| {
+            for chunk in todo.chunks(per_thread) {
+                s.spawn(move || {
+                    for (name, wgsl) in chunk {
+                        // Error scopes are per thread.
+                        let scope = self.device.push_error_scope(wgpu::ErrorFilter::Validation);
+                        let pipeline = self.compile(name, wgsl, trusted);
+                        if pollster::block_on(scope.pop()).is_none()
+                            && let Ok(mut m) = self.pipelines.lock()
+                        {
+                            m.insert((wgsl.to_string(), trusted), pipeline);
+                        }
+                    }
+                });
+            }
+        });
+    }
+
+    /// Compiles `wgsl`'s kernel into a pipeline.
+    fn compile(&self, name: &str, wgsl: &str, trusted: bool) -> wgpu::ComputePipeline {
         // SAFETY: every loop ircc emits has constant bounds, so the
         // guard wgpu adds against infinite loops is dropped (it costs a
         // 64-bit counter in each matmul step). Workgroup-memory indices
@@ -208,8 +255,7 @@ impl Gpu {
                 )
             }
         };
-        let pipeline = self
-            .device
+        self.device
             .create_compute_pipeline(&wgpu::ComputePipelineDescriptor {
                 label: Some(name),
                 layout: None,
@@ -222,11 +268,7 @@ impl Gpu {
                     ..Default::default()
                 },
                 cache: None,
-            });
-        if let Ok(mut m) = self.pipelines.lock() {
-            m.insert((wgsl.to_string(), trusted), pipeline.clone());
-        }
-        pipeline
+            })
     }
 }
 
@@ -351,6 +393,7 @@ impl Session {
             }
             buffers.push(Memory::Buffer(Arc::new(buf)));
         }
+        gpu.precompile(&plan.sources, trusted);
         let mut pipelines = Vec::new();
         let mut bind_groups = Vec::new();
         for d in &plan.dispatches {
