@@ -142,6 +142,12 @@ impl StoredTensor {
 /// mapping its inputs (safetensors and onnxruntime do); ircc only reads
 /// the files it is given.
 pub fn map_file(path: &Path) -> Result<Bytes, String> {
+    // Asked before opening: opening a FIFO blocks until a writer comes.
+    let meta =
+        std::fs::metadata(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    if !meta.is_file() {
+        return Err(format!("{} is not a regular file", path.display()));
+    }
     let file = File::open(path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
     let len = file
         .metadata()
@@ -222,6 +228,7 @@ mod tests {
                 .unwrap_err()
                 .contains("missing")
         );
+        assert!(map_file(&dir).unwrap_err().contains("not a regular file"));
         std::fs::remove_dir_all(dir).unwrap();
     }
 }
