@@ -99,6 +99,21 @@ impl Tensor {
         }
     }
 
+    /// A tensor of `source`'s elements rearranged (a reshape, transpose,
+    /// gather of them): its type, and row-major layout, but no rounding
+    /// again, since every value is one of the type already.
+    pub fn rearranged(source: &Tensor, data: TensorData) -> Tensor {
+        let data = match data {
+            TensorData::Float(a) => TensorData::Float(row_major(a)),
+            TensorData::Int(a) => TensorData::Int(row_major(a)),
+            TensorData::Bool(a) => TensorData::Bool(row_major(a)),
+        };
+        Tensor {
+            elem: source.elem,
+            data,
+        }
+    }
+
     /// The values, in row-major layout.
     pub fn data(&self) -> &TensorData {
         &self.data

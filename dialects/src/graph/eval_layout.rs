@@ -73,7 +73,12 @@ pub fn gather_by(
         TensorData::Int(a) => TensorData::Int(take(a, &idx, shape, fill as i64)?),
         TensorData::Bool(a) => TensorData::Bool(take(a, &idx, shape, fill != 0.0)?),
     };
-    Ok(Tensor::new(t.elem, data))
+    // Elements of `t` are of its type already; a fill may not be.
+    Ok(if idx.iter().all(Option::is_some) {
+        Tensor::rearranged(t, data)
+    } else {
+        Tensor::new(t.elem, data)
+    })
 }
 
 fn out_shape(v: &OpView, i: usize) -> Result<Vec<usize>, String> {
@@ -89,12 +94,22 @@ fn in_shape(t: &Tensor) -> Vec<usize> {
 }
 
 /// Reshape, flatten, squeeze, unsqueeze and identity: row-major order kept.
+/// A reshape keeps the row-major order of the elements, which is how a
+/// tensor holds them: only the shape changes.
 pub fn reshape(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
-    let shape = out_shape(v, 0)?;
-    Ok(vec![gather_by(&args[0], &shape, 0.0, {
-        let strides = strides_of(&shape);
-        move |o| Some(o.iter().zip(&strides).map(|(i, s)| i * s).sum())
-    })?])
+    let shape = IxDyn(&out_shape(v, 0)?);
+    let x = &args[0];
+    let bad = |e: ndarray::ShapeError| e.to_string();
+    let data = match x.data() {
+        TensorData::Float(a) => {
+            TensorData::Float(a.clone().into_shape_with_order(shape).map_err(bad)?)
+        }
+        TensorData::Int(a) => TensorData::Int(a.clone().into_shape_with_order(shape).map_err(bad)?),
+        TensorData::Bool(a) => {
+            TensorData::Bool(a.clone().into_shape_with_order(shape).map_err(bad)?)
+        }
+    };
+    Ok(vec![Tensor::rearranged(x, data)])
 }
 
 pub fn transpose(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
