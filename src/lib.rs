@@ -722,6 +722,14 @@ fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
         };
     }
     let (given, in_order) = crate::inputs::known_values(&args.run_inputs, false)?;
+    if let Some((name, _)) = given
+        .iter()
+        .find(|(name, v)| options.known_inputs.get(name).is_some_and(|b| b != v))
+    {
+        return Err(format!(
+            "input '{name}' is given twice, with another value each time"
+        ));
+    }
     options.given = given.into_iter().collect();
     options.given_in_order = in_order;
     Ok(options)

@@ -67,15 +67,15 @@ fn unknown_operators_and_attributes_name_the_node() {
         "{err}"
     );
 
-    let wrap = AttributeProto {
+    let mirror = AttributeProto {
         name: "mode".into(),
         r#type: attr_type::STRING,
-        s: b"wrap".to_vec(),
+        s: b"mirror".to_vec(),
         ..Default::default()
     };
     let pads = NodeProto {
         input: vec!["x".into(), "p".into()],
-        ..node("pad0", "Pad", &[], "y", vec![wrap])
+        ..node("pad0", "Pad", &[], "y", vec![mirror])
     };
     let mut bytes = ModelProto::decode(&model(vec![pads], vec![x.clone()], "y")[..]).unwrap();
     bytes.graph.as_mut().unwrap().initializer.push(TensorProto {
@@ -85,9 +85,11 @@ fn unknown_operators_and_attributes_name_the_node() {
         name: "p".into(),
         ..Default::default()
     });
-    let err = import_error(&bytes.encode_to_vec(), "wrap.onnx");
+    let err = import_error(&bytes.encode_to_vec(), "mirror.onnx");
     assert!(
-        err.contains("node 'pad0' (Pad): Pad mode 'wrap' is not supported"),
+        err.contains(
+            "node 'pad0' (Pad): Pad mode 'mirror' is none of constant, reflect, edge and wrap"
+        ),
         "{err}"
     );
 
@@ -598,7 +600,10 @@ fn inputs_feeding_shapes_are_bound_to_their_values() {
     );
     for (bind, says) in [
         ("shape".to_string(), "must be NAME=FILE.npy"),
-        ("shape=/nonexistent.npy".to_string(), "--bind shape: "),
+        (
+            "shape=/nonexistent.npy".to_string(),
+            "--bind shape=/nonexistent.npy: cannot read /nonexistent.npy",
+        ),
         (
             format!("shap={s61}"),
             "a value is bound to 'shap', which is not an input",
