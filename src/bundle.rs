@@ -209,15 +209,18 @@ pub(crate) fn write_outputs(
     stdout: &mut dyn Write,
 ) -> Outcome {
     std::fs::create_dir_all(dir).map_err(|e| io_err("create", dir, e))?;
+    let stems = ircc_core::files::unique_stems(names.iter().map(String::as_str));
     if format == OutputFormat::Safetensors {
         let path = dir.join(OUTPUTS_FILE);
-        let stored: Vec<_> = names
+        // A result returned twice is stored twice, under names as the
+        // .npy files are named.
+        let stored: Vec<_> = stems
             .iter()
             .zip(outputs)
             .map(|(n, t)| (n.clone(), ircc_core::StoredTensor::from_tensor(t)))
             .collect();
         ircc_reference::write_safetensors(&path, &stored).map_err(Diagnostic::plain)?;
-        let what: Vec<String> = names
+        let what: Vec<String> = stems
             .iter()
             .zip(outputs)
             .map(|(n, t)| format!("'{n}' {}", t.ty()))
@@ -225,7 +228,6 @@ pub(crate) fn write_outputs(
         let _ = writeln!(stdout, "wrote {} ({})", path.display(), what.join(", "));
         return Ok(());
     }
-    let stems = ircc_core::files::unique_stems(names.iter().map(String::as_str));
     for ((name, stem), t) in names.iter().zip(&stems).zip(outputs) {
         let path = dir.join(format!("{stem}.npy"));
         ircc_reference::write_npy(&path, t).map_err(Diagnostic::plain)?;

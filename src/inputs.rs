@@ -80,36 +80,81 @@ fn is_safetensors(path: &Path) -> bool {
         .is_some_and(|e| e.eq_ignore_ascii_case("safetensors"))
 }
 
-/// The values a spec's file gives: a `.npy` file one (typed, or ml_dtypes'
-/// untyped bytes); a `.safetensors` file, named for one input, the
-/// tensor of that name or its only one, and given alone, every tensor by
-/// its name.
-fn read_file(name: Option<&str>, path: &Path) -> Result<Vec<(Option<String>, Npy)>, String> {
+/// A value a file gives for an input, read no further than its shape
+/// until the input's type is known.
+enum Source {
+    /// A `.npy` file.
+    Npy(std::path::PathBuf),
+    /// A tensor of a `.safetensors` file, as stored.
+    Stored(ircc_core::StoredTensor),
+}
+
+impl Source {
+    /// The shape the file declares.
+    fn shape(&self) -> Result<Vec<usize>, String> {
+        match self {
+            Source::Npy(path) => Ok(ircc_reference::read_npy_shape(path)?.1),
+            Source::Stored(t) => Ok(t.ty().shape.iter().map(|&d| d as usize).collect()),
+        }
+    }
+
+    /// The values, read as `elem`.
+    fn value(self, elem: ircc_core::ElemType) -> Result<Tensor, String> {
+        match self {
+            Source::Npy(path) => read_npy_file(&path)?.into_type(elem),
+            Source::Stored(t) => Npy::Typed(t.to_tensor()).into_type(elem),
+        }
+    }
+
+    /// The values where the file says their type (not ml_dtypes' untyped
+    /// bytes), else None.
+    fn typed(self) -> Result<Option<Tensor>, String> {
+        match self {
+            Source::Npy(path) => Ok(match read_npy_file(&path)? {
+                Npy::Typed(t) => Some(t),
+                Npy::Untyped { .. } => None,
+            }),
+            Source::Stored(t) => Ok(Some(t.to_tensor())),
+        }
+    }
+}
+
+/// The values a spec's file gives: a `.npy` file one; a `.safetensors`
+/// file, named for one input, the tensor of that name or its only one,
+/// and given alone, every tensor by its name.
+fn read_file(name: Option<&str>, path: &Path) -> Result<Vec<(Option<String>, Source)>, String> {
     if !is_safetensors(path) {
-        return Ok(vec![(name.map(str::to_string), read_npy_file(path)?)]);
+        return Ok(vec![(
+            name.map(str::to_string),
+            Source::Npy(path.to_path_buf()),
+        )]);
     }
     let file = ircc_reference::SafetensorsWeights::open(path)?;
-    let tensors = file.tensors()?;
-    let typed = |t: &ircc_core::StoredTensor| Npy::Typed(t.to_tensor());
+    let mut tensors = file.tensors()?;
     match name {
         None => Ok(tensors
-            .iter()
-            .map(|(n, t)| (Some(n.clone()), typed(t)))
+            .into_iter()
+            .map(|(n, t)| (Some(n), Source::Stored(t)))
             .collect()),
         Some(name) => {
-            let t = match tensors.iter().find(|(n, _)| n == name) {
-                Some((_, t)) => t,
-                None if tensors.len() == 1 => &tensors[0].1,
+            let at = match tensors.iter().position(|(n, _)| n == name) {
+                Some(at) => at,
+                None if tensors.len() == 1 => 0,
                 None => {
                     let names: Vec<&str> = tensors.iter().map(|(n, _)| n.as_str()).collect();
                     return Err(format!(
                         "{} has no tensor '{name}' (it holds {})",
                         path.display(),
-                        names.join(", ")
+                        if names.is_empty() {
+                            "none".to_string()
+                        } else {
+                            names.join(", ")
+                        }
                     ));
                 }
             };
-            Ok(vec![(Some(name.to_string()), typed(t))])
+            let (_, t) = tensors.swap_remove(at);
+            Ok(vec![(Some(name.to_string()), Source::Stored(t))])
         }
     }
 }
@@ -117,7 +162,8 @@ fn read_file(name: Option<&str>, path: &Path) -> Result<Vec<(Option<String>, Npy
 /// The inputs `specs` give the function whose inputs are `params`: each
 /// spec `NAME=FILE` or `FILE` (the next input in order), a `.npy` file
 /// holding one input and a `.safetensors` file given alone holding inputs
-/// by name. Every input must be given, in its declared type and shape.
+/// by name. Every input must be given, in its declared type and shape: a
+/// file's shape is checked before its data is read.
 pub(crate) fn read_inputs(
     specs: &[String],
     params: &[(String, TensorType)],
@@ -139,7 +185,7 @@ pub(crate) fn read_inputs(
         {
             return Err(unknown(name).into());
         }
-        for (name, value) in read_file(name, path).map_err(at)? {
+        for (name, source) in read_file(name, path).map_err(at)? {
             let index = match &name {
                 Some(name) => names
                     .iter()
@@ -155,24 +201,25 @@ pub(crate) fn read_inputs(
                     at(format!("too many inputs: the model takes {}", params.len())).into(),
                 );
             };
-            let t = value.into_type(ty.elem).map_err(|e| {
+            if slots[index].is_some() {
+                return Err(at(format!("input '{input}' is given twice")).into());
+            }
+            let want: Vec<usize> = ty.shape.iter().map(|&d| d as usize).collect();
+            let shape = source.shape().map_err(at)?;
+            if shape != want {
+                return Err(at(format!(
+                    "{} holds an array of shape {shape:?}, but input '{input}' is {ty}",
+                    path.display()
+                ))
+                .into());
+            }
+            let t = source.value(ty.elem).map_err(|e| {
                 at(format!(
                     "{} {e}, but input '{input}' is {ty}{}",
                     path.display(),
                     ircc_reference::ml_dtypes_hint(ty.elem)
                 ))
             })?;
-            if t.ty() != *ty {
-                return Err(at(format!(
-                    "{} holds a {}, but input '{input}' is {ty}",
-                    path.display(),
-                    t.ty()
-                ))
-                .into());
-            }
-            if slots[index].is_some() {
-                return Err(at(format!("input '{input}' is given twice")).into());
-            }
             slots[index] = Some(t);
         }
     }
@@ -191,30 +238,51 @@ pub(crate) fn read_inputs(
 /// value is not known until run time).
 type Given = (Vec<(String, Tensor)>, Vec<Option<Tensor>>);
 
+/// The most elements a run's input may have to be bound when compiling:
+/// what feeds a shape, an axis or sizes is small, and a large activation
+/// is not decoded twice.
+const MAX_BOUND_ELEMENTS: usize = 4096;
+
 /// The values `ircc run`'s inputs (or `--bind`) give, for an ONNX import
-/// to specialize on: `(by name, in order)`. A file whose values need the
-/// model's type to be read (ml_dtypes' untyped bytes) gives none, since
-/// no such value is a shape; with `strict` (`--bind`) any file that cannot
-/// be read is an error.
+/// to specialize on: `(by name, in order)`. Of a run's inputs, a file too
+/// large to feed a shape, one whose values need the model's type to be
+/// read (ml_dtypes' untyped bytes), or one that cannot be read gives
+/// none: the run reads it and says what is wrong. With `strict`
+/// (`--bind`) any file that cannot be read is an error.
 pub(crate) fn known_values(specs: &[String], strict: bool) -> Result<Given, String> {
     let (mut by_name, mut in_order) = (Vec::new(), Vec::new());
     for spec in specs {
         let (name, path) = split_spec(spec);
-        let values = match read_file(name, path) {
+        let read = |name: Option<&str>| -> Result<Vec<(Option<String>, Option<Tensor>)>, String> {
+            let mut values = Vec::new();
+            for (name, source) in read_file(name, path)? {
+                let small = source
+                    .shape()?
+                    .iter()
+                    .try_fold(1usize, |n, &d| n.checked_mul(d))
+                    .is_some_and(|n| n <= MAX_BOUND_ELEMENTS);
+                let value = if small || strict {
+                    source.typed()?
+                } else {
+                    None
+                };
+                if strict && value.is_none() {
+                    return Err(
+                        "holds ml_dtypes' untyped values, which only a run's --input reads"
+                            .to_string(),
+                    );
+                }
+                values.push((name, value));
+            }
+            Ok(values)
+        };
+        let values = match read(name) {
             Ok(v) => v,
-            Err(_) if !strict => continue,
-            Err(e) => return Err(format!("--bind {spec}: {e}")),
+            Err(e) if strict => return Err(format!("--bind {spec}: {e}")),
+            // Not known now; still the input of its position.
+            Err(_) => vec![(name.map(str::to_string), None)],
         };
         for (name, value) in values {
-            let value = match value {
-                Npy::Typed(t) => Some(t),
-                Npy::Untyped { descr, .. } if strict => {
-                    return Err(format!(
-                        "--bind {spec}: holds untyped {descr} values, which only a run's --input reads"
-                    ));
-                }
-                Npy::Untyped { .. } => None,
-            };
             match (name, value) {
                 (Some(name), Some(t)) => by_name.push((name, t)),
                 (Some(_), None) => {}

@@ -77,6 +77,21 @@ impl Lowerer {
     }
 }
 
+/// Whether `path` can be written: opened for appending (which changes
+/// nothing in a file that exists), and a file this made removed again.
+fn writable(path: &std::path::Path) -> bool {
+    let existed = path.exists();
+    let opened = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .is_ok();
+    if opened && !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    opened
+}
+
 #[cfg(feature = "wgpu")]
 /// A stable seed per signature, so adding a kernel to a model does not
 /// change the other signatures' trials (FNV-1a).
@@ -113,7 +128,7 @@ impl Driver {
             _ => std::path::Path::new("."),
         };
         let readonly = std::fs::metadata(db_path).is_ok_and(|m| m.permissions().readonly());
-        if !folder.is_dir() || readonly {
+        if !folder.is_dir() || readonly || !writable(db_path) {
             return Err(plain(format!(
                 "--tuning-db {db_text}: not a writable file in an existing folder"
             )));
@@ -345,8 +360,12 @@ impl Driver {
             .tuning_db
             .as_ref()
             .expect("checked above");
-        std::fs::write(path, db.to_text())
-            .map_err(|e| plain(format!("{}: {e}", path.display())))?;
+        std::fs::write(path, db.to_text()).map_err(|e| {
+            plain(format!(
+                "cannot write the tuning database {}: {e}",
+                path.display()
+            ))
+        })?;
         let per_s = trials as f64 / search_s.max(1e-9);
         if args.json {
             let kernels: Vec<serde_json::Value> = found
@@ -551,6 +570,9 @@ impl Bench<'_> {
             }
             times.insert(key, total);
         }
+        // This round's kernels are not met again: memory stays flat
+        // however many rounds there are.
+        self.gpu.forget_pipelines();
         Ok(times)
     }
 

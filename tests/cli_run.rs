@@ -114,7 +114,7 @@ fn run_errors_are_clear() {
     assert!(
         shape
             .stderr
-            .contains("bad.npy holds a tensor<2x2xf32>, but input 'x' is tensor<1x2xf32>"),
+            .contains("bad.npy holds an array of shape [2, 2], but input 'x' is tensor<1x2xf32>"),
         "{}",
         shape.stderr
     );
@@ -365,7 +365,7 @@ fn inputs_and_outputs_keep_their_types() {
         ),
         (
             "h=long.npy",
-            "long.npy holds a tensor<4xf16>, but input 'h' is tensor<3xf16>",
+            "long.npy holds an array of shape [4], but input 'h' is tensor<3xf16>",
         ),
         ("b=f32.npy", "ml_dtypes.bfloat16"),
         ("h=q.npy", "holds untyped V1 values"),

@@ -9,7 +9,7 @@ mod npy;
 mod weights;
 
 pub use ircc_core::builtin::{input_names, output_names};
-pub use npy::{Npy, ml_dtypes_hint, read_npy, read_npy_file, write_npy};
+pub use npy::{Npy, ml_dtypes_hint, read_npy, read_npy_file, read_npy_shape, write_npy};
 pub use weights::{
     MemoryWeights, SafetensorsWeights, elem_of_dtype, safetensors_dtype, write_safetensors,
 };

@@ -22,10 +22,12 @@ use ndarray::{ArrayD, IxDyn};
 pub enum Npy {
     /// An array of a type numpy knows.
     Typed(Tensor),
-    /// `ml_dtypes`' untyped bytes: `item` bytes an element, as `descr`.
+    /// `ml_dtypes`' untyped bytes, an element of `descr` each, in
+    /// row-major order or, where `fortran`, column-major.
     Untyped {
         descr: String,
         shape: Vec<usize>,
+        fortran: bool,
         data: Vec<u8>,
     },
 }
@@ -54,13 +56,20 @@ impl Npy {
     /// each value one of `elem`); untyped bytes are read as `elem`, where
     /// they can be one. The error says what the file holds.
     pub fn into_type(self, elem: ElemType) -> Result<Tensor, String> {
-        let (descr, shape, data) = match self {
+        let (descr, shape, fortran, data) = match self {
             Npy::Typed(t) if t.elem == elem => return Ok(t),
             Npy::Typed(t) if byte_storage(elem) == t.elem => {
-                return t.narrowed(elem).map_err(|e| format!("holds {e}"));
+                return t
+                    .narrowed(elem)
+                    .map_err(|e| format!("holds a value {elem} has not ({e})"));
             }
             Npy::Typed(t) => return Err(format!("holds {} values", t.elem)),
-            Npy::Untyped { descr, shape, data } => (descr, shape, data),
+            Npy::Untyped {
+                descr,
+                shape,
+                fortran,
+                data,
+            } => (descr, shape, fortran, data),
         };
         let fits = match descr.as_str() {
             "V2" => elem == ElemType::BF16,
@@ -75,14 +84,32 @@ impl Npy {
                 "holds untyped {descr} values (ml_dtypes' bfloat16 is V2, float8_e5m2 f1, its other one-byte types V1)"
             ));
         }
-        let shape = IxDyn(&shape);
+        // ml_dtypes keeps a 4- or 2-bit value in the low bits of its byte,
+        // the others zero; a byte with them set is no value of the type.
+        let bits = match elem {
+            ElemType::I4 | ElemType::U4 | ElemType::F4E2M1FN => 4,
+            ElemType::I2 | ElemType::U2 => 2,
+            _ => 8,
+        };
+        if let Some(b) = data.iter().find(|&&b| bits < 8 && b >> bits != 0) {
+            return Err(format!(
+                "holds the byte {b:#04x}, which is no {elem} value (ml_dtypes keeps all but its low {bits} bits zero)"
+            ));
+        }
+        // Column-major data is row-major data of the reversed shape.
+        let stored: Vec<usize> = if fortran {
+            shape.iter().rev().copied().collect()
+        } else {
+            shape
+        };
+        let shape = IxDyn(&stored);
         let floats = |v: Vec<f64>| {
             Tensor::float(
                 elem,
                 ArrayD::from_shape_vec(shape.clone(), v).expect("sized"),
             )
         };
-        Ok(match elem {
+        let t = match elem {
             ElemType::BF16 => floats(
                 data.chunks_exact(2)
                     .map(|c| half::bf16::from_le_bytes([c[0], c[1]]).to_f64())
@@ -98,11 +125,22 @@ impl Npy {
             ),
             e => {
                 let f = MiniFloat::of(e).expect("the other one-byte types are minifloats");
-                let mask = if e == ElemType::F4E2M1FN { 0x0F } else { 0xFF };
-                floats(data.iter().map(|&b| f.from_bits(b & mask)).collect())
+                floats(data.iter().map(|&b| f.from_bits(b)).collect())
             }
-        })
+        };
+        Ok(if fortran { column_major(t) } else { t })
     }
+}
+
+/// A tensor read in column-major order (its axes reversed) put back in
+/// its own shape.
+fn column_major(t: Tensor) -> Tensor {
+    let data = match t.data() {
+        TensorData::Float(a) => TensorData::Float(a.clone().reversed_axes()),
+        TensorData::Int(a) => TensorData::Int(a.clone().reversed_axes()),
+        TensorData::Bool(a) => TensorData::Bool(a.clone().reversed_axes()),
+    };
+    Tensor::rearranged(&t, data)
 }
 
 /// How to save an array of `elem` where numpy has no such type (empty
@@ -167,63 +205,171 @@ fn elem_of(kind: char, size: usize) -> Option<ElemType> {
     })
 }
 
-/// The value of `key` in the header's dict literal, as its text.
-fn field<'h>(header: &'h str, key: &str) -> Result<&'h str, String> {
-    let at = header
-        .find(&format!("'{key}'"))
-        .ok_or_else(|| format!("the header has no '{key}'"))?;
-    let rest = header[at + key.len() + 2..].trim_start();
-    let rest = rest
-        .strip_prefix(':')
-        .ok_or_else(|| format!("the header's '{key}' has no value"))?
-        .trim_start();
-    let end = match rest.chars().next() {
-        Some('(') => rest.find(')').map(|i| i + 1),
-        Some(q @ ('\'' | '"')) => rest[1..].find(q).map(|i| i + 2),
-        _ => rest.find([',', '}']),
-    }
-    .ok_or_else(|| format!("the header's '{key}' is cut short"))?;
-    Ok(rest[..end].trim())
+/// A `.npy` header: numpy writes a Python dict literal of three keys.
+struct Header {
+    descr: String,
+    fortran: bool,
+    shape: Vec<usize>,
 }
 
-fn parse(bytes: &[u8]) -> Result<Npy, String> {
-    let bad = |what: &str| Err(format!("not a .npy file ({what})"));
-    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
-        return bad("no \\x93NUMPY magic");
+/// A value of the header's dict.
+enum Literal {
+    Text(String),
+    Flag(bool),
+    Sizes(Vec<usize>),
+}
+
+/// Parses the header's dict as the literal it is (what `np.load` accepts
+/// of Python's syntax): strings in either quotes, `True`/`False`, tuples
+/// of sizes; each of `descr`, `fortran_order` and `shape` once, no other
+/// key. A list as `descr` is a structured array.
+fn parse_header(text: &str) -> Result<Header, String> {
+    let mut rest = text.trim_start();
+    if !rest.starts_with('{') {
+        return Err("its header is not a dict".into());
     }
-    let (len, start): (usize, usize) = match bytes[6] {
-        1 => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
-        2 | 3 if bytes.len() >= 12 => (
+    rest = rest[1..].trim_start();
+    let (mut descr, mut fortran, mut shape) = (None, None, None);
+    loop {
+        if let Some(after) = rest.strip_prefix('}') {
+            rest = after;
+            break;
+        }
+        let key = match literal(&mut rest)? {
+            Literal::Text(k) => k,
+            _ => return Err("its header has a key that is not a string".into()),
+        };
+        rest = rest.trim_start();
+        rest = rest
+            .strip_prefix(':')
+            .ok_or_else(|| format!("its header's '{key}' has no value"))?
+            .trim_start();
+        if key == "descr" && rest.starts_with('[') {
+            return Err("it holds a structured array, which ircc does not read".into());
+        }
+        let value = literal(&mut rest)?;
+        let again = match (key.as_str(), value) {
+            ("descr", Literal::Text(d)) => descr.replace(d).is_some(),
+            ("fortran_order", Literal::Flag(f)) => fortran.replace(f).is_some(),
+            ("shape", Literal::Sizes(d)) => shape.replace(d).is_some(),
+            ("descr" | "fortran_order" | "shape", _) => {
+                return Err(format!(
+                    "its header's '{key}' is not a value numpy writes there"
+                ));
+            }
+            (other, _) => {
+                return Err(format!(
+                    "its header has a key '{other}' numpy does not write"
+                ));
+            }
+        };
+        if again {
+            return Err(format!("its header gives '{key}' twice"));
+        }
+        rest = rest.trim_start();
+        if let Some(after) = rest.strip_prefix(',') {
+            rest = after.trim_start();
+        } else if !rest.starts_with('}') {
+            return Err("its header's dict is cut short".into());
+        }
+    }
+    if !rest.trim().is_empty() {
+        return Err("its header has text after the dict".into());
+    }
+    match (descr, fortran, shape) {
+        (Some(descr), Some(fortran), Some(shape)) => Ok(Header {
+            descr,
+            fortran,
+            shape,
+        }),
+        _ => Err("its header lacks one of 'descr', 'fortran_order' and 'shape'".into()),
+    }
+}
+
+/// The literal at the start of `rest` (a string, a flag or a tuple of
+/// sizes), which it moves past.
+fn literal(rest: &mut &str) -> Result<Literal, String> {
+    let text = *rest;
+    if let Some(quote) = text.chars().next().filter(|c| *c == '\'' || *c == '"') {
+        let end = text[1..]
+            .find(quote)
+            .ok_or("its header has a string with no end")?;
+        *rest = &text[end + 2..];
+        return Ok(Literal::Text(text[1..end + 1].to_string()));
+    }
+    for (word, flag) in [("True", true), ("False", false)] {
+        if let Some(after) = text.strip_prefix(word) {
+            *rest = after;
+            return Ok(Literal::Flag(flag));
+        }
+    }
+    let inner = text
+        .strip_prefix('(')
+        .ok_or("its header has a value numpy does not write")?;
+    let end = inner
+        .find(')')
+        .ok_or("its header has a tuple with no end")?;
+    *rest = &inner[end + 1..];
+    let items: Vec<&str> = inner[..end].split(',').map(str::trim).collect();
+    // `(3,)` and `()`: a trailing comma, or nothing.
+    let items = match items.split_last() {
+        Some((last, first)) if last.is_empty() => first,
+        _ => &items[..],
+    };
+    items
+        .iter()
+        .map(|d| {
+            d.parse::<usize>()
+                .map_err(|_| format!("its shape holds '{d}', which is not a size"))
+        })
+        .collect::<Result<_, _>>()
+        .map(Literal::Sizes)
+}
+
+/// The element type (`descr`) and shape a `.npy` file's header gives,
+/// read without its data: a reader can refuse a file of another shape
+/// before decoding it.
+pub fn read_npy_shape(path: &Path) -> Result<(String, Vec<usize>), String> {
+    let bytes = map_file(path)?;
+    let (h, _) = split(&bytes).map_err(|e| format!("{}: {e}", path.display()))?;
+    Ok((h.descr, h.shape))
+}
+
+/// A file's header, parsed, and its data.
+fn split(bytes: &[u8]) -> Result<(Header, &[u8]), String> {
+    if bytes.len() < 10 || &bytes[..6] != b"\x93NUMPY" {
+        return Err("not a .npy file (no \\x93NUMPY magic)".into());
+    }
+    let (len, start): (usize, usize) = match (bytes[6], bytes[7]) {
+        (1, 0) => (u16::from_le_bytes([bytes[8], bytes[9]]) as usize, 10),
+        (2 | 3, 0) if bytes.len() >= 12 => (
             u32::from_le_bytes([bytes[8], bytes[9], bytes[10], bytes[11]]) as usize,
             12,
         ),
-        v => return Err(format!("not a .npy file of a known version ({v})")),
+        (major, minor) => {
+            return Err(format!(
+                "not a .npy file of a version numpy writes ({major}.{minor})"
+            ));
+        }
     };
     let header = bytes
         .get(start..start.saturating_add(len))
         .ok_or("the header is longer than the file")?;
     let header = std::str::from_utf8(header).map_err(|_| "the header is not text")?;
-    let data = &bytes[start + len..];
-    let descr = field(header, "descr")?;
-    let descr = descr
-        .strip_prefix('\'')
-        .and_then(|d| d.strip_suffix('\''))
-        .ok_or_else(|| format!("its descr {descr} is not one type (a structured array?)"))?;
-    let fortran = match field(header, "fortran_order")? {
-        "True" => true,
-        "False" => false,
-        other => return Err(format!("its fortran_order is {other}")),
-    };
-    let shape_text = field(header, "shape")?;
-    let shape = shape_text
-        .trim_start_matches('(')
-        .trim_end_matches(')')
-        .split(',')
-        .map(str::trim)
-        .filter(|d| !d.is_empty())
-        .map(|d| d.parse::<usize>())
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(|_| format!("its shape {shape_text} is not a tuple of sizes"))?;
+    Ok((parse_header(header)?, &bytes[start + len..]))
+}
+
+fn parse(bytes: &[u8]) -> Result<Npy, String> {
+    let (
+        Header {
+            descr,
+            fortran,
+            shape,
+        },
+        data,
+    ) = split(bytes)?;
+    let descr = descr.as_str();
+    let shape_text = format!("{shape:?}");
     let mut chars = descr.chars();
     let (order, kind) = (chars.next().unwrap_or('?'), chars.next().unwrap_or('?'));
     let size: usize = chars
@@ -252,34 +398,17 @@ fn parse(bytes: &[u8]) -> Result<Npy, String> {
     } else {
         shape.clone()
     };
-    let arrange = |t: Tensor| -> Tensor {
-        if !fortran {
-            return t;
-        }
-        let elem = t.elem;
-        Tensor::new(
-            elem,
-            match t.data() {
-                TensorData::Float(a) => TensorData::Float(a.clone().reversed_axes()),
-                TensorData::Int(a) => TensorData::Int(a.clone().reversed_axes()),
-                TensorData::Bool(a) => TensorData::Bool(a.clone().reversed_axes()),
-            },
-        )
-    };
+
     if kind == 'V' || descr == "<f1" {
         let untyped = if kind == 'V' {
             format!("V{size}")
         } else {
             "f1".into()
         };
-        if fortran && shape.len() > 1 {
-            return Err(format!(
-                "holds untyped {descr} values in Fortran order, which ircc does not read"
-            ));
-        }
         return Ok(Npy::Untyped {
             descr: untyped,
             shape,
+            fortran,
             data: data.to_vec(),
         });
     }
@@ -323,7 +452,11 @@ fn parse(bytes: &[u8]) -> Result<Npy, String> {
             Tensor::int(e, ArrayD::from_shape_vec(dim, v).expect("sized"))
         }
     };
-    Ok(Npy::Typed(arrange(tensor)))
+    Ok(Npy::Typed(if fortran {
+        column_major(tensor)
+    } else {
+        tensor
+    }))
 }
 
 /// The bytes of `t`'s elements as [`descr_of`] its type stores them.
@@ -376,15 +509,32 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
     let padded = (10 + header.len() + 1).div_ceil(64) * 64;
     header.push_str(&" ".repeat(padded - 10 - header.len() - 1));
     header.push('\n');
+    // Written beside the file, then renamed over it: a link already at
+    // `path` is replaced, never followed, and a failed write (a full disk)
+    // leaves no truncated file.
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
+    let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
     let write = || -> std::io::Result<()> {
-        let mut w = std::io::BufWriter::new(std::fs::File::create(path)?);
+        let file = std::fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .open(&temp)?;
+        let mut w = std::io::BufWriter::new(file);
         w.write_all(b"\x93NUMPY\x01\x00")?;
         w.write_all(&(header.len() as u16).to_le_bytes())?;
         w.write_all(header.as_bytes())?;
         w.write_all(&element_bytes(t))?;
-        w.flush()
+        w.into_inner().map_err(|e| e.into_error())?;
+        std::fs::rename(&temp, path)
     };
-    write().map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let written = write();
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written.map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 #[cfg(test)]
@@ -502,6 +652,92 @@ mod tests {
                 .unwrap()
                 .contains("magic")
         );
+    }
+
+    /// A `.npy` file of `header` (padded as numpy pads it) and `data`.
+    fn with_header(header: &str, data: &[u8]) -> Vec<u8> {
+        let mut h = header.to_string();
+        h.push_str(&" ".repeat((10 + h.len() + 1).div_ceil(64) * 64 - 10 - h.len() - 1));
+        h.push('\n');
+        let mut b = b"\x93NUMPY\x01\x00".to_vec();
+        b.extend((h.len() as u16).to_le_bytes());
+        b.extend(h.as_bytes());
+        b.extend(data);
+        b
+    }
+
+    #[test]
+    fn the_header_is_read_as_the_dict_literal_it_is() {
+        let f32s: Vec<u8> = (0..6).flat_map(|i| (i as f32).to_le_bytes()).collect();
+        let shape = |h: &str| match parse(&with_header(h, &f32s)) {
+            Ok(Npy::Typed(t)) => Ok(t.shape().to_vec()),
+            Ok(_) => Err("untyped".to_string()),
+            Err(e) => Err(e),
+        };
+        // Either quotes, as Python's literal allows.
+        assert_eq!(
+            shape(r#"{"descr": "<f4", "fortran_order": False, "shape": (2, 3)}"#),
+            Ok(vec![2, 3])
+        );
+        // A key's text inside another value is not the key.
+        let hidden =
+            "{'x': \"'shape': (3, 2)\", 'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }";
+        assert!(shape(hidden).unwrap_err().contains("key 'x'"));
+        // Every key once, and none numpy does not write.
+        let twice = "{'descr': '<f4', 'descr': '<i4', 'fortran_order': False, 'shape': (6,), }";
+        assert!(shape(twice).unwrap_err().contains("'descr' twice"));
+        let lacking = "{'descr': '<f4', 'shape': (6,), }";
+        assert!(shape(lacking).unwrap_err().contains("lacks"));
+        let nested = "{'descr': '<f4', 'fortran_order': False, 'shape': ((2,), 3), }";
+        assert!(shape(nested).is_err());
+        let structured = "{'descr': [('a', '<f4')], 'fortran_order': False, 'shape': (6,), }";
+        assert!(shape(structured).unwrap_err().contains("structured"));
+        let mut minor = with_header(
+            "{'descr': '<f4', 'fortran_order': False, 'shape': (6,), }",
+            &f32s,
+        );
+        minor[7] = 5;
+        assert!(parse(&minor).err().unwrap().contains("1.5"));
+    }
+
+    #[test]
+    fn untyped_bytes_are_checked_and_read_in_either_order() {
+        // ml_dtypes' int4 [[1, -1, 2], [3, -4, 5]] saved in Fortran order.
+        let h = "{'descr': '<V1', 'fortran_order': True, 'shape': (2, 3), }";
+        let t = parse(&with_header(h, &[1, 3, 0x0F, 0x0C, 2, 5]))
+            .unwrap()
+            .into_type(ElemType::I4)
+            .unwrap();
+        assert_eq!(
+            t.to_i64().iter().copied().collect::<Vec<_>>(),
+            vec![1, -1, 2, 3, -4, 5]
+        );
+        // A byte with bits above the type's is no value of it.
+        let h = "{'descr': '<V1', 'fortran_order': False, 'shape': (2,), }";
+        let err = parse(&with_header(h, &[0x21, 0]))
+            .unwrap()
+            .into_type(ElemType::F4E2M1FN)
+            .unwrap_err();
+        assert!(err.contains("0x21"), "{err}");
+    }
+
+    #[test]
+    fn a_written_file_replaces_a_link_instead_of_following_it() {
+        let dir = std::env::temp_dir().join(format!("ircc-npy-link-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let victim = dir.join("victim");
+        std::fs::write(&victim, "keep").unwrap();
+        let out = dir.join("y.npy");
+        std::os::unix::fs::symlink(&victim, &out).unwrap();
+        write_npy(&out, &tensor(ElemType::F32, &[1.0, 2.0])).unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert!(
+            !std::fs::symlink_metadata(&out)
+                .unwrap()
+                .file_type()
+                .is_symlink()
+        );
+        std::fs::remove_dir_all(dir).unwrap();
     }
 
     #[test]

@@ -184,6 +184,14 @@ impl Gpu {
         pipeline
     }
 
+    /// Drops every compiled pipeline no session holds: a tuner's rounds
+    /// compile kernels that are not met again.
+    pub fn forget_pipelines(&self) {
+        if let Ok(mut m) = self.pipelines.lock() {
+            m.clear();
+        }
+    }
+
     fn cached(&self, wgsl: &str, trusted: bool) -> Option<wgpu::ComputePipeline> {
         self.pipelines
             .lock()

@@ -222,6 +222,12 @@ pub(crate) fn import_bytes(
     let steps = graph.initializer.len() + graph.node.len();
     for (i, t) in graph.initializer.iter().enumerate() {
         options.progress.report(i, steps);
+        if imp.values.contains_key(&t.name) {
+            return Err(ImportError::invalid(format!(
+                "the graph has two initializers named '{}'",
+                t.name
+            )));
+        }
         let stored = to_stored(t, &imp.external)
             .map_err(|e| e.context(format!("initializer '{}'", t.name)))?;
         let c = Val::stored(stored);

@@ -130,7 +130,8 @@ impl TuningDb {
 
     /// Reads the database at `path` for `device`.
     pub fn read(path: &str, device: &str) -> Result<TuningDb, String> {
-        let text = ircc_core::files::read_spec_file(path)?;
+        let text = ircc_core::files::read_spec_file(path)
+            .map_err(|e| format!("the tuning database {path}: {e}"))?;
         TuningDb::parse(&text, path, device)
     }
 

@@ -239,6 +239,10 @@ pub struct SearchSettings {
     pub min_gain: f64,
 }
 
+/// The most points a tuning spec's space may have (the built-in one has
+/// 28,800): each signature lists them all.
+pub const MAX_POINTS: usize = 1 << 20;
+
 /// `spec/tuning.toml`: the spaces, the pruning criteria, the search.
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -255,6 +259,16 @@ impl TuningSpec {
         let values = spec.matmul_tiled.values();
         if values.iter().any(Vec::is_empty) {
             return Err("invalid tuning spec: a parameter of matmul_tiled has no values".into());
+        }
+        // Every point is listed when a signature's space is built.
+        let points = values
+            .iter()
+            .try_fold(1usize, |n, v| n.checked_mul(v.len()))
+            .filter(|&n| n <= MAX_POINTS);
+        if points.is_none() {
+            return Err(format!(
+                "invalid tuning spec: matmul_tiled's space has more than {MAX_POINTS} points"
+            ));
         }
         if spec.search.population < 2 || spec.search.tournament < 1 {
             return Err("invalid tuning spec: the search needs a population of at least two and tournaments of at least one".into());
