@@ -238,6 +238,10 @@ pub(crate) fn read_inputs(
 /// value is not known until run time).
 type Given = (Vec<(String, Tensor)>, Vec<Option<Tensor>>);
 
+/// A value a file gives an input (by name, or the next by position), if
+/// it is known now.
+type Known = (Option<String>, Option<Tensor>);
+
 /// The most elements a run's input may have to be bound when compiling:
 /// what feeds a shape, an axis or sizes is small, and a large activation
 /// is not decoded twice.
@@ -253,7 +257,7 @@ pub(crate) fn known_values(specs: &[String], strict: bool) -> Result<Given, Stri
     let (mut by_name, mut in_order) = (Vec::new(), Vec::new());
     for spec in specs {
         let (name, path) = split_spec(spec);
-        let read = |name: Option<&str>| -> Result<Vec<(Option<String>, Option<Tensor>)>, String> {
+        let read = |name: Option<&str>| -> Result<Vec<Known>, String> {
             let mut values = Vec::new();
             for (name, source) in read_file(name, path)? {
                 let small = source

@@ -313,7 +313,7 @@ fn literal(rest: &mut &str) -> Result<Literal, String> {
     let items: Vec<&str> = inner[..end].split(',').map(str::trim).collect();
     // `(3,)` and `()`: a trailing comma, or nothing.
     let items = match items.split_last() {
-        Some((last, first)) if last.is_empty() => first,
+        Some((&"", first)) => first,
         _ => &items[..],
     };
     items
