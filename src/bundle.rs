@@ -86,18 +86,12 @@ impl Driver {
             &mut loaded,
             pipeline,
             Some(&args.kernel),
+            None,
             Form::Pretty,
             stderr,
         )?;
-        let profile = pipeline.device_profile();
         let device = args.backend.device();
-        self.emit_sources(
-            &loaded,
-            device,
-            profile.as_deref(),
-            Some(&args.output),
-            stdout,
-        )
+        self.emit_sources(&loaded, device, Some(&args.output), stdout)
     }
 
     /// Runs the bundle in `args.model.file` on its inputs and writes its

@@ -59,6 +59,13 @@ impl Driver {
         };
         let before = run(self, &loaded)?;
         let specs = self.pipeline_specs(&args.model.pipeline)?;
+        if specs
+            .iter()
+            .any(|s| ircc_passes::READS_TARGET.contains(&s.pass.as_str()))
+        {
+            self.choose_target(&args.model.pipeline, None, &loaded.module)?
+                .attach(&mut loaded.module);
+        }
         let options = RunOptions {
             verify_each: true,
             verify: VerifyOptions {

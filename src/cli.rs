@@ -120,20 +120,20 @@ pub struct OpenClArgs {
     pub cl_options: String,
 }
 
-/// How `kernel.lower` builds kernels, when a command lowers for the GPU.
+/// How `kernel.schedule` chooses kernels, when a command lowers for the GPU.
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct KernelArgs {
     /// Kernel precision (with --emit wgsl|opencl or --backend wgpu|opencl); f32 unless
-    /// the pipeline's kernel.lower says otherwise.
+    /// the pipeline's kernel.schedule says otherwise.
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
     /// The fused attention template (with --emit wgsl|opencl or --backend
-    /// wgpu|opencl); auto unless the pipeline's kernel.lower says otherwise.
+    /// wgpu|opencl); auto unless the pipeline's kernel.schedule says otherwise.
     #[arg(long, value_enum)]
     pub attention: Option<AttentionTemplate>,
 }
 
-/// Which template computes a fused attention op (kernel.lower{attention=..}).
+/// Which template computes a fused attention op (kernel.schedule{attention=..}).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AttentionTemplate {
     /// Rows where the target's registers hold a query and its weighted sum of values and its invocations fill the device, else tiled.
@@ -420,15 +420,17 @@ pub struct PipelineArgs {
     /// none; may be repeated.
     #[arg(long, value_name = "FILE")]
     pub load_rules: Vec<PathBuf>,
-    /// The device whose profile layout.select, texture.map and kernel.lower
-    /// read (ircc --list-devices): layouts, texture extents, and how many
-    /// compute units a matrix product should fill; the pipeline's choice,
-    /// else adreno740.
-    #[arg(long, value_name = "NAME")]
+    /// The device profile the module is compiled for (its ircc.target,
+    /// which kernel.schedule, layout.select, texture.map and the printers
+    /// read; ircc --list-devices), or auto: the profile matching the
+    /// adapter the command opens. Default: auto for commands that open a
+    /// device (run on wgpu or opencl, bench, tune), else the module's own
+    /// target or adreno740.
+    #[arg(long, value_name = "NAME|auto")]
     pub device: Option<String>,
     /// A tuning database `ircc tune` wrote for the device: the matrix
     /// products whose signature it lists take its parameters
-    /// (kernel.lower{tuning-db=PATH}); a database of another device or
+    /// (kernel.schedule{tuning-db=PATH}); a database of another device or
     /// template version is refused. `ircc tune` writes to it instead.
     #[arg(long, value_name = "PATH")]
     pub tuning_db: Option<PathBuf>,

@@ -38,18 +38,18 @@ impl Driver {
             Emit::Generic => Form::Generic,
         };
         if let Some(device) = args.emit.device() {
+            self.pipeline_lowers(&args.pipeline, &loaded.module, args.emit)?;
             self.transform(
                 &mut loaded,
                 &args.pipeline,
                 Some(&args.kernel),
+                None,
                 form,
                 stderr,
             )?;
-            let profile = args.pipeline.device_profile();
-            let profile = profile.as_deref();
-            return self.emit_sources(&loaded, device, profile, args.output.as_deref(), stdout);
+            return self.emit_sources(&loaded, device, args.output.as_deref(), stdout);
         }
-        self.transform(&mut loaded, &args.pipeline, None, form, stderr)?;
+        self.transform(&mut loaded, &args.pipeline, None, None, form, stderr)?;
         if matches!(args.emit, Emit::Ir | Emit::Generic) {
             self.name_weights(&mut loaded, args.output.as_deref())?;
         }
@@ -134,7 +134,14 @@ impl Driver {
             self.load_model(&args.model)?
         };
         let gpu = args.backend.device().map(|_| &args.kernel);
-        self.transform(&mut loaded, &args.model.pipeline, gpu, Form::Pretty, stderr)?;
+        self.transform(
+            &mut loaded,
+            &args.model.pipeline,
+            gpu,
+            args.backend.device(),
+            Form::Pretty,
+            stderr,
+        )?;
         let module = &loaded.module;
         let func = module.lookup_symbol(&args.entry).ok_or_else(|| {
             Diagnostic::plain(format!(
@@ -171,16 +178,7 @@ impl Driver {
                 })?
             }
             Some(device) => {
-                let profile = args.model.pipeline.device_profile();
-                let profile = profile.as_deref();
-                crate::gpu::run_lowered(
-                    self,
-                    &loaded,
-                    device,
-                    profile,
-                    &args.opencl.cl_options,
-                    &inputs,
-                )?
+                crate::gpu::run_lowered(self, &loaded, device, &args.opencl.cl_options, &inputs)?
             }
         };
         let names = ircc_reference::output_names(&loaded.module, func);
@@ -232,20 +230,17 @@ impl Driver {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
+        let loaded = self.load_model(&args.model)?;
         if let Some(db) = &args.model.pipeline.tuning_db {
             // Read here, so that a bad database is an error and not a
             // missing dispatch count.
-            let device = args.model.pipeline.device_profile().unwrap_or_else(|| {
-                ircc_passes::decl::KernelLowerOptions::parse(&Default::default())
-                    .map(|o| o.device)
-                    .unwrap_or_default()
-            });
-            let profile = ircc_dialects::kernel::DeviceProfile::named(&device)
-                .map_err(|e| Diagnostic::plain(format!("--device: {e}")))?;
-            ircc_passes::tuning::database::TuningDb::read(&db.to_string_lossy(), &profile.name)
-                .map_err(Diagnostic::plain)?;
+            let target = self.choose_target(&args.model.pipeline, None, &loaded.module)?;
+            ircc_passes::tuning::database::TuningDb::read(
+                &db.to_string_lossy(),
+                &target.profile.name,
+            )
+            .map_err(Diagnostic::plain)?;
         }
-        let loaded = self.load_model(&args.model)?;
         let graph_ops = figures::graph_op_count(&loaded.module);
         let chosen = args.model.pipeline.pipeline.is_some() || args.model.pipeline.passes.is_some();
         // Without a pipeline, the table compares the three named ones.
@@ -269,6 +264,7 @@ impl Driver {
         let mut layouts = Vec::new();
         let mut addresses = Vec::new();
         let mut dispatches = Vec::new();
+        let mut targets = Vec::new();
         // The import's remarks are made once, with the first pipeline.
         let mut bound = loaded.bound.clone();
         let mut remarks = loaded.remarks.clone();
@@ -283,14 +279,24 @@ impl Driver {
                 bound: std::mem::take(&mut bound),
                 remarks: std::mem::take(&mut remarks),
             };
-            // The database is the lowering's, which the dispatch count runs.
-            let graph_level = crate::PipelineArgs {
+            // The database is the schedule's: the pipeline's where it
+            // schedules, else the one the dispatch count runs.
+            let schedules = self.pipeline_specs(&crate::PipelineArgs {
                 tuning_db: None,
                 ..pipeline.clone()
+            })?;
+            let graph_level = crate::PipelineArgs {
+                tuning_db: pipeline.tuning_db.clone().filter(|_| {
+                    schedules
+                        .iter()
+                        .any(|s| s.pass == ircc_passes::decl::KernelScheduleOptions::NAME)
+                }),
+                ..pipeline.clone()
             };
-            self.transform(&mut run, &graph_level, None, Form::Pretty, stderr)?;
+            self.transform(&mut run, &graph_level, None, None, Form::Pretty, stderr)?;
             let compile_ms = loaded.import_ms + start.elapsed().as_secs_f64() * 1e3;
             dispatches.push(self.dispatches(&run.module, &pipeline));
+            targets.push(self.choose_target(&pipeline, None, &run.module)?);
             rows.push((name, figures::traffic(&run.module), compile_ms));
             layouts.push(figures::layouts(&run.module));
             addresses.push(figures::addresses(&run.module));
@@ -315,6 +321,10 @@ impl Driver {
                 "pooled_bytes": l.pooled_bytes,
                 "memory_intermediate_bytes": l.intermediate_bytes,
                 "copy_bytes": l.copy_bytes,
+                "target": {
+                    "device": targets[0].profile.name,
+                    "reason": targets[0].reason,
+                },
             });
             if let Some(a) = addresses[0].take() {
                 stats["addresses"] = a;

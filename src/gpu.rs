@@ -19,13 +19,17 @@ pub(crate) fn plain(e: impl Into<String>) -> Failure {
     Diagnostic::plain(e).into()
 }
 
-/// The pass that lowers to kernels, as pipelines name it.
+/// The passes that schedule and lower to kernels, as pipelines name them.
+const KERNEL_SCHEDULE: &str = ircc_passes::decl::KernelScheduleOptions::NAME;
 const KERNEL_LOWER: &str = ircc_passes::decl::KernelLowerOptions::NAME;
 const KERNEL_ACE: &str = ircc_passes::decl::KernelAceOptions::NAME;
 
-/// Ends `specs` with `kernel.lower` (and `kernel.ace`) as `kernel` asks,
-/// unless `module` is already kernel IR. A pipeline that lowers itself keeps its options; the
-/// command line fills in those it leaves out and may not contradict them.
+/// Ends `specs` with `kernel.schedule` (where the pipeline has none),
+/// `kernel.lower` and `kernel.ace` for a backend that runs kernels, unless
+/// `module` is already kernel IR; `--precision` and `--attention` set
+/// the schedule's options. A pipeline that schedules itself keeps its
+/// options; the command line fills in those it leaves out and may not
+/// contradict them.
 pub(crate) fn lower_for_gpu(
     specs: &mut Vec<PassOptions>,
     kernel: &KernelArgs,
@@ -34,31 +38,32 @@ pub(crate) fn lower_for_gpu(
     if is_lowered(module) {
         return Ok(());
     }
-    let position = match specs.iter().position(|s| s.pass == KERNEL_LOWER) {
-        Some(p) => p,
-        None => {
-            // Lowering as smartmem-gpu does: kernels, then their addresses
-            // computed once.
-            for pass in [KERNEL_LOWER, KERNEL_ACE] {
+    if !specs.iter().any(|s| s.pass == KERNEL_LOWER) {
+        let schedule = !specs.iter().any(|s| s.pass == KERNEL_SCHEDULE);
+        // Lowering as smartmem-gpu does: schedules, kernels, then their
+        // addresses computed once.
+        for pass in [KERNEL_SCHEDULE, KERNEL_LOWER, KERNEL_ACE] {
+            if pass != KERNEL_SCHEDULE || schedule {
                 specs.push(PassOptions {
                     pass: pass.into(),
                     ..Default::default()
                 });
             }
-            specs.len() - 2
         }
+    }
+    let Some(schedule) = specs.iter_mut().find(|s| s.pass == KERNEL_SCHEDULE) else {
+        return Ok(());
     };
-    let lower = &mut specs[position];
     let mut set = |key: &str, value: Option<String>| -> Result<(), Diagnostic> {
         let Some(value) = value else {
             return Ok(());
         };
-        match lower.values.get(key) {
+        match schedule.values.get(key) {
             Some(v) if *v != value => Err(Diagnostic::plain(format!(
-                "--{key} {value} contradicts the pipeline's {KERNEL_LOWER}{{{key}={v}}}"
+                "--{key} {value} contradicts the pipeline's {KERNEL_SCHEDULE}{{{key}={v}}}"
             ))),
             _ => {
-                lower.values.insert(key.into(), value);
+                schedule.values.insert(key.into(), value);
                 Ok(())
             }
         }
@@ -67,10 +72,56 @@ pub(crate) fn lower_for_gpu(
     set("attention", kernel.attention.map(|a| a.name().to_string()))
 }
 
+/// Whether a compute op of `m` has a `kernel.schedule`.
+fn is_scheduled(m: &Module) -> bool {
+    let mut scheduled = false;
+    m.walk(|op| {
+        scheduled |= m
+            .op(op)
+            .attrs
+            .contains_key(ircc_dialects::kernel::SCHEDULE_ATTR);
+    });
+    scheduled
+}
+
 impl Driver {
+    /// An error where `--emit wgsl|opencl` is given a pipeline that does
+    /// not lower `module` to kernels: the pipeline says every pass run.
+    pub(crate) fn pipeline_lowers(
+        &self,
+        args: &crate::PipelineArgs,
+        module: &Module,
+        emit: crate::Emit,
+    ) -> Result<(), Diagnostic> {
+        let specs = self.pipeline_specs(args)?;
+        if is_lowered(module) || specs.iter().any(|s| s.pass == KERNEL_LOWER) {
+            return Ok(());
+        }
+        let lowering: Vec<&str> = crate::PIPELINES
+            .iter()
+            .filter(|(_, text)| text.lines().any(|l| l.trim() == KERNEL_LOWER))
+            .map(|(name, _)| *name)
+            .collect();
+        let given = match (&args.pipeline, &args.passes) {
+            (_, Some(p)) => format!("--passes '{p}' does not lower to them"),
+            (Some(p), None) => format!("pipeline '{p}' does not lower to them"),
+            (None, None) => "no pipeline was named".to_string(),
+        };
+        Err(Diagnostic::plain(format!(
+            "--emit {} prints kernels, and {given}: name a pipeline that lowers ({}), or end --passes with {KERNEL_SCHEDULE},{KERNEL_LOWER},{KERNEL_ACE}",
+            if emit == crate::Emit::Opencl {
+                "opencl"
+            } else {
+                "wgsl"
+            },
+            lowering.join(", ")
+        )))
+    }
+
     /// How many kernels a run of `module` dispatches on a GPU: its
-    /// `kernel.launch`es once `kernel.lower` has run for the device `args`
-    /// names (a fused group can take more than one: a product split along
+    /// `kernel.launch`es once `kernel.schedule` (unless the pipeline ran
+    /// it) and `kernel.lower` have run for its target (a fused group can
+    /// take more than one: a product split along
     /// K, an output outside the anchor's iteration space), and how many of
     /// its kernels took their parameters from `--tuning-db`. `None` where
     /// the module does not lower.
@@ -81,15 +132,27 @@ impl Driver {
     ) -> Option<(usize, usize)> {
         let mut lowered = module.clone();
         if !is_lowered(module) {
-            let mut specs = vec![PassOptions {
+            let mut specs = Vec::new();
+            if !is_scheduled(module) {
+                specs.push(PassOptions {
+                    pass: KERNEL_SCHEDULE.into(),
+                    ..Default::default()
+                });
+                if let Some(db) = &args.tuning_db {
+                    crate::set_tuning_db(&mut specs, db).ok()?;
+                }
+            }
+            specs.push(PassOptions {
                 pass: KERNEL_LOWER.into(),
                 ..Default::default()
-            }];
-            if let Some(device) = args.device_profile() {
-                crate::set_device(&mut specs, &device, true).ok()?;
-            }
-            if let Some(db) = &args.tuning_db {
-                crate::set_tuning_db(&mut specs, db).ok()?;
+            });
+            if ircc_dialects::kernel::ModuleTarget::of(module)
+                .ok()?
+                .is_none()
+            {
+                self.choose_target(args, None, module)
+                    .ok()?
+                    .attach(&mut lowered);
             }
             let mut pm = ircc_core::pass::PassManager::from_specs(&self.passes, &specs).ok()?;
             pm.run(
@@ -140,15 +203,9 @@ pub enum Device {
 }
 
 impl Device {
-    /// The plan and sources of `func`, printed for the device profile
-    /// `profile` names (`--device`; the layout passes' default without).
-    pub(crate) fn plan(
-        self,
-        m: &Module,
-        func: OpId,
-        profile: Option<&str>,
-    ) -> Result<Plan, String> {
-        let options = codegen_options(profile)?;
+    /// The plan and sources of `func`, printed for the module's target.
+    pub(crate) fn plan(self, m: &Module, func: OpId) -> Result<Plan, String> {
+        let options = codegen_options(m)?;
         match self {
             Device::Wgpu => ircc_wgsl::plan(m, func, options),
             Device::OpenCl => ircc_opencl::plan(m, func, options),
@@ -169,12 +226,31 @@ impl Device {
             Device::OpenCl => "opencl",
         }
     }
+
+    /// The adapter this backend opens, which `--device auto` matches
+    /// profiles against.
+    #[cfg_attr(
+        not(all(feature = "wgpu", feature = "opencl")),
+        allow(unreachable_code)
+    )]
+    pub(crate) fn adapter(self) -> Result<ircc_dialects::kernel::Adapter, String> {
+        match self {
+            #[cfg(feature = "wgpu")]
+            Device::Wgpu => ircc_wgsl::runtime::adapter(),
+            #[cfg(feature = "opencl")]
+            Device::OpenCl => ircc_opencl::runtime::adapter(),
+            #[allow(unreachable_patterns)]
+            _ => Err(format!(
+                "this ircc was built without the {} feature",
+                self.feature()
+            )),
+        }
+    }
 }
 
-/// What the printers take from the device profile `profile` names.
-fn codegen_options(profile: Option<&str>) -> Result<ircc_wgsl::Options, String> {
-    let default = ircc_passes::decl::LayoutSelectOptions::parse(&PassOptions::default())?.device;
-    let profile = ircc_dialects::kernel::DeviceProfile::named(profile.unwrap_or(&default))?;
+/// What the printers take from the module's target.
+fn codegen_options(m: &Module) -> Result<ircc_wgsl::Options, String> {
+    let profile = ircc_dialects::kernel::target_profile(m)?;
     Ok(ircc_wgsl::Options {
         autobroadcast: profile.autobroadcast,
     })
@@ -283,15 +359,12 @@ impl Driver {
         &self,
         loaded: &Loaded,
         device: Device,
-        profile: Option<&str>,
         dir: Option<&Path>,
         stdout: &mut dyn Write,
     ) -> Outcome {
         let func = main_function(&loaded.module)?;
         let plan = self
-            .phase(device.codegen_row(), || {
-                device.plan(&loaded.module, func, profile)
-            })
+            .phase(device.codegen_row(), || device.plan(&loaded.module, func))
             .map_err(plain)?;
         let Some(dir) = dir else {
             for (file, text) in &plan.sources {
@@ -373,21 +446,18 @@ pub(crate) fn output_elems(m: &Module, func: OpId) -> Vec<ElemType> {
     }
 }
 
-/// Builds a lowered module's plan on `device`, printed for the device
-/// profile `profile` names; `cl_options` go to the OpenCL compiler.
+/// Builds a lowered module's plan on `device`, printed for its target;
+/// `cl_options` go to the OpenCL compiler.
 pub(crate) fn session(
     driver: &Driver,
     loaded: &Loaded,
     device: Device,
-    profile: Option<&str>,
     cl_options: &str,
 ) -> Result<Session, Failure> {
     let func = main_function(&loaded.module)?;
     let weights = driver.phase("read weights", || driver.weights_of(loaded, func))?;
     let plan = driver
-        .phase(device.codegen_row(), || {
-            device.plan(&loaded.module, func, profile)
-        })
+        .phase(device.codegen_row(), || device.plan(&loaded.module, func))
         .map_err(plain)?;
     let outputs = output_elems(&loaded.module, func);
     driver
@@ -429,11 +499,10 @@ pub(crate) fn run_lowered(
     driver: &Driver,
     loaded: &Loaded,
     device: Device,
-    profile: Option<&str>,
     cl_options: &str,
     inputs: &[Tensor],
 ) -> Result<Vec<Tensor>, Failure> {
-    let mut session = session(driver, loaded, device, profile, cl_options)?;
+    let mut session = session(driver, loaded, device, cl_options)?;
     driver
         .phase("GPU run (upload inputs, run, read outputs)", || {
             session.run(inputs)
@@ -462,15 +531,14 @@ impl Driver {
             loaded,
             args,
             Some(kernel),
+            Some(device),
             ircc_core::Form::Pretty,
             &mut std::io::sink(),
         )
         .map_err(lower)?;
         let func = main_function(&loaded.module).map_err(lower)?;
         let weights = self.weights_of(loaded, func).map_err(lower)?;
-        let plan = device
-            .plan(&loaded.module, func, args.device_profile().as_deref())
-            .map_err(GpuError::Lower)?;
+        let plan = device.plan(&loaded.module, func).map_err(GpuError::Lower)?;
         let outputs = output_elems(&loaded.module, func);
         start(device, plan, outputs, &weights, cl_options)
             .and_then(|mut session| session.run(inputs))
@@ -536,6 +604,7 @@ impl Driver {
             &mut loaded,
             &args.model.pipeline,
             Some(&args.kernel),
+            Some(device),
             ircc_core::Form::Pretty,
             stderr,
         )?;
@@ -545,9 +614,7 @@ impl Driver {
         } else {
             crate::inputs::read_inputs(&args.inputs, &crate::inputs::params(&loaded.module, func))?
         };
-        let profile = args.model.pipeline.device_profile();
-        let profile = profile.as_deref();
-        let mut session = session(self, &loaded, device, profile, &args.opencl.cl_options)?;
+        let mut session = session(self, &loaded, device, &args.opencl.cl_options)?;
         // A bar of the runs, on a terminal only (a large model takes
         // seconds a run on a software GPU).
         let bar = crate::progress::bar(
@@ -578,7 +645,8 @@ impl Driver {
             "file": args.model.file.display().to_string(),
             "pipeline": pipeline,
             "precision": args.kernel.precision.unwrap_or_default().name(),
-            "device": args.model.pipeline.device,
+            "device": session.plan().target.as_ref().map(|t| t.device.clone()),
+            "target_reason": session.plan().target.as_ref().map(|t| t.reason.clone()),
             "adapter": adapter,
             "backend": backend,
             "kernels": kernels.len(),
@@ -597,10 +665,15 @@ impl Driver {
         } else {
             let _ = writeln!(
                 stdout,
-                "{} on {} ({}), {} {}: {} kernels, median {:.3} ms (p10 {:.3}, p90 {:.3}) over {} runs",
+                "{} on {} ({}, profile {}), {} {}: {} kernels, median {:.3} ms (p10 {:.3}, p90 {:.3}) over {} runs",
                 args.model.file.display(),
                 adapter,
                 backend,
+                session
+                    .plan()
+                    .target
+                    .as_ref()
+                    .map_or("-", |t| t.device.as_str()),
                 pipeline,
                 args.kernel.precision.unwrap_or_default().name(),
                 kernels.len(),

@@ -38,6 +38,7 @@ use ircc_core::verify::{VerifyOptions, verify};
 use ircc_core::{
     Attribute, Diagnostic, Diagnostics, Form, Module, Registry, StoredTensor, Tensor, parse_module,
 };
+use ircc_dialects::kernel::{DEFAULT_DEVICE, ModuleTarget};
 
 pub use cli::{
     Backend, BenchArgs, BundleArgs, CheckArgs, Cli, Command, CompileArgs, DeviceBackend, Emit,
@@ -464,9 +465,6 @@ impl Driver {
         if let Some((kernel, module)) = gpu {
             gpu::lower_for_gpu(&mut specs, kernel, module)?;
         }
-        if let Some(device) = args.device_profile() {
-            set_device(&mut specs, &device, gpu.is_some())?;
-        }
         if let Some(db) = &args.tuning_db {
             set_tuning_db(&mut specs, db)?;
         }
@@ -512,10 +510,61 @@ impl Driver {
         )))
     }
 
+    /// The target a module is compiled for: `--device NAME`'s profile; for
+    /// a command that opens a device (`opens`), the profile matching its
+    /// adapter unless `--device` names one; else the module's own target,
+    /// or the default device's.
+    pub(crate) fn choose_target(
+        &self,
+        args: &PipelineArgs,
+        opens: Option<gpu::Device>,
+        module: &ircc_core::Module,
+    ) -> Result<ModuleTarget, Diagnostic> {
+        let device = args.device.as_deref();
+        if let Some(name) = device.filter(|&d| d != "auto") {
+            let path = args.device_profile().unwrap_or_else(|| name.to_string());
+            return ModuleTarget::named(&path, &format!("--device {name}"))
+                .map_err(|e| Diagnostic::plain(format!("--device: {e}; see ircc --list-devices")));
+        }
+        if let Some(backend) = opens {
+            let adapter = backend.adapter().map_err(Diagnostic::plain)?;
+            let mut profiles = Vec::new();
+            for (name, _) in ircc_dialects::kernel::PROFILES {
+                let path = args
+                    .spec_dir
+                    .as_deref()
+                    .and_then(|dir| spec_file(dir, &format!("devices/{name}.toml")))
+                    .map_or_else(|| name.to_string(), |p| p.to_string_lossy().into_owned());
+                profiles.push(
+                    ircc_dialects::kernel::DeviceProfile::named(&path)
+                        .map_err(|e| Diagnostic::plain(format!("--device auto: {e}")))?,
+                );
+            }
+            return Ok(ModuleTarget::for_adapter(&adapter, &profiles));
+        }
+        if device == Some("auto") {
+            return Err(Diagnostic::plain(
+                "--device auto: this command opens no device to match a profile against; name one (ircc --list-devices)",
+            ));
+        }
+        if let Some(own) = ModuleTarget::of(module).map_err(Diagnostic::plain)? {
+            return Ok(own);
+        }
+        ModuleTarget::named(
+            DEFAULT_DEVICE,
+            "the default of commands that open no device (--device names another)",
+        )
+        .map_err(Diagnostic::plain)
+    }
+
     /// Runs the pipeline chosen by `args` over `module`. For the GPU
-    /// (`gpu`), `kernel.lower` ends the pipeline, in the same pass manager
-    /// so that `--print-ir-after`, `--dump-dir` and `--timing` show it; a
-    /// pipeline that already lowers gets the options `gpu` sets. With
+    /// (`gpu`), `kernel.schedule`, `kernel.lower` and `kernel.ace` end the
+    /// pipeline, in the same pass manager so that `--print-ir-after`,
+    /// `--dump-dir` and `--timing` show them; a pipeline that already
+    /// schedules gets the options `gpu` sets. Where a pass reads the
+    /// target, or kernels are made, the module gets its target first
+    /// ([`Driver::choose_target`], `opens` being the device the command
+    /// runs on). With
     /// `--dump-dir`, the module's weights are written there first, as
     /// [`DUMP_WEIGHTS_FILE`], for the dumped IR to name.
     pub(crate) fn transform(
@@ -523,6 +572,7 @@ impl Driver {
         loaded: &mut Loaded,
         args: &PipelineArgs,
         gpu: Option<&KernelArgs>,
+        opens: Option<gpu::Device>,
         form: Form,
         stderr: &mut dyn Write,
     ) -> Outcome {
@@ -536,6 +586,26 @@ impl Driver {
             let _ = writeln!(stderr, "remark: {remark}");
         }
         let specs = self.device_pipeline_specs(args, gpu.map(|kernel| (kernel, &loaded.module)))?;
+        let reads_target = specs
+            .iter()
+            .any(|s| ircc_passes::READS_TARGET.contains(&s.pass.as_str()));
+        if reads_target || gpu.is_some() {
+            let target = self.choose_target(args, opens, &loaded.module)?;
+            if args.remarks {
+                let _ = writeln!(
+                    stderr,
+                    "remark: compiling for device profile '{}': {}",
+                    target.profile.name, target.reason
+                );
+            }
+            target.attach(&mut loaded.module);
+        } else if let Some(device) = args.device.as_deref().filter(|&d| d != "auto") {
+            return Err(Diagnostic::plain(format!(
+                "--device {device} does nothing: the pipeline has none of {}",
+                ircc_passes::READS_TARGET.join(", ")
+            ))
+            .into());
+        }
         // Dumped IR names the weights written beside it, so it runs; the
         // module names its own again once the pipeline is done.
         let own_weights = loaded.module.attrs.get("ircc.weights").cloned();
@@ -824,14 +894,14 @@ fn stderr_wants_color() -> bool {
     std::io::stderr().is_terminal() && std::env::var_os("TERM").is_none_or(|t| t != "dumb")
 }
 
-/// `--tuning-db PATH`: the database `kernel.lower` reads.
+/// `--tuning-db PATH`: the database `kernel.schedule` reads.
 pub(crate) fn set_tuning_db(specs: &mut [PassOptions], db: &Path) -> Result<(), Diagnostic> {
-    use ircc_passes::decl::KernelLowerOptions;
+    use ircc_passes::decl::KernelScheduleOptions;
     let path = db.to_string_lossy().into_owned();
     let mut used = false;
     for spec in specs
         .iter_mut()
-        .filter(|s| s.pass == KernelLowerOptions::NAME)
+        .filter(|s| s.pass == KernelScheduleOptions::NAME)
     {
         match spec.values.get("tuning-db") {
             Some(d) if *d != path => {
@@ -850,51 +920,8 @@ pub(crate) fn set_tuning_db(specs: &mut [PassOptions], db: &Path) -> Result<(), 
         Ok(())
     } else {
         Err(Diagnostic::plain(format!(
-            "--tuning-db {path} does nothing: the pipeline does not lower to kernels (name one that ends in {}, such as smartmem-gpu, or run on a device: --backend wgpu, --emit wgsl, ircc bench)",
-            KernelLowerOptions::NAME
-        )))
-    }
-}
-
-/// `--device NAME`: the device of every pass that reads a device profile
-/// (and of the printers, `for_device`).
-pub(crate) fn set_device(
-    specs: &mut [PassOptions],
-    device: &str,
-    for_device: bool,
-) -> Result<(), Diagnostic> {
-    use ircc_passes::decl::{KernelLowerOptions, LayoutSelectOptions, TextureMapOptions};
-    ircc_dialects::kernel::DeviceProfile::named(device)
-        .map_err(|e| Diagnostic::plain(format!("--device: {e}")))?;
-    let mut used = false;
-    let reads_profile = [
-        LayoutSelectOptions::NAME,
-        TextureMapOptions::NAME,
-        KernelLowerOptions::NAME,
-    ];
-    for spec in specs
-        .iter_mut()
-        .filter(|s| reads_profile.contains(&s.pass.as_str()))
-    {
-        match spec.values.get("device") {
-            Some(d) if d != device => {
-                return Err(Diagnostic::plain(format!(
-                    "--device {device} contradicts the pipeline's {}{{device={d}}}",
-                    spec.pass
-                )));
-            }
-            _ => {
-                spec.values.insert("device".into(), device.into());
-            }
-        }
-        used = true;
-    }
-    if used || for_device {
-        Ok(())
-    } else {
-        Err(Diagnostic::plain(format!(
-            "--device {device} does nothing: the pipeline has none of {}",
-            reads_profile.join(", ")
+            "--tuning-db {path} does nothing: the pipeline does not schedule kernels (name one with {}, such as smartmem, or run on a device: --backend wgpu, ircc bench, ircc compile)",
+            KernelScheduleOptions::NAME
         )))
     }
 }

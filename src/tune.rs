@@ -24,7 +24,7 @@ use std::time::Instant;
 
 use ircc_core::Module;
 use ircc_core::pass::{PassManager, PassOptions, PassRegistry, RunOptions};
-use ircc_dialects::kernel::{DeviceProfile, Target};
+use ircc_dialects::kernel::Target;
 use ircc_passes::conversion::graph_to_kernel::KernelLower;
 use ircc_passes::decl::KernelLowerOptions;
 #[cfg(feature = "wgpu")]
@@ -109,19 +109,10 @@ impl Driver {
         stderr: &mut dyn Write,
     ) -> Outcome {
         let pipeline = &args.model.pipeline;
-        let device = pipeline.device_profile().ok_or_else(|| {
-            plain("ircc tune needs --device NAME: the profile whose GPU it tunes for (ircc --list-devices), which names the database's entries")
-        })?;
-        let profile = DeviceProfile::named(&device).map_err(|e| plain(format!("--device: {e}")))?;
         let db_path = pipeline.tuning_db.as_ref().ok_or_else(|| {
             plain("ircc tune needs --tuning-db PATH: the database it writes the fastest parameters to (merged into it where it exists)")
         })?;
         let db_text = db_path.to_string_lossy().into_owned();
-        let existing = if db_path.exists() {
-            TuningDb::read(&db_text, &profile.name).map_err(plain)?
-        } else {
-            TuningDb::new(&profile.name)
-        };
         // Found out now, not after the search: where the database goes.
         let folder = match db_path.parent() {
             Some(p) if !p.as_os_str().is_empty() => p,
@@ -137,6 +128,24 @@ impl Driver {
             return Err(plain("--budget and --runs must be at least 1"));
         }
         let mut loaded = self.load_model(&args.model)?;
+        // The profile of the GPU it tunes on, which names the database's
+        // entries: --device's, else the one matching wgpu's adapter.
+        let target =
+            self.choose_target(pipeline, Some(crate::gpu::Device::Wgpu), &loaded.module)?;
+        if pipeline.remarks {
+            let _ = writeln!(
+                stderr,
+                "remark: tuning for device profile '{}': {}",
+                target.profile.name, target.reason
+            );
+        }
+        target.attach(&mut loaded.module);
+        let profile = target.profile;
+        let existing = if db_path.exists() {
+            TuningDb::read(&db_text, &profile.name).map_err(plain)?
+        } else {
+            TuningDb::new(&profile.name)
+        };
         let lowerer = self.lowerer(&mut loaded, args)?;
         let (_, seen) = lowerer.lower(self, BTreeMap::new())?;
         if seen.is_empty() {
@@ -191,10 +200,8 @@ impl Driver {
         let mut passes = self.passes.clone();
         let shared = tuning.clone();
         passes.register_decl(&KernelLowerOptions::DECL, move |o| {
-            Ok(Box::new(KernelLower::tuned_by(
-                KernelLowerOptions::parse(o)?,
-                shared.clone(),
-            )))
+            KernelLowerOptions::parse(o)?;
+            Ok(Box::new(KernelLower::tuned_by(shared.clone())))
         });
         Ok(Lowerer {
             base: loaded.module.clone(),
@@ -257,7 +264,6 @@ impl Driver {
                 .collect(),
             harnesses: BTreeMap::new(),
             gpu,
-            profile: args.model.pipeline.device_profile(),
             runs: args.runs,
             inputs: BTreeMap::new(),
             reference: BTreeMap::new(),
@@ -438,7 +444,6 @@ struct Bench<'a> {
     /// Each signature's harness: its first product alone.
     harnesses: BTreeMap<String, Module>,
     gpu: std::sync::Arc<ircc_wgsl::Gpu>,
-    profile: Option<String>,
     runs: usize,
     /// Each harness's inputs.
     inputs: BTreeMap<String, Vec<ircc_core::Tensor>>,
@@ -467,9 +472,7 @@ impl Bench<'_> {
         weights: &std::collections::HashMap<String, ircc_core::StoredTensor>,
     ) -> Result<ircc_wgsl::Session, Failure> {
         let func = crate::gpu::main_function(module)?;
-        let plan = crate::gpu::Device::Wgpu
-            .plan(module, func, self.profile.as_deref())
-            .map_err(plain)?;
+        let plan = crate::gpu::Device::Wgpu.plan(module, func).map_err(plain)?;
         let outputs = crate::gpu::output_elems(module, func);
         let lookup = |name: &str| ircc_plan::bundle::weight_named(weights, name);
         ircc_wgsl::Session::on(self.gpu.clone(), plan, outputs, &lookup).map_err(plain)
@@ -587,7 +590,7 @@ impl Bench<'_> {
             .collect();
         let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
         let per_thread = jobs.len().div_ceil(threads).max(1);
-        let (registry, specs, profile) = (&self.driver.registry, &self.specs, &self.profile);
+        let (registry, specs) = (&self.driver.registry, &self.specs);
         let results: Vec<Result<Lowered, String>> = std::thread::scope(|s| {
             let workers: Vec<_> = jobs
                 .chunks(per_thread)
@@ -596,7 +599,7 @@ impl Bench<'_> {
                         chunk
                             .iter()
                             .map(|&(key, config, module)| {
-                                lower_one(registry, specs, profile.as_deref(), key, *config, module)
+                                lower_one(registry, specs, key, *config, module)
                             })
                             .collect::<Vec<_>>()
                     })
@@ -673,7 +676,6 @@ type Lowered = (String, (ircc_plan::Plan, Tunable));
 fn lower_one(
     registry: &ircc_core::Registry,
     specs: &[PassOptions],
-    profile: Option<&str>,
     key: &str,
     config: MatmulConfig,
     module: &Module,
@@ -687,10 +689,8 @@ fn lower_one(
     ircc_passes::register_all(&mut passes);
     let shared = tuning.clone();
     passes.register_decl(&KernelLowerOptions::DECL, move |o| {
-        Ok(Box::new(KernelLower::tuned_by(
-            KernelLowerOptions::parse(o)?,
-            shared.clone(),
-        )))
+        KernelLowerOptions::parse(o)?;
+        Ok(Box::new(KernelLower::tuned_by(shared.clone())))
     });
     let mut m = module.clone();
     let mut pm = PassManager::from_specs(&passes, specs).map_err(|d| d.to_string())?;
@@ -706,7 +706,7 @@ fn lower_one(
         .remove(key)
         .ok_or_else(|| format!("lowering its harness met no product of '{key}'"))?;
     let func = crate::gpu::main_function(&m).map_err(|f| f.diagnostics.to_string())?;
-    let plan = crate::gpu::Device::Wgpu.plan(&m, func, profile)?;
+    let plan = crate::gpu::Device::Wgpu.plan(&m, func)?;
     Ok((key.to_string(), (plan, tunable)))
 }
 

@@ -140,7 +140,7 @@ fn a_bundle_is_written_byte_for_byte_the_same_twice() {
     let out = ircc(&[
         model.to_str().unwrap(),
         "--pipeline",
-        "smartmem",
+        "smartmem-gpu",
         "--emit",
         "wgsl",
         "-o",
@@ -196,7 +196,7 @@ fn an_opencl_bundle_runs_as_the_model_does() {
 }
 
 /// Writes `ir` as a file in `scratch` and compiles it into the bundle
-/// `scratch/bundle` with `--emit LANGUAGE -o`: the IR file, the folder
+/// `scratch/bundle` with `--emit LANGUAGE -o`, a kernel per op: the IR file, the folder
 /// and ircc's output.
 fn ir_bundle(scratch: &Path, ir: &str, language: &str) -> (PathBuf, PathBuf, common::Output) {
     let file = scratch.join("m.ir");
@@ -204,6 +204,8 @@ fn ir_bundle(scratch: &Path, ir: &str, language: &str) -> (PathBuf, PathBuf, com
     let dir = scratch.join("bundle");
     let out = ircc(&[
         file.to_str().unwrap(),
+        "--passes",
+        "kernel.schedule,kernel.lower,kernel.ace",
         "--emit",
         language,
         "-o",

@@ -168,7 +168,7 @@ fn timing_has_a_row_for_each_step_of_the_command() {
     let emit = ircc(&[
         &example(),
         "--pipeline",
-        "smartmem",
+        "smartmem-gpu",
         "--emit",
         "wgsl",
         "--timing",
@@ -440,12 +440,12 @@ fn options_that_would_do_nothing_are_refused() {
         2,
         &["invalid value 'reference'", "wgpu, opencl"],
     );
-    // kernel.lower, which --emit wgsl appends, can be printed after.
+    // kernel.lower, in the pipeline --emit wgsl names, can be printed after.
     let lower = ircc_passes::decl::KernelLowerOptions::NAME;
     let out = ircc(&[
         &example,
         "--pipeline",
-        "smartmem",
+        "smartmem-gpu",
         "--emit",
         "wgsl",
         "--print-ir-after",
@@ -675,7 +675,7 @@ fn a_closed_output_pipe_ends_the_command_quietly() {
     let model = root().join("tests/models/swin_t_w24_dynamo.onnx");
     let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ircc"))
         .arg(&model)
-        .args(["--pipeline", "smartmem", "--emit", "wgsl"])
+        .args(["--pipeline", "smartmem-gpu", "--emit", "wgsl"])
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

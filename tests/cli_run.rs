@@ -181,7 +181,11 @@ fn ir_saved_or_dumped_from_an_onnx_model_runs() {
     assert!(dir.join("m.safetensors").is_file());
     assert!(dir.join("dumps/weights.safetensors").is_file());
     let text = std::fs::read_to_string(dir.join("m.ir")).unwrap();
-    assert!(text.starts_with("module attributes {ircc.weights = \"m.safetensors\"}"));
+    assert!(
+        text.starts_with("module attributes {ircc.target = {device = \"adreno740\"")
+            && text.contains("ircc.weights = \"m.safetensors\"}"),
+        "{text}"
+    );
     let last_dump = common::files_under(&dir.join("dumps"))
         .into_iter()
         .rfind(|f| f.ends_with(".ir"))
@@ -200,9 +204,14 @@ fn ir_saved_or_dumped_from_an_onnx_model_runs() {
         outputs.push(std::fs::read(dir.join(format!("out{i}/output.npy"))).unwrap());
     }
     assert!(outputs[0] == outputs[2] && outputs[1] == outputs[2]);
-    // Printed to stdout, the IR names no weights file.
+    // Printed to stdout, the IR names no weights file, only its target.
     let out = ircc(&[model, "--pipeline", "smartmem"]);
-    assert!(out.stdout.starts_with("module {"), "{}", &out.stdout[..80]);
+    let header = out.stdout.lines().next().unwrap_or_default();
+    assert!(
+        header.starts_with("module attributes {ircc.target = "),
+        "{header}"
+    );
+    assert!(!header.contains("ircc.weights"), "{header}");
 }
 
 /// IR that names a weights file, saved in another folder or dumped, takes

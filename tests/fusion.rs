@@ -185,7 +185,14 @@ fn spec_dir_device_profiles_are_read_at_run_time() {
     let tiny = ["--device", "tiny", "--spec-dir", spec];
     assert_eq!(textures(&tiny), 0);
     // The printers read the same profile.
-    let r = smartmem(&[&tiny[..], &["--emit", "wgsl"]].concat());
+    let emit = [
+        model.to_str().unwrap(),
+        "--pipeline",
+        "smartmem-gpu",
+        "--emit",
+        "wgsl",
+    ];
+    let r = common::ircc(&[&emit[..], &tiny[..]].concat());
     assert_eq!(r.code, 0, "{}", r.stderr);
     assert!(r.stdout.contains("@compute"), "{}", r.stdout);
     // Without the folder the name is unknown.

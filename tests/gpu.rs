@@ -13,7 +13,6 @@ mod common;
 
 use common::{ircc, root, scratch_dir};
 use ircc_dialects::kernel::KernelOp;
-use ircc_passes::decl::KernelLowerOptions;
 
 const PIPELINES: [&str; 3] = ["none", "dnnfusion", "smartmem"];
 
@@ -37,13 +36,12 @@ fn every_emitted_shader_passes_naga() {
                 let dir = scratch_dir("wgsl");
                 let out = dir.join("out");
                 let args = [
+                    "compile",
                     path.to_str().unwrap(),
                     "--pipeline",
                     pipeline,
                     "--precision",
                     precision,
-                    "--emit",
-                    "wgsl",
                     "-o",
                     out.to_str().unwrap(),
                 ];
@@ -138,9 +136,9 @@ fn models_run_on_wgpu_and_match() {
 fn kernel_ir_prints_and_parses_back() {
     let mlp = root().join("examples/mlp.ir");
     for (passes, marker) in [
-        (KernelLowerOptions::NAME, KernelOp::Launch.name()),
+        ("kernel.schedule,kernel.lower", KernelOp::Launch.name()),
         (
-            "layout.select,texture.map,kernel.lower",
+            "kernel.schedule,layout.select,texture.map,kernel.lower",
             KernelOp::TextureStore.name(),
         ),
     ] {
@@ -159,7 +157,9 @@ fn kernel_ir_prints_and_parses_back() {
 #[test]
 fn kernel_filetest_shaders_pass_naga() {
     let mut shaders = 0;
-    for (file, name, wgsl) in common::filetest_sources(&["tests/ir/kernel"], "wgsl") {
+    for (file, name, wgsl) in
+        common::filetest_sources(&["tests/ir/kernel", "tests/ir/kernel.lower"], "wgsl")
+    {
         validate(&wgsl).unwrap_or_else(|e| panic!("{file}, {name}: {e}\n{wgsl}"));
         shaders += 1;
     }

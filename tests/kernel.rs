@@ -72,7 +72,7 @@ fn kernel_ir_runs_in_the_interpreter() {
 /// agree with the graph's, in `ircc check` and in `ircc run`.
 #[test]
 fn products_split_along_k_check_in_the_kernel_interpreter() {
-    let file = common::root().join("tests/ir/kernel/matmul_split_k.ir");
+    let file = common::root().join("tests/ir/kernel.schedule/matmul_split_k.ir");
     let file = file.to_string_lossy();
     let out = ircc(&[
         "check",
@@ -124,7 +124,7 @@ fn products_split_along_k_check_in_the_kernel_interpreter() {
 /// product adds the kernel that sums its partials, where its readers do not.
 #[test]
 fn stats_count_the_dispatches_the_plan_runs() {
-    let file = common::root().join("tests/ir/kernel/matmul_split_k.ir");
+    let file = common::root().join("tests/ir/kernel.schedule/matmul_split_k.ir");
     let file = file.to_string_lossy();
     for (device, want) in [("nvidia_vulkan", 12), ("lavapipe", 8)] {
         let args = [&file[..], "--pipeline", "smartmem", "--device", device];
@@ -134,7 +134,9 @@ fn stats_count_the_dispatches_the_plan_runs() {
         assert_eq!(stats["kernels"], 8, "{device}: {stats}");
         assert_eq!(stats["dispatches"], want, "{device}: {stats}");
         let dir = common::scratch_dir("dispatches");
-        let emitted = ircc(&[&args[..], &["--emit", "wgsl", "-o", dir.to_str().unwrap()]].concat());
+        let lowering = [&file[..], "--pipeline", "smartmem-gpu", "--device", device];
+        let emit = ["--emit", "wgsl", "-o", dir.to_str().unwrap()];
+        let emitted = ircc(&[&lowering[..], &emit[..]].concat());
         assert_eq!(emitted.code, 0, "{}", emitted.stderr);
         let plan: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(dir.join("plan.json")).unwrap()).unwrap();
@@ -152,16 +154,17 @@ fn stats_count_the_dispatches_the_plan_runs() {
 /// mask, grouped heads and a causal window.
 #[test]
 fn attention_templates_match_the_interpreter() {
-    let passes = |template: &str| {
-        format!("kernel.lower{{device=nvidia_vulkan,attention={template}}},kernel.ace")
-    };
+    let passes =
+        |template: &str| format!("kernel.schedule{{attention={template}}},kernel.lower,kernel.ace");
     for (case, template) in [
         (&common::ATTENTION, "rows"),
         (&common::ATTENTION_TILED, "tiled"),
     ] {
         let file = common::root().join(case.file);
+        // template_difference compiles for nvidia_vulkan too.
         let pipeline = ["--passes", &passes(template)];
-        let out = ircc(&[pipeline[0], pipeline[1], file.to_str().unwrap()]);
+        let on_nvidia = ["--device", "nvidia_vulkan", file.to_str().unwrap()];
+        let out = ircc(&[&pipeline[..], &on_nvidia[..]].concat());
         assert_eq!(out.code, 0, "{}", out.stderr);
         let pick = format!("template = \"attention_{template}\"");
         assert_eq!(out.stdout.matches(&pick).count(), 5, "{template}");
@@ -182,9 +185,11 @@ fn attention_templates_match_the_interpreter() {
 #[test]
 fn split_attention_matches_the_interpreter() {
     let case = &common::ATTENTION_SPLIT;
-    let passes = "kernel.lower{device=nvidia_vulkan,attention=rows},kernel.ace";
+    let passes = "kernel.schedule{attention=rows},kernel.lower,kernel.ace";
     let file = common::root().join(case.file);
-    let out = ircc(&["--passes", passes, file.to_str().unwrap()]);
+    let pipeline = ["--passes", passes];
+    let on_nvidia = ["--device", "nvidia_vulkan", file.to_str().unwrap()];
+    let out = ircc(&[&pipeline[..], &on_nvidia[..]].concat());
     assert_eq!(out.code, 0, "{}", out.stderr);
     for tile in ["64, 1, 8, 2", "64, 2, 8, 4"] {
         assert!(
@@ -193,7 +198,7 @@ fn split_attention_matches_the_interpreter() {
         );
     }
     assert_eq!(out.stdout.matches("template = \"elementwise\"").count(), 3);
-    let diff = common::template_difference(case, &["--passes", passes]);
+    let diff = common::template_difference(case, &pipeline);
     assert!(diff <= 1e-5, "{diff:e}");
 }
 
@@ -216,8 +221,8 @@ fn attention_falls_back_where_its_template_does_not_fit() {
     )
     .unwrap();
     let file = file.to_str().unwrap();
-    let passes = "kernel.lower{device=nvidia_vulkan,attention=tiled},kernel.ace";
-    let out = ircc(&[file, "--passes", passes]);
+    let passes = "kernel.schedule{attention=tiled},kernel.lower,kernel.ace";
+    let out = ircc(&[file, "--passes", passes, "--device", "nvidia_vulkan"]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let templates: Vec<&str> = out
         .stdout

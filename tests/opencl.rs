@@ -58,12 +58,13 @@ fn run_model(
         .path();
     let emitted = scratch.join("cl");
     let e = ircc(&[
+        "compile",
         path.to_str().unwrap(),
         "--pipeline",
         pipeline,
         "--precision",
         precision,
-        "--emit",
+        "--backend",
         "opencl",
         "-o",
         emitted.to_str().unwrap(),
@@ -149,7 +150,7 @@ fn smartmem_kernels_read_images() {
     let r = ircc(&[
         swin.to_str().unwrap(),
         "--pipeline",
-        "smartmem",
+        "smartmem-gpu",
         "--emit",
         "opencl",
         "-o",

@@ -209,6 +209,51 @@ fn a_spec_dir_tuning_toml_replaces_the_space() {
     assert!(out.stderr.contains("tuning.toml"), "{}", out.stderr);
 }
 
+/// A tuning database changes the products' schedules and nothing else:
+/// the IR after kernel.schedule with and without it differs only inside
+/// `kernel.schedule` attributes, and in at least one.
+#[test]
+fn a_tuning_database_changes_only_schedules() {
+    let file = root().join("tests/ir/kernel.schedule/tuned.ir");
+    let db = root().join("tests/ir/kernel.schedule/tuned.toml");
+    let file = file.to_str().unwrap();
+    let after_schedule = |extra: &[&str]| {
+        let args = [
+            &[
+                file,
+                "--pipeline",
+                "smartmem",
+                "--device",
+                "nvidia_vulkan",
+                "--print-ir-after",
+                "kernel.schedule",
+            ][..],
+            extra,
+        ]
+        .concat();
+        let out = ircc(&args);
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        out.stderr
+    };
+    let untuned = after_schedule(&[]);
+    let tuned = after_schedule(&["--tuning-db", db.to_str().unwrap()]);
+    let (a, b): (Vec<&str>, Vec<&str>) = (untuned.lines().collect(), tuned.lines().collect());
+    assert_eq!(a.len(), b.len());
+    let without_schedule = |line: &str| match line.split_once("kernel.schedule = {") {
+        Some((head, rest)) => format!("{head}{}", rest.split_once('}').map_or("", |r| r.1)),
+        None => line.to_string(),
+    };
+    let mut differing = 0;
+    for (x, y) in a.iter().zip(&b) {
+        if x != y {
+            differing += 1;
+            assert_eq!(without_schedule(x), without_schedule(y), "{x}\n{y}");
+            assert!(y.contains("tuned = true"), "{y}");
+        }
+    }
+    assert_eq!(differing, 1, "{tuned}");
+}
+
 #[test]
 fn bad_databases_are_refused_naming_the_file() {
     let file = root().join(PRODUCTS.file);
@@ -271,8 +316,9 @@ fn bad_databases_are_refused_naming_the_file() {
     ]);
     assert_ne!(out.code, 0);
     assert!(out.stderr.contains("not a writable file"), "{}", out.stderr);
-    // A pipeline that does not lower reads no database, and says so.
-    let out = ircc(&[file, "--pipeline", "smartmem", "--tuning-db", "db.toml"]);
+    // A pipeline that does not schedule kernels reads no database, and
+    // says so.
+    let out = ircc(&[file, "--pipeline", "dnnfusion", "--tuning-db", "db.toml"]);
     assert_ne!(out.code, 0);
     assert!(out.stderr.contains("does nothing"), "{}", out.stderr);
 }
@@ -453,7 +499,9 @@ fn a_harness_is_its_products_alone() {
         "check",
         path.to_str().unwrap(),
         "--passes",
-        "kernel.lower{device=nvidia_vulkan}",
+        "kernel.schedule,kernel.lower",
+        "--device",
+        "nvidia_vulkan",
         "--quiet",
     ]);
     assert_eq!(check.code, 0, "{}", check.stderr);

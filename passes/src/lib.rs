@@ -16,6 +16,14 @@ pub mod decl {
 }
 
 use decl::*;
+
+/// The passes that read the module's target (`ircc.target`): the driver
+/// attaches one before a pipeline that runs any of them.
+pub const READS_TARGET: [&str; 3] = [
+    KernelScheduleOptions::NAME,
+    LayoutSelectOptions::NAME,
+    TextureMapOptions::NAME,
+];
 use ircc_core::pass::PassRegistry;
 
 /// Registers every pass ircc ships, under its declaration.
@@ -56,10 +64,14 @@ pub fn register_all(passes: &mut PassRegistry) {
         let tables = graph::fusion::Tables::from_option(&options.tables)?;
         Ok(Box::new(graph::fusion::Fuse::new(options, tables)))
     });
-    passes.register_decl(&KernelLowerOptions::DECL, |o| {
-        Ok(Box::new(conversion::graph_to_kernel::KernelLower::new(
-            KernelLowerOptions::parse(o)?,
+    passes.register_decl(&KernelScheduleOptions::DECL, |o| {
+        Ok(Box::new(conversion::graph_to_kernel::KernelSchedule::new(
+            KernelScheduleOptions::parse(o)?,
         )))
+    });
+    passes.register_decl(&KernelLowerOptions::DECL, |o| {
+        KernelLowerOptions::parse(o)?;
+        Ok(Box::<conversion::graph_to_kernel::KernelLower>::default())
     });
     passes.register_decl(&KernelAceOptions::DECL, |o| {
         KernelAceOptions::parse(o)?;
@@ -84,9 +96,8 @@ pub fn register_all(passes: &mut PassRegistry) {
         )))
     });
     passes.register_decl(&TextureMapOptions::DECL, |o| {
-        Ok(Box::new(layout::texture_map::TextureMap::new(
-            TextureMapOptions::parse(o)?,
-        )))
+        TextureMapOptions::parse(o)?;
+        Ok(Box::new(layout::texture_map::TextureMap))
     });
     passes.register_decl(&MemoryPlanOptions::DECL, |o| {
         MemoryPlanOptions::parse(o)?;

@@ -299,7 +299,7 @@ pub struct TemplateCase {
 
 /// Products whose K is split on the nvidia_vulkan profile.
 pub const SPLIT_K: TemplateCase = TemplateCase {
-    file: "tests/ir/kernel/matmul_split_k.ir",
+    file: "tests/ir/kernel.schedule/matmul_split_k.ir",
     inputs: &[
         ("x", &[49, 3072]),
         ("w", &[3072, 64]),
@@ -318,7 +318,7 @@ pub const SPLIT_K: TemplateCase = TemplateCase {
 /// queries and keys, a float mask, grouped heads and a window, fewer keys
 /// than a tile, and two lanes per query.
 pub const ATTENTION: TemplateCase = TemplateCase {
-    file: "tests/ir/kernel/attention_rows.ir",
+    file: "tests/ir/kernel.schedule/attention_rows.ir",
     inputs: &[
         ("q", &[1, 2, 37, 24]),
         ("k", &[1, 2, 41, 24]),
@@ -344,7 +344,7 @@ pub const ATTENTION: TemplateCase = TemplateCase {
 /// The tiled attention template (`--attention tiled`) on the same ops,
 /// value columns shared out.
 pub const ATTENTION_TILED: TemplateCase = TemplateCase {
-    file: "tests/ir/kernel/attention_tiled.ir",
+    file: "tests/ir/kernel.schedule/attention_tiled.ir",
     inputs: ATTENTION.inputs,
     results: ATTENTION.results,
 };
@@ -352,7 +352,7 @@ pub const ATTENTION_TILED: TemplateCase = TemplateCase {
 /// The register attention template with its keys split over workgroups:
 /// ragged queries and keys, a mask, lanes, and splits that see no key.
 pub const ATTENTION_SPLIT: TemplateCase = TemplateCase {
-    file: "tests/ir/kernel/attention_split.ir",
+    file: "tests/ir/kernel.schedule/attention_split.ir",
     inputs: &[
         ("q", &[1, 2, 37, 24]),
         ("k", &[1, 2, 63, 24]),

@@ -96,6 +96,30 @@ fn pick_device() -> R<Device> {
         .ok_or_else(|| "no OpenCL device".to_string())
 }
 
+/// The device a session would open, as `--device auto` matches profiles
+/// against it.
+pub fn adapter() -> R<ircc_dialects::kernel::Adapter> {
+    let d = pick_device()?;
+    let name = d.name().map_err(cl_err("the device's name"))?;
+    Ok(ircc_dialects::kernel::Adapter {
+        api: "opencl".into(),
+        name,
+        vendor_id: d.vendor_id().map_err(cl_err("the device's vendor"))?,
+        device_id: 0,
+        is_cpu: d
+            .dev_type()
+            .is_ok_and(|t| t & opencl3::device::CL_DEVICE_TYPE_CPU != 0),
+        compute_units: d.max_compute_units().ok(),
+        max_workgroup_invocations: d.max_work_group_size().ok().map(|n| n.min(1 << 30) as u32),
+        local_memory_bytes: d.local_mem_size().ok(),
+        max_texture_extent: d
+            .image2d_max_width()
+            .ok()
+            .filter(|&w| w > 0)
+            .map(|w| w.min(1 << 30) as u32),
+    })
+}
+
 /// The compiler's log with each error at `FILE:LINE:COL` (PoCL writes
 /// `error: FILE:LINE:COL: message`, clang `FILE:LINE:COL: error: message`)
 /// given as the kernel that line is in, the message and the line itself.

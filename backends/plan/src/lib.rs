@@ -155,6 +155,10 @@ pub struct Plan {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub weights: Option<String>,
     pub precision: String,
+    /// The device profile the kernels were compiled for, and why it was
+    /// chosen (the module's `ircc.target`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub target: Option<PlanTarget>,
     pub pool_bytes: u64,
     pub buffers: Vec<BufferPlan>,
     pub inputs: Vec<usize>,
@@ -171,6 +175,14 @@ pub struct Plan {
     /// Data of each constant buffer (in a bundle, in weights.safetensors).
     #[serde(skip)]
     pub constants: HashMap<usize, ircc_core::Tensor>,
+}
+
+/// The profile a plan's kernels were compiled for.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PlanTarget {
+    pub device: String,
+    pub reason: String,
 }
 
 /// What a runtime measured over repeated runs of a plan: each run in
@@ -554,6 +566,13 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
         language: None,
         weights: None,
         precision: float.name().to_string(),
+        target: ircc_dialects::kernel::ModuleTarget::of(m)
+            .ok()
+            .flatten()
+            .map(|t| PlanTarget {
+                device: t.profile.name,
+                reason: t.reason,
+            }),
         pool_bytes,
         buffers,
         inputs,
@@ -602,6 +621,7 @@ mod tests {
             language: None,
             weights: None,
             precision: "f32".into(),
+            target: None,
             pool_bytes: 0,
             buffers: buffers
                 .iter()

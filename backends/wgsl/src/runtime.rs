@@ -90,6 +90,25 @@ pub(crate) fn open_adapter() -> R<wgpu::Adapter> {
     })
 }
 
+/// The adapter a session would open, as `--device auto` matches profiles
+/// against it.
+pub fn adapter() -> R<ircc_dialects::kernel::Adapter> {
+    let adapter = open_adapter()?;
+    let info = adapter.get_info();
+    let limits = adapter.limits();
+    Ok(ircc_dialects::kernel::Adapter {
+        api: info.backend.to_str().to_string(),
+        name: info.name,
+        vendor_id: info.vendor,
+        device_id: info.device,
+        is_cpu: info.device_type == wgpu::DeviceType::Cpu,
+        compute_units: None,
+        max_workgroup_invocations: Some(limits.max_compute_invocations_per_workgroup),
+        local_memory_bytes: Some(u64::from(limits.max_compute_workgroup_storage_size)),
+        max_texture_extent: Some(limits.max_texture_dimension_2d),
+    })
+}
+
 /// The errors wgpu reports outside an error scope, collected to be
 /// returned by the next call that checks.
 pub(crate) type ErrorSink = Arc<Mutex<Vec<String>>>;

@@ -6,7 +6,9 @@
 //! rather than zero. `spec/targets/webgpu.toml` keeps the portable limits
 //! kernels are built to; a profile describes one device.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+
+use super::module_target::Adapter;
 
 /// The embedded profiles, by name.
 pub const PROFILES: [(&str, &str); 7] = [
@@ -41,7 +43,7 @@ pub const PROFILES: [(&str, &str); 7] = [
 ];
 
 /// See `spec/devices/*.toml` for the source of each figure.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
 #[serde(deny_unknown_fields)]
 pub struct DeviceProfile {
     pub name: String,
@@ -76,6 +78,43 @@ pub struct DeviceProfile {
     pub texture_formats: Vec<String>,
     /// The optional figures no source gave.
     pub unknown: Vec<String>,
+    /// The adapters `--device auto` chooses this profile for; a profile
+    /// without one (a probed record) is only chosen by name.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub adapter: Option<AdapterPattern>,
+}
+
+/// Which adapters a profile describes: its vendor's PCI ID (Vulkan's and
+/// OpenCL's `vendorID`), and where given, a part of the adapter's name
+/// (any of `names`, compared without case).
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct AdapterPattern {
+    pub vendor_id: Option<u32>,
+    #[serde(default)]
+    pub names: Vec<String>,
+}
+
+impl AdapterPattern {
+    /// How closely `adapter` matches: `None` where it does not, else the
+    /// number of things that matched (a name beats a vendor alone).
+    pub fn matches(&self, adapter: &Adapter) -> Option<u32> {
+        let mut score = 0;
+        if let Some(vendor) = self.vendor_id {
+            if vendor != adapter.vendor_id {
+                return None;
+            }
+            score += 1;
+        }
+        if !self.names.is_empty() {
+            let name = adapter.name.to_lowercase();
+            if !self.names.iter().any(|n| name.contains(&n.to_lowercase())) {
+                return None;
+            }
+            score += 2;
+        }
+        (score > 0).then_some(score)
+    }
 }
 
 /// The optional figures, with whether a profile has each.
@@ -107,6 +146,13 @@ impl DeviceProfile {
     pub fn parse(text: &str) -> Result<DeviceProfile, String> {
         let p: DeviceProfile =
             toml::from_str(text).map_err(|e| format!("invalid device profile: {e}"))?;
+        p.checked()
+    }
+
+    /// The profile if its figures are consistent: `unknown` names exactly
+    /// the optional figures it lacks, and every figure is positive.
+    pub fn checked(self) -> Result<DeviceProfile, String> {
+        let p = self;
         for (field, present) in optional_figures(&p) {
             let listed = p.unknown.iter().any(|u| u == field);
             if present == listed {

@@ -18,6 +18,7 @@ pub struct Target {
     pub max_workgroups_per_dimension: i64,
     pub max_texture_extent: i64,
     pub max_workgroup_storage_bytes: i64,
+    pub max_kernel_buffers: i64,
     pub storage_offset_alignment: u64,
     pub elementwise_workgroup: i64,
     pub nms_workgroup: i64,

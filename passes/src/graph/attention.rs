@@ -1,6 +1,6 @@
 //! `graph.fold-attention`: scaled dot-product attention as exporters spell
-//! it in ops becomes one `graph.attention`, which kernel.lower computes
-//! without ever storing the scores.
+//! it in ops becomes one `graph.attention`, which the fused attention
+//! templates compute without ever storing the scores.
 //!
 //! The pattern, from the product of the weights with `v` back to the
 //! product of the queries with the keys (S queries, L keys, at most two

@@ -87,6 +87,8 @@ impl LayoutSpec {
 }
 
 pub struct CostModel {
+    /// The profile's name, for messages.
+    pub device: String,
     /// Bytes per nanosecond.
     buffer_bandwidth: f64,
     texture_bandwidth: f64,
@@ -116,6 +118,7 @@ impl CostModel {
             .iter()
             .find_map(|f| TexelFormat::from_name(f).filter(|&f| f == TexelFormat::Rgba32f));
         CostModel {
+            device: profile.name.clone(),
             buffer_bandwidth: profile.memory_bandwidth_gbs,
             texture_bandwidth: profile
                 .texture_bandwidth_gbs

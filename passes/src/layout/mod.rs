@@ -25,10 +25,9 @@ use ircc_core::pass::{Pass, PassContext};
 use ircc_core::{Attribute, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::index;
-use ircc_dialects::kernel::DeviceProfile;
+use ircc_dialects::kernel::{DeviceProfile, SCHEDULE_ATTR, Schedule};
 use ircc_dialects::texture::TextureLayout;
 
-use crate::conversion::graph_to_kernel::writes_texels;
 use crate::decl::{LayoutSelectOptions, LayoutSelectStrategy};
 use cost::{CostModel, LayoutSpec};
 use problem::{Choice, Problem, Writer};
@@ -40,13 +39,45 @@ pub const LAYOUT_COST: &str = "texture.layout_cost";
 pub const LAYOUT_COST_PBQP: &str = "texture.layout_cost_pbqp";
 pub const COPIES: &str = "texture.copies";
 
-/// The profile named `name`, or an error naming the pass and the known ones.
-pub fn profile(pass: &str, name: &str) -> Result<DeviceProfile, Diagnostics> {
-    DeviceProfile::named(name).map_err(|e| {
-        Diagnostics(vec![Diagnostic::plain(format!(
-            "{pass}: {e}; see ircc --list-devices"
-        ))])
-    })
+/// Whether top-level op `op`'s scheduled template writes texels (only
+/// the element-wise one does: texture.map copies the others' results).
+pub fn writes_texels(m: &Module, op: OpId) -> bool {
+    Schedule::of(m, op)
+        .ok()
+        .flatten()
+        .is_some_and(|s| s.writes_texels())
+}
+
+/// An error naming the first compute op of `block` with no (or a bad)
+/// `kernel.schedule`: the texture level reads which template writes each
+/// tensor.
+pub fn require_schedules(
+    m: &Module,
+    block: ircc_core::BlockId,
+    pass: &str,
+) -> Result<(), Diagnostics> {
+    for &op in &m.blocks[block].ops {
+        if ircc_dialects::is_data(m, op) || GraphOp::of(m, op).is_none() {
+            continue;
+        }
+        let why = match Schedule::of(m, op) {
+            Ok(Some(_)) => continue,
+            Ok(None) => format!("has no {SCHEDULE_ATTR}: run kernel.schedule before {pass}"),
+            Err(e) => e,
+        };
+        return Err(Diagnostics(vec![Diagnostic::error(
+            m.op(op).loc.clone(),
+            format!("{pass}: '{}' {why}", m.op(op).name),
+        )]));
+    }
+    Ok(())
+}
+
+/// The profile of the module's target (`ircc.target`), or an error
+/// naming the pass.
+pub fn profile(pass: &str, m: &Module) -> Result<DeviceProfile, Diagnostics> {
+    ircc_dialects::kernel::target_profile(m)
+        .map_err(|e| Diagnostics(vec![Diagnostic::plain(format!("{pass}: {e}"))]))
 }
 
 pub fn choice_attr(c: Choice) -> Attribute {
@@ -150,13 +181,14 @@ impl Pass for LayoutSelect {
     }
 
     fn run(&mut self, m: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
-        let profile = profile(self.name(), &self.options.device)?;
+        let profile = profile(self.name(), m)?;
         let model = CostModel::new(&profile, &self.spec);
         let budget = usize::try_from(self.options.budget).unwrap_or(0);
         for f in m.functions() {
             let Some(block) = m.entry_block(f) else {
                 continue;
             };
+            require_schedules(m, block, self.name())?;
             let p = problem_of(m, ctx, block, &model);
             let q = select::to_pbqp(&p, &model);
             let heuristic = select::heuristic(&p, &model, &self.spec.policy, &q);
@@ -267,6 +299,7 @@ fn add_copies(m: &mut Module, p: &Problem, copies: &[(usize, Choice)], block: ir
                         .operands([stored])
                         .results([ty])
                         .attr(LAYOUTS, Attribute::Array(vec![choice_attr(c)]))
+                        .attr(SCHEDULE_ATTR, Schedule::Elementwise.to_attr())
                         .loc(m.op(read.consumer).loc.clone()),
                 );
                 inserts.entry(first_reader[&key]).or_default().push(op);

@@ -15,25 +15,15 @@ use ircc_core::ir::OpBuilder;
 use ircc_core::pass::{Pass, PassContext};
 use ircc_core::{Attribute, Module, OpId};
 use ircc_dialects::graph::GraphOp;
+use ircc_dialects::kernel::{SCHEDULE_ATTR, Schedule};
 use ircc_dialects::texture::{TextureLayout, TextureOp};
 
 use super::cost::{CostModel, LayoutSpec};
 use super::problem::Choice;
-use super::{LAYOUTS, choice_attr, layouts_of, profile};
-use crate::conversion::graph_to_kernel::writes_texels;
+use super::{LAYOUTS, choice_attr, layouts_of, profile, require_schedules, writes_texels};
 use crate::decl::TextureMapOptions;
 
-pub struct TextureMap {
-    device: String,
-}
-
-impl TextureMap {
-    pub fn new(options: TextureMapOptions) -> Self {
-        TextureMap {
-            device: options.device,
-        }
-    }
-}
+pub struct TextureMap;
 
 impl Pass for TextureMap {
     fn name(&self) -> &str {
@@ -41,11 +31,13 @@ impl Pass for TextureMap {
     }
 
     fn run(&mut self, m: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
-        let model = CostModel::new(&profile(self.name(), &self.device)?, &LayoutSpec::load());
+        let device = profile(self.name(), m)?;
+        let model = CostModel::new(&device, &LayoutSpec::load());
         for f in m.functions() {
             let Some(block) = m.entry_block(f) else {
                 continue;
             };
+            require_schedules(m, block, self.name())?;
             let ops = m.blocks[block].ops.clone();
             let mut inserts: HashMap<OpId, Vec<OpId>> = HashMap::new();
             for (pos, &op) in ops.iter().enumerate() {
@@ -123,7 +115,7 @@ impl TextureMap {
         } else if !t.elem.is_float() {
             Some(format!("textures hold floats, not {}", t.elem))
         } else if model.format.is_none() {
-            Some(format!("device '{}' has no rgba32f textures", self.device))
+            Some(format!("device '{}' has no rgba32f textures", model.device))
         } else {
             None
         };
@@ -153,6 +145,7 @@ impl TextureMap {
                     .operands([r])
                     .results([ircc_core::Type::Tensor(t.clone())])
                     .attr(LAYOUTS, Attribute::Array(vec![choice_attr(choice)]))
+                    .attr(SCHEDULE_ATTR, Schedule::Elementwise.to_attr())
                     .loc(loc.clone()),
             );
             new.push(copy);

@@ -18,6 +18,7 @@ use ircc_core::ir::{OpBuilder, ValueId};
 use ircc_core::{Attribute, Attributes, Module, OpId, Type};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::index::is_view;
+use ircc_dialects::kernel::{SCHEDULE_ATTR, Schedule};
 use ircc_dialects::texture::TextureOp;
 
 /// The function `@main` of `base` cut down to `groups` (host ops of its
@@ -74,6 +75,7 @@ pub fn harness(base: &Module, groups: &[OpId]) -> Result<Module, String> {
                 let copy = m.create_op(
                     OpBuilder::new(GraphOp::Identity.name())
                         .operands([arg])
+                        .attr(SCHEDULE_ATTR, Schedule::Elementwise.to_attr())
                         .results([ty]),
                 );
                 m.insert_before(op, copy);
@@ -83,6 +85,14 @@ pub fn harness(base: &Module, groups: &[OpId]) -> Result<Module, String> {
                 arg
             };
             m.set_operand(op, i, operand);
+        }
+    }
+    // A product whose readers summed its partials has none here: it sums
+    // them in a kernel of its own, which its time includes.
+    for &g in groups {
+        if let Ok(Some(Schedule::Matmul(mut s))) = Schedule::of(&m, g) {
+            s.sum_in_consumers = false;
+            Schedule::Matmul(s).attach(&mut m, g);
         }
     }
     let results: Vec<ValueId> = groups

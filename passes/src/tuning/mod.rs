@@ -18,8 +18,8 @@ use std::rc::Rc;
 use ircc_core::OpId;
 use ircc_dialects::kernel::{DeviceProfile, Target};
 
-use prune::{Criterion, KernelFacts};
-use space::{MatmulConfig, TuningSpec};
+use prune::KernelFacts;
+use space::{Criterion, MatmulConfig, TuningSpec};
 
 /// What `kernel.lower` tunes with: the configuration per kernel
 /// signature it takes, and the tunable kernels it lowered.

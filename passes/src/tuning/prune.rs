@@ -3,25 +3,8 @@
 //! the points that over- or under-use it.
 
 use ircc_dialects::kernel::DeviceProfile;
-use serde::Deserialize;
 
-use super::space::{MatmulConfig, ProductShape};
-
-/// A row of Romou's Table 1 (or one of ircc's own three), as
-/// `spec/tuning.toml` declares it.
-#[derive(Clone, Debug, Deserialize, PartialEq)]
-#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
-pub enum Criterion {
-    L1Data,
-    Registers { overhead: i64 },
-    Buffer,
-    LocalMemory { alpha: i64 },
-    Warp,
-    AccessWidth,
-    Fill,
-    Padding,
-    ShortSplit { min_steps: i64 },
-}
+use super::space::{Criterion, MatmulConfig, ProductShape};
 
 /// What a criterion knows of the kernel besides its configuration.
 #[derive(Clone, Copy, Debug)]

@@ -4,8 +4,6 @@
 use ircc_dialects::kernel::Target;
 use serde::{Deserialize, Serialize};
 
-use super::prune::Criterion;
-
 /// One point of the matmul template's space: how its kernel tiles a
 /// product.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
@@ -286,4 +284,20 @@ impl TuningSpec {
         TuningSpec::parse(include_str!("../../../spec/tuning.toml"))
             .expect("the embedded tuning spec parses")
     }
+}
+
+/// A row of Romou's Table 1 (or one of ircc's own three), as
+/// `spec/tuning.toml` declares it.
+#[derive(Clone, Debug, Deserialize, PartialEq)]
+#[serde(tag = "kind", rename_all = "snake_case", deny_unknown_fields)]
+pub enum Criterion {
+    L1Data,
+    Registers { overhead: i64 },
+    Buffer,
+    LocalMemory { alpha: i64 },
+    Warp,
+    AccessWidth,
+    Fill,
+    Padding,
+    ShortSplit { min_steps: i64 },
 }

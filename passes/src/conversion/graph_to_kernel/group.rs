@@ -9,8 +9,8 @@ use ircc_core::{AffineMap, Module, OpId, ValueId};
 use ircc_dialects::graph::{self, GraphOp};
 use ircc_dialects::index;
 
+use super::lowering::shape_of;
 use super::lowering::{Input, Ix, delinearize, linearize};
-use super::templates::shape_of;
 
 /// The index map of a layout op (result index to source index); reshapes
 /// that no split/merge grouping describes go through the flat offset.

@@ -19,12 +19,14 @@ use ircc_core::{AffineExpr, AffineMap, ElemType, Module, OpId, TensorType, Type,
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::kernel::builder::{FuncBuilder, Launch};
 use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
-use ircc_dialects::kernel::{TextureArg, storage};
+use ircc_dialects::kernel::{Target, TextureArg, storage};
 
 pub use super::address::{Ix, delinearize, linearize};
 use super::address::{agrees, collect_dims, fits_i32, nonnegative_divisions};
 use crate::index::simplify::{Idx, Limits, Ranges, simplify_map};
 use ircc_dialects::texture::TextureLayout;
+
+type R<T> = Result<T, String>;
 
 /// A loop body: the loop index, the carried values in, the next ones out.
 pub type LoopBody<'b, 'a> =
@@ -448,4 +450,68 @@ impl<'a> KernelBuilder<'a> {
             },
         );
     }
+}
+
+/// The target's limits and tile sizes (`spec/targets/webgpu.toml`).
+pub(super) fn target() -> &'static Target {
+    Target::webgpu()
+}
+
+/// The op's name without its dialect, for kernel names.
+pub(super) fn short(m: &Module, op: OpId) -> &'static str {
+    GraphOp::of(m, op).map_or("op", GraphOp::mnemonic)
+}
+
+pub(super) fn shape_of(m: &Module, v: ValueId) -> Vec<i64> {
+    m.value_type(v)
+        .as_tensor()
+        .map(|t| t.shape.clone())
+        .unwrap_or_default()
+}
+
+pub(super) fn store_outputs(
+    kb: &mut KernelBuilder,
+    outputs: &[(ValueId, ValueId)],
+    idx: &[Ix],
+) -> R<()> {
+    for &(inner, host) in outputs {
+        let v = kb.value_at(inner, idx)?;
+        kb.store_output(ArgRole::Output(host), idx, v);
+    }
+    Ok(())
+}
+
+pub(super) fn guarded(
+    kb: &mut KernelBuilder,
+    cond: Option<ValueId>,
+    body: &mut dyn FnMut(&mut KernelBuilder) -> R<()>,
+) -> R<()> {
+    match cond {
+        Some(c) => kb.if_then(c, body),
+        None => body(kb),
+    }
+}
+
+/// The index into an operand of `shape` that broadcasts to `idx`.
+pub fn broadcast_index(idx: &[Ix], shape: &[i64]) -> Vec<Ix> {
+    let lead = idx.len() - shape.len();
+    shape
+        .iter()
+        .enumerate()
+        .map(|(k, &d)| {
+            if d == 1 {
+                Ix::constant(0)
+            } else {
+                idx[lead + k].clone()
+            }
+        })
+        .collect()
+}
+
+pub fn tensor_shape(kb: &KernelBuilder, v: ValueId) -> Vec<i64> {
+    kb.m()
+        .value_type(v)
+        .as_tensor()
+        .map(|t| t.shape.clone())
+        .unwrap_or_default()
 }

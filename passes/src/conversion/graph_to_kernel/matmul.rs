@@ -3,16 +3,18 @@
 //! database's point of the space (`MatmulConfig`) — and the kernel built
 //! from it, with shared operand tiles or direct loads, and split-K.
 
-use ircc_core::{ElemType, OpId, Type, ValueId};
+use ircc_core::{ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind};
+use ircc_dialects::kernel::{MatmulSchedule, SCHEDULE_ATTR};
 
-use super::lowering::{ArgRole, Input, Ix, KernelBuilder, delinearize};
-use super::product::Product;
-use super::templates::{Lowering, guarded, shape_of, short, store_outputs, target};
-use super::values::tensor_shape;
-use crate::tuning::Tunable;
+use super::lowering::{
+    ArgRole, Input, Ix, KernelBuilder, delinearize, guarded, shape_of, short, store_outputs,
+    target, tensor_shape,
+};
+use super::product::{Product, product_dims};
 use crate::tuning::prune::KernelFacts;
 use crate::tuning::space::{MatmulConfig, ProductShape};
+use crate::tuning::{SharedTuning, Tunable};
 
 type R<T> = Result<T, String>;
 
@@ -122,8 +124,7 @@ impl Tiling {
 /// attributes (a convolution's strides and pads, gemm's transposes) and
 /// the float type, so that only kernels that address memory alike share
 /// parameters.
-fn tuning_key(kb: &KernelBuilder, anchor: OpId, p: &ProductShape) -> String {
-    let m = kb.m();
+pub(super) fn tuning_key(m: &Module, anchor: OpId, p: &ProductShape, float: ElemType) -> String {
     let shapes: Vec<String> = m
         .op(anchor)
         .operands
@@ -135,6 +136,9 @@ fn tuning_key(kb: &KernelBuilder, anchor: OpId, p: &ProductShape) -> String {
         .op(anchor)
         .attrs
         .iter()
+        // Inherent attributes only: discardable ones (its schedule, the
+        // layouts chosen for it) are not part of what it computes.
+        .filter(|(k, _)| !k.contains('.'))
         .map(|(k, v)| format!(" {k}={v}"))
         .collect();
     format!(
@@ -146,31 +150,29 @@ fn tuning_key(kb: &KernelBuilder, anchor: OpId, p: &ProductShape) -> String {
         p.batches,
         shapes.join("x").replace(' ', ""),
         attrs.concat(),
-        kb.float
+        float
     )
 }
 
-/// The configuration of the product `key` names: the tuning table's
-/// where it has the signature (checked against the product), else the
-/// target's heuristic; with whether it was tuned.
+/// The configuration of the product `key` names: its schedule's, or
+/// where `ircc tune` shares a table with this lowering and the table has
+/// the signature, the table's (checked against the product); with whether
+/// it was tuned.
 fn configure(
     kb: &KernelBuilder,
-    lowering: &Lowering,
+    tuning: Option<&SharedTuning>,
     key: &str,
     shape: ProductShape,
-    sum_in_consumers: bool,
+    schedule: &MatmulSchedule,
 ) -> R<(MatmulConfig, bool)> {
-    let default = Tiling::choose(
-        shape.m,
-        shape.n,
-        shape.k,
-        shape.batches,
-        lowering.compute_units,
-        sum_in_consumers,
-    )
-    .config();
-    let Some(tuning) = &lowering.tuning else {
-        return Ok((default, false));
+    let scheduled = config_of(schedule);
+    if let Some(why) = scheduled.invalid(&shape, target()) {
+        return Err(format!(
+            "its {SCHEDULE_ATTR} does not fit the product: {why}"
+        ));
+    }
+    let Some(tuning) = tuning else {
+        return Ok((scheduled, schedule.tuned));
     };
     let mut tuning = tuning.borrow_mut();
     let reads_buffers = kb.inputs.values().any(|i| match i {
@@ -180,14 +182,14 @@ fn configure(
     });
     let seen = tuning.seen.entry(key.to_string()).or_insert(Tunable {
         facts: KernelFacts::new(shape, reads_buffers),
-        default,
+        default: scheduled,
         instances: 0,
         kernels: Vec::new(),
         ops: Vec::new(),
     });
     seen.instances += 1;
     let Some(config) = tuning.table.get(key).copied() else {
-        return Ok((default, false));
+        return Ok((scheduled, schedule.tuned));
     };
     if let Some(why) = config.invalid(&shape, target()) {
         return Err(format!(
@@ -196,6 +198,32 @@ fn configure(
         ));
     }
     Ok((config, true))
+}
+
+/// The template parameters a schedule gives.
+pub(super) fn config_of(s: &MatmulSchedule) -> MatmulConfig {
+    MatmulConfig {
+        workgroup_x: s.workgroup[0],
+        workgroup_y: s.workgroup[1],
+        rows: s.register_tile[0],
+        cols: s.register_tile[1],
+        k_step: s.k_step,
+        splits: s.splits,
+        local_memory: s.local_memory,
+    }
+}
+
+/// The schedule of template parameters `c`.
+pub(super) fn schedule_of(c: &MatmulConfig, sum_in_consumers: bool, tuned: bool) -> MatmulSchedule {
+    MatmulSchedule {
+        workgroup: [c.workgroup_x, c.workgroup_y],
+        register_tile: [c.rows, c.cols],
+        k_step: c.k_step,
+        splits: c.splits,
+        local_memory: c.local_memory,
+        sum_in_consumers,
+        tuned,
+    }
 }
 
 /// A tiled matrix product (matmul or gemm) with its epilogue; where the
@@ -207,12 +235,12 @@ pub(super) fn matmul(
     kb: &mut KernelBuilder,
     anchor: OpId,
     outputs: &[(ValueId, ValueId)],
-    lowering: &Lowering,
-    sum_in_consumers: bool,
+    tuning: Option<&SharedTuning>,
+    schedule: MatmulSchedule,
 ) -> R<String> {
     let product = Product::of(kb, anchor)?;
     let c = kb.m().op(anchor).results[0];
-    let (mm, nn, kk, batch_shape) = product.dims(kb)?;
+    let (mm, nn, kk, batch_shape) = product_dims(kb.m(), anchor);
     let batches: i64 = batch_shape.iter().product();
     if batches > target().max_workgroups_per_dimension {
         return Err(format!("{batches} matrix products exceed the grid"));
@@ -223,8 +251,8 @@ pub(super) fn matmul(
         k: kk,
         batches,
     };
-    let key = tuning_key(kb, anchor, &shape);
-    let (config, tuned) = configure(kb, lowering, &key, shape, sum_in_consumers)?;
+    let key = tuning_key(kb.m(), anchor, &shape, kb.float);
+    let (config, tuned) = configure(kb, tuning, &key, shape, &schedule)?;
     let MatmulConfig {
         workgroup_x: wgx,
         workgroup_y: wgy,

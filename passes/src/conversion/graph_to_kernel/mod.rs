@@ -2,8 +2,10 @@
 //! group, or a lone graph op) becomes one or more `kernel.func`s and the
 //! `kernel.launch`es that run them.
 //!
-//! A group is built from the template of its anchor (DNNFusion's one
-//! Many-to-Many op): a tiled matmul for matmul and gemm, a workgroup-per-row
+//! A group is built from the template its `kernel.schedule` names, with
+//! the parameters it gives (`schedule.rs`, the `kernel.schedule` pass,
+//! chooses them from its anchor, DNNFusion's one Many-to-Many op, and the
+//! target; this pass decides nothing): a tiled matmul for matmul and gemm, a workgroup-per-row
 //! reduction for softmax, layer and instance norm and reductions, a
 //! sequential walk per batch and class for non-maximum suppression, and one
 //! invocation per output element for everything else (element-wise ops,
@@ -13,7 +15,7 @@
 //! epilogue ops are computed where they are needed. Group outputs that do
 //! not share the anchor's iteration space get an element-wise kernel each.
 //!
-//! Option `precision=f16` stores float tensors as f16 and computes in f16,
+//! The module's `kernel.precision = "f16"` stores float tensors as f16 and computes in f16,
 //! accumulating matmuls, convolutions and reductions in f32. A tensor
 //! that texture.map placed (`texture.place`, read back by `texture.read`)
 //! is written by its element-wise kernel into the texture through the
@@ -26,11 +28,12 @@ mod lowering;
 mod matmul;
 mod nms;
 mod product;
+mod schedule;
 mod templates;
 mod upsample;
 mod values;
 
-use crate::decl::{KernelLowerAttention, KernelLowerOptions, KernelLowerPrecision};
+use crate::decl::KernelLowerOptions;
 use ircc_core::diag::{Diagnostic, Diagnostics};
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::{Pass, PassContext};
@@ -38,72 +41,36 @@ use std::collections::HashMap;
 
 use ircc_core::minifloat::MiniFloat;
 use ircc_core::registry::MappingType;
-use ircc_core::{ElemType, Module, OpId, ValueId};
+use ircc_core::{Module, OpId, ValueId};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::is_data;
+use ircc_dialects::kernel::{SCHEDULE_ATTR, Schedule};
 use ircc_dialects::texture::{self, TextureLayout, TextureOp, TextureType};
 
 use group::group_of;
 pub use lowering::{ArgRole, kernel_elem, storage_elem};
-pub use templates::writes_texels;
+pub use schedule::KernelSchedule;
 
 use crate::index::simplify::rules;
-use crate::tuning::database::TuningDb;
-use crate::tuning::{SharedTuning, Tuning};
-use std::cell::RefCell;
-use std::rc::Rc;
+use crate::tuning::SharedTuning;
 
+/// `kernel.lower`: it reads each op's `kernel.schedule` and the module's
+/// precision and decides nothing of its own.
+#[derive(Default)]
 pub struct KernelLower {
-    float: ElemType,
-    device: String,
-    tuning_db: String,
-    attention: KernelLowerAttention,
     /// The tuning `ircc tune` shares with this pass (its trials' table,
-    /// and the tunable kernels the pass records), instead of a database.
+    /// which overrides the schedules of the signatures it lists, and the
+    /// tunable kernels the pass records).
     shared: Option<SharedTuning>,
 }
 
 impl KernelLower {
-    pub fn new(options: KernelLowerOptions) -> Self {
-        let float = match options.precision {
-            KernelLowerPrecision::F32 => ElemType::F32,
-            KernelLowerPrecision::F16 => ElemType::F16,
-        };
-        KernelLower {
-            float,
-            device: options.device,
-            tuning_db: options.tuning_db,
-            attention: options.attention,
-            shared: None,
-        }
-    }
-
     /// The pass lowering with `tuning`'s table, recording its tunable
     /// kernels there.
-    pub fn tuned_by(options: KernelLowerOptions, tuning: SharedTuning) -> Self {
+    pub fn tuned_by(tuning: SharedTuning) -> Self {
         KernelLower {
             shared: Some(tuning),
-            ..KernelLower::new(options)
         }
-    }
-
-    /// The tuning this run lowers with: the shared one, the database's
-    /// (which must have been measured on `device`, a profile's name), or
-    /// none.
-    fn tuning(&self, device: &str) -> Result<Option<SharedTuning>, Diagnostic> {
-        if let Some(shared) = &self.shared {
-            return Ok(Some(shared.clone()));
-        }
-        if self.tuning_db.is_empty() {
-            return Ok(None);
-        }
-        let db = TuningDb::read(&self.tuning_db, device)
-            .map_err(|e| Diagnostic::plain(format!("{}: {e}", KernelLowerOptions::NAME)))?;
-        Ok(Some(Rc::new(RefCell::new(Tuning {
-            table: db.table(),
-            source: format!("tuning database {}", self.tuning_db),
-            seen: Default::default(),
-        }))))
     }
 }
 
@@ -164,9 +131,28 @@ fn lower_function(
                 ),
             ));
         }
-        let read_by_consumers = templates::lower_group(m, lowering, &group).map_err(|e| {
-            Diagnostic::error(loc, format!("{}: '{name}': {e}", KernelLowerOptions::NAME))
-        })?;
+        let schedule = match Schedule::of(m, group.op) {
+            Ok(Some(s)) => s,
+            Ok(None) => {
+                return Err(Diagnostic::error(
+                    loc,
+                    format!(
+                        "{}: '{name}' has no {SCHEDULE_ATTR}: run kernel.schedule before it",
+                        KernelLowerOptions::NAME
+                    ),
+                ));
+            }
+            Err(e) => {
+                return Err(Diagnostic::error(
+                    loc,
+                    format!("{}: '{name}': {e}", KernelLowerOptions::NAME),
+                ));
+            }
+        };
+        let read_by_consumers =
+            templates::lower_group(m, lowering, &group, schedule).map_err(|e| {
+                Diagnostic::error(loc, format!("{}: '{name}': {e}", KernelLowerOptions::NAME))
+            })?;
         if read_by_consumers {
             kept.push(op);
         } else {
@@ -264,6 +250,7 @@ fn materialize_returns(m: &mut Module, block: ircc_core::BlockId) {
         let copy = m.create_op(
             OpBuilder::new(GraphOp::Identity.name())
                 .operands([v])
+                .attr(SCHEDULE_ATTR, Schedule::Elementwise.to_attr())
                 .results([ty]),
         );
         m.insert_before(ret, copy);
@@ -290,22 +277,23 @@ impl Pass for KernelLower {
     }
 
     fn run(&mut self, module: &mut Module, ctx: &PassContext) -> Result<(), Diagnostics> {
-        let device = crate::layout::profile(KernelLowerOptions::NAME, &self.device)?;
+        let float = ircc_dialects::kernel::precision(module).map_err(|e| {
+            Diagnostics(vec![Diagnostic::plain(format!(
+                "{}: {e}",
+                KernelLowerOptions::NAME
+            ))])
+        })?;
         let rules = rules();
         let cache = lowering::SimplifyCache::default();
         let mut lowering = templates::Lowering {
             ctx,
             rules: &rules,
             cache: &cache,
-            float: self.float,
+            float,
             counter: 0,
             textures: HashMap::new(),
             split: HashMap::new(),
-            compute_units: i64::from(device.compute_units),
-            attention: self.attention,
-            tuning: self
-                .tuning(&device.name)
-                .map_err(|d| Diagnostics(vec![d]))?,
+            tuning: self.shared.clone(),
         };
         for f in module.functions() {
             lower_function(module, &mut lowering, f).map_err(|d| Diagnostics(vec![d]))?;

@@ -16,7 +16,7 @@ use ircc_dialects::graph::nms::NmsShape;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
 use super::lowering::{Ix, KernelBuilder, delinearize};
-use super::templates::{guarded, store_outputs, target};
+use super::lowering::{guarded, store_outputs, target};
 use super::values::ACC;
 
 type R<T> = Result<T, String>;

@@ -8,13 +8,13 @@
 //! patchifying convolution gets the tiled kernel's reuse instead of one
 //! invocation per output element walking all of K.
 
-use ircc_core::{ElemType, OpId, Type, ValueId};
+use ircc_core::{ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::shape::Window;
 use ircc_dialects::graph::{self, GraphOp};
 use ircc_dialects::kernel::ops::BinaryFn;
 
 use super::lowering::{Ix, KernelBuilder, delinearize};
-use super::values::{broadcast_index, tensor_shape};
+use super::lowering::{broadcast_index, shape_of, tensor_shape};
 
 type R<T> = Result<T, String>;
 
@@ -46,6 +46,55 @@ pub(super) enum Product {
     },
 }
 
+/// The product anchor `anchor` computes: `(rows, columns, K, batch
+/// shape)`, from its operands' and result's shapes.
+pub(super) fn product_dims(m: &Module, anchor: OpId) -> (i64, i64, i64, Vec<i64>) {
+    let o = m.op(anchor);
+    let shape = |v: ValueId| shape_of(m, v);
+    let (sa, sc) = (shape(o.operands[0]), shape(o.results[0]));
+    match GraphOp::of(m, anchor) {
+        Some(GraphOp::Gemm) => {
+            let trans_a = graph::ops::Gemm::new(m, anchor).is_some_and(|g| g.trans_a() != 0);
+            (
+                sc[0],
+                sc[1],
+                if trans_a { sa[0] } else { sa[1] },
+                Vec::new(),
+            )
+        }
+        Some(GraphOp::Conv) => {
+            // Rows are (image, output position), K (input channel, offset).
+            let sw = shape(o.operands[1]);
+            let rows = sc[0] * sc[2..].iter().product::<i64>();
+            (rows, sw[0], sw[1..].iter().product(), Vec::new())
+        }
+        _ => {
+            let sb = shape(o.operands[1]);
+            let rank = sc.len();
+            if folds_batch(&sa, &sb, &sc) {
+                (
+                    sc[..rank - 1].iter().product(),
+                    sc[rank - 1],
+                    sa[rank - 1],
+                    Vec::new(),
+                )
+            } else {
+                (
+                    sc[rank - 2],
+                    sc[rank - 1],
+                    sa[sa.len() - 1],
+                    sc[..rank - 2].to_vec(),
+                )
+            }
+        }
+    }
+}
+
+/// Whether a batch against one matrix folds into the product's rows.
+fn folds_batch(sa: &[i64], sb: &[i64], sc: &[i64]) -> bool {
+    sb.len() == 2 && sc.len() > 2 && sa.len() == sc.len()
+}
+
 impl Product {
     pub fn of(kb: &KernelBuilder, anchor: OpId) -> R<Product> {
         let o = kb.m().op(anchor);
@@ -75,7 +124,7 @@ impl Product {
                     tensor_shape(kb, b),
                     tensor_shape(kb, c),
                 );
-                let fold = sb.len() == 2 && sc.len() > 2 && sa.len() == sc.len();
+                let fold = folds_batch(&sa, &sb, &sc);
                 Ok(Product::Matmul {
                     a,
                     b,
@@ -86,50 +135,6 @@ impl Product {
                 })
             }
         }
-    }
-
-    /// `(rows, columns, K, batch shape)`.
-    pub fn dims(&self, kb: &KernelBuilder) -> R<(i64, i64, i64, Vec<i64>)> {
-        Ok(match self {
-            Product::Matmul {
-                sa, sc, fold: true, ..
-            } => {
-                let rank = sc.len();
-                (
-                    sc[..rank - 1].iter().product(),
-                    sc[rank - 1],
-                    sa[rank - 1],
-                    Vec::new(),
-                )
-            }
-            Product::Matmul { sa, sc, .. } => {
-                let rank = sc.len();
-                (
-                    sc[rank - 2],
-                    sc[rank - 1],
-                    sa[sa.len() - 1],
-                    sc[..rank - 2].to_vec(),
-                )
-            }
-            Product::Gemm { op } => {
-                let o = kb.m().op(*op);
-                let sa = tensor_shape(kb, o.operands[0]);
-                let sc = tensor_shape(kb, o.results[0]);
-                let trans_a = graph::ops::Gemm::new(kb.m(), *op).is_some_and(|g| g.trans_a() != 0);
-                (
-                    sc[0],
-                    sc[1],
-                    if trans_a { sa[0] } else { sa[1] },
-                    Vec::new(),
-                )
-            }
-            Product::Conv { w, rows, ks, .. } => (
-                rows.iter().product(),
-                tensor_shape(kb, *w)[0],
-                ks.iter().product(),
-                Vec::new(),
-            ),
-        })
     }
 
     /// Element `(row, col)` of operand `which` (0: A, 1: B), as f32.

@@ -8,104 +8,54 @@ use std::collections::{HashMap, HashSet};
 use egg::Rewrite;
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
-use ircc_core::registry::MappingType;
 use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
-use ircc_dialects::graph::{self, GraphOp, shape};
+use ircc_dialects::graph::{GraphOp, shape};
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
-use ircc_dialects::kernel::{KernelOp, Target};
+use ircc_dialects::kernel::{
+    AttentionRowsSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
+};
 use ircc_dialects::texture::{LANES, TextureLayout};
 
 use super::attention;
 use super::group::{Group, SplitProduct, resolve_input};
-use super::lowering::{ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize};
-use super::values::{Reduction, is_pointwise, tensor_shape};
-use crate::decl::KernelLowerAttention;
+use super::lowering::{
+    ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize, guarded, shape_of, short,
+    store_outputs, target, tensor_shape,
+};
+use super::schedule::{consumers_sum_partials, kind_of};
+use super::values::{Reduction, is_pointwise};
 use crate::index::simplify::{Idx, Ranges};
 use crate::tuning::SharedTuning;
 
 type R<T> = Result<T, String>;
 
-/// The target's limits and tile sizes (`spec/targets/webgpu.toml`).
-pub(super) fn target() -> &'static Target {
-    Target::webgpu()
-}
-
+/// A template with the parameters its group's schedule gives.
 #[derive(Clone, Copy)]
 enum Template {
     Elementwise,
-    /// The tiled product; where its consumers read the sum of its partial
-    /// products themselves, a split along K costs no kernel of its own.
-    Matmul {
-        sum_in_consumers: bool,
-    },
+    Matmul(MatmulSchedule),
     Row,
-    Attention,
+    /// The register template's tiles, or the tiled template.
+    Attention(Option<AttentionRowsSchedule>),
     NonMaxSuppression,
 }
 
-/// The tiled product, its partials (where split) summed by a kernel of its
-/// own unless `lower_group` finds its consumers can.
-const MATMUL: Template = Template::Matmul {
-    sum_in_consumers: false,
-};
-
-/// The op's name without its dialect, for kernel names.
-pub(super) fn short(m: &Module, op: OpId) -> &'static str {
-    GraphOp::of(m, op).map_or("op", GraphOp::mnemonic)
+impl Template {
+    fn of(schedule: Schedule) -> Template {
+        match schedule {
+            Schedule::Elementwise => Template::Elementwise,
+            Schedule::Row => Template::Row,
+            Schedule::Matmul(s) => Template::Matmul(s),
+            Schedule::AttentionRows(s) => Template::Attention(Some(s)),
+            Schedule::AttentionTiled => Template::Attention(None),
+            Schedule::NonMaxSuppression => Template::NonMaxSuppression,
+        }
+    }
 }
 
 /// Whether the op computes each element from the same index of its operands.
 fn is_pointwise_op(m: &Module, op: OpId) -> bool {
     GraphOp::of(m, op).is_some_and(|k| k == GraphOp::Identity || is_pointwise(k))
-}
-
-pub(super) fn shape_of(m: &Module, v: ValueId) -> Vec<i64> {
-    m.value_type(v)
-        .as_tensor()
-        .map(|t| t.shape.clone())
-        .unwrap_or_default()
-}
-
-fn template_of(m: &Module, anchor: OpId) -> (Template, Vec<i64>) {
-    let o = m.op(anchor);
-    let result = shape_of(m, o.results[0]);
-    use GraphOp as G;
-    let Some(kind) = GraphOp::of(m, anchor) else {
-        return (Template::Elementwise, result);
-    };
-    // The tiled product accumulates in f32; integer products (ONNX's
-    // MatMulInteger, ConvInteger) run per element, summing in i32.
-    let float_result = m
-        .value_type(o.results[0])
-        .as_tensor()
-        .is_some_and(|t| t.elem.is_float());
-    match kind {
-        G::Matmul if float_result && o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => {
-            (MATMUL, result)
-        }
-        G::Gemm if float_result => (MATMUL, result),
-        // One group: an implicit GEMM. Grouped and depthwise convolutions
-        // reuse too little to pay for tiles, and run per element.
-        G::Conv
-            if float_result && graph::ops::Conv::new(m, anchor).is_some_and(|c| c.group() == 1) =>
-        {
-            (MATMUL, result)
-        }
-        G::Softmax | G::LayerNorm | G::InstanceNorm => (Template::Row, shape_of(m, o.operands[0])),
-        G::Attention if attention::fits(m, anchor, target()) => (Template::Attention, result),
-        G::NonMaxSuppression => (Template::NonMaxSuppression, result),
-        G::ReduceSum
-        | G::ReduceMean
-        | G::ReduceMax
-        | G::ReduceMin
-        | G::ReduceProd
-        | G::GlobalAveragePool
-            if float_result =>
-        {
-            (Template::Row, result)
-        }
-        _ => (Template::Elementwise, result),
-    }
 }
 
 /// What lowering a function's groups shares: the simplifier, the
@@ -121,37 +71,28 @@ pub(crate) struct Lowering<'a> {
     /// Products split along K, by result: their partial products, which
     /// kernels read as the sum over the first axis, then the epilogue.
     pub split: HashMap<ValueId, SplitProduct>,
-    /// The device's compute units (its profile's), which split-K and the
-    /// attention template's grid fill.
-    pub compute_units: i64,
-    /// The attention template asked for.
-    pub attention: KernelLowerAttention,
     /// The tuned parameters products take, and where the tunable kernels
     /// lowered are recorded.
     pub tuning: Option<SharedTuning>,
-}
-
-/// Whether the kernel of top-level op `op` (a group or a lone op) is the
-/// element-wise template, one invocation per element or texel: the only
-/// template that writes textures (texture.map copies the others' results).
-pub fn writes_texels(m: &Module, op: OpId) -> bool {
-    let group = super::group::group_of(m, op);
-    matches!(template_of(m, group.anchor).0, Template::Elementwise)
 }
 
 /// Lowers `group` to kernels. Returns whether the group's op must stay
 /// until its consumers are lowered: a lone product split along K whose
 /// consumers sum its partials themselves (and compute its epilogue from
 /// the op's operands), so that no kernel of its own does.
-pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group) -> R<bool> {
-    let (mut template, space) = template_of(m, group.anchor);
-    let sum_in_consumers =
-        matches!(template, Template::Matmul { .. }) && consumers_sum_partials(m, lowering, group);
-    if let Template::Matmul {
-        sum_in_consumers: s,
-    } = &mut template
-    {
-        *s = sum_in_consumers;
+pub(crate) fn lower_group(
+    m: &mut Module,
+    lowering: &mut Lowering,
+    group: &Group,
+    schedule: Schedule,
+) -> R<bool> {
+    let template = Template::of(schedule);
+    let space = kind_of(m, group.anchor).1;
+    let sum_in_consumers = matches!(template, Template::Matmul(s) if s.sum_in_consumers);
+    if sum_in_consumers && !consumers_sum_partials(m, group) {
+        return Err(format!(
+            "its {SCHEDULE_ATTR} has its readers sum its partial products, which they cannot (run kernel.schedule again after changing them)"
+        ));
     }
     let anchor_result = m.op(group.anchor).results[0];
     // The template computes the outputs that read the anchor at their own
@@ -227,75 +168,6 @@ pub(crate) fn lower_group(m: &mut Module, lowering: &mut Lowering, group: &Group
         rest = other;
     }
     Ok(false)
-}
-
-/// Whether every kernel that reads lone product `group`'s result can sum
-/// its partial products itself where it reads an element: kernels that
-/// read each element a bounded number of times (element-wise ones, and
-/// row reductions such as a layer norm's), not products, attention or
-/// windows, which would sum the partials again at every reuse; and that
-/// read it along its rows (ViT's patch convolution, read transposed, would
-/// read every partial product a column at a time). The result must also
-/// be stored in a buffer, not returned nor placed in a texture.
-fn consumers_sum_partials(m: &Module, lowering: &Lowering, group: &Group) -> bool {
-    let [(inner, host)] = group.outputs[..] else {
-        return false;
-    };
-    if group.op != group.anchor || inner != host || lowering.textures.contains_key(&host) {
-        return false;
-    }
-    let mut values = vec![host];
-    while let Some(v) = values.pop() {
-        for u in &m.value(v).uses {
-            let user = u.op;
-            if ircc_dialects::index::ops::View::new(m, user).is_some() {
-                values.extend(m.op(user).results.iter().copied());
-                continue;
-            }
-            if GraphOp::of(m, user).is_none()
-                || ircc_dialects::is_data(m, user)
-                || !reads_along_rows(m, v)
-            {
-                return false;
-            }
-            let anchor = super::group::group_of(m, user).anchor;
-            let cheap = match template_of(m, anchor).0 {
-                Template::Row => true,
-                Template::Elementwise => GraphOp::of(m, anchor)
-                    .is_some_and(|k| k.mapping() != Some(MappingType::ManyToMany)),
-                Template::Matmul { .. } | Template::Attention | Template::NonMaxSuppression => {
-                    false
-                }
-            };
-            if !cheap {
-                return false;
-            }
-        }
-    }
-    true
-}
-
-/// Whether reading `v` (a stored tensor, or a view of one) along its last
-/// axis reads the stored tensor's consecutive elements.
-fn reads_along_rows(m: &Module, v: ValueId) -> bool {
-    let (stored, map) = ircc_dialects::index::through_views(m, v);
-    let Some(map) = map else {
-        return true;
-    };
-    let (shape, stored_shape) = (shape_of(m, v), shape_of(m, stored));
-    if shape.last().is_none_or(|&n| n < 2) {
-        return true;
-    }
-    let offset = super::address::linearize(&map.results, &stored_shape);
-    let mut next = vec![0; shape.len()];
-    next[shape.len() - 1] = 1;
-    match (
-        offset.eval(&vec![0; shape.len()], &[]),
-        offset.eval(&next, &[]),
-    ) {
-        (Ok(a), Ok(b)) => b - a == 1,
-        _ => false,
-    }
 }
 
 /// What building a group's kernel gave: the launch results that replaced
@@ -385,24 +257,18 @@ fn build(
         kb.textures = textures.clone();
         match template {
             Template::Elementwise => elementwise(&mut kb, outputs)?,
-            Template::Matmul { sum_in_consumers } => {
+            Template::Matmul(schedule) => {
                 tuning_key = Some(super::matmul::matmul(
                     &mut kb,
                     group.anchor,
                     outputs,
-                    lowering,
-                    sum_in_consumers,
+                    lowering.tuning.as_ref(),
+                    schedule,
                 )?);
             }
             Template::Row => row(&mut kb, group.anchor, outputs)?,
             Template::NonMaxSuppression => super::nms::lower(&mut kb, group.anchor, outputs)?,
-            Template::Attention => attention::lower(
-                &mut kb,
-                group.anchor,
-                outputs,
-                lowering.attention,
-                lowering.compute_units,
-            )?,
+            Template::Attention(rows) => attention::lower(&mut kb, group.anchor, outputs, rows)?,
         }
         (kb.args.clone(), kb.partials.clone())
     };
@@ -504,29 +370,6 @@ fn reads_in_place(m: &Module, v: ValueId, anchor: ValueId) -> bool {
 /// `i < n` as a flag, or `None` when it always holds.
 fn below(kb: &mut KernelBuilder, i: &Ix, n: i64, always: bool) -> Option<ValueId> {
     (!always).then(|| kb.index_cmp(CmpPred::Lt, i, n))
-}
-
-pub(super) fn store_outputs(
-    kb: &mut KernelBuilder,
-    outputs: &[(ValueId, ValueId)],
-    idx: &[Ix],
-) -> R<()> {
-    for &(inner, host) in outputs {
-        let v = kb.value_at(inner, idx)?;
-        kb.store_output(ArgRole::Output(host), idx, v);
-    }
-    Ok(())
-}
-
-pub(super) fn guarded(
-    kb: &mut KernelBuilder,
-    cond: Option<ValueId>,
-    body: &mut dyn FnMut(&mut KernelBuilder) -> R<()>,
-) -> R<()> {
-    match cond {
-        Some(c) => kb.if_then(c, body),
-        None => body(kb),
-    }
 }
 
 /// Invocation `i` of `n`, in workgroups of the target's element-wise size along x (spilling

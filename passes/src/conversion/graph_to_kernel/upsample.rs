@@ -10,8 +10,8 @@ use ircc_dialects::graph::ops::{
 };
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
+use super::lowering::tensor_shape;
 use super::lowering::{Ix, KernelBuilder};
-use super::values::tensor_shape;
 
 type R<T> = Result<T, String>;
 

@@ -13,7 +13,9 @@ use ircc_dialects::graph::{self, GraphOp, shape};
 use ircc_dialects::index;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
-use super::lowering::{Input, Ix, KernelBuilder, kernel_elem, linearize};
+use super::lowering::{
+    Input, Ix, KernelBuilder, broadcast_index, kernel_elem, linearize, tensor_shape,
+};
 
 type R<T> = Result<T, String>;
 
@@ -23,30 +25,6 @@ type R<T> = Result<T, String>;
 pub fn is_pointwise(op: GraphOp) -> bool {
     op.mapping() == Some(MappingType::OneToOne)
         && !matches!(op, GraphOp::BatchNorm | GraphOp::Constant | GraphOp::Param)
-}
-
-/// The index into an operand of `shape` that broadcasts to `idx`.
-pub fn broadcast_index(idx: &[Ix], shape: &[i64]) -> Vec<Ix> {
-    let lead = idx.len() - shape.len();
-    shape
-        .iter()
-        .enumerate()
-        .map(|(k, &d)| {
-            if d == 1 {
-                Ix::constant(0)
-            } else {
-                idx[lead + k].clone()
-            }
-        })
-        .collect()
-}
-
-pub fn tensor_shape(kb: &KernelBuilder, v: ValueId) -> Vec<i64> {
-    kb.m()
-        .value_type(v)
-        .as_tensor()
-        .map(|t| t.shape.clone())
-        .unwrap_or_default()
 }
 
 fn graph_elem(kb: &KernelBuilder, v: ValueId) -> ElemType {

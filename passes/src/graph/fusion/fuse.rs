@@ -103,6 +103,30 @@ impl Plan<'_> {
         out
     }
 
+    /// The buffers a kernel of `members` would bind: the stored tensors
+    /// its members read from outside it (through any views), and its
+    /// results read outside it.
+    fn bindings(&self, members: &HashSet<OpId>) -> usize {
+        let m = self.module;
+        let mut inputs = HashSet::new();
+        let mut outputs = 0;
+        for &op in members {
+            for &v in &m.op(op).operands {
+                let (stored, _) = ircc_dialects::index::through_views(m, v);
+                if m.defining_op(stored).is_none_or(|d| !members.contains(&d)) {
+                    inputs.insert(stored);
+                }
+            }
+            outputs += m
+                .op(op)
+                .results
+                .iter()
+                .filter(|&&r| m.value(r).uses.iter().any(|u| !members.contains(&u.op)))
+                .count();
+        }
+        inputs.len() + outputs
+    }
+
     /// Whether `members` is convex: no path leaves it and comes back.
     fn convex(&self, members: &HashSet<OpId>) -> bool {
         let last = members.iter().map(|o| self.position[o]).max().unwrap_or(0);
@@ -166,7 +190,10 @@ impl Fuse {
         }
         let mut members: HashSet<OpId> = group.ops.iter().copied().collect();
         members.insert(op);
-        if !plan.convex(&members) {
+        // A kernel binds a buffer per tensor it reads and writes, within
+        // the target's limit (GridSample's taps read many).
+        let limit = ircc_dialects::kernel::Target::webgpu().max_kernel_buffers;
+        if !plan.convex(&members) || plan.bindings(&members) as i64 > limit {
             return false;
         }
         group.ops.push(op);

@@ -4,8 +4,8 @@
 //! each query keeps a running maximum, sum of weights and weighted sum of
 //! values that it rescales as the maximum grows (an online softmax).
 //!
-//! Two templates share that plan (`rows.rs`, `tiled.rs`); kernel.lower's
-//! `attention` option picks one, and `auto` the register template where
+//! Two templates share that plan (`rows.rs`, `tiled.rs`); kernel.schedule's
+//! `attention` option picks one ([`schedule`]), and `auto` the register template where
 //! the target's registers hold a query and its sum and its invocations
 //! fill the device:
 //!
@@ -33,9 +33,10 @@ use ircc_dialects::kernel::Target;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
 use super::lowering::{Input, Ix, KernelBuilder, kernel_elem};
-use super::templates::guarded;
-use super::values::{ACC, tensor_shape};
-use crate::decl::KernelLowerAttention;
+use super::lowering::{guarded, target, tensor_shape};
+use super::values::ACC;
+use crate::decl::KernelScheduleAttention;
+use ircc_dialects::kernel::{AttentionRowsSchedule, Schedule};
 
 pub(super) use rows::Rows;
 
@@ -46,30 +47,45 @@ pub(super) fn fits(m: &Module, op: OpId, t: &Target) -> bool {
     Rows::choose(m, op, t, 1).is_some() || tiled::fits(m, op, t)
 }
 
-/// Lowers the attention op `op` with the template `choice` asks for where
-/// it fits, else the other; `units` is the device's compute units. Auto
-/// takes the register template where it gives every unit the invocations
-/// the target asks, else the tiled one (measured on an H100, 12 heads of
-/// 64: the tiled template is the faster at 197 queries, the register one
-/// at 512 and 2048).
+/// The schedule of attention op `op` (which one of the templates fits) on
+/// target `t`, for a device of `units` compute units: the template
+/// `choice` asks for where it fits, else the other. Auto takes the
+/// register template where it gives every unit the invocations the target
+/// asks, else the tiled one (measured on an H100, 12 heads of 64: the
+/// tiled template is the faster at 197 queries, the register one at 512
+/// and 2048).
+pub(super) fn schedule(
+    m: &Module,
+    op: OpId,
+    t: &Target,
+    choice: KernelScheduleAttention,
+    units: i64,
+) -> Schedule {
+    let rows = Rows::choose(m, op, t, units);
+    let tiled = tiled::fits(m, op, t);
+    let prefer_rows = match choice {
+        KernelScheduleAttention::Rows => true,
+        KernelScheduleAttention::Tiled => false,
+        KernelScheduleAttention::Auto => rows.is_some_and(|r| r.fills(m, op, units)),
+    };
+    match rows {
+        Some(rows) if prefer_rows || !tiled => Schedule::AttentionRows(rows.schedule()),
+        _ => Schedule::AttentionTiled,
+    }
+}
+
+/// Lowers the attention op `op` with the register template's tiles
+/// `rows`, or where none, the tiled template.
 pub(super) fn lower(
     kb: &mut KernelBuilder,
     op: OpId,
     outputs: &[(ValueId, ValueId)],
-    choice: KernelLowerAttention,
-    units: i64,
+    rows: Option<AttentionRowsSchedule>,
 ) -> R<()> {
-    let t = super::templates::target();
-    let rows = Rows::choose(kb.m(), op, t, units);
-    let tiled = tiled::fits(kb.m(), op, t);
-    let prefer_rows = match choice {
-        KernelLowerAttention::Rows => true,
-        KernelLowerAttention::Tiled => false,
-        KernelLowerAttention::Auto => rows.is_some_and(|r| r.fills(kb.m(), op, units)),
-    };
+    let t = target();
     match rows {
-        Some(rows) if prefer_rows || !tiled => rows::attention_rows(kb, op, outputs, &rows),
-        _ => tiled::attention_tiled(kb, op, outputs, t),
+        Some(rows) => rows::attention_rows(kb, op, outputs, &Rows::of(rows)),
+        None => tiled::attention_tiled(kb, op, outputs, t),
     }
 }
 
@@ -293,7 +309,7 @@ impl Team {
         store: &mut dyn FnMut(&mut KernelBuilder, Ix) -> R<()>,
     ) -> R<()> {
         let threads = self.threads;
-        let batch = super::templates::target().attention_load_batch;
+        let batch = target().attention_load_batch;
         let (rounds, rest) = (count / threads, count % threads);
         let round = |kb: &mut KernelBuilder,
                      first: Ix,

@@ -16,11 +16,12 @@
 
 use ircc_core::{ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph;
+use ircc_dialects::kernel::AttentionRowsSchedule;
 use ircc_dialects::kernel::Target;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
 use super::super::lowering::{ArgRole, Ix, KernelBuilder};
-use super::super::templates::{guarded, store_outputs};
+use super::super::lowering::{guarded, store_outputs, target, tensor_shape};
 use super::super::values::ACC;
 use super::{
     Dims, R, Scorer, Team, Tile, kv_head, padded_stride, result_elem, round4, rows_contiguous, wrap,
@@ -40,6 +41,24 @@ pub(in super::super) struct Rows {
 }
 
 impl Rows {
+    pub(in super::super) fn of(s: AttentionRowsSchedule) -> Rows {
+        Rows {
+            rows: s.rows,
+            lanes: s.lanes,
+            keys: s.keys,
+            splits: s.splits,
+        }
+    }
+
+    pub(in super::super) fn schedule(&self) -> AttentionRowsSchedule {
+        AttentionRowsSchedule {
+            rows: self.rows,
+            lanes: self.lanes,
+            keys: self.keys,
+            splits: self.splits,
+        }
+    }
+
     /// The tiles for the attention op `op` on target `t`, for a device of
     /// `units` compute units; `None` where a query and its sum of values
     /// exceed the target's registers, or a tile its workgroup memory, or
@@ -110,7 +129,7 @@ impl Rows {
     /// ViT-B/16's twelve attentions of 197 queries took 448 us tiled and
     /// 466 split, combining kernels included.)
     pub(in super::super) fn fills(&self, m: &Module, op: OpId, units: i64) -> bool {
-        let t = super::super::templates::target();
+        let t = target();
         graph::ops::Attention::new(m, op)
             .and_then(|a| Dims::of(m, &a))
             .is_some_and(|d| fills(t, &d, self.lanes, units))
@@ -235,7 +254,7 @@ pub(super) fn attention_rows(
         by_row: values_by_row,
     };
     let state = init.len();
-    let most_ahead = super::super::templates::target().attention_read_ahead_words;
+    let most_ahead = target().attention_read_ahead_words;
     let ahead = [d.size, d.value_size]
         .iter()
         .all(|&w| team.reads_ahead(tile, w, most_ahead));
@@ -353,7 +372,7 @@ pub(super) fn attention_rows(
     if splits > 1 {
         // Each split writes its unnormalised sums, then its maximum and
         // total, for the kernel that reads the result to combine.
-        let mut shape = super::super::values::tensor_shape(kb, y);
+        let mut shape = tensor_shape(kb, y);
         *shape.last_mut().ok_or("attention of tensors")? = d.value_size + 2;
         shape.insert(0, splits);
         kb.partials = Some(Type::tensor(shape, ElemType::F32));

@@ -9,7 +9,7 @@ use ircc_dialects::kernel::Target;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
 use super::super::lowering::{Ix, KernelBuilder};
-use super::super::templates::{guarded, store_outputs};
+use super::super::lowering::{guarded, store_outputs};
 use super::super::values::ACC;
 use super::{
     Dims, R, Scorer, Team, Tile, kv_head, padded_stride, read_or_zero, result_elem, round4,

@@ -1,0 +1,263 @@
+//! A compute op's schedule: the kernel template `kernel.schedule` chose
+//! for it and that template's parameters, as the discardable attribute
+//! `kernel.schedule` on the op (a fused group or a lone graph op), the way
+//! IREE's strategy pass sets `lowering_config` on each dispatch. The
+//! texture-level passes read whether the template writes texels;
+//! `kernel.lower` reads the rest and decides nothing itself.
+//!
+//! ```text
+//! %y = graph.fused ... {kernel.schedule = {template = "matmul", workgroup = array<i64: 16, 16>,
+//!        register_tile = array<i64: 4, 4>, k_step = 8, splits = 1, local_memory = true,
+//!        sum_in_consumers = false, tuned = false}}
+//! ```
+
+use ircc_core::{Attribute, Attributes, ElemType, Module, OpId};
+
+/// The attribute holding an op's schedule.
+pub const SCHEDULE_ATTR: &str = "kernel.schedule";
+
+/// The module attribute holding the float type kernels store and compute
+/// in (`f32` or `f16`), which `kernel.schedule` sets.
+pub const PRECISION_ATTR: &str = "kernel.precision";
+
+/// The tiled product's parameters: workgroups of `workgroup` (x, y)
+/// invocations, each computing a `register_tile` (rows, columns) block,
+/// K walked `k_step` at a time, `splits` workgroups sharing an output tile
+/// (split-K), operand tiles shared through workgroup memory or not.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct MatmulSchedule {
+    pub workgroup: [i64; 2],
+    pub register_tile: [i64; 2],
+    pub k_step: i64,
+    pub splits: i64,
+    pub local_memory: bool,
+    /// Whether the kernels reading the product sum its partials (where
+    /// split) instead of a kernel of its own.
+    pub sum_in_consumers: bool,
+    /// Whether a tuning database gave the parameters.
+    pub tuned: bool,
+}
+
+/// Fused attention's register template: workgroups of `rows` queries by
+/// `lanes` invocations, key tiles of `keys`, a block's tiles split over
+/// `splits` workgroups.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionRowsSchedule {
+    pub rows: i64,
+    pub lanes: i64,
+    pub keys: i64,
+    pub splits: i64,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Schedule {
+    /// An invocation per output element (or texel).
+    Elementwise,
+    /// A workgroup per row of a reduction or normalization.
+    Row,
+    Matmul(MatmulSchedule),
+    AttentionRows(AttentionRowsSchedule),
+    /// Fused attention, an invocation per query and key of a tile.
+    AttentionTiled,
+    NonMaxSuppression,
+}
+
+impl Schedule {
+    pub fn template(&self) -> &'static str {
+        match self {
+            Schedule::Elementwise => "elementwise",
+            Schedule::Row => "row",
+            Schedule::Matmul(_) => "matmul",
+            Schedule::AttentionRows(_) => "attention_rows",
+            Schedule::AttentionTiled => "attention_tiled",
+            Schedule::NonMaxSuppression => "nms",
+        }
+    }
+
+    /// Whether the template writes its results texel by texel, so that a
+    /// result may be placed in a texture (the others' are copied there).
+    pub fn writes_texels(&self) -> bool {
+        matches!(self, Schedule::Elementwise)
+    }
+
+    pub fn to_attr(&self) -> Attribute {
+        let mut d = Attributes::new();
+        d.insert("template".into(), Attribute::String(self.template().into()));
+        let int = |d: &mut Attributes, k: &str, v: i64| {
+            d.insert(k.into(), Attribute::i64(v));
+        };
+        match self {
+            Schedule::Matmul(s) => {
+                d.insert(
+                    "workgroup".into(),
+                    Attribute::DenseI64Array(s.workgroup.to_vec()),
+                );
+                d.insert(
+                    "register_tile".into(),
+                    Attribute::DenseI64Array(s.register_tile.to_vec()),
+                );
+                int(&mut d, "k_step", s.k_step);
+                int(&mut d, "splits", s.splits);
+                d.insert("local_memory".into(), Attribute::Bool(s.local_memory));
+                d.insert(
+                    "sum_in_consumers".into(),
+                    Attribute::Bool(s.sum_in_consumers),
+                );
+                d.insert("tuned".into(), Attribute::Bool(s.tuned));
+            }
+            Schedule::AttentionRows(s) => {
+                int(&mut d, "rows", s.rows);
+                int(&mut d, "lanes", s.lanes);
+                int(&mut d, "keys", s.keys);
+                int(&mut d, "splits", s.splits);
+            }
+            _ => {}
+        }
+        Attribute::Dict(d)
+    }
+
+    pub fn from_attr(a: &Attribute) -> Result<Schedule, String> {
+        let Attribute::Dict(d) = a else {
+            return Err("not a dictionary {template = NAME, ...}".into());
+        };
+        let template = d
+            .get("template")
+            .and_then(Attribute::as_str)
+            .ok_or("no string 'template'")?;
+        let known: &[&str] = match template {
+            "matmul" => &[
+                "workgroup",
+                "register_tile",
+                "k_step",
+                "splits",
+                "local_memory",
+                "sum_in_consumers",
+                "tuned",
+            ],
+            "attention_rows" => &["rows", "lanes", "keys", "splits"],
+            _ => &[],
+        };
+        if let Some(k) = d
+            .keys()
+            .find(|k| *k != "template" && !known.contains(&k.as_str()))
+        {
+            return Err(format!("'{k}' is not a parameter of template '{template}'"));
+        }
+        let int = |k: &str| {
+            d.get(k)
+                .and_then(Attribute::as_i64)
+                .filter(|&v| v > 0)
+                .ok_or_else(|| format!("template '{template}' needs a positive integer '{k}'"))
+        };
+        let pair = |k: &str| -> Result<[i64; 2], String> {
+            match d.get(k).and_then(Attribute::as_i64_array).as_deref() {
+                Some(&[a, b]) if a > 0 && b > 0 => Ok([a, b]),
+                _ => Err(format!(
+                    "template '{template}' needs '{k}' as array<i64: A, B>, both positive"
+                )),
+            }
+        };
+        let flag = |k: &str| match d.get(k) {
+            Some(Attribute::Bool(b)) => Ok(*b),
+            _ => Err(format!("template '{template}' needs a bool '{k}'")),
+        };
+        Ok(match template {
+            "elementwise" => Schedule::Elementwise,
+            "row" => Schedule::Row,
+            "attention_tiled" => Schedule::AttentionTiled,
+            "nms" => Schedule::NonMaxSuppression,
+            "matmul" => Schedule::Matmul(MatmulSchedule {
+                workgroup: pair("workgroup")?,
+                register_tile: pair("register_tile")?,
+                k_step: int("k_step")?,
+                splits: int("splits")?,
+                local_memory: flag("local_memory")?,
+                sum_in_consumers: flag("sum_in_consumers")?,
+                tuned: flag("tuned")?,
+            }),
+            "attention_rows" => Schedule::AttentionRows(AttentionRowsSchedule {
+                rows: int("rows")?,
+                lanes: int("lanes")?,
+                keys: int("keys")?,
+                splits: int("splits")?,
+            }),
+            other => {
+                return Err(format!(
+                    "unknown template '{other}' (known: elementwise, row, matmul, attention_rows, attention_tiled, nms)"
+                ));
+            }
+        })
+    }
+
+    /// The schedule of op `op`; `None` where it has none.
+    pub fn of(m: &Module, op: OpId) -> Result<Option<Schedule>, String> {
+        m.op(op)
+            .attrs
+            .get(SCHEDULE_ATTR)
+            .map(|a| Schedule::from_attr(a).map_err(|e| format!("{SCHEDULE_ATTR}: {e}")))
+            .transpose()
+    }
+
+    pub fn attach(&self, m: &mut Module, op: OpId) {
+        m.op_mut(op)
+            .attrs
+            .insert(SCHEDULE_ATTR.into(), self.to_attr());
+    }
+}
+
+/// The float type kernels of `m` store and compute in: what
+/// `kernel.schedule` recorded, f32 where it recorded none.
+pub fn precision(m: &Module) -> Result<ElemType, String> {
+    match m.attrs.get(PRECISION_ATTR).map(|a| a.as_str()) {
+        None | Some(Some("f32")) => Ok(ElemType::F32),
+        Some(Some("f16")) => Ok(ElemType::F16),
+        _ => Err(format!("{PRECISION_ATTR}: not \"f32\" or \"f16\"")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn schedules_read_back_as_written_and_bad_ones_are_named() {
+        let schedules = [
+            Schedule::Elementwise,
+            Schedule::Row,
+            Schedule::AttentionTiled,
+            Schedule::NonMaxSuppression,
+            Schedule::Matmul(MatmulSchedule {
+                workgroup: [16, 8],
+                register_tile: [4, 4],
+                k_step: 8,
+                splits: 3,
+                local_memory: true,
+                sum_in_consumers: false,
+                tuned: true,
+            }),
+            Schedule::AttentionRows(AttentionRowsSchedule {
+                rows: 16,
+                lanes: 2,
+                keys: 64,
+                splits: 1,
+            }),
+        ];
+        for s in schedules {
+            assert_eq!(Schedule::from_attr(&s.to_attr()), Ok(s));
+        }
+        let mut d = match Schedule::Row.to_attr() {
+            Attribute::Dict(d) => d,
+            _ => unreachable!(),
+        };
+        d.insert("splits".into(), Attribute::i64(2));
+        let err = Schedule::from_attr(&Attribute::Dict(d)).unwrap_err();
+        assert!(
+            err.contains("'splits' is not a parameter of template 'row'"),
+            "{err}"
+        );
+        let mut d = Attributes::new();
+        d.insert("template".into(), Attribute::String("matmul".into()));
+        let err = Schedule::from_attr(&Attribute::Dict(d)).unwrap_err();
+        assert!(err.contains("needs 'workgroup'"), "{err}");
+    }
+}

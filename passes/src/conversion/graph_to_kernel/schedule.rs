@@ -1,0 +1,286 @@
+//! `kernel.schedule`: the strategy half of the conversion to kernels (as
+//! IREE's `KernelConfig` sets each dispatch's `lowering_config`). For each
+//! compute op of a host function — a fused group or a lone graph op — it
+//! chooses the template from the group's anchor (a tiled product for
+//! matmul, gemm and one-group convolutions, a row per workgroup for
+//! softmax, normalizations and float reductions, fused attention where a
+//! template fits it, non-maximum suppression, else one invocation per
+//! element) and the template's parameters for the module's target
+//! (`ircc.target`): the product's tiles and split-K for the device's
+//! compute units, or a tuning database's; the attention template and its
+//! tiles. It records them as `kernel.schedule` on the op and the precision
+//! as `kernel.precision` on the module; the texture-level passes and
+//! `kernel.lower` only read them.
+
+use std::collections::BTreeMap;
+
+use ircc_core::diag::{Diagnostic, Diagnostics};
+use ircc_core::pass::{Pass, PassContext};
+use ircc_core::registry::MappingType;
+use ircc_core::{Attribute, ElemType, Module, OpId, ValueId};
+use ircc_dialects::graph::{self, GraphOp};
+use ircc_dialects::is_data;
+use ircc_dialects::kernel::{PRECISION_ATTR, Schedule, target_profile};
+
+use super::attention;
+use super::group::{Group, group_of};
+use super::lowering::{shape_of, target};
+use super::matmul::{Tiling, schedule_of, tuning_key};
+use super::product::product_dims;
+use crate::decl::{KernelScheduleAttention, KernelScheduleOptions, KernelSchedulePrecision};
+use crate::tuning::database::TuningDb;
+use crate::tuning::space::{MatmulConfig, ProductShape};
+
+pub struct KernelSchedule {
+    float: ElemType,
+    tuning_db: String,
+    attention: KernelScheduleAttention,
+}
+
+impl KernelSchedule {
+    pub fn new(options: KernelScheduleOptions) -> Self {
+        KernelSchedule {
+            float: match options.precision {
+                KernelSchedulePrecision::F32 => ElemType::F32,
+                KernelSchedulePrecision::F16 => ElemType::F16,
+            },
+            tuning_db: options.tuning_db,
+            attention: options.attention,
+        }
+    }
+}
+
+/// What choosing a schedule reads besides the group.
+struct Choice<'a> {
+    float: ElemType,
+    attention: KernelScheduleAttention,
+    compute_units: i64,
+    /// A tuning database's parameters by product signature, and its path.
+    tuned: Option<(&'a BTreeMap<String, MatmulConfig>, &'a str)>,
+}
+
+/// The schedule of `group`.
+fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
+    let anchor = group.anchor;
+    Ok(match kind_of(m, anchor).0 {
+        Kind::Elementwise => Schedule::Elementwise,
+        Kind::Row => Schedule::Row,
+        Kind::NonMaxSuppression => Schedule::NonMaxSuppression,
+        Kind::Attention => {
+            super::attention::schedule(m, anchor, target(), c.attention, c.compute_units)
+        }
+        Kind::Matmul => {
+            let sum_in_consumers = consumers_sum_partials(m, group);
+            let (rows, columns, k, batch) = product_dims(m, anchor);
+            let shape = ProductShape {
+                m: rows,
+                n: columns,
+                k,
+                batches: batch.iter().product(),
+            };
+            let key = tuning_key(m, anchor, &shape, c.float);
+            match c
+                .tuned
+                .and_then(|(table, path)| Some((table.get(&key)?, path)))
+            {
+                Some((config, path)) => {
+                    if let Some(why) = config.invalid(&shape, target()) {
+                        return Err(format!(
+                            "tuning database {path}: the parameters for '{key}' do not fit it: {why}"
+                        ));
+                    }
+                    Schedule::Matmul(schedule_of(config, sum_in_consumers, true))
+                }
+                None => {
+                    let tiling = Tiling::choose(
+                        shape.m,
+                        shape.n,
+                        shape.k,
+                        shape.batches,
+                        c.compute_units,
+                        sum_in_consumers,
+                    );
+                    Schedule::Matmul(schedule_of(&tiling.config(), sum_in_consumers, false))
+                }
+            }
+        }
+    })
+}
+
+impl Pass for KernelSchedule {
+    fn name(&self) -> &str {
+        KernelScheduleOptions::NAME
+    }
+
+    fn run(&mut self, m: &mut Module, _: &PassContext) -> Result<(), Diagnostics> {
+        let fail = |e: String| {
+            Diagnostics(vec![Diagnostic::plain(format!(
+                "{}: {e}",
+                KernelScheduleOptions::NAME
+            ))])
+        };
+        let device = target_profile(m).map_err(fail)?;
+        let table = if self.tuning_db.is_empty() {
+            None
+        } else {
+            Some(
+                TuningDb::read(&self.tuning_db, &device.name)
+                    .map_err(fail)?
+                    .table(),
+            )
+        };
+        let choice = Choice {
+            float: self.float,
+            attention: self.attention,
+            compute_units: i64::from(device.compute_units),
+            tuned: table.as_ref().map(|t| (t, self.tuning_db.as_str())),
+        };
+        let precision = if self.float == ElemType::F16 {
+            "f16"
+        } else {
+            "f32"
+        };
+        m.attrs
+            .insert(PRECISION_ATTR.into(), Attribute::String(precision.into()));
+        for f in m.functions() {
+            let Some(block) = m.entry_block(f) else {
+                continue;
+            };
+            for op in m.blocks[block].ops.clone() {
+                if is_data(m, op) || GraphOp::of(m, op).is_none() {
+                    continue;
+                }
+                let group = group_of(m, op);
+                let schedule = choose(m, &group, &choice).map_err(|e| {
+                    Diagnostics(vec![Diagnostic::error(
+                        m.op(op).loc.clone(),
+                        format!("{}: {e}", KernelScheduleOptions::NAME),
+                    )])
+                })?;
+                schedule.attach(m, op);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The kinds of template `kernel.schedule` chooses among, before their
+/// parameters.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(super) enum Kind {
+    Elementwise,
+    Matmul,
+    Row,
+    Attention,
+    NonMaxSuppression,
+}
+
+/// The kind of template computing `anchor`, and its iteration space.
+pub(super) fn kind_of(m: &Module, anchor: OpId) -> (Kind, Vec<i64>) {
+    let o = m.op(anchor);
+    let result = shape_of(m, o.results[0]);
+    use GraphOp as G;
+    let Some(kind) = GraphOp::of(m, anchor) else {
+        return (Kind::Elementwise, result);
+    };
+    // The tiled product accumulates in f32; integer products (ONNX's
+    // MatMulInteger, ConvInteger) run per element, summing in i32.
+    let float_result = m
+        .value_type(o.results[0])
+        .as_tensor()
+        .is_some_and(|t| t.elem.is_float());
+    match kind {
+        G::Matmul if float_result && o.operands.iter().all(|&x| shape_of(m, x).len() >= 2) => {
+            (Kind::Matmul, result)
+        }
+        G::Gemm if float_result => (Kind::Matmul, result),
+        // One group: an implicit GEMM. Grouped and depthwise convolutions
+        // reuse too little to pay for tiles, and run per element.
+        G::Conv
+            if float_result && graph::ops::Conv::new(m, anchor).is_some_and(|c| c.group() == 1) =>
+        {
+            (Kind::Matmul, result)
+        }
+        G::Softmax | G::LayerNorm | G::InstanceNorm => (Kind::Row, shape_of(m, o.operands[0])),
+        G::Attention if attention::fits(m, anchor, target()) => (Kind::Attention, result),
+        G::NonMaxSuppression => (Kind::NonMaxSuppression, result),
+        G::ReduceSum
+        | G::ReduceMean
+        | G::ReduceMax
+        | G::ReduceMin
+        | G::ReduceProd
+        | G::GlobalAveragePool
+            if float_result =>
+        {
+            (Kind::Row, result)
+        }
+        _ => (Kind::Elementwise, result),
+    }
+}
+
+/// Whether every kernel that reads lone product `group`'s result can sum
+/// its partial products itself where it reads an element: kernels that
+/// read each element a bounded number of times (element-wise ones, and
+/// row reductions such as a layer norm's), not products, attention or
+/// windows, which would sum the partials again at every reuse; and that
+/// read it along its rows (ViT's patch convolution, read transposed, would
+/// read every partial product a column at a time). The result must also
+/// be stored in a buffer, not returned nor placed in a texture.
+pub(super) fn consumers_sum_partials(m: &Module, group: &Group) -> bool {
+    let [(inner, host)] = group.outputs[..] else {
+        return false;
+    };
+    if group.op != group.anchor || inner != host {
+        return false;
+    }
+    let mut values = vec![host];
+    while let Some(v) = values.pop() {
+        for u in &m.value(v).uses {
+            let user = u.op;
+            if ircc_dialects::index::ops::View::new(m, user).is_some() {
+                values.extend(m.op(user).results.iter().copied());
+                continue;
+            }
+            if GraphOp::of(m, user).is_none()
+                || ircc_dialects::is_data(m, user)
+                || !reads_along_rows(m, v)
+            {
+                return false;
+            }
+            let anchor = super::group::group_of(m, user).anchor;
+            let cheap = match kind_of(m, anchor).0 {
+                Kind::Row => true,
+                Kind::Elementwise => GraphOp::of(m, anchor)
+                    .is_some_and(|k| k.mapping() != Some(MappingType::ManyToMany)),
+                Kind::Matmul | Kind::Attention | Kind::NonMaxSuppression => false,
+            };
+            if !cheap {
+                return false;
+            }
+        }
+    }
+    true
+}
+
+/// Whether reading `v` (a stored tensor, or a view of one) along its last
+/// axis reads the stored tensor's consecutive elements.
+fn reads_along_rows(m: &Module, v: ValueId) -> bool {
+    let (stored, map) = ircc_dialects::index::through_views(m, v);
+    let Some(map) = map else {
+        return true;
+    };
+    let (shape, stored_shape) = (shape_of(m, v), shape_of(m, stored));
+    if shape.last().is_none_or(|&n| n < 2) {
+        return true;
+    }
+    let offset = super::address::linearize(&map.results, &stored_shape);
+    let mut next = vec![0; shape.len()];
+    next[shape.len() - 1] = 1;
+    match (
+        offset.eval(&vec![0; shape.len()], &[]),
+        offset.eval(&next, &[]),
+    ) {
+        (Ok(a), Ok(b)) => b - a == 1,
+        _ => false,
+    }
+}
