@@ -278,14 +278,63 @@ impl KernelBuilder<'_> {
                 Some(x) => Ok(self.ir.constant(x, out_elem)),
                 None => Err("a non-splat graph.constant inside a kernel".to_string()),
             },
-            k if is_pointwise(k) => {
+            // The element-wise ops (`is_pointwise`): each element from the
+            // same index of its operands.
+            G::Add
+            | G::Sub
+            | G::Mul
+            | G::Div
+            | G::Pow
+            | G::Max
+            | G::Min
+            | G::Neg
+            | G::Abs
+            | G::Exp
+            | G::Log
+            | G::Sqrt
+            | G::Reciprocal
+            | G::Erf
+            | G::Tanh
+            | G::Sigmoid
+            | G::Relu
+            | G::Sin
+            | G::Cos
+            | G::Tan
+            | G::Asin
+            | G::Acos
+            | G::Atan
+            | G::Sinh
+            | G::Cosh
+            | G::Asinh
+            | G::Acosh
+            | G::Atanh
+            | G::Sign
+            | G::Floor
+            | G::Ceil
+            | G::Round
+            | G::And
+            | G::Or
+            | G::Xor
+            | G::ShiftLeft
+            | G::ShiftRight
+            | G::HardSwish
+            | G::LeakyRelu
+            | G::Gelu
+            | G::HardSigmoid
+            | G::Clip
+            | G::Where
+            | G::Equal
+            | G::Less
+            | G::Greater
+            | G::Not
+            | G::Cast => {
                 let operands = self.m().op(op).operands.clone();
                 let mut xs = Vec::new();
                 for &x in &operands {
                     let s = tensor_shape(self, x);
                     xs.push(self.value_at(x, &broadcast_index(idx, &s))?);
                 }
-                let y = self.pointwise(op, k, &xs, out_elem)?;
+                let y = self.pointwise(op, kind, &xs, out_elem)?;
                 Ok(self.wrap_narrow_int(y, graph_elem(self, out)))
             }
             G::BatchNorm => {
@@ -346,7 +395,22 @@ impl KernelBuilder<'_> {
             G::Pad => self.pad_at(op, idx),
             G::Gather => self.gather_at(op, idx, true),
             G::GatherElements => self.gather_at(op, idx, false),
-            _ => Err(format!("'{kind}' has no kernel lowering yet")),
+            // Layout ops are read through their index maps (above).
+            G::Reshape
+            | G::Transpose
+            | G::Squeeze
+            | G::Unsqueeze
+            | G::Flatten
+            | G::Slice
+            | G::Expand
+            | G::Tile
+            | G::DepthToSpace
+            | G::SpaceToDepth => Err(format!("'{kind}' has no index map here")),
+            // Data and structure, and the ops whose template computes a
+            // whole result at once, have no value at one index.
+            G::Param | G::Fused | G::Yield | G::NonMaxSuppression => {
+                Err(format!("'{kind}' has no value at an index"))
+            }
         }
     }
 
