@@ -125,6 +125,13 @@ impl ModuleTarget {
                 }
                 profile
             }
+            // A module names embedded profiles only: a path would have
+            // ircc read a file the module chose.
+            None if device.ends_with(".toml") => {
+                return Err(bad(
+                    "'device' names a profile file; a module carries such a profile whole, as 'profile'",
+                ));
+            }
             None => DeviceProfile::named(device).map_err(|e| bad(&e))?,
         };
         Ok(Some(ModuleTarget {

@@ -22,7 +22,7 @@ use super::lowering::{
     ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize, guarded, shape_of, short,
     store_outputs, target, tensor_shape,
 };
-use super::schedule::{consumers_sum_partials, kind_of};
+use super::schedule::{Kind, consumers_sum_partials, kind_of};
 use super::values::{Reduction, is_pointwise};
 use crate::index::simplify::{Idx, Ranges};
 use crate::tuning::SharedTuning;
@@ -87,7 +87,22 @@ pub(crate) fn lower_group(
     schedule: Schedule,
 ) -> R<bool> {
     let template = Template::of(schedule);
-    let space = kind_of(m, group.anchor).1;
+    let (kind, space) = kind_of(m, group.anchor);
+    // Any op computes element by element; the other templates compute
+    // only the anchors kernel.schedule gives them.
+    let fits = match schedule {
+        Schedule::Elementwise => true,
+        Schedule::Row => kind == Kind::Row,
+        Schedule::Matmul(_) => kind == Kind::Matmul,
+        Schedule::AttentionRows(_) | Schedule::AttentionTiled => kind == Kind::Attention,
+        Schedule::NonMaxSuppression => kind == Kind::NonMaxSuppression,
+    };
+    if !fits {
+        return Err(format!(
+            "its {SCHEDULE_ATTR} names the {} template, which does not compute it",
+            schedule.template()
+        ));
+    }
     let sum_in_consumers = matches!(template, Template::Matmul(s) if s.sum_in_consumers);
     if sum_in_consumers && !consumers_sum_partials(m, group) {
         return Err(format!(

@@ -83,6 +83,12 @@ pub(super) fn lower(
     rows: Option<AttentionRowsSchedule>,
 ) -> R<()> {
     let t = target();
+    if let Some(why) = rows.and_then(|r| Rows::of(r).unfit(kb.m(), op, t)) {
+        return Err(why);
+    }
+    if rows.is_none() && !tiled::fits(kb.m(), op, t) {
+        return Err("the tiled attention template does not fit it".into());
+    }
     match rows {
         Some(rows) => rows::attention_rows(kb, op, outputs, &Rows::of(rows)),
         None => tiled::attention_tiled(kb, op, outputs, t),

@@ -135,6 +135,49 @@ impl Rows {
             .is_some_and(|d| fills(t, &d, self.lanes, units))
     }
 
+    /// Why these tiles (a schedule's, which may come from anywhere) cannot
+    /// compute attention op `op` on target `t`, if they cannot: the limits
+    /// [`Rows::choose`] keeps to.
+    pub(in super::super) fn unfit(&self, m: &Module, op: OpId, t: &Target) -> Option<String> {
+        let Some(d) = graph::ops::Attention::new(m, op).and_then(|a| Dims::of(m, &a)) else {
+            return Some("not a graph.attention".into());
+        };
+        let Rows {
+            rows,
+            lanes,
+            keys,
+            splits,
+        } = *self;
+        // Each test reads only what the tests before it bounded.
+        let words = || t.max_workgroup_storage_bytes / 4 - 2 * rows * lanes;
+        let blocks = || (d.queries + rows - 1) / rows;
+        let key_tiles = || (d.keys + keys - 1) / keys;
+        let why = if d.size + d.value_size > t.attention_max_register_words {
+            "a query and its sum of values exceed the target's registers"
+        } else if lanes.count_ones() != 1 || lanes > t.attention_max_key_lanes {
+            "lanes must be a power of two within attention_max_key_lanes"
+        } else if rows > t.attention_rows_queries || rows * lanes > t.attention_rows_max_threads {
+            "rows of lanes exceed the target's workgroup"
+        } else if keys % (4 * lanes) != 0 || keys > t.attention_rows_tile_keys {
+            "keys must be a multiple of four per lane, within attention_rows_tile_keys"
+        } else if keys * (padded_stride(d.size) + padded_stride(d.value_size)) > words() {
+            "a key tile exceeds workgroup memory"
+        } else if splits > key_tiles() {
+            "more splits than key tiles"
+        } else if d.batch * d.heads > t.max_workgroups_per_dimension
+            || blocks() > t.max_workgroups_per_dimension
+        {
+            "the grid exceeds the target's"
+        } else if lanes > 1 && self.chunk(&d) < lanes {
+            "a key tile too small to combine the lanes' sums through"
+        } else {
+            return None;
+        };
+        Some(format!(
+            "attention_rows with rows = {rows}, lanes = {lanes}, keys = {keys}, splits = {splits}: {why}"
+        ))
+    }
+
     /// Value columns the lanes of a query combine at a time, through the
     /// key tile's memory: a multiple of the lanes.
     fn chunk(&self, d: &Dims) -> i64 {
