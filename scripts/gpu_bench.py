@@ -41,7 +41,7 @@ TORCH = ["eager", "compile", "compile reduce-overhead"]
 
 
 def ircc_bench(binary, model, pipeline, precision, runs, device):
-    extra = ["--device", device] if device and pipeline != "none" else []
+    extra = ["--device", device] if device else []
     out = subprocess.run(
         [binary, "bench", model, "--pipeline", pipeline, "--precision", precision,
          "--json", "--runs", str(runs), *extra],
@@ -50,6 +50,8 @@ def ircc_bench(binary, model, pipeline, precision, runs, device):
     d = json.loads(out)
     kernels = sorted(d.get("per_kernel", []), key=lambda k: -k["median_us"])
     return {"median_ms": d["median_ms"], "kernels": d["kernels"], "adapter": d["adapter"],
+            # The profile compiled for: --device's, else the one matching the adapter.
+            "profile": d.get("device"),
             # The kernels' own time (timestamps, where the adapter has them);
             # the rest of a run is outside kernels.
             "kernel_sum_ms": sum(k["median_us"] for k in kernels) / 1e3,
@@ -120,7 +122,7 @@ def main():
     p.add_argument("--models", required=True)
     p.add_argument("--nets", default=",".join(NETS))
     p.add_argument("--runs", type=int, default=50)
-    p.add_argument("--device", help="the device profile ircc compiles for (ircc --list-devices), e.g. nvidia_vulkan on an NVIDIA GPU")
+    p.add_argument("--device", help="the device profile ircc compiles for (ircc --list-devices); by default the one matching the GPU (--device auto)")
     p.add_argument("--columns", default=",".join(c[0] for c in IRCC), help="ircc columns to time")
     p.add_argument("--torch", default=",".join(TORCH), help="PyTorch modes to time")
     p.add_argument("--jsonl", help="append each measurement to this file")
