@@ -523,8 +523,16 @@ impl Driver {
         let device = args.device.as_deref();
         if let Some(name) = device.filter(|&d| d != "auto") {
             let path = args.device_profile().unwrap_or_else(|| name.to_string());
-            return ModuleTarget::named(&path, &format!("--device {name}"))
-                .map_err(|e| Diagnostic::plain(format!("--device: {e}; see ircc --list-devices")));
+            let target = ModuleTarget::named(&path, &format!("--device {name}")).map_err(|e| {
+                Diagnostic::plain(format!("--device: {e}; see ircc --list-devices"))
+            })?;
+            if !path.ends_with(".toml") || target.profile.name == name {
+                return Ok(target);
+            }
+            return Err(Diagnostic::plain(format!(
+                "--device {name}: {path} describes '{}', not '{name}'",
+                target.profile.name
+            )));
         }
         if let Some(backend) = opens {
             let adapter = backend.adapter().map_err(Diagnostic::plain)?;
@@ -535,10 +543,15 @@ impl Driver {
                     .as_deref()
                     .and_then(|dir| spec_file(dir, &format!("devices/{name}.toml")))
                     .map_or_else(|| name.to_string(), |p| p.to_string_lossy().into_owned());
-                profiles.push(
-                    ircc_dialects::kernel::DeviceProfile::named(&path)
-                        .map_err(|e| Diagnostic::plain(format!("--device auto: {e}")))?,
-                );
+                let profile = ircc_dialects::kernel::DeviceProfile::named(&path)
+                    .map_err(|e| Diagnostic::plain(format!("--device auto: {e}")))?;
+                if profile.name != name {
+                    return Err(Diagnostic::plain(format!(
+                        "--device auto: {path} describes '{}', not '{name}'",
+                        profile.name
+                    )));
+                }
+                profiles.push(profile);
             }
             return Ok(ModuleTarget::for_adapter(&adapter, &profiles));
         }
@@ -599,9 +612,9 @@ impl Driver {
                 );
             }
             target.attach(&mut loaded.module);
-        } else if let Some(device) = args.device.as_deref().filter(|&d| d != "auto") {
+        } else if let Some(device) = args.device.as_deref() {
             return Err(Diagnostic::plain(format!(
-                "--device {device} does nothing: the pipeline has none of {}",
+                "--device {device} does nothing: the pipeline has none of {}, and the command lowers to no kernels",
                 ircc_passes::READS_TARGET.join(", ")
             ))
             .into());

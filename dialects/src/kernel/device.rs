@@ -153,6 +153,14 @@ impl DeviceProfile {
     /// the optional figures it lacks, and every figure is positive.
     pub fn checked(self) -> Result<DeviceProfile, String> {
         let p = self;
+        if let Some(a) = &p.adapter
+            && (a.vendor_id.is_none() && a.names.is_empty() || a.names.iter().any(String::is_empty))
+        {
+            return Err(format!(
+                "device profile '{}': [adapter] needs a vendor_id or names, none of them empty (it would match no adapter, or every one)",
+                p.name
+            ));
+        }
         for (field, present) in optional_figures(&p) {
             let listed = p.unknown.iter().any(|u| u == field);
             if present == listed {
@@ -272,6 +280,20 @@ mod tests {
                 .unwrap_err()
                 .contains("known: adreno640")
         );
+    }
+
+    #[test]
+    fn an_adapter_pattern_must_name_something() {
+        let text = |adapter: &str| {
+            let base = PROFILES.iter().find(|(n, _)| *n == "lavapipe").unwrap().1;
+            let cut = base.find("[adapter]").unwrap();
+            format!("{}{adapter}", &base[..cut])
+        };
+        assert!(DeviceProfile::parse(&text("[adapter]\nvendor_id = 1\n")).is_ok());
+        for bad in ["[adapter]\n", "[adapter]\nnames = [\"\"]\n"] {
+            let err = DeviceProfile::parse(&text(bad)).unwrap_err();
+            assert!(err.contains("needs a vendor_id or names"), "{err}");
+        }
     }
 
     #[test]

@@ -114,6 +114,9 @@ impl ModuleTarget {
         let reason = d.get("reason").and_then(Attribute::as_str).unwrap_or("");
         let profile = match d.get("profile") {
             Some(p) => {
+                if !matches!(p, Attribute::Dict(_)) {
+                    return Err(bad("'profile' is not a dictionary of a profile's figures"));
+                }
                 let value =
                     toml_of(p).ok_or_else(|| bad("'profile' is not a profile's figures"))?;
                 let profile: DeviceProfile = value

@@ -98,8 +98,15 @@ pub(crate) fn lower_group(
         Schedule::NonMaxSuppression => kind == Kind::NonMaxSuppression,
     };
     if !fits {
+        let chosen = match kind {
+            Kind::Elementwise => "elementwise",
+            Kind::Matmul => "matmul",
+            Kind::Row => "row",
+            Kind::Attention => "attention_rows or attention_tiled",
+            Kind::NonMaxSuppression => "nms",
+        };
         return Err(format!(
-            "its {SCHEDULE_ATTR} names the {} template, which does not compute it",
+            "its {SCHEDULE_ATTR} names the {} template, which does not compute it (its shapes, types or attributes take {chosen})",
             schedule.template()
         ));
     }

@@ -153,23 +153,40 @@ impl Rows {
         let blocks = || (d.queries + rows - 1) / rows;
         let key_tiles = || (d.keys + keys - 1) / keys;
         let why = if d.size + d.value_size > t.attention_max_register_words {
-            "a query and its sum of values exceed the target's registers"
+            format!(
+                "a query and its sum of values take {} words, over the target's {}",
+                d.size + d.value_size,
+                t.attention_max_register_words
+            )
         } else if lanes.count_ones() != 1 || lanes > t.attention_max_key_lanes {
-            "lanes must be a power of two within attention_max_key_lanes"
+            format!(
+                "lanes must be a power of two of at most {} (attention_max_key_lanes)",
+                t.attention_max_key_lanes
+            )
         } else if rows > t.attention_rows_queries || rows * lanes > t.attention_rows_max_threads {
-            "rows of lanes exceed the target's workgroup"
+            format!(
+                "rows must be at most {} (attention_rows_queries) and rows times lanes at most {} (attention_rows_max_threads)",
+                t.attention_rows_queries, t.attention_rows_max_threads
+            )
         } else if keys % (4 * lanes) != 0 || keys > t.attention_rows_tile_keys {
-            "keys must be a multiple of four per lane, within attention_rows_tile_keys"
+            format!(
+                "keys must be a multiple of {} (four per lane) of at most {} (attention_rows_tile_keys)",
+                4 * lanes,
+                t.attention_rows_tile_keys
+            )
         } else if keys * (padded_stride(d.size) + padded_stride(d.value_size)) > words() {
-            "a key tile exceeds workgroup memory"
+            format!("a key tile exceeds workgroup memory ({} words)", words())
         } else if splits > key_tiles() {
-            "more splits than key tiles"
+            format!("more splits than its {} key tiles", key_tiles())
         } else if d.batch * d.heads > t.max_workgroups_per_dimension
             || blocks() > t.max_workgroups_per_dimension
         {
-            "the grid exceeds the target's"
+            format!(
+                "the grid exceeds the target's {} workgroups a dimension",
+                t.max_workgroups_per_dimension
+            )
         } else if lanes > 1 && self.chunk(&d) < lanes {
-            "a key tile too small to combine the lanes' sums through"
+            "a key tile too small to combine the lanes' sums through".to_string()
         } else {
             return None;
         };
