@@ -71,9 +71,16 @@ fn cl_err(what: &str) -> impl Fn(opencl3::error_codes::ClError) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
+/// Threads of one process take turns to enumerate devices: the ICD
+/// loader's first enumeration is not thread-safe (two threads opening
+/// PoCL at once, as `--device auto` and a session do in concurrent tests,
+/// left one of them with no device).
+static ENUMERATION: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 /// The device `IRCC_OPENCL_DEVICE` names (a part of its name), else the
 /// first GPU, else the first device of any kind.
 fn pick_device() -> R<Device> {
+    let _turn = ENUMERATION.lock().unwrap_or_else(|e| e.into_inner());
     let all = get_all_devices(CL_DEVICE_TYPE_ALL).map_err(|e| {
         format!(
             "no OpenCL device: {e} (is an ICD installed, e.g. Debian's pocl-opencl-icd, and libOpenCL.so.1?)"
