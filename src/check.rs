@@ -63,8 +63,7 @@ impl Driver {
             .iter()
             .any(|s| ircc_passes::READS_TARGET.contains(&s.pass.as_str()))
         {
-            self.choose_target(&args.model.pipeline, None, &loaded.module)?
-                .attach(&mut loaded.module);
+            self.attach_target(&args.model.pipeline, None, &mut loaded.module, stderr)?;
         }
         let options = RunOptions {
             verify_each: true,

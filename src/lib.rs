@@ -570,6 +570,27 @@ impl Driver {
         .map_err(Diagnostic::plain)
     }
 
+    /// Attaches [`Driver::choose_target`]'s target to `module`, saying
+    /// which and why under `--remarks`; returns it.
+    pub(crate) fn attach_target(
+        &self,
+        args: &PipelineArgs,
+        opens: Option<gpu::Device>,
+        module: &mut ircc_core::Module,
+        stderr: &mut dyn Write,
+    ) -> Result<ModuleTarget, Diagnostic> {
+        let target = self.choose_target(args, opens, module)?;
+        if args.remarks {
+            let _ = writeln!(
+                stderr,
+                "remark: compiling for device profile '{}': {}",
+                target.profile.name, target.reason
+            );
+        }
+        target.attach(module);
+        Ok(target)
+    }
+
     /// Runs the pipeline chosen by `args` over `module`. For the GPU
     /// (`gpu`), `kernel.schedule`, `kernel.lower` and `kernel.ace` end the
     /// pipeline, in the same pass manager so that `--print-ir-after`,
@@ -603,15 +624,7 @@ impl Driver {
             .iter()
             .any(|s| ircc_passes::READS_TARGET.contains(&s.pass.as_str()));
         if reads_target || gpu.is_some() {
-            let target = self.choose_target(args, opens, &loaded.module)?;
-            if args.remarks {
-                let _ = writeln!(
-                    stderr,
-                    "remark: compiling for device profile '{}': {}",
-                    target.profile.name, target.reason
-                );
-            }
-            target.attach(&mut loaded.module);
+            self.attach_target(args, opens, &mut loaded.module, stderr)?;
         } else if let Some(device) = args.device.as_deref() {
             return Err(Diagnostic::plain(format!(
                 "--device {device} does nothing: the pipeline has none of {}, and the command lowers to no kernels",

@@ -26,7 +26,7 @@ use ircc_core::Module;
 use ircc_core::pass::{PassManager, PassOptions, PassRegistry, RunOptions};
 use ircc_dialects::kernel::Target;
 use ircc_passes::conversion::graph_to_kernel::KernelLower;
-use ircc_passes::decl::KernelLowerOptions;
+use ircc_passes::decl::{KernelAceOptions, KernelLowerOptions};
 #[cfg(feature = "wgpu")]
 use ircc_passes::tuning::database::Entry;
 use ircc_passes::tuning::database::TuningDb;
@@ -130,17 +130,14 @@ impl Driver {
         let mut loaded = self.load_model(&args.model)?;
         // The profile of the GPU it tunes on, which names the database's
         // entries: --device's, else the one matching wgpu's adapter.
-        let target =
-            self.choose_target(pipeline, Some(crate::gpu::Device::Wgpu), &loaded.module)?;
-        if pipeline.remarks {
-            let _ = writeln!(
+        let profile = self
+            .attach_target(
+                pipeline,
+                Some(crate::gpu::Device::Wgpu),
+                &mut loaded.module,
                 stderr,
-                "remark: tuning for device profile '{}': {}",
-                target.profile.name, target.reason
-            );
-        }
-        target.attach(&mut loaded.module);
-        let profile = target.profile;
+            )?
+            .profile;
         let existing = if db_path.exists() {
             TuningDb::read(&db_text, &profile.name).map_err(plain)?
         } else {
@@ -259,7 +256,9 @@ impl Driver {
             specs: lowerer
                 .specs
                 .iter()
-                .filter(|s| [KernelLowerOptions::NAME, "kernel.ace"].contains(&s.pass.as_str()))
+                .filter(|s| {
+                    [KernelLowerOptions::NAME, KernelAceOptions::NAME].contains(&s.pass.as_str())
+                })
                 .cloned()
                 .collect(),
             harnesses: BTreeMap::new(),

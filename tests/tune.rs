@@ -226,7 +226,7 @@ fn a_tuning_database_changes_only_schedules() {
                 "--device",
                 "nvidia_vulkan",
                 "--print-ir-after",
-                "kernel.schedule",
+                ircc_passes::decl::KernelScheduleOptions::NAME,
             ][..],
             extra,
         ]
