@@ -10,7 +10,7 @@ writes them. For each network it times `ircc bench` under none, dnnfusion
 and smartmem in f32, smartmem in f16, smartmem with --baseline (an older
 ircc, for a before/after taken on the same GPU in the same command), and
 PyTorch eager, torch.compile and torch.compile(mode="reduce-overhead") (CUDA
-graphs). It prints one JSON line per measurement as it goes (and appends it
+graphs), each in float32 and float16 (" f16" columns). It prints one JSON line per measurement as it goes (and appends it
 to --jsonl, so a run cut short keeps what it measured), then a markdown
 table of median milliseconds with dispatch counts in brackets.
 
@@ -18,7 +18,7 @@ With --check it first runs each network through smartmem on the GPU (f32
 and f16) and compares the outputs with onnxruntime's on the CPU, printing
 the largest difference relative to the output's scale.
 
-PyTorch runs batch 1 in float32 with TF32 off, timed with CUDA events after
+PyTorch runs batch 1 in float32 with TF32 off (or float16), timed with CUDA events after
 warm-up runs; `ircc bench` times each run from submission to completion
 after its warm-up runs. Weights are random in both: the timings do not
 depend on them.
@@ -36,8 +36,11 @@ IRCC = [
     ("smartmem", "ircc", "smartmem", "f32"),
     ("smartmem f16", "ircc", "smartmem", "f16"),
     ("smartmem before", "baseline", "smartmem", "f32"),
+    ("smartmem f16 before", "baseline", "smartmem", "f16"),
 ]
-TORCH = ["eager", "compile", "compile reduce-overhead"]
+# Each in float32 (TF32 off) and, with " f16", in float16.
+TORCH = ["eager", "compile", "compile reduce-overhead",
+         "eager f16", "compile f16", "compile reduce-overhead f16"]
 
 
 def ircc_bench(binary, model, pipeline, precision, runs, device):
@@ -94,12 +97,14 @@ def torch_time(name, mode, runs):
     torch.backends.cuda.matmul.allow_tf32 = False
     torch.backends.cudnn.allow_tf32 = False
     torch.manual_seed(0)
-    model = getattr(torchvision.models, name)().eval().cuda()
+    dtype = torch.float16 if mode.endswith(" f16") else torch.float32
+    mode = mode.removesuffix(" f16")
+    model = getattr(torchvision.models, name)().eval().cuda().to(dtype)
     if mode == "compile":
         model = torch.compile(model)
     elif mode == "compile reduce-overhead":
         model = torch.compile(model, mode="reduce-overhead")
-    x = torch.randn(1, 3, 224, 224, device="cuda")
+    x = torch.randn(1, 3, 224, 224, device="cuda", dtype=dtype)
     times = []
     with torch.no_grad():
         for _ in range(15):

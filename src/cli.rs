@@ -258,6 +258,11 @@ pub struct BenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    /// Also print the kernels that take most of the time, each with its
+    /// FLOP/s, bytes per second, fraction of the target profile's peak and
+    /// what bounds it (where the adapter times kernels).
+    #[arg(long)]
+    pub roofline: bool,
     #[command(flatten)]
     pub opencl: OpenClArgs,
 }

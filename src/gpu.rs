@@ -639,6 +639,13 @@ impl Driver {
             .zip(&timing.per_kernel_us)
             .map(|(d, t)| (d.kernel.clone(), percentile(&sorted(t.clone()), 0.5)))
             .collect();
+        let profile = ircc_dialects::kernel::target_profile(&loaded.module).map_err(plain)?;
+        let timed = !timing.per_kernel_us.iter().all(Vec::is_empty);
+        let roofs: Vec<crate::roofline::KernelRoof> = kernels
+            .iter()
+            .filter(|_| timed)
+            .filter_map(|(n, us)| crate::roofline::KernelRoof::of(&loaded.module, n, *us, &profile))
+            .collect();
         let pipeline = args.model.pipeline.label();
         let (adapter, backend) = session.describe();
         let report = serde_json::json!({
@@ -654,11 +661,7 @@ impl Driver {
             "median_ms": percentile(&runs, 0.5),
             "p10_ms": percentile(&runs, 0.1),
             "p90_ms": percentile(&runs, 0.9),
-            "per_kernel": kernels
-                .iter()
-                .filter(|_| !timing.per_kernel_us.iter().all(Vec::is_empty))
-                .map(|(n, us)| serde_json::json!({"name": n, "median_us": us}))
-                .collect::<Vec<_>>(),
+            "per_kernel": roofs.iter().map(|k| k.to_json()).collect::<Vec<_>>(),
         });
         if args.json {
             let _ = writeln!(stdout, "{report}");
@@ -682,6 +685,16 @@ impl Driver {
                 percentile(&runs, 0.9),
                 args.runs
             );
+        }
+        if args.roofline {
+            let table = if roofs.is_empty() {
+                format!("no roofline: adapter '{adapter}' does not time kernels\n")
+            } else {
+                crate::roofline::table(&roofs, 15)
+            };
+            // Beside --json, to stderr, so that stdout stays one object.
+            let out: &mut dyn Write = if args.json { stderr } else { stdout };
+            let _ = write!(out, "{table}");
         }
         Ok(())
     }

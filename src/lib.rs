@@ -18,6 +18,7 @@ mod inputs;
 mod plugin;
 mod probe;
 mod progress;
+mod roofline;
 mod simulate;
 mod tune;
 

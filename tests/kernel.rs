@@ -329,3 +329,43 @@ fn attention_checks_in_the_kernel_interpreter() {
     ]);
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
 }
+
+/// The cooperative-matrix template in the kernel interpreter, beside the
+/// graph interpreter (`ircc check`): as kernel.schedule chooses it for a
+/// batched matmul, a padded convolution and a gemm, and with the larger
+/// tiles and K steps a schedule may give (ragged rows and K, a transposed
+/// B, a fused bias and relu). Within f16's rounding of the operands: the
+/// products accumulate in f32. lavapipe and PoCL have no cooperative
+/// matrices; the GPU machine checks the template there (scripts/gpu_bench.py
+/// --check).
+#[test]
+fn cooperative_products_match_the_interpreter() {
+    for (file, passes) in [
+        (
+            "tests/ir/kernel.schedule/cooperative.ir",
+            "kernel.schedule{precision=f16},kernel.lower,kernel.ace",
+        ),
+        (
+            "tests/ir/kernel.lower/matmul_cooperative.ir",
+            "kernel.lower,kernel.ace",
+        ),
+    ] {
+        let path = common::root().join(file);
+        // The second file names its target itself.
+        let device: &[&str] = if passes.starts_with("kernel.schedule") {
+            &["--device", "nvidia_vulkan"]
+        } else {
+            &[]
+        };
+        let model = [path.to_str().unwrap(), "--passes", passes];
+        let checked = [&["check"][..], &model, device, &["--rtol", "2e-3"]].concat();
+        let out = ircc(&checked);
+        assert_eq!(out.code, 0, "{file}: {}{}", out.stdout, out.stderr);
+        let lowered = ircc(&[&model[..], device].concat());
+        let kernels = lowered
+            .stdout
+            .matches("template = \"matmul_cooperative\"")
+            .count();
+        assert!(kernels >= 2, "{file}: {kernels} cooperative kernels");
+    }
+}

@@ -13,7 +13,7 @@ use std::fmt::Write;
 use ircc_core::ir::ValueDef;
 use ircc_core::{AffineExpr, Attribute, BlockId, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::kernel::ops::{self, BinaryFn, CmpPred, IdKind, UnaryFn};
-use ircc_dialects::kernel::{KernelOp, KernelOp as K};
+use ircc_dialects::kernel::{KernelOp, KernelOp as K, MatrixType};
 
 pub type R<T> = Result<T, String>;
 
@@ -101,6 +101,17 @@ pub trait Language {
     fn select(&self, cond: &str, a: &str, b: &str) -> String;
     /// `x` (of type `from`) converted to `to`.
     fn cast(&self, x: &str, from: &str, to: &str) -> String;
+    /// The type of a cooperative matrix; an error where the language has
+    /// none, so the other matrix methods are only reached where it has.
+    fn matrix_type(&mut self, t: &MatrixType) -> R<String>;
+    /// A matrix of zeros of type `ty` (a name [`Language::matrix_type`] gave).
+    fn matrix_zero(&self, ty: &str) -> String;
+    /// The matrix of type `ty` at `offset` of `memory`, row-major, rows
+    /// `stride` elements apart.
+    fn matrix_load(&self, memory: &Memory, offset: &str, stride: i64, ty: &str) -> String;
+    fn matrix_store(&self, memory: &Memory, offset: &str, stride: i64, value: &str) -> String;
+    /// `a x b + c`.
+    fn matrix_multiply_add(&self, a: &str, b: &str, c: &str) -> String;
     /// The head of `for (iv = lower; iv < upper; iv += step) {`.
     fn for_head(&self, iv: &str, lower: i64, upper: i64, step: i64) -> String;
     fn barrier(&self) -> &'static str;
@@ -252,6 +263,15 @@ impl<L: Language> Printer<'_, '_, L> {
         Some((v, old))
     }
 
+    /// The spelling of a value's type: a scalar's, an index's or a
+    /// cooperative matrix's.
+    fn value_type(&mut self, t: &Type) -> R<String> {
+        if MatrixType::is(t) {
+            return self.lang.matrix_type(&MatrixType::of(t)?);
+        }
+        Ok(self.lang.type_name(t)?.to_string())
+    }
+
     fn name(&self, v: ValueId) -> R<&str> {
         self.names
             .get(&v)
@@ -401,9 +421,15 @@ impl<L: Language> Printer<'_, '_, L> {
         let result = o.results.first().copied();
         let index = self.lang.type_name(&Type::Index)?;
         let ty = match result {
-            Some(r) => self.lang.type_name(m.value_type(r)).unwrap_or(index),
-            None => "",
+            Some(r) if MatrixType::is(m.value_type(r)) => self.value_type(m.value_type(r))?,
+            Some(r) => self
+                .lang
+                .type_name(m.value_type(r))
+                .unwrap_or(index)
+                .to_string(),
+            None => String::new(),
         };
+        let ty = ty.as_str();
         let arg = |i: usize| self.name(o.operands[i]).map(str::to_string);
         let malformed = || format!("malformed '{}'", o.name);
         let kind =
@@ -468,6 +494,22 @@ impl<L: Language> Printer<'_, '_, L> {
                 self.line(indent, &line);
                 return Ok(());
             }
+            K::MatrixZero => self.lang.matrix_zero(ty),
+            K::MatrixLoad => {
+                let memory = self.memory(o.operands[0])?;
+                let offset = self.map_expr(op, 1)?;
+                let stride = ops::MatrixLoad::new(m, op).ok_or_else(malformed)?.stride();
+                self.lang.matrix_load(&memory, &offset, stride, ty)
+            }
+            K::MatrixStore => {
+                let memory = self.memory(o.operands[1])?;
+                let offset = self.map_expr(op, 2)?;
+                let stride = ops::MatrixStore::new(m, op).ok_or_else(malformed)?.stride();
+                let line = self.lang.matrix_store(&memory, &offset, stride, &arg(0)?);
+                self.line(indent, &line);
+                return Ok(());
+            }
+            K::MatrixMultiplyAdd => self.lang.matrix_multiply_add(&arg(0)?, &arg(1)?, &arg(2)?),
             K::Unary => {
                 let f = ops::Unary::new(m, op).ok_or_else(malformed)?.fn_();
                 self.lang.unary(f, &arg(0)?, ty)
@@ -587,8 +629,8 @@ impl<L: Language> Printer<'_, '_, L> {
         for (i, &init) in o.operands.iter().enumerate() {
             let var = format!("c{}", self.next);
             self.next += 1;
-            let ty = self.lang.type_name(m.value_type(init))?;
-            let line = self.lang.var(&var, ty, self.name(init)?);
+            let ty = self.value_type(m.value_type(init))?;
+            let line = self.lang.var(&var, &ty, self.name(init)?);
             self.line(indent, &line);
             self.names.insert(o.results[i], var.clone());
             carried.push(var);
@@ -606,9 +648,9 @@ impl<L: Language> Printer<'_, '_, L> {
         self.line(indent, &head);
         // Snapshots, so the yields below assign all carried values at once.
         for (k, &a) in args[1..].iter().enumerate() {
-            let ty = self.lang.type_name(m.value_type(a))?;
+            let ty = self.value_type(m.value_type(a))?;
             let snap = self.fresh("p", a);
-            let line = self.lang.declare(&snap, ty, &carried[k]);
+            let line = self.lang.declare(&snap, &ty, &carried[k]);
             self.line(indent + 1, &line);
         }
         self.block(body, indent + 1)?;

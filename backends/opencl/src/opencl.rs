@@ -16,7 +16,7 @@ use std::fmt::Write;
 use ircc_codegen::{Language, Memory, Options, R, Space, workgroup_arrays};
 use ircc_core::{ElemType, Module, OpId, Type};
 use ircc_dialects::kernel::ops::{self, BinaryFn, IdKind, UnaryFn};
-use ircc_dialects::kernel::texture_args;
+use ircc_dialects::kernel::{MatrixType, texture_args};
 
 /// The OpenCL C type of a scalar or index value.
 fn scalar(t: &Type) -> R<&'static str> {
@@ -332,6 +332,31 @@ impl Language for OpenCl {
 
     fn barrier(&self) -> &'static str {
         "barrier(CLK_LOCAL_MEM_FENCE);"
+    }
+
+    fn matrix_type(&mut self, t: &MatrixType) -> R<String> {
+        Err(format!(
+            "OpenCL C has no cooperative matrices ({}x{} {}): compile for a target whose profile lists none, or run through wgpu",
+            t.rows, t.cols, t.elem
+        ))
+    }
+
+    // Never reached: every matrix op has a matrix operand or result, whose
+    // type is refused first.
+    fn matrix_zero(&self, _: &str) -> String {
+        String::new()
+    }
+
+    fn matrix_load(&self, _: &Memory, _: &str, _: i64, _: &str) -> String {
+        String::new()
+    }
+
+    fn matrix_store(&self, _: &Memory, _: &str, _: i64, _: &str) -> String {
+        String::new()
+    }
+
+    fn matrix_multiply_add(&self, _: &str, _: &str, _: &str) -> String {
+        String::new()
     }
 }
 

@@ -124,6 +124,8 @@ pub fn adapter() -> R<ircc_dialects::kernel::Adapter> {
             .ok()
             .filter(|&w| w > 0)
             .map(|w| w.min(1 << 30) as u32),
+        // OpenCL C has no cooperative matrices.
+        cooperative_matrix: Vec::new(),
     })
 }
 

@@ -36,6 +36,8 @@ pub struct Probe {
     pub missing: BTreeMap<&'static str, String>,
     pub texture_formats: Vec<String>,
     pub formats_method: String,
+    /// The cooperative-matrix configurations the adapter lists.
+    pub cooperative_matrix: Vec<ircc_dialects::kernel::CooperativeMatrix>,
 }
 
 /// The profile's figures in its order: `_gbs` and `_gflops` are rates, the
@@ -529,6 +531,7 @@ pub fn probe(quick: bool) -> R<Probe> {
         formats_method: "queried: adapter format features allow TEXTURE_BINDING (textureLoad) \
                          and a writable STORAGE_BINDING, of Rgba32Float, Rgba16Float, Rgba8Unorm"
             .into(),
+        cooperative_matrix: crate::runtime::cooperative_matrices(&adapter),
     };
     macro_rules! queried {
         ($field:literal, $limit:ident) => {
@@ -601,6 +604,27 @@ impl Probe {
         }
         let (how, formats) = (line(&self.formats_method), formats.join(", "));
         out += &format!("# method: {how}\ntexture_formats = [{formats}]\n\n");
+        if !self.cooperative_matrix.is_empty() {
+            let configs: Vec<String> = self
+                .cooperative_matrix
+                .iter()
+                .map(|c| {
+                    format!(
+                        "{{ m = {}, n = {}, k = {}, operands = {}, accumulator = {} }}",
+                        c.m,
+                        c.n,
+                        c.k,
+                        quoted(&c.operands),
+                        quoted(&c.accumulator)
+                    )
+                })
+                .collect();
+            out += &format!(
+                "# method: queried: the adapter's cooperative-matrix properties (VK_KHR_cooperative_matrix) \
+                 of float operands\ncooperative_matrix = [{}]\n\n",
+                configs.join(", ")
+            );
+        }
         let unknown = unknown.join(", ");
         out + &format!(
             "# The optional figures the probe could not determine.\nunknown = [{unknown}]\n"
@@ -646,6 +670,7 @@ mod tests {
             missing: BTreeMap::from([("l2_bytes", "no level".to_string())]),
             texture_formats: vec![],
             formats_method: "h".into(),
+            cooperative_matrix: vec![ircc_dialects::kernel::CooperativeMatrix::f16_f32(16)],
         };
         let text = p.to_profile_toml("lava\"pipe");
         every_value_has_a_method(&text);
@@ -656,6 +681,7 @@ mod tests {
         assert!(!profile.l1_serves_buffers && profile.autobroadcast);
         assert_eq!(profile.unknown.len(), 13);
         assert!(text.contains("# l2_bytes: left out (no level)"));
+        assert_eq!(profile.cooperative_matrix, p.cooperative_matrix);
     }
 
     /// A curve over footprints or strides 1, 2, 4, ...

@@ -106,7 +106,41 @@ pub fn adapter() -> R<ircc_dialects::kernel::Adapter> {
         max_workgroup_invocations: Some(limits.max_compute_invocations_per_workgroup),
         local_memory_bytes: Some(u64::from(limits.max_compute_workgroup_storage_size)),
         max_texture_extent: Some(limits.max_texture_dimension_2d),
+        cooperative_matrix: cooperative_matrices(&adapter),
     })
+}
+
+/// The cooperative-matrix configurations of `adapter` that kernels can
+/// use: float operands and accumulators.
+pub(crate) fn cooperative_matrices(
+    adapter: &wgpu::Adapter,
+) -> Vec<ircc_dialects::kernel::CooperativeMatrix> {
+    if !adapter
+        .features()
+        .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+    {
+        return Vec::new();
+    }
+    let float = |t: wgpu::CooperativeScalarType| match t {
+        wgpu::CooperativeScalarType::F16 => Some("f16"),
+        wgpu::CooperativeScalarType::F32 => Some("f32"),
+        _ => None,
+    };
+    adapter
+        .cooperative_matrix_properties()
+        .into_iter()
+        .filter_map(|p| {
+            Some(ircc_dialects::kernel::CooperativeMatrix {
+                m: p.m_size,
+                n: p.n_size,
+                k: p.k_size,
+                operands: float(p.ab_type)?.into(),
+                accumulator: float(p.cr_type)?.into(),
+                // Vulkan does not report the units' speed.
+                peak_gflops: None,
+            })
+        })
+        .collect()
 }
 
 /// The errors wgpu reports outside an error scope, collected to be
@@ -119,10 +153,20 @@ pub(crate) fn open_device(
     adapter: &wgpu::Adapter,
     features: wgpu::Features,
 ) -> R<(wgpu::Device, wgpu::Queue, ErrorSink)> {
+    let experimental_features =
+        if features.contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX) {
+            // SAFETY: wgpu marks cooperative matrices experimental; kernels
+            // use them only as its own validation (naga's) accepts them, and
+            // the GPU machine checks their results against the FMA template's.
+            unsafe { wgpu::ExperimentalFeatures::enabled() }
+        } else {
+            wgpu::ExperimentalFeatures::disabled()
+        };
     let (device, queue) = pollster::block_on(adapter.request_device(&wgpu::DeviceDescriptor {
         label: Some("ircc"),
         required_features: features,
         required_limits: adapter.limits(),
+        experimental_features,
         ..Default::default()
     }))
     .map_err(|e| format!("cannot open the GPU: {e}"))?;
@@ -159,7 +203,8 @@ impl Gpu {
         let features = adapter.features()
             & (wgpu::Features::SHADER_F16
                 | wgpu::Features::TIMESTAMP_QUERY
-                | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS);
+                | wgpu::Features::TIMESTAMP_QUERY_INSIDE_ENCODERS
+                | wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX);
         if f16 && !features.contains(wgpu::Features::SHADER_F16) {
             return Err(format!(
                 "adapter '{}' cannot run f16 shaders (no SHADER_F16)",
@@ -341,6 +386,20 @@ impl Session {
         if plan.precision == "f16" && !gpu.features.contains(wgpu::Features::SHADER_F16) {
             return Err(format!(
                 "adapter '{}' cannot run f16 shaders (no SHADER_F16)",
+                gpu.info.name
+            ));
+        }
+        let matrices = plan
+            .sources
+            .iter()
+            .find(|(_, source)| source.contains("enable wgpu_cooperative_matrix;"));
+        if let Some((file, _)) = matrices
+            && !gpu
+                .features
+                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+        {
+            return Err(format!(
+                "kernel {file} uses cooperative matrices, which adapter '{}' does not offer: compile for its own target (--device auto) or one whose profile lists no cooperative_matrix",
                 gpu.info.name
             ));
         }

@@ -10,7 +10,7 @@ use std::fmt::Write;
 use ircc_codegen::{Language, Memory, Options, R, Space, workgroup_arrays};
 use ircc_core::{ElemType, Module, OpId, Type};
 use ircc_dialects::kernel::ops::{self, BinaryFn, IdKind, UnaryFn};
-use ircc_dialects::kernel::{Target, texture_args};
+use ircc_dialects::kernel::{MatrixRole, MatrixType, Target, texture_args};
 
 fn scalar(t: &Type) -> R<&'static str> {
     Ok(match t {
@@ -122,6 +122,8 @@ fn ircc_ipow(x: i32, n: i32) -> i32 {
 #[derive(Default)]
 struct Wgsl {
     helpers: BTreeSet<Helper>,
+    /// Whether a cooperative matrix type was printed.
+    matrices: bool,
 }
 
 impl Language for Wgsl {
@@ -317,6 +319,47 @@ impl Language for Wgsl {
     fn barrier(&self) -> &'static str {
         "workgroupBarrier();"
     }
+
+    /// naga's `wgpu_cooperative_matrix` extension: square matrices of 8
+    /// or 16, roles in capitals.
+    fn matrix_type(&mut self, t: &MatrixType) -> R<String> {
+        if t.rows != t.cols || !matches!(t.rows, 8 | 16) {
+            return Err(format!(
+                "WGSL's cooperative matrices are 8x8 or 16x16, not {}x{}",
+                t.rows, t.cols
+            ));
+        }
+        self.matrices = true;
+        let role = match t.role {
+            MatrixRole::A => "A",
+            MatrixRole::B => "B",
+            MatrixRole::C => "C",
+        };
+        Ok(format!(
+            "coop_mat{0}x{0}<{1}, {role}>",
+            t.rows,
+            scalar(&Type::Scalar(t.elem))?
+        ))
+    }
+
+    fn matrix_zero(&self, ty: &str) -> String {
+        format!("{ty}()")
+    }
+
+    fn matrix_load(&self, memory: &Memory, offset: &str, stride: i64, ty: &str) -> String {
+        format!("coopLoadT<{ty}>(&{}[{offset}], {stride}u)", memory.name)
+    }
+
+    fn matrix_store(&self, memory: &Memory, offset: &str, stride: i64, value: &str) -> String {
+        format!(
+            "coopStoreT({value}, &{}[{offset}], {stride}u);",
+            memory.name
+        )
+    }
+
+    fn matrix_multiply_add(&self, a: &str, b: &str, c: &str) -> String {
+        format!("coopMultiplyAdd({a}, {b}, {c})")
+    }
 }
 
 /// The WGSL of kernel.func `func`; `read_only[i]` declares argument `i`
@@ -408,14 +451,23 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool], options: Optio
     let mut f16_inside = false;
     m.walk_block(block, &mut |op| {
         for &r in &m.op(op).results {
-            f16_inside |= *m.value_type(r) == Type::Scalar(ElemType::F16);
+            let t = m.value_type(r);
+            f16_inside |= *t == Type::Scalar(ElemType::F16)
+                || t.as_tensor().is_some_and(|t| t.elem == ElemType::F16)
+                || MatrixType::of(t).is_ok_and(|t| t.elem == ElemType::F16);
         }
     });
     let mut wgsl = Wgsl::default();
     let body = ircc_codegen::body(m, func, memories, options, &mut wgsl)?;
     let mut s = String::new();
     if uses_f16 || f16_inside {
-        s.push_str("enable f16;\n\n");
+        s.push_str("enable f16;\n");
+    }
+    if wgsl.matrices {
+        s.push_str("enable wgpu_cooperative_matrix;\n");
+    }
+    if uses_f16 || f16_inside || wgsl.matrices {
+        s.push('\n');
     }
     let name = kernel.sym_name();
     let _ = writeln!(s, "// kernel {name}\n{header}");

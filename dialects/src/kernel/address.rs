@@ -13,8 +13,8 @@ use super::{KernelOp, ops};
 pub fn index_operands(kind: KernelOp) -> Option<usize> {
     Some(match kind {
         KernelOp::Apply => 0,
-        KernelOp::Load | KernelOp::Load4 | KernelOp::TextureLoad => 1,
-        KernelOp::Store => 2,
+        KernelOp::Load | KernelOp::Load4 | KernelOp::TextureLoad | KernelOp::MatrixLoad => 1,
+        KernelOp::Store | KernelOp::MatrixStore => 2,
         KernelOp::TextureStore => 5,
         _ => return None,
     })

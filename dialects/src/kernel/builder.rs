@@ -9,6 +9,7 @@ use ircc_core::{AffineMap, Attribute, BlockId, ElemType, Module, OpId, Type, Val
 
 use super::KernelOp;
 use super::TextureArg;
+use super::matrix::MatrixType;
 use super::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
 /// An open `kernel.for`: the loop, its index and carried values, and the
@@ -35,6 +36,8 @@ pub struct Launch {
     pub textures: Vec<TextureArg>,
     /// Whether the template's parameters came from a tuning database.
     pub tuned: bool,
+    /// The floating-point operations of its products, where counted.
+    pub flops: Option<i64>,
 }
 
 pub struct FuncBuilder<'m> {
@@ -200,6 +203,54 @@ impl<'m> FuncBuilder<'m> {
         self.op(OpBuilder::new(KernelOp::TextureStore.name())
             .operands(lanes.into_iter().chain([memory]).chain(indices))
             .attr("map", Attribute::AffineMap(map)));
+    }
+
+    /// A cooperative matrix of zeros (an accumulator, role c).
+    pub fn matrix_zero(&mut self, t: MatrixType) -> ValueId {
+        self.op1(OpBuilder::new(KernelOp::MatrixZero.name()).results([t.to_type()]))
+    }
+
+    /// The matrix of type `t` whose element (r, c) is element
+    /// `map(indices) + r * stride + c` of `memory`.
+    pub fn matrix_load(
+        &mut self,
+        t: MatrixType,
+        memory: ValueId,
+        map: AffineMap,
+        indices: Vec<ValueId>,
+        stride: i64,
+    ) -> ValueId {
+        self.op1(
+            OpBuilder::new(KernelOp::MatrixLoad.name())
+                .operands(std::iter::once(memory).chain(indices))
+                .attr("map", Attribute::AffineMap(map))
+                .attr("stride", int(stride))
+                .results([t.to_type()]),
+        )
+    }
+
+    pub fn matrix_store(
+        &mut self,
+        matrix: ValueId,
+        memory: ValueId,
+        map: AffineMap,
+        indices: Vec<ValueId>,
+        stride: i64,
+    ) {
+        self.op(OpBuilder::new(KernelOp::MatrixStore.name())
+            .operands([matrix, memory].into_iter().chain(indices))
+            .attr("map", Attribute::AffineMap(map))
+            .attr("stride", int(stride)));
+    }
+
+    /// `a x b + c`, of `c`'s type.
+    pub fn matrix_multiply_add(&mut self, a: ValueId, b: ValueId, c: ValueId) -> ValueId {
+        let ty = self.ty(c);
+        self.op1(
+            OpBuilder::new(KernelOp::MatrixMultiplyAdd.name())
+                .operands([a, b, c])
+                .results([ty]),
+        )
     }
 
     /// Workgroup memory of `len` elements of `elem`.
@@ -384,6 +435,9 @@ impl<'m> FuncBuilder<'m> {
         }
         if launch.tuned {
             attrs.insert("tuned".into(), Attribute::Bool(true));
+        }
+        if let Some(flops) = launch.flops {
+            attrs.insert("flops".into(), int(flops));
         }
         if !launch.textures.is_empty() {
             let triples = launch

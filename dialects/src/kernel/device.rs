@@ -78,10 +78,61 @@ pub struct DeviceProfile {
     pub texture_formats: Vec<String>,
     /// The optional figures no source gave.
     pub unknown: Vec<String>,
+    /// The cooperative-matrix multiply-adds the device runs on matrix
+    /// units (Vulkan's `VK_KHR_cooperative_matrix` configurations, as
+    /// `ircc probe` lists them); none where it has no matrix units.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub cooperative_matrix: Vec<CooperativeMatrix>,
     /// The adapters `--device auto` chooses this profile for; a profile
     /// without one (a probed record) is only chosen by name.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub adapter: Option<AdapterPattern>,
+}
+
+/// One cooperative-matrix multiply-add the device runs: `m x k` times
+/// `k x n` operands of `operands`, accumulated in `accumulator`.
+#[derive(Clone, Debug, Deserialize, Serialize, PartialEq)]
+#[serde(deny_unknown_fields)]
+pub struct CooperativeMatrix {
+    pub m: u32,
+    pub n: u32,
+    pub k: u32,
+    /// `f16` or `f32`.
+    pub operands: String,
+    /// `f16` or `f32`.
+    pub accumulator: String,
+    /// The matrix units' peak in this configuration, where a source gives
+    /// it (ircc bench's roofline report).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub peak_gflops: Option<f64>,
+}
+
+impl CooperativeMatrix {
+    /// The square `side` configuration of f16 operands accumulated in f32,
+    /// the one the cooperative product template uses.
+    pub fn f16_f32(side: u32) -> CooperativeMatrix {
+        CooperativeMatrix {
+            m: side,
+            n: side,
+            k: side,
+            operands: "f16".into(),
+            accumulator: "f32".into(),
+            peak_gflops: None,
+        }
+    }
+
+    /// Whether `self` and `other` are the same multiply (whatever peak
+    /// each records).
+    pub fn same_shape(&self, other: &CooperativeMatrix) -> bool {
+        (self.m, self.n, self.k, &self.operands, &self.accumulator)
+            == (
+                other.m,
+                other.n,
+                other.k,
+                &other.operands,
+                &other.accumulator,
+            )
+    }
 }
 
 /// Which adapters a profile describes: its vendor's PCI ID (Vulkan's and
@@ -158,6 +209,19 @@ impl DeviceProfile {
         {
             return Err(format!(
                 "device profile '{}': [adapter] needs a vendor_id or names, none of them empty (it would match no adapter, or every one)",
+                p.name
+            ));
+        }
+        if let Some(c) = p.cooperative_matrix.iter().find(|c| {
+            c.m == 0
+                || c.n == 0
+                || c.k == 0
+                || ![&c.operands, &c.accumulator]
+                    .iter()
+                    .all(|t| matches!(t.as_str(), "f16" | "f32"))
+        }) {
+            return Err(format!(
+                "device profile '{}': a cooperative_matrix needs positive m, n, k and operands and accumulator of f16 or f32, not {c:?}",
                 p.name
             ));
         }

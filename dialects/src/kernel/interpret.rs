@@ -25,6 +25,7 @@ use ircc_core::{
 use ndarray::{ArrayD, IxDyn};
 
 use super::KernelOp;
+use super::matrix::MatrixType;
 use super::ops::{self, BinaryFn, CmpPred, IdKind, UnaryFn};
 use crate::graph::erf;
 use crate::texture::{LANES, place_lanes, read_lanes};
@@ -38,6 +39,10 @@ enum Col {
     Float(Vec<f64>),
     Int(Vec<i64>),
     Bool(Vec<bool>),
+    /// A cooperative matrix, whole in every lane (row-major): the lanes of
+    /// a subgroup hold one matrix together, and since they load it from
+    /// one address, each holding all of it computes the same.
+    Matrix(Vec<Vec<f64>>),
 }
 
 impl Col {
@@ -68,7 +73,15 @@ impl Col {
             Col::Float(v) => Scalar::Float(*v.get(i)?),
             Col::Int(v) => Scalar::Int(*v.get(i)?),
             Col::Bool(v) => Scalar::Bool(*v.get(i)?),
+            Col::Matrix(_) => return None,
         })
+    }
+
+    fn matrices(&self) -> R<&[Vec<f64>]> {
+        match self {
+            Col::Matrix(v) => Ok(v),
+            _ => Err("a matrix operand is not a matrix".into()),
+        }
     }
 
     fn set(&mut self, i: usize, x: Scalar) -> R<()> {
@@ -421,7 +434,7 @@ impl Run<'_> {
                 let addr: Vec<i64> = (x?.iter().zip(y?.iter()).zip(lane?.iter()))
                     .map(|((x, y), l)| texel_lane(*x, *y, *l, width))
                     .collect();
-                gather(self.memory(o.operands[0])?, &addr).into_loaded(result_elem)
+                gather(self.memory(o.operands[0])?, &addr)?.into_loaded(result_elem)
             }
             KernelOp::TextureStore => {
                 let texture = o.operands[4];
@@ -442,7 +455,7 @@ impl Run<'_> {
             KernelOp::Load => {
                 let addr = self.address(op, 1, 0)?;
                 let memory = self.memory(o.operands[0])?;
-                gather(memory, &addr).into_loaded(result_elem)
+                gather(memory, &addr)?.into_loaded(result_elem)
             }
             KernelOp::Load4 => {
                 let addr = self.address(op, 1, 0)?;
@@ -452,7 +465,7 @@ impl Run<'_> {
                         let shifted: Vec<i64> = addr.iter().map(|a| a + k as i64).collect();
                         gather(memory, &shifted)
                     })
-                    .collect();
+                    .collect::<R<_>>()?;
                 for (&r, c) in o.results.iter().zip(lanes) {
                     self.values.insert(r, c.into_loaded(result_elem));
                 }
@@ -469,6 +482,72 @@ impl Run<'_> {
                     let x = value.get(lane).ok_or("a short value column")?;
                     let i = usize::try_from(a).map_err(|_| format!("a store to element {a}"))?;
                     memory.set(i, x)?;
+                }
+                return Ok(());
+            }
+            KernelOp::MatrixZero => {
+                let t = MatrixType::of(m.value_type(o.results[0]))?;
+                Col::Matrix(vec![vec![0.0; (t.rows * t.cols) as usize]; self.lanes])
+            }
+            KernelOp::MatrixLoad => {
+                let t = MatrixType::of(m.value_type(o.results[0]))?;
+                let stride = ops::MatrixLoad::new(m, op)
+                    .ok_or("malformed kernel.matrix_load")?
+                    .stride();
+                let addr = self.address(op, 1, 0)?;
+                let memory = self.memory(o.operands[0])?;
+                let mut lanes = Vec::with_capacity(self.lanes);
+                for &base in &addr {
+                    let at: Vec<i64> = (0..t.rows)
+                        .flat_map(|r| (0..t.cols).map(move |c| base + r * stride + c))
+                        .collect();
+                    let loaded = gather(memory, &at)?;
+                    lanes.push(loaded.floats()?.iter().map(|&x| round(x, t.elem)).collect());
+                }
+                Col::Matrix(lanes)
+            }
+            KernelOp::MatrixMultiplyAdd => {
+                let [a, b, c] = [0, 1, 2].map(|i| MatrixType::of(m.value_type(o.operands[i])));
+                let (a, b, c) = (a?, b?, c?);
+                let (rows, inner, cols) = (a.rows as usize, a.cols as usize, b.cols as usize);
+                let (xs, ys, zs) = (
+                    arg(0)?.matrices()?,
+                    arg(1)?.matrices()?,
+                    arg(2)?.matrices()?,
+                );
+                let mut lanes = Vec::with_capacity(self.lanes);
+                for ((x, y), z) in xs.iter().zip(ys).zip(zs) {
+                    let mut out = z.clone();
+                    for r in 0..rows {
+                        for col in 0..cols {
+                            let dot: f64 = (0..inner)
+                                .map(|k| x[r * inner + k] * y[k * cols + col])
+                                .sum();
+                            out[r * cols + col] = round(out[r * cols + col] + dot, c.elem);
+                        }
+                    }
+                    lanes.push(out);
+                }
+                Col::Matrix(lanes)
+            }
+            KernelOp::MatrixStore => {
+                let t = MatrixType::of(m.value_type(o.operands[0]))?;
+                let stride = ops::MatrixStore::new(m, op)
+                    .ok_or("malformed kernel.matrix_store")?
+                    .stride();
+                let addr = self.address(op, 2, 0)?;
+                let values = arg(0)?.matrices()?.to_vec();
+                let memory = self.memory_mut(o.operands[1])?;
+                for lane in (0..mask.len()).filter(|&l| mask[l]) {
+                    for r in 0..t.rows {
+                        for c in 0..t.cols {
+                            let a = addr[lane] + r * stride + c;
+                            let i = usize::try_from(a)
+                                .map_err(|_| format!("a matrix store to element {a}"))?;
+                            let x = values[lane][(r * t.cols + c) as usize];
+                            memory.set(i, Scalar::Float(x))?;
+                        }
+                    }
                 }
                 return Ok(());
             }
@@ -592,9 +671,9 @@ fn floor_div(x: i64, y: i64) -> i64 {
 }
 
 /// `memory[addr]` per lane; 0 past either end (robust buffer access).
-fn gather(memory: &Col, addr: &[i64]) -> Col {
+fn gather(memory: &Col, addr: &[i64]) -> R<Col> {
     let at = |a: i64| usize::try_from(a).ok();
-    match memory {
+    Ok(match memory {
         Col::Float(v) => Col::Float(
             addr.iter()
                 .map(|&a| at(a).and_then(|i| v.get(i)).copied().unwrap_or(0.0))
@@ -610,7 +689,8 @@ fn gather(memory: &Col, addr: &[i64]) -> Col {
                 .map(|&a| at(a).and_then(|i| v.get(i)).copied().unwrap_or(false))
                 .collect(),
         ),
-    }
+        Col::Matrix(_) => return Err("a load from a matrix, which is not memory".into()),
+    })
 }
 
 fn unary(f: UnaryFn, x: &Col, elem: ElemType) -> R<Col> {
@@ -786,6 +866,7 @@ fn cast(x: &Col, to: ElemType) -> R<Col> {
         }
         (Col::Bool(v), ElemType::I1) => Col::Bool(v.clone()),
         (Col::Bool(v), _) => Col::Int(v.iter().map(|&b| b as i64).collect()),
+        (Col::Matrix(_), _) => return Err("a cast of a matrix".into()),
     })
 }
 
@@ -806,7 +887,7 @@ mod tests {
     #[test]
     fn reads_past_the_end_give_zero_and_floats_round_to_f16() {
         let mem = Col::Float(vec![1.0, 2.0]);
-        let Col::Float(v) = gather(&mem, &[1, 2, -1]) else {
+        let Ok(Col::Float(v)) = gather(&mem, &[1, 2, -1]) else {
             panic!("a float column")
         };
         assert_eq!(v, vec![2.0, 0.0, 0.0]);

@@ -8,15 +8,18 @@ pub mod address;
 pub mod builder;
 mod device;
 mod interpret;
+mod matrix;
 mod module_target;
 mod schedule;
 mod target;
 mod verify;
 
-pub use device::{AdapterPattern, DeviceProfile, PROFILES, profiles_table};
+pub use device::{AdapterPattern, CooperativeMatrix, DeviceProfile, PROFILES, profiles_table};
+pub use matrix::{MatrixRole, MatrixType};
 pub use module_target::{Adapter, DEFAULT_DEVICE, ModuleTarget, TARGET_ATTR, target_profile};
 pub use schedule::{
-    AttentionRowsSchedule, MatmulSchedule, PRECISION_ATTR, SCHEDULE_ATTR, Schedule, precision,
+    AttentionRowsSchedule, CooperativeSchedule, MatmulSchedule, PRECISION_ATTR, SCHEDULE_ATTR,
+    Schedule, precision,
 };
 pub use target::Target;
 

@@ -16,7 +16,7 @@
 
 use ircc_core::{Attribute, Attributes, ElemType, Module, Type};
 
-use super::device::{DeviceProfile, PROFILES};
+use super::device::{CooperativeMatrix, DeviceProfile, PROFILES};
 
 /// The module attribute holding the target.
 pub const TARGET_ATTR: &str = "ircc.target";
@@ -39,6 +39,9 @@ pub struct Adapter {
     pub max_workgroup_invocations: Option<u32>,
     pub local_memory_bytes: Option<u64>,
     pub max_texture_extent: Option<u32>,
+    /// The cooperative-matrix configurations the API reports (none
+    /// through OpenCL, which has no cooperative matrices).
+    pub cooperative_matrix: Vec<CooperativeMatrix>,
 }
 
 /// The profile a module is compiled for, and why it was chosen.
@@ -78,10 +81,22 @@ impl ModuleTarget {
                 },
             );
         if let Some((_, profile)) = best {
-            return ModuleTarget {
-                profile: profile.clone(),
-                reason: format!("--device auto: {described} matches its [adapter] pattern"),
-            };
+            let mut profile = profile.clone();
+            let mut reason = format!("--device auto: {described} matches its [adapter] pattern");
+            // A profile describes the GPU, not the API it is reached
+            // through: the matrices it lists that this adapter does not
+            // offer (none through OpenCL) are not the target's.
+            let listed = profile.cooperative_matrix.len();
+            profile
+                .cooperative_matrix
+                .retain(|c| adapter.cooperative_matrix.iter().any(|a| a.same_shape(c)));
+            if profile.cooperative_matrix.len() < listed {
+                reason.push_str(&format!(
+                    "; without the {} cooperative-matrix configuration(s) the adapter does not offer",
+                    listed - profile.cooperative_matrix.len()
+                ));
+            }
+            return ModuleTarget { profile, reason };
         }
         let base_name = if adapter.is_cpu {
             "lavapipe"
@@ -210,6 +225,7 @@ fn built_profile(adapter: &Adapter, base: DeviceProfile) -> Result<DeviceProfile
         p.max_texture_extent = Some(n);
         known(&mut p, "max_texture_extent");
     }
+    p.cooperative_matrix = adapter.cooperative_matrix.clone();
     p.adapter = None;
     p.checked()
 }
@@ -261,6 +277,7 @@ mod tests {
             max_workgroup_invocations: Some(512),
             local_memory_bytes: Some(49152),
             max_texture_extent: None,
+            cooperative_matrix: Vec::new(),
         }
     }
 
@@ -289,6 +306,37 @@ mod tests {
             ModuleTarget::for_adapter(&adreno, &embedded()).profile.name,
             "adreno740"
         );
+    }
+
+    #[test]
+    fn a_profile_keeps_only_the_cooperative_matrices_its_adapter_offers() {
+        let listed = DeviceProfile::named("nvidia_vulkan").unwrap();
+        let f16_f32 = CooperativeMatrix::f16_f32(16);
+        assert!(
+            listed
+                .cooperative_matrix
+                .iter()
+                .any(|c| c.same_shape(&f16_f32))
+        );
+        let vulkan = Adapter {
+            cooperative_matrix: vec![f16_f32],
+            ..adapter("NVIDIA H100 80GB HBM3", 0x10de, false)
+        };
+        let t = ModuleTarget::for_adapter(&vulkan, &embedded());
+        assert_eq!(t.profile, listed);
+        // Through OpenCL, the same GPU has none: the profile is carried
+        // whole without them, and the reason says so.
+        let opencl = Adapter {
+            api: "opencl".into(),
+            ..adapter("NVIDIA H100 80GB HBM3", 0x10de, false)
+        };
+        let t = ModuleTarget::for_adapter(&opencl, &embedded());
+        assert_eq!(t.profile.name, "nvidia_vulkan");
+        assert!(t.profile.cooperative_matrix.is_empty());
+        assert!(t.reason.contains("cooperative-matrix"), "{}", t.reason);
+        let mut m = Module::default();
+        t.attach(&mut m);
+        assert_eq!(ModuleTarget::of(&m).unwrap(), Some(t));
     }
 
     #[test]

@@ -38,6 +38,34 @@ pub struct MatmulSchedule {
     pub tuned: bool,
 }
 
+/// The cooperative-matrix product: workgroups of `subgroups` (rows,
+/// columns) subgroups of `subgroup_size` invocations, each computing
+/// `matrices` (rows, columns) matrices of `side` x `side` results on the
+/// matrix units from f16 operands, accumulating in f32; K walked `k_step`
+/// at a time through operand tiles in workgroup memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CooperativeSchedule {
+    pub subgroups: [i64; 2],
+    pub matrices: [i64; 2],
+    pub side: i64,
+    pub k_step: i64,
+    pub subgroup_size: i64,
+}
+
+impl CooperativeSchedule {
+    /// The workgroup's tile of results: (rows, columns).
+    pub fn tile(&self) -> [i64; 2] {
+        [
+            self.subgroups[0] * self.matrices[0] * self.side,
+            self.subgroups[1] * self.matrices[1] * self.side,
+        ]
+    }
+
+    pub fn invocations(&self) -> i64 {
+        self.subgroups[0] * self.subgroups[1] * self.subgroup_size
+    }
+}
+
 /// Fused attention's register template: workgroups of `rows` queries by
 /// `lanes` invocations, key tiles of `keys`, a block's tiles split over
 /// `splits` workgroups.
@@ -56,6 +84,7 @@ pub enum Schedule {
     /// A workgroup per row of a reduction or normalization.
     Row,
     Matmul(MatmulSchedule),
+    MatmulCooperative(CooperativeSchedule),
     AttentionRows(AttentionRowsSchedule),
     /// Fused attention, an invocation per query and key of a tile.
     AttentionTiled,
@@ -68,6 +97,7 @@ impl Schedule {
             Schedule::Elementwise => "elementwise",
             Schedule::Row => "row",
             Schedule::Matmul(_) => "matmul",
+            Schedule::MatmulCooperative(_) => "matmul_cooperative",
             Schedule::AttentionRows(_) => "attention_rows",
             Schedule::AttentionTiled => "attention_tiled",
             Schedule::NonMaxSuppression => "nms",
@@ -105,6 +135,19 @@ impl Schedule {
                 );
                 d.insert("tuned".into(), Attribute::Bool(s.tuned));
             }
+            Schedule::MatmulCooperative(s) => {
+                d.insert(
+                    "subgroups".into(),
+                    Attribute::DenseI64Array(s.subgroups.to_vec()),
+                );
+                d.insert(
+                    "matrices".into(),
+                    Attribute::DenseI64Array(s.matrices.to_vec()),
+                );
+                int(&mut d, "side", s.side);
+                int(&mut d, "k_step", s.k_step);
+                int(&mut d, "subgroup_size", s.subgroup_size);
+            }
             Schedule::AttentionRows(s) => {
                 int(&mut d, "rows", s.rows);
                 int(&mut d, "lanes", s.lanes);
@@ -134,6 +177,7 @@ impl Schedule {
                 "sum_in_consumers",
                 "tuned",
             ],
+            "matmul_cooperative" => &["subgroups", "matrices", "side", "k_step", "subgroup_size"],
             "attention_rows" => &["rows", "lanes", "keys", "splits"],
             _ => &[],
         };
@@ -175,6 +219,13 @@ impl Schedule {
                 sum_in_consumers: flag("sum_in_consumers")?,
                 tuned: flag("tuned")?,
             }),
+            "matmul_cooperative" => Schedule::MatmulCooperative(CooperativeSchedule {
+                subgroups: pair("subgroups")?,
+                matrices: pair("matrices")?,
+                side: int("side")?,
+                k_step: int("k_step")?,
+                subgroup_size: int("subgroup_size")?,
+            }),
             "attention_rows" => Schedule::AttentionRows(AttentionRowsSchedule {
                 rows: int("rows")?,
                 lanes: int("lanes")?,
@@ -183,7 +234,7 @@ impl Schedule {
             }),
             other => {
                 return Err(format!(
-                    "unknown template '{other}' (known: elementwise, row, matmul, attention_rows, attention_tiled, nms)"
+                    "unknown template '{other}' (known: elementwise, row, matmul, matmul_cooperative, attention_rows, attention_tiled, nms)"
                 ));
             }
         })
@@ -240,6 +291,13 @@ mod tests {
                 lanes: 2,
                 keys: 64,
                 splits: 1,
+            }),
+            Schedule::MatmulCooperative(CooperativeSchedule {
+                subgroups: [2, 2],
+                matrices: [2, 1],
+                side: 16,
+                k_step: 32,
+                subgroup_size: 32,
             }),
         ];
         for s in schedules {

@@ -5,6 +5,7 @@ use ircc_core::registry::{OpHooks, OpView};
 use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 
 use super::KernelOp;
+use super::matrix::{MatrixRole, MatrixType};
 
 fn ty(m: &Module, v: ValueId) -> &Type {
     m.value_type(v)
@@ -91,6 +92,72 @@ fn verify_load4(v: &OpView) -> Result<(), String> {
         ));
     }
     check_indices(v, 1, 1)
+}
+
+fn matrix_of(m: &Module, v: ValueId) -> Result<MatrixType, String> {
+    MatrixType::of(ty(m, v))
+}
+
+fn verify_matrix_zero(v: &OpView) -> Result<(), String> {
+    let t = matrix_of(v.module, v.module.op(v.op).results[0])?;
+    if t.role != MatrixRole::C {
+        return Err("zeros are an accumulator: a matrix of role c".to_string());
+    }
+    verify_in_kernel(v)
+}
+
+/// A matrix load or store: memory of the matrix's element type, a
+/// positive stride of at least a row.
+fn verify_matrix_memory(v: &OpView, matrix: ValueId, memory: ValueId) -> Result<(), String> {
+    let t = matrix_of(v.module, matrix)?;
+    let elem = memory_elem(v.module, memory)?;
+    if elem != t.elem {
+        return Err(format!(
+            "a matrix of {} is in {} memory, not {elem}",
+            t.elem, t.elem
+        ));
+    }
+    match v.attr("stride").and_then(Attribute::as_i64) {
+        Some(s) if s >= t.cols => Ok(()),
+        _ => Err(format!(
+            "'stride' must be an integer of at least the matrix's {} columns",
+            t.cols
+        )),
+    }
+}
+
+fn verify_matrix_load(v: &OpView) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    verify_matrix_memory(v, o.results[0], o.operands[0])?;
+    check_indices(v, 1, 1)
+}
+
+fn verify_matrix_store(v: &OpView) -> Result<(), String> {
+    let o = v.module.op(v.op);
+    verify_matrix_memory(v, o.operands[0], o.operands[1])?;
+    check_indices(v, 2, 1)
+}
+
+/// `a` (r x k) times `b` (k x c) plus `c` (r x c), roles as named, `a`
+/// and `b` of one element type; the result is `c`'s type.
+fn verify_matrix_multiply_add(v: &OpView) -> Result<(), String> {
+    let (m, o) = (v.module, v.module.op(v.op));
+    let [a, b, c] = [0, 1, 2].map(|i| matrix_of(m, o.operands[i]));
+    let (a, b, c) = (a?, b?, c?);
+    let roles = [a.role, b.role, c.role];
+    if roles != [MatrixRole::A, MatrixRole::B, MatrixRole::C] {
+        return Err("the operands are matrices of roles a, b and c, in order".to_string());
+    }
+    if a.cols != b.rows || a.rows != c.rows || b.cols != c.cols || a.elem != b.elem {
+        return Err(format!(
+            "{}x{} times {}x{} plus {}x{}: the shapes or operand types disagree",
+            a.rows, a.cols, b.rows, b.cols, c.rows, c.cols
+        ));
+    }
+    if *ty(m, o.results[0]) != c.to_type() {
+        return Err("the result has the accumulator's type".to_string());
+    }
+    verify_in_kernel(v)
 }
 
 fn verify_texture_load(v: &OpView) -> Result<(), String> {
@@ -322,6 +389,10 @@ pub(super) fn op_hooks(op: KernelOp) -> OpHooks {
         K::Store => verify_store,
         K::Load4 => verify_load4,
         K::TextureLoad => verify_texture_load,
+        K::MatrixZero => verify_matrix_zero,
+        K::MatrixLoad => verify_matrix_load,
+        K::MatrixStore => verify_matrix_store,
+        K::MatrixMultiplyAdd => verify_matrix_multiply_add,
         K::TextureStore => verify_texture_store,
         K::Binary => verify_binary,
         K::Cmp => verify_cmp,

@@ -19,7 +19,7 @@ use ircc_core::{AffineExpr, AffineMap, ElemType, Module, OpId, TensorType, Type,
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::kernel::builder::{FuncBuilder, Launch};
 use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
-use ircc_dialects::kernel::{Target, TextureArg, storage};
+use ircc_dialects::kernel::{MatrixType, Target, TextureArg, storage};
 
 pub use super::address::{Ix, delinearize, linearize};
 use super::address::{agrees, collect_dims, fits_i32, nonnegative_divisions};
@@ -101,6 +101,8 @@ pub struct KernelBuilder<'a> {
     pub partials: Option<Type>,
     /// Whether its parameters came from a tuning database.
     pub tuned: bool,
+    /// The floating-point operations of the products it computes.
+    pub flops: Option<i64>,
 }
 
 /// The element type kernels use for a graph element type.
@@ -143,6 +145,7 @@ impl<'a> KernelBuilder<'a> {
             textures: HashMap::new(),
             partials: None,
             tuned: false,
+            flops: None,
         }
     }
 
@@ -272,6 +275,24 @@ impl<'a> KernelBuilder<'a> {
     pub fn store(&mut self, value: ValueId, memory: ValueId, offset: &Ix) {
         let (map, operands) = self.compact(offset);
         self.ir.store(value, memory, map, operands);
+    }
+
+    /// The cooperative matrix of type `t` at `offset` of `memory`, its
+    /// rows `stride` elements apart.
+    pub fn matrix_load(
+        &mut self,
+        t: MatrixType,
+        memory: ValueId,
+        offset: &Ix,
+        stride: i64,
+    ) -> ValueId {
+        let (map, operands) = self.compact(offset);
+        self.ir.matrix_load(t, memory, map, operands, stride)
+    }
+
+    pub fn matrix_store(&mut self, matrix: ValueId, memory: ValueId, offset: &Ix, stride: i64) {
+        let (map, operands) = self.compact(offset);
+        self.ir.matrix_store(matrix, memory, map, operands, stride);
     }
 
     /// A float constant in the kernel's float type.
@@ -447,6 +468,7 @@ impl<'a> KernelBuilder<'a> {
                 tile,
                 textures,
                 tuned: self.tuned,
+                flops: self.flops,
             },
         );
     }

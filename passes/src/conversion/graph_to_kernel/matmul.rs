@@ -489,6 +489,7 @@ pub(super) fn matmul(
         tile_parameters.push(splits);
     }
     kb.tuned = tuned;
+    kb.flops = Some(2 * mm * nn * kk * batches);
     kb.finish(
         [wgx, wgy, 1],
         [gx, gy, batches * splits],

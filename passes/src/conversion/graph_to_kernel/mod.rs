@@ -23,6 +23,7 @@
 
 mod address;
 mod attention;
+mod cooperative;
 mod group;
 mod lowering;
 mod matmul;

@@ -20,9 +20,10 @@ use ircc_core::registry::MappingType;
 use ircc_core::{Attribute, ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::{self, GraphOp};
 use ircc_dialects::is_data;
-use ircc_dialects::kernel::{PRECISION_ATTR, Schedule, target_profile};
+use ircc_dialects::kernel::{DeviceProfile, PRECISION_ATTR, Schedule, target_profile};
 
 use super::attention;
+use super::cooperative;
 use super::group::{Group, group_of};
 use super::lowering::{shape_of, target};
 use super::matmul::{Tiling, schedule_of, tuning_key};
@@ -53,6 +54,7 @@ impl KernelSchedule {
 /// What choosing a schedule reads besides the group.
 struct Choice<'a> {
     float: ElemType,
+    device: &'a DeviceProfile,
     attention: KernelScheduleAttention,
     compute_units: i64,
     /// A tuning database's parameters by product signature, and its path.
@@ -91,20 +93,29 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
                     }
                     Schedule::Matmul(schedule_of(config, sum_in_consumers, true))
                 }
-                None => {
-                    let tiling = Tiling::choose(
-                        shape.m,
-                        shape.n,
-                        shape.k,
-                        shape.batches,
-                        c.compute_units,
-                        sum_in_consumers,
-                    );
-                    Schedule::Matmul(schedule_of(&tiling.config(), sum_in_consumers, false))
+                None if c.float == ElemType::F16 => {
+                    match cooperative::choose(shape.m, shape.n, shape.k, shape.batches, c.device) {
+                        Some(s) => Schedule::MatmulCooperative(s),
+                        None => fma(&shape, c.compute_units, sum_in_consumers),
+                    }
                 }
+                None => fma(&shape, c.compute_units, sum_in_consumers),
             }
         }
     })
+}
+
+/// The FMA template's schedule, by the target's heuristic.
+fn fma(shape: &ProductShape, compute_units: i64, sum_in_consumers: bool) -> Schedule {
+    let tiling = Tiling::choose(
+        shape.m,
+        shape.n,
+        shape.k,
+        shape.batches,
+        compute_units,
+        sum_in_consumers,
+    );
+    Schedule::Matmul(schedule_of(&tiling.config(), sum_in_consumers, false))
 }
 
 impl Pass for KernelSchedule {
@@ -131,6 +142,7 @@ impl Pass for KernelSchedule {
         };
         let choice = Choice {
             float: self.float,
+            device: &device,
             attention: self.attention,
             compute_units: i64::from(device.compute_units),
             tuned: table.as_ref().map(|t| (t, self.tuning_db.as_str())),

@@ -12,7 +12,7 @@ use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::{GraphOp, shape};
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 use ircc_dialects::kernel::{
-    AttentionRowsSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
+    AttentionRowsSchedule, CooperativeSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
 };
 use ircc_dialects::texture::{LANES, TextureLayout};
 
@@ -34,6 +34,7 @@ type R<T> = Result<T, String>;
 enum Template {
     Elementwise,
     Matmul(MatmulSchedule),
+    Cooperative(CooperativeSchedule),
     Row,
     /// The register template's tiles, or the tiled template.
     Attention(Option<AttentionRowsSchedule>),
@@ -46,6 +47,7 @@ impl Template {
             Schedule::Elementwise => Template::Elementwise,
             Schedule::Row => Template::Row,
             Schedule::Matmul(s) => Template::Matmul(s),
+            Schedule::MatmulCooperative(s) => Template::Cooperative(s),
             Schedule::AttentionRows(s) => Template::Attention(Some(s)),
             Schedule::AttentionTiled => Template::Attention(None),
             Schedule::NonMaxSuppression => Template::NonMaxSuppression,
@@ -93,7 +95,7 @@ pub(crate) fn lower_group(
     let fits = match schedule {
         Schedule::Elementwise => true,
         Schedule::Row => kind == Kind::Row,
-        Schedule::Matmul(_) => kind == Kind::Matmul,
+        Schedule::Matmul(_) | Schedule::MatmulCooperative(_) => kind == Kind::Matmul,
         Schedule::AttentionRows(_) | Schedule::AttentionTiled => kind == Kind::Attention,
         Schedule::NonMaxSuppression => kind == Kind::NonMaxSuppression,
     };
@@ -287,6 +289,9 @@ fn build(
                     lowering.tuning.as_ref(),
                     schedule,
                 )?);
+            }
+            Template::Cooperative(schedule) => {
+                super::cooperative::lower(&mut kb, group.anchor, outputs, schedule)?
             }
             Template::Row => row(&mut kb, group.anchor, outputs)?,
             Template::NonMaxSuppression => super::nms::lower(&mut kb, group.anchor, outputs)?,

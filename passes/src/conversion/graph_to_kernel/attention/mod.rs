@@ -89,6 +89,11 @@ pub(super) fn lower(
     if rows.is_none() && !tiled::fits(kb.m(), op, t) {
         return Err("the tiled attention template does not fit it".into());
     }
+    // Its two products: scores (queries x keys x size) and the weighted
+    // sum of values (queries x value size x keys), per head.
+    kb.flops = graph::ops::Attention::new(kb.m(), op)
+        .and_then(|a| Dims::of(kb.m(), &a))
+        .map(|d| 2 * d.batch * d.heads * d.queries * d.keys * (d.size + d.value_size));
     match rows {
         Some(rows) => rows::attention_rows(kb, op, outputs, &Rows::of(rows)),
         None => tiled::attention_tiled(kb, op, outputs, t),

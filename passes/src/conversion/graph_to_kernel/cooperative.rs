@@ -1,0 +1,365 @@
+//! The cooperative-matrix product (matmul, gemm, one-group convolutions)
+//! for targets with matrix units: each subgroup multiplies `side` x `side`
+//! f16 matrices into f32 accumulators (`kernel.matrix_multiply_add`), the
+//! workgroup's operand tiles staged through workgroup memory as f16 (where
+//! any prologue — a convolution's im2col, a transposed or fused operand —
+//! has already been applied), the results passed through workgroup memory
+//! to the epilogue, which every invocation runs on its share of elements
+//! as the FMA template does.
+
+use ircc_core::{ElemType, Type, ValueId};
+use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
+use ircc_dialects::kernel::{CooperativeSchedule, DeviceProfile, KernelOp, MatrixRole, MatrixType};
+
+use super::lowering::{Ix, KernelBuilder, delinearize, guarded, store_outputs, target};
+use super::product::{Product, product_dims};
+
+type R<T> = Result<T, String>;
+
+/// Words of padding after each row of an operand tile (f16 elements: 16
+/// bytes), so that the rows of a matrix fall in different banks while
+/// rows stay 16-byte aligned for the matrix loads.
+const OPERAND_PAD: i64 = 8;
+/// The same for the f32 tile of results.
+const RESULT_PAD: i64 = 4;
+
+/// The schedule for an `m` x `n` product over `k`, `batches` times, on
+/// `device`, or `None` where its matrix units cannot take it: the device
+/// lists no 16 x 16 x 16 multiply of f16 into f32, or the tiles would not
+/// fit its workgroup memory. Workgroups of 2 x 2 subgroups; each subgroup
+/// takes 2 x 2 matrices (64 x 64 tiles), fewer while the grid would give
+/// a compute unit fewer than four workgroups (ViT's products of 197 rows
+/// take 32 x 32 tiles): every K step waits for its loads, so a unit needs
+/// several workgroups to keep loads in flight. K steps of 64 where K is
+/// long enough to give several, for the same reason (measured on the H100:
+/// a K step of 32 left the products waiting on memory).
+pub(super) fn choose(
+    m: i64,
+    n: i64,
+    k: i64,
+    batches: i64,
+    device: &DeviceProfile,
+) -> Option<CooperativeSchedule> {
+    let side = 16;
+    let config = ircc_dialects::kernel::CooperativeMatrix::f16_f32(side as u32);
+    if !device
+        .cooperative_matrix
+        .iter()
+        .any(|c| c.same_shape(&config))
+    {
+        return None;
+    }
+    let with = |matrices: [i64; 2]| CooperativeSchedule {
+        subgroups: [2, 2],
+        matrices,
+        side,
+        k_step: if k >= 8 * side { 4 * side } else { 2 * side },
+        subgroup_size: i64::from(device.subgroup_size),
+    };
+    let workgroups = |s: &CooperativeSchedule| {
+        let [tm, tn] = s.tile();
+        ceil_div(m, tm) * ceil_div(n, tn) * batches
+    };
+    let wanted = 4 * i64::from(device.compute_units);
+    let s = [[2, 2], [2, 1]]
+        .into_iter()
+        .map(with)
+        .find(|s| workgroups(s) >= wanted)
+        .unwrap_or_else(|| with([1, 1]));
+    let limit = device.local_memory_bytes.unwrap_or(16384) as i64;
+    let max_invocations = i64::from(device.max_workgroup_invocations.unwrap_or(256));
+    (workgroup_bytes(&s) <= limit && s.invocations() <= max_invocations).then_some(s)
+}
+
+/// The workgroup memory of schedule `s`: the two f16 operand tiles and the
+/// f32 tile of results.
+pub(super) fn workgroup_bytes(s: &CooperativeSchedule) -> i64 {
+    let [tm, tn] = s.tile();
+    let bk = s.k_step;
+    2 * (tm * (bk + OPERAND_PAD) + bk * (tn + OPERAND_PAD)) + 4 * tm * (tn + RESULT_PAD)
+}
+
+/// Why schedule `s` cannot be built, if it cannot: the matrix side WGSL
+/// has (16), K steps of whole matrices, and operand tiles every
+/// invocation loads an equal share of.
+pub(super) fn invalid(s: &CooperativeSchedule) -> Option<String> {
+    let [tm, tn] = s.tile();
+    let threads = s.invocations();
+    if s.side != 16 {
+        return Some(format!(
+            "its side is {}; the template multiplies 16 x 16 matrices",
+            s.side
+        ));
+    }
+    if s.k_step % s.side != 0 {
+        return Some(format!(
+            "its k_step {} is not a multiple of its side",
+            s.k_step
+        ));
+    }
+    if (tm * s.k_step) % threads != 0 || (s.k_step * tn) % threads != 0 || (tm * tn) % threads != 0
+    {
+        return Some(format!(
+            "its {threads} invocations do not share the {tm} x {} and {} x {tn} operand tiles evenly",
+            s.k_step, s.k_step
+        ));
+    }
+    if threads > target().max_workgroup_invocations {
+        return Some(format!(
+            "its {threads} invocations exceed the workgroup limit of {}",
+            target().max_workgroup_invocations
+        ));
+    }
+    None
+}
+
+/// The product `anchor` computes with its epilogue, by schedule `s`.
+pub(super) fn lower(
+    kb: &mut KernelBuilder,
+    anchor: ircc_core::OpId,
+    outputs: &[(ValueId, ValueId)],
+    s: CooperativeSchedule,
+) -> R<()> {
+    if let Some(why) = invalid(&s) {
+        return Err(format!(
+            "its matmul_cooperative schedule cannot be built: {why}"
+        ));
+    }
+    let product = Product::of(kb, anchor)?;
+    let c = kb.m().op(anchor).results[0];
+    let (mm, nn, kk, batch_shape) = product_dims(kb.m(), anchor);
+    let batches: i64 = batch_shape.iter().product();
+    let [tile_m, tile_n] = s.tile();
+    let (gx, gy) = (ceil_div(nn, tile_n), ceil_div(mm, tile_m));
+    let most = target().max_workgroups_per_dimension;
+    if gx > most || gy > most || batches > most {
+        return Err("the product is too large for one grid".to_string());
+    }
+    let (side, bk, threads) = (s.side, s.k_step, s.invocations());
+    let tid = kb.id(IdKind::Local, 0, threads);
+    let wx = kb.id(IdKind::Workgroup, 0, gx);
+    let wy = kb.id(IdKind::Workgroup, 1, gy);
+    let wz = if batches > 1 {
+        kb.id(IdKind::Workgroup, 2, batches)
+    } else {
+        Ix::constant(0)
+    };
+    let batch = delinearize(&wz, &batch_shape);
+    // Invocations form subgroups in order of their index, as the drivers
+    // of the GPUs with matrix units do (NVIDIA, AMD, Intel).
+    let subgroup = tid.clone().floor_div(Ix::constant(s.subgroup_size));
+    let sub_row = subgroup.clone().floor_div(Ix::constant(s.subgroups[1]));
+    let sub_col = subgroup.modulo(Ix::constant(s.subgroups[1]));
+    let (a_stride, b_stride, c_stride) =
+        (bk + OPERAND_PAD, tile_n + OPERAND_PAD, tile_n + RESULT_PAD);
+    let a_tile = kb.ir.alloc(tile_m * a_stride, ElemType::F16);
+    let b_tile = kb.ir.alloc(bk * b_stride, ElemType::F16);
+    let c_tile = kb.ir.alloc(tile_m * c_stride, ElemType::F32);
+    let (a_loads, b_loads) = (tile_m * bk / threads, bk * tile_n / threads);
+    // The words this invocation stages at K step `kt`, as f16: (tile,
+    // slot, word), consecutive invocations reading consecutive elements
+    // of a row of A (along K) and of B (along N).
+    let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<(ValueId, Ix, ValueId)>> {
+        let k0 = kt * Ix::constant(bk);
+        let mut words = Vec::new();
+        for l in 0..a_loads.max(b_loads) {
+            let e = tid.clone() + Ix::constant(l * threads);
+            if l < a_loads {
+                let (r, k) = (
+                    e.clone().floor_div(Ix::constant(bk)),
+                    e.clone().modulo(Ix::constant(bk)),
+                );
+                let kg = k0.clone() + k.clone();
+                let row = wy.clone() * Ix::constant(tile_m) + r.clone();
+                let v = product.operand(kb, 0, &batch, row, kg.clone())?;
+                let v = half_within_k(kb, v, &kg, kk, bk);
+                words.push((a_tile, r * Ix::constant(a_stride) + k, v));
+            }
+            if l < b_loads {
+                let (k, col) = (
+                    e.clone().floor_div(Ix::constant(tile_n)),
+                    e.clone().modulo(Ix::constant(tile_n)),
+                );
+                let kg = k0.clone() + k.clone();
+                let colg = wx.clone() * Ix::constant(tile_n) + col.clone();
+                let v = product.operand(kb, 1, &batch, kg.clone(), colg)?;
+                let v = half_within_k(kb, v, &kg, kk, bk);
+                words.push((b_tile, k * Ix::constant(b_stride) + col, v));
+            }
+        }
+        Ok(words)
+    };
+    let matrix = |rows, cols, elem, role| MatrixType {
+        rows,
+        cols,
+        elem,
+        role,
+    };
+    let a_type = matrix(side, side, ElemType::F16, MatrixRole::A);
+    let b_type = matrix(side, side, ElemType::F16, MatrixRole::B);
+    let c_type = matrix(side, side, ElemType::F32, MatrixRole::C);
+    let [fm, fn_] = s.matrices;
+    let accs = (fm * fn_) as usize;
+    let first_row = sub_row * Ix::constant(fm * side);
+    let first_col = sub_col * Ix::constant(fn_ * side);
+    // Software pipelining as in the FMA template: step kt + 1's words are
+    // loaded before step kt's products (one step past K is fetched, as
+    // zeros, and never stored).
+    let first = fetch(kb, Ix::constant(0))?;
+    let places: Vec<(ValueId, Ix)> = first.iter().map(|(t, at, _)| (*t, at.clone())).collect();
+    let mut init: Vec<ValueId> = (0..accs).map(|_| kb.ir.matrix_zero(c_type)).collect();
+    init.extend(first.iter().map(|(_, _, v)| *v));
+    let k_tiles = ceil_div(kk, bk);
+    let carried = kb.for_loop(k_tiles, init, &mut |kb, kt, carried| {
+        let (acc, words) = carried.split_at(accs);
+        for ((tile, at), &word) in places.iter().zip(words) {
+            kb.store(word, *tile, at);
+        }
+        kb.ir.barrier();
+        let prefetched = fetch(kb, kt + Ix::constant(1))?;
+        let mut acc = acc.to_vec();
+        for step in 0..bk / side {
+            let k = Ix::constant(step * side);
+            let a: Vec<ValueId> = (0..fm)
+                .map(|i| {
+                    let row = first_row.clone() + Ix::constant(i * side);
+                    kb.matrix_load(
+                        a_type,
+                        a_tile,
+                        &(row * Ix::constant(a_stride) + k.clone()),
+                        a_stride,
+                    )
+                })
+                .collect();
+            let b: Vec<ValueId> = (0..fn_)
+                .map(|j| {
+                    let col = first_col.clone() + Ix::constant(j * side);
+                    kb.matrix_load(
+                        b_type,
+                        b_tile,
+                        &(k.clone() * Ix::constant(b_stride) + col),
+                        b_stride,
+                    )
+                })
+                .collect();
+            for (i, &x) in a.iter().enumerate() {
+                for (j, &y) in b.iter().enumerate() {
+                    let at = i * b.len() + j;
+                    acc[at] = kb.ir.matrix_multiply_add(x, y, acc[at]);
+                }
+            }
+        }
+        kb.ir.barrier();
+        acc.extend(prefetched.into_iter().map(|(_, _, v)| v));
+        Ok(acc)
+    })?;
+    for i in 0..fm {
+        for j in 0..fn_ {
+            let row = first_row.clone() + Ix::constant(i * side);
+            let col = first_col.clone() + Ix::constant(j * side);
+            let acc = carried[(i * fn_ + j) as usize];
+            kb.matrix_store(acc, c_tile, &(row * Ix::constant(c_stride) + col), c_stride);
+        }
+    }
+    kb.ir.barrier();
+    // The epilogue, an element at a time: consecutive invocations take
+    // consecutive columns, so the stores coalesce.
+    kb.for_loop(tile_m * tile_n / threads, Vec::new(), &mut |kb, l, _| {
+        let e = tid.clone() + l * Ix::constant(threads);
+        let (r, col) = (
+            e.clone().floor_div(Ix::constant(tile_n)),
+            e.modulo(Ix::constant(tile_n)),
+        );
+        let acc = kb.load(c_tile, &(r.clone() * Ix::constant(c_stride) + col.clone()));
+        let row = wy.clone() * Ix::constant(tile_m) + r;
+        let colg = wx.clone() * Ix::constant(tile_n) + col;
+        let mut flags = Vec::new();
+        if mm % tile_m != 0 {
+            flags.push(kb.index_cmp(CmpPred::Lt, &row, mm));
+        }
+        if nn % tile_n != 0 {
+            flags.push(kb.index_cmp(CmpPred::Lt, &colg, nn));
+        }
+        let cond = (!flags.is_empty()).then(|| kb.ir.all(flags));
+        let idx = product.result_index(&batch, row, colg);
+        guarded(kb, cond, &mut |kb| {
+            let y = kb.ir.cast(acc, Type::Scalar(kb.float));
+            let y = product.epilogue(kb, y, &idx)?;
+            kb.memo_put(c, &idx, y);
+            store_outputs(kb, outputs, &idx)
+        })?;
+        Ok(Vec::new())
+    })?;
+    kb.flops = Some(2 * mm * nn * kk * batches);
+    kb.finish(
+        [threads, 1, 1],
+        [gx, gy, batches],
+        FuncTemplate::MatmulCooperative,
+        Some(vec![tile_m, tile_n, bk, side]),
+    );
+    Ok(())
+}
+
+/// Operand word `v` (f32) as f16, zero beyond K's end where the last step
+/// runs past it.
+fn half_within_k(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64, bk: i64) -> ValueId {
+    // An f16 tensor's element, which the product widened: as loaded.
+    let m = kb.m();
+    let widened = m
+        .defining_op(v)
+        .filter(|&d| KernelOp::of(m, d) == Some(KernelOp::Cast))
+        .map(|d| m.op(d).operands[0])
+        .filter(|&x| *m.value_type(x) == Type::Scalar(ElemType::F16));
+    let v = match widened {
+        Some(x) => x,
+        None => kb.ir.cast(v, Type::Scalar(ElemType::F16)),
+    };
+    if kk % bk == 0 {
+        return v;
+    }
+    let inside = kb.index_cmp(CmpPred::Lt, k, kk);
+    let zero = kb.ir.constant(0.0, ElemType::F16);
+    kb.ir.select(inside, v, zero)
+}
+
+fn ceil_div(a: i64, b: i64) -> i64 {
+    (a + b - 1) / b
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn h100() -> DeviceProfile {
+        DeviceProfile::named("nvidia_vulkan").unwrap()
+    }
+
+    #[test]
+    fn tiles_shrink_until_every_unit_has_four_workgroups() {
+        let tiles = |m, n, k| {
+            let s = choose(m, n, k, 1, &h100()).unwrap();
+            (s.tile(), s.k_step)
+        };
+        // ViT-B/16's qkv product: 144 tiles of 64x64 and 288 of 64x32 for
+        // 132 units, so 32x32.
+        assert_eq!(tiles(197, 2304, 768), ([32, 32], 64));
+        // A stage-one ConvNeXt-T product of 3136 rows fills the device
+        // with 64x64 tiles.
+        assert_eq!(tiles(3136, 768, 3072), ([64, 64], 64));
+        assert_eq!(tiles(3136, 384, 96), ([64, 32], 32));
+        let s = choose(3136, 768, 3072, 1, &h100()).unwrap();
+        assert_eq!(invalid(&s), None);
+        assert!(workgroup_bytes(&s) <= 49152);
+    }
+
+    #[test]
+    fn devices_without_the_matrices_get_none() {
+        for name in ["adreno740", "lavapipe", "nvidia_h100_probed"] {
+            let device = DeviceProfile::named(name).unwrap();
+            assert_eq!(choose(197, 2304, 768, 1, &device), None, "{name}");
+        }
+        let mut small = h100();
+        small.local_memory_bytes = Some(16384);
+        assert_eq!(choose(3136, 768, 3072, 1, &small), None);
+    }
+}
