@@ -661,7 +661,14 @@ impl Driver {
             "median_ms": percentile(&runs, 0.5),
             "p10_ms": percentile(&runs, 0.1),
             "p90_ms": percentile(&runs, 0.9),
-            "per_kernel": roofs.iter().map(|k| k.to_json()).collect::<Vec<_>>(),
+            "per_kernel": kernels
+                .iter()
+                .filter(|_| timed)
+                .map(|(n, us)| match roofs.iter().find(|k| &k.name == n) {
+                    Some(k) => k.to_json(),
+                    None => serde_json::json!({"name": n, "median_us": us}),
+                })
+                .collect::<Vec<_>>(),
         });
         if args.json {
             let _ = writeln!(stdout, "{report}");

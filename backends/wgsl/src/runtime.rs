@@ -188,6 +188,8 @@ pub struct Gpu {
     queue: wgpu::Queue,
     info: wgpu::AdapterInfo,
     features: wgpu::Features,
+    /// The cooperative-matrix configurations the adapter offers.
+    matrices: Vec<ircc_dialects::kernel::CooperativeMatrix>,
     errors: ErrorSink,
     /// Compiled pipelines by source and whether it was trusted.
     pipelines: Mutex<HashMap<(String, bool), wgpu::ComputePipeline>>,
@@ -217,6 +219,7 @@ impl Gpu {
             queue,
             info,
             features,
+            matrices: cooperative_matrices(&adapter),
             errors,
             pipelines: Mutex::new(HashMap::new()),
         })
@@ -393,13 +396,12 @@ impl Session {
             .sources
             .iter()
             .find(|(_, source)| source.contains("enable wgpu_cooperative_matrix;"));
+        let template = ircc_dialects::kernel::CooperativeMatrix::f16_f32(16);
         if let Some((file, _)) = matrices
-            && !gpu
-                .features
-                .contains(wgpu::Features::EXPERIMENTAL_COOPERATIVE_MATRIX)
+            && !gpu.matrices.iter().any(|c| c.same_shape(&template))
         {
             return Err(format!(
-                "kernel {file} uses cooperative matrices, which adapter '{}' does not offer: compile for its own target (--device auto) or one whose profile lists no cooperative_matrix",
+                "kernel {file} multiplies 16x16x16 f16 cooperative matrices into f32, which adapter '{}' does not offer: compile for its own target (--device auto) or one whose profile lists no cooperative_matrix",
                 gpu.info.name
             ));
         }

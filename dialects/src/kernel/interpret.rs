@@ -485,6 +485,19 @@ impl Run<'_> {
                 }
                 return Ok(());
             }
+            // A subgroup's invocations take a matrix op together: one
+            // that only some reach is undefined behaviour on a GPU.
+            KernelOp::MatrixZero
+            | KernelOp::MatrixLoad
+            | KernelOp::MatrixMultiplyAdd
+            | KernelOp::MatrixStore
+                if mask.iter().any(|&active| !active) =>
+            {
+                return Err(format!(
+                    "'{}' inside a kernel.if that only some invocations take",
+                    o.name
+                ));
+            }
             KernelOp::MatrixZero => {
                 let t = MatrixType::of(m.value_type(o.results[0]))?;
                 Col::Matrix(vec![vec![0.0; (t.rows * t.cols) as usize]; self.lanes])

@@ -10,6 +10,9 @@
 
 use ircc_core::{ElemType, Type};
 
+/// The largest side a matrix type may have.
+pub const MAX_SIDE: i64 = 64;
+
 /// A matrix's operand position in `a x b + c`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum MatrixRole {
@@ -54,7 +57,11 @@ impl MatrixType {
 
     /// The matrix type `ty` is, or why it is not one.
     pub fn of(ty: &Type) -> Result<MatrixType, String> {
-        let bad = || format!("expected !kernel.matrix<RxCxf16|f32, a|b|c>, found {ty}");
+        let bad = || {
+            format!(
+                "expected !kernel.matrix<RxCxf16|f32, a|b|c> of sides 1 to {MAX_SIDE}, found {ty}"
+            )
+        };
         let Type::Opaque {
             dialect,
             name,
@@ -74,7 +81,13 @@ impl MatrixType {
             _ => return Err(bad()),
         };
         let mut parts = shape.trim().splitn(3, 'x');
-        let side = |s: Option<&str>| s.and_then(|s| s.parse::<i64>().ok()).filter(|&v| v >= 1);
+        // Matrix units multiply small tiles (8 to 16 a side today): a
+        // larger side is a mistake, and would have the interpreter hold it
+        // whole in every lane.
+        let side = |s: Option<&str>| {
+            s.and_then(|s| s.parse::<i64>().ok())
+                .filter(|&v| (1..=MAX_SIDE).contains(&v))
+        };
         let rows = side(parts.next()).ok_or_else(bad)?;
         let cols = side(parts.next()).ok_or_else(bad)?;
         let elem = match parts.next() {
@@ -110,7 +123,13 @@ mod tests {
         };
         assert_eq!(t.to_type().to_string(), "!kernel.matrix<16x16xf16, b>");
         assert_eq!(MatrixType::of(&t.to_type()), Ok(t));
-        for bad in ["16x16xi32, a", "16x16xf16, d", "0x16xf16, a", "16xf16, a"] {
+        for bad in [
+            "16x16xi32, a",
+            "16x16xf16, d",
+            "0x16xf16, a",
+            "16xf16, a",
+            "65536x65536xf32, c",
+        ] {
             let ty = Type::Opaque {
                 dialect: "kernel".into(),
                 name: "matrix".into(),

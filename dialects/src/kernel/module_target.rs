@@ -225,7 +225,10 @@ fn built_profile(adapter: &Adapter, base: DeviceProfile) -> Result<DeviceProfile
         p.max_texture_extent = Some(n);
         known(&mut p, "max_texture_extent");
     }
-    p.cooperative_matrix = adapter.cooperative_matrix.clone();
+    // The template maps invocations to subgroups by the profile's subgroup
+    // size, which a built profile borrows: its matrices wait for a probed
+    // profile (ircc probe), which measures both.
+    p.cooperative_matrix = Vec::new();
     p.adapter = None;
     p.checked()
 }

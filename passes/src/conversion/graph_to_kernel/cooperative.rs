@@ -66,9 +66,7 @@ pub(super) fn choose(
         .map(with)
         .find(|s| workgroups(s) >= wanted)
         .unwrap_or_else(|| with([1, 1]));
-    let limit = device.local_memory_bytes.unwrap_or(16384) as i64;
-    let max_invocations = i64::from(device.max_workgroup_invocations.unwrap_or(256));
-    (workgroup_bytes(&s) <= limit && s.invocations() <= max_invocations).then_some(s)
+    invalid(&s, device).is_none().then_some(s)
 }
 
 /// The workgroup memory of schedule `s`: the two f16 operand tiles and the
@@ -79,22 +77,44 @@ pub(super) fn workgroup_bytes(s: &CooperativeSchedule) -> i64 {
     2 * (tm * (bk + OPERAND_PAD) + bk * (tn + OPERAND_PAD)) + 4 * tm * (tn + RESULT_PAD)
 }
 
-/// Why schedule `s` cannot be built, if it cannot: the matrix side WGSL
-/// has (16), K steps of whole matrices, and operand tiles every
-/// invocation loads an equal share of.
-pub(super) fn invalid(s: &CooperativeSchedule) -> Option<String> {
-    let [tm, tn] = s.tile();
-    let threads = s.invocations();
+/// Why schedule `s` cannot be built on `device`, if it cannot: the
+/// matrix side WGSL has (16), the device's subgroups (invocations map to
+/// subgroups by its size), K steps of whole matrices, operand tiles every
+/// invocation loads an equal share of, and the device's workgroup limits.
+pub(super) fn invalid(s: &CooperativeSchedule, device: &DeviceProfile) -> Option<String> {
     if s.side != 16 {
         return Some(format!(
             "its side is {}; the template multiplies 16 x 16 matrices",
             s.side
         ));
     }
+    if s.subgroup_size != i64::from(device.subgroup_size) {
+        return Some(format!(
+            "its subgroup_size {} is not the target's subgroups of {}",
+            s.subgroup_size, device.subgroup_size
+        ));
+    }
+    // Bounds first, so that the products below stay small.
+    let small = |v: i64, most: i64| (1..=most).contains(&v);
+    if !(s.subgroups.iter().all(|&v| small(v, 16))
+        && s.matrices.iter().all(|&v| small(v, 8))
+        && small(s.k_step, 256))
+    {
+        return Some("its subgroups (at most 16 a side), matrices (at most 8) or k_step (at most 256) are out of range".to_string());
+    }
     if s.k_step % s.side != 0 {
         return Some(format!(
             "its k_step {} is not a multiple of its side",
             s.k_step
+        ));
+    }
+    let [tm, tn] = s.tile();
+    let threads = s.invocations();
+    let most = i64::from(device.max_workgroup_invocations.unwrap_or(256))
+        .min(target().max_workgroup_invocations);
+    if threads > most {
+        return Some(format!(
+            "its {threads} invocations exceed the workgroup limit of {most}"
         ));
     }
     if (tm * s.k_step) % threads != 0 || (s.k_step * tn) % threads != 0 || (tm * tn) % threads != 0
@@ -104,10 +124,11 @@ pub(super) fn invalid(s: &CooperativeSchedule) -> Option<String> {
             s.k_step, s.k_step
         ));
     }
-    if threads > target().max_workgroup_invocations {
+    let limit = device.local_memory_bytes.unwrap_or(16384) as i64;
+    if workgroup_bytes(s) > limit {
         return Some(format!(
-            "its {threads} invocations exceed the workgroup limit of {}",
-            target().max_workgroup_invocations
+            "its tiles take {} bytes of workgroup memory, over the target's {limit}",
+            workgroup_bytes(s)
         ));
     }
     None
@@ -120,7 +141,8 @@ pub(super) fn lower(
     outputs: &[(ValueId, ValueId)],
     s: CooperativeSchedule,
 ) -> R<()> {
-    if let Some(why) = invalid(&s) {
+    let device = ircc_dialects::kernel::target_profile(kb.m())?;
+    if let Some(why) = invalid(&s, &device) {
         return Err(format!(
             "its matmul_cooperative schedule cannot be built: {why}"
         ));
@@ -203,8 +225,8 @@ pub(super) fn lower(
     let first_row = sub_row * Ix::constant(fm * side);
     let first_col = sub_col * Ix::constant(fn_ * side);
     // Software pipelining as in the FMA template: step kt + 1's words are
-    // loaded before step kt's products (one step past K is fetched, as
-    // zeros, and never stored).
+    // loaded before step kt's products (the last step fetches one past K,
+    // never stored).
     let first = fetch(kb, Ix::constant(0))?;
     let places: Vec<(ValueId, Ix)> = first.iter().map(|(t, at, _)| (*t, at.clone())).collect();
     let mut init: Vec<ValueId> = (0..accs).map(|_| kb.ir.matrix_zero(c_type)).collect();
@@ -348,7 +370,23 @@ mod tests {
         assert_eq!(tiles(3136, 768, 3072), ([64, 64], 64));
         assert_eq!(tiles(3136, 384, 96), ([64, 32], 32));
         let s = choose(3136, 768, 3072, 1, &h100()).unwrap();
-        assert_eq!(invalid(&s), None);
+        assert_eq!(invalid(&s, &h100()), None);
+        let huge = CooperativeSchedule {
+            subgroups: [1 << 32, 1 << 32],
+            ..s
+        };
+        assert!(invalid(&huge, &h100()).unwrap().contains("out of range"));
+        let half = CooperativeSchedule {
+            subgroup_size: 16,
+            ..s
+        };
+        assert!(invalid(&half, &h100()).unwrap().contains("subgroup_size"));
+        let greedy = CooperativeSchedule {
+            matrices: [8, 8],
+            k_step: 256,
+            ..s
+        };
+        assert!(invalid(&greedy, &h100()).unwrap().contains("workgroup"));
         assert!(workgroup_bytes(&s) <= 49152);
     }
 
