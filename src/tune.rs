@@ -26,7 +26,9 @@ use ircc_core::Module;
 use ircc_core::pass::{PassManager, PassOptions, PassRegistry, RunOptions};
 use ircc_dialects::kernel::Target;
 use ircc_passes::conversion::graph_to_kernel::KernelLower;
-use ircc_passes::decl::{KernelAceOptions, KernelLowerOptions};
+#[cfg(feature = "wgpu")]
+use ircc_passes::decl::KernelAceOptions;
+use ircc_passes::decl::KernelLowerOptions;
 #[cfg(feature = "wgpu")]
 use ircc_passes::tuning::database::Entry;
 use ircc_passes::tuning::database::TuningDb;
