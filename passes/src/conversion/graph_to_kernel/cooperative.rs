@@ -184,19 +184,29 @@ pub(super) fn lower(
     let b_tile = kb.ir.alloc(bk * b_stride, ElemType::F16);
     let c_tile = kb.ir.alloc(tile_m * c_stride, ElemType::F32);
     let (a_loads, b_loads) = (tile_m * bk / threads, bk * tile_n / threads);
+    // Neighbouring invocations read neighbouring words: along K in A and
+    // along N in B, or along the other axis where the operand is stored
+    // transposed to the product (a 1x1 convolution's input, a gemm's
+    // transposed B).
+    let (a_rows, b_rows) = (
+        product.rows_adjacent(kb.m(), 0),
+        product.rows_adjacent(kb.m(), 1),
+    );
     // The words this invocation stages at K step `kt`, as f16: (tile,
-    // slot, word), consecutive invocations reading consecutive elements
-    // of a row of A (along K) and of B (along N).
+    // slot, word).
     let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<(ValueId, Ix, ValueId)>> {
         let k0 = kt * Ix::constant(bk);
         let mut words = Vec::new();
         for l in 0..a_loads.max(b_loads) {
             let e = tid.clone() + Ix::constant(l * threads);
             if l < a_loads {
-                let (r, k) = (
-                    e.clone().floor_div(Ix::constant(bk)),
-                    e.clone().modulo(Ix::constant(bk)),
-                );
+                let (r, k) = if a_rows {
+                    let r = e.clone().modulo(Ix::constant(tile_m));
+                    (r, e.clone().floor_div(Ix::constant(tile_m)))
+                } else {
+                    let k = e.clone().modulo(Ix::constant(bk));
+                    (e.clone().floor_div(Ix::constant(bk)), k)
+                };
                 let kg = k0.clone() + k.clone();
                 let row = wy.clone() * Ix::constant(tile_m) + r.clone();
                 let v = product.operand(kb, 0, &batch, row, kg.clone())?;
@@ -204,10 +214,13 @@ pub(super) fn lower(
                 words.push((a_tile, r * Ix::constant(a_stride) + k, v));
             }
             if l < b_loads {
-                let (k, col) = (
-                    e.clone().floor_div(Ix::constant(tile_n)),
-                    e.clone().modulo(Ix::constant(tile_n)),
-                );
+                let (k, col) = if b_rows {
+                    let k = e.clone().modulo(Ix::constant(bk));
+                    (k, e.clone().floor_div(Ix::constant(bk)))
+                } else {
+                    let col = e.clone().modulo(Ix::constant(tile_n));
+                    (e.clone().floor_div(Ix::constant(tile_n)), col)
+                };
                 let kg = k0.clone() + k.clone();
                 let colg = wx.clone() * Ix::constant(tile_n) + col.clone();
                 let v = product.operand(kb, 1, &batch, kg.clone(), colg)?;

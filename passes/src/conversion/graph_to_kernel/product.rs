@@ -201,6 +201,43 @@ impl Product {
         Ok(kb.ir.cast(v, Type::Scalar(ElemType::F32)))
     }
 
+    /// Whether operand `which`'s elements along its rows (M for A, K for
+    /// B) lie next to each other in memory, where that is known: a gemm's
+    /// transposed operand, a convolution's weights (along K) and its input
+    /// at unit stride (along the output positions), a matmul operand read
+    /// through a transposing view. A template staging the operand then
+    /// has neighbouring invocations walk its rows, so their loads coalesce.
+    pub fn rows_adjacent(&self, m: &Module, which: usize) -> bool {
+        match self {
+            Product::Gemm { op } => graph::ops::Gemm::new(m, *op)
+                .is_some_and(|g| if which == 0 { g.trans_a() } else { g.trans_b() } != 0),
+            Product::Conv { window, .. } => {
+                which == 1 || window.strides.last().is_some_and(|&s| s == 1)
+            }
+            Product::Matmul { a, b, fold, .. } => {
+                if *fold && which == 0 {
+                    return false;
+                }
+                let x = if which == 0 { *a } else { *b };
+                let (stored, map) = ircc_dialects::index::through_views(m, x);
+                let (Some(map), shape) = (map, shape_of(m, x)) else {
+                    return false;
+                };
+                if shape.len() < 2 {
+                    return false;
+                }
+                let offset = super::address::linearize(&map.results, &shape_of(m, stored));
+                let at = vec![0; shape.len()];
+                let mut below = at.clone();
+                below[shape.len() - 2] = 1;
+                matches!(
+                    (offset.eval(&at, &[]), offset.eval(&below, &[])),
+                    (Ok(a), Ok(b)) if b - a == 1
+                )
+            }
+        }
+    }
+
     /// The index of result element `(row, col)` in the anchor's result.
     pub fn result_index(&self, batch: &[Ix], row: Ix, col: Ix) -> Vec<Ix> {
         match self {
