@@ -8,10 +8,11 @@
 //! as the FMA template does.
 
 use ircc_core::{ElemType, Type, ValueId};
-use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
-use ircc_dialects::kernel::{CooperativeSchedule, DeviceProfile, KernelOp, MatrixRole, MatrixType};
+use ircc_dialects::kernel::ops::{FuncTemplate, IdKind};
+use ircc_dialects::kernel::{CooperativeSchedule, DeviceProfile, MatrixRole, MatrixType};
 
 use super::lowering::{Ix, KernelBuilder, delinearize, guarded, store_outputs, target};
+use super::matmul::{inside_product, zero_beyond};
 use super::product::{Product, product_dims};
 
 type R<T> = Result<T, String>;
@@ -200,31 +201,19 @@ pub(super) fn lower(
         for l in 0..a_loads.max(b_loads) {
             let e = tid.clone() + Ix::constant(l * threads);
             if l < a_loads {
-                let (r, k) = if a_rows {
-                    let r = e.clone().modulo(Ix::constant(tile_m));
-                    (r, e.clone().floor_div(Ix::constant(tile_m)))
-                } else {
-                    let k = e.clone().modulo(Ix::constant(bk));
-                    (e.clone().floor_div(Ix::constant(bk)), k)
-                };
+                let (r, k) = tile_position(&e, a_rows, tile_m, bk);
                 let kg = k0.clone() + k.clone();
                 let row = wy.clone() * Ix::constant(tile_m) + r.clone();
-                let v = product.operand(kb, 0, &batch, row, kg.clone())?;
-                let v = half_within_k(kb, v, &kg, kk, bk);
+                let v = product.operand_as(kb, 0, &batch, row, kg.clone(), ElemType::F16)?;
+                let v = zero_beyond(kb, v, &kg, kk, bk);
                 words.push((a_tile, r * Ix::constant(a_stride) + k, v));
             }
             if l < b_loads {
-                let (k, col) = if b_rows {
-                    let k = e.clone().modulo(Ix::constant(bk));
-                    (k, e.clone().floor_div(Ix::constant(bk)))
-                } else {
-                    let col = e.clone().modulo(Ix::constant(tile_n));
-                    (e.clone().floor_div(Ix::constant(tile_n)), col)
-                };
+                let (k, col) = tile_position(&e, b_rows, bk, tile_n);
                 let kg = k0.clone() + k.clone();
                 let colg = wx.clone() * Ix::constant(tile_n) + col.clone();
-                let v = product.operand(kb, 1, &batch, kg.clone(), colg)?;
-                let v = half_within_k(kb, v, &kg, kk, bk);
+                let v = product.operand_as(kb, 1, &batch, kg.clone(), colg, ElemType::F16)?;
+                let v = zero_beyond(kb, v, &kg, kk, bk);
                 words.push((b_tile, k * Ix::constant(b_stride) + col, v));
             }
         }
@@ -314,14 +303,7 @@ pub(super) fn lower(
         let acc = kb.load(c_tile, &(r.clone() * Ix::constant(c_stride) + col.clone()));
         let row = wy.clone() * Ix::constant(tile_m) + r;
         let colg = wx.clone() * Ix::constant(tile_n) + col;
-        let mut flags = Vec::new();
-        if mm % tile_m != 0 {
-            flags.push(kb.index_cmp(CmpPred::Lt, &row, mm));
-        }
-        if nn % tile_n != 0 {
-            flags.push(kb.index_cmp(CmpPred::Lt, &colg, nn));
-        }
-        let cond = (!flags.is_empty()).then(|| kb.ir.all(flags));
+        let cond = inside_product(kb, (&row, mm, tile_m), (&colg, nn, tile_n));
         let idx = product.result_index(&batch, row, colg);
         guarded(kb, cond, &mut |kb| {
             let y = kb.ir.cast(acc, Type::Scalar(kb.float));
@@ -341,26 +323,17 @@ pub(super) fn lower(
     Ok(())
 }
 
-/// Operand word `v` (f32) as f16, zero beyond K's end where the last step
-/// runs past it.
-fn half_within_k(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64, bk: i64) -> ValueId {
-    // An f16 tensor's element, which the product widened: as loaded.
-    let m = kb.m();
-    let widened = m
-        .defining_op(v)
-        .filter(|&d| KernelOp::of(m, d) == Some(KernelOp::Cast))
-        .map(|d| m.op(d).operands[0])
-        .filter(|&x| *m.value_type(x) == Type::Scalar(ElemType::F16));
-    let v = match widened {
-        Some(x) => x,
-        None => kb.ir.cast(v, Type::Scalar(ElemType::F16)),
-    };
-    if kk % bk == 0 {
-        return v;
+/// Element `e` of a `rows` x `cols` tile that invocations fill in turn:
+/// its (row, column), neighbouring elements down a column where
+/// `along_rows`, else along a row.
+fn tile_position(e: &Ix, along_rows: bool, rows: i64, cols: i64) -> (Ix, Ix) {
+    if along_rows {
+        let row = e.clone().modulo(Ix::constant(rows));
+        (row, e.clone().floor_div(Ix::constant(rows)))
+    } else {
+        let col = e.clone().modulo(Ix::constant(cols));
+        (e.clone().floor_div(Ix::constant(cols)), col)
     }
-    let inside = kb.index_cmp(CmpPred::Lt, k, kk);
-    let zero = kb.ir.constant(0.0, ElemType::F16);
-    kb.ir.select(inside, v, zero)
 }
 
 fn ceil_div(a: i64, b: i64) -> i64 {

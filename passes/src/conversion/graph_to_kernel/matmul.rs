@@ -460,14 +460,7 @@ pub(super) fn matmul(
         for j in 0..cols {
             let row = wy.clone() * Ix::constant(tile_m) + row_of(i);
             let col = wx.clone() * Ix::constant(tile_n) + col_of(j);
-            let mut flags = Vec::new();
-            if mm % tile_m != 0 {
-                flags.push(kb.index_cmp(CmpPred::Lt, &row, mm));
-            }
-            if nn % tile_n != 0 {
-                flags.push(kb.index_cmp(CmpPred::Lt, &col, nn));
-            }
-            let cond = (!flags.is_empty()).then(|| kb.ir.all(flags));
+            let cond = inside_product(kb, (&row, mm, tile_m), (&col, nn, tile_n));
             let idx = product.result_index(&batch, row, col);
             let acc = carried[(i * cols + j) as usize];
             guarded(kb, cond, &mut |kb| {
@@ -499,13 +492,32 @@ pub(super) fn matmul(
     Ok(key)
 }
 
-fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64, bk: i64) -> ValueId {
+/// Operand word `v` at `k`, zero past K's end where K steps of `bk` run
+/// past it.
+pub(super) fn zero_beyond(kb: &mut KernelBuilder, v: ValueId, k: &Ix, kk: i64, bk: i64) -> ValueId {
     if kk % bk == 0 {
         return v;
     }
     let inside = kb.index_cmp(CmpPred::Lt, k, kk);
-    let zero = kb.ir.constant(0.0, ElemType::F32);
+    let zero = kb.ir.constant(0.0, kb.ir.elem(v));
     kb.ir.select(inside, v, zero)
+}
+
+/// Whether result `(row, col)` of a tiled product lies inside its `m` x
+/// `n` extent: `None` (always) where the tiles divide it.
+pub(super) fn inside_product(
+    kb: &mut KernelBuilder,
+    (row, m, tile_m): (&Ix, i64, i64),
+    (col, n, tile_n): (&Ix, i64, i64),
+) -> Option<ValueId> {
+    let mut flags = Vec::new();
+    if m % tile_m != 0 {
+        flags.push(kb.index_cmp(CmpPred::Lt, row, m));
+    }
+    if n % tile_n != 0 {
+        flags.push(kb.index_cmp(CmpPred::Lt, col, n));
+    }
+    (!flags.is_empty()).then(|| kb.ir.all(flags))
 }
 
 #[cfg(test)]

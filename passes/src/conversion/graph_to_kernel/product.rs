@@ -146,6 +146,19 @@ impl Product {
         row: Ix,
         col: Ix,
     ) -> R<ValueId> {
+        self.operand_as(kb, which, batch, row, col, ElemType::F32)
+    }
+
+    /// [`Product::operand`] as `elem` (no conversion where it is stored so).
+    pub fn operand_as(
+        &self,
+        kb: &mut KernelBuilder,
+        which: usize,
+        batch: &[Ix],
+        row: Ix,
+        col: Ix,
+        elem: ElemType,
+    ) -> R<ValueId> {
         let v = match self {
             Product::Gemm { op } => kb.gemm_operand(*op, which, row, col)?,
             Product::Matmul {
@@ -198,7 +211,7 @@ impl Product {
                 }
             }
         };
-        Ok(kb.ir.cast(v, Type::Scalar(ElemType::F32)))
+        Ok(kb.ir.cast(v, Type::Scalar(elem)))
     }
 
     /// Whether operand `which`'s elements along its rows (M for A, K for
