@@ -1,7 +1,7 @@
 //! `--emit dot`: the compiled graph for Graphviz. Each kernel is a cluster
 //! (a fused op shows the ops inside it); an eliminated layout op, now an
 //! index view that its reader applies, is drawn dashed; weights and
-//! constants are notes.
+//! constants are notes; a texture's place and read stand between kernels.
 
 use std::collections::HashMap;
 use std::fmt::Write;
@@ -73,7 +73,9 @@ pub fn to_dot(module: &Module) -> String {
                 }
                 kernel += 1;
             } else {
-                let own_cluster = !is_data(module, op);
+                // A texture's place and read are how the kernels around
+                // them address it, not kernels of their own.
+                let own_cluster = GraphOp::of(module, op).is_some() && !is_data(module, op);
                 if own_cluster {
                     let _ = writeln!(
                         out,

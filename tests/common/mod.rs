@@ -375,6 +375,35 @@ pub const ATTENTION_TEMPLATES: [(&TemplateCase, &[&str]); 3] = [
     (&ATTENTION_TILED, &["--attention", "tiled"]),
 ];
 
+/// Tiled products whose results live in textures, as texture.map placed
+/// them for Adreno 740: the products write them as texels.
+pub const PRODUCT_TEXELS: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel.lower/matmul_texels.ir",
+    inputs: &[
+        ("a", &[2, 21, 40]),
+        ("b", &[40, 30]),
+        ("x", &[1, 3, 10, 10]),
+        ("w", &[6, 3, 3, 3]),
+        ("c", &[6]),
+    ],
+    results: 2,
+};
+
+/// [`PRODUCT_TEXELS`] lowered as placed (for adreno740) on a device
+/// backend at f32 and f16, within the GPU tests' tolerance.
+pub fn assert_product_texels_match(backend: &[&str]) {
+    for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
+        let mut args = vec!["--passes", "kernel.lower", "--precision", precision];
+        args.extend_from_slice(backend);
+        let diff = template_difference_on(&PRODUCT_TEXELS, "adreno740", &args);
+        assert!(
+            diff <= tolerance,
+            "{} {backend:?} {precision}: {diff:e}",
+            PRODUCT_TEXELS.file
+        );
+    }
+}
+
 /// `case` run for the nvidia_vulkan profile with `extra` (a pipeline, a
 /// backend, a precision), beside the reference interpreter on the same
 /// inputs: the largest relative difference of its results.

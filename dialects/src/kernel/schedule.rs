@@ -104,12 +104,6 @@ impl Schedule {
         }
     }
 
-    /// Whether the template writes its results texel by texel, so that a
-    /// result may be placed in a texture (the others' are copied there).
-    pub fn writes_texels(&self) -> bool {
-        matches!(self, Schedule::Elementwise)
-    }
-
     pub fn to_attr(&self) -> Attribute {
         let mut d = Attributes::new();
         d.insert("template".into(), Attribute::String(self.template().into()));

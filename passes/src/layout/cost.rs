@@ -5,8 +5,9 @@
 //!
 //! - A write stores every byte of the layout once at the buffer bandwidth
 //!   (a texture's bytes include the unused lanes of its last texels).
-//!   A texture written by a tiled kernel, which writes row-major buffers,
-//!   costs the buffer and a copy kernel into the texture besides.
+//!   A texture its kernel cannot write (a tiled product's with lanes
+//!   along another axis than its columns, a reduction's) costs the buffer
+//!   and a copy kernel into the texture besides.
 //! - A read along the axis the layout keeps fastest (a buffer's last axis,
 //!   a texture's lane axis) fetches each byte once, at the buffer or the
 //!   texture bandwidth. A read along a texture's x axis uses one lane of
@@ -25,7 +26,7 @@ use ircc_dialects::kernel::{DeviceProfile, Target};
 use ircc_dialects::texture::{LANES, TexelFormat};
 use serde::Deserialize;
 
-use super::problem::{Choice, Node, Writer};
+use super::problem::{Choice, Node};
 
 #[derive(Clone, Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -174,13 +175,11 @@ impl CostModel {
 
     pub fn write(&self, node: &Node, choice: Choice) -> f64 {
         let own = self.bytes(node, choice) / self.buffer_bandwidth;
-        match (choice, node.writer) {
-            (Choice::Texture { .. }, Writer::Buffer) => {
-                let buffer = self.bytes(node, Choice::Buffer) / self.buffer_bandwidth;
-                own + 2.0 * buffer + self.launch
-            }
-            _ => own,
+        if node.writer.writes(choice) {
+            return own;
         }
+        let buffer = self.bytes(node, Choice::Buffer) / self.buffer_bandwidth;
+        own + 2.0 * buffer + self.launch
     }
 
     /// Reading the tensor in `choice` along `want` (none: no preference).

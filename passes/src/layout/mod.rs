@@ -39,13 +39,10 @@ pub const LAYOUT_COST: &str = "texture.layout_cost";
 pub const LAYOUT_COST_PBQP: &str = "texture.layout_cost_pbqp";
 pub const COPIES: &str = "texture.copies";
 
-/// Whether top-level op `op`'s scheduled template writes texels (only
-/// the element-wise one does: texture.map copies the others' results).
-pub fn writes_texels(m: &Module, op: OpId) -> bool {
-    Schedule::of(m, op)
-        .ok()
-        .flatten()
-        .is_some_and(|s| s.writes_texels())
+/// How the kernels kernel.lower builds for top-level op `op` write its
+/// result `k`, which decides which texture layouts cost a copy.
+pub fn writer_of(m: &Module, op: OpId, k: usize) -> Writer {
+    crate::conversion::graph_to_kernel::result_writer(m, op, k)
 }
 
 /// An error naming the first compute op of `block` with no (or a bad)
@@ -161,13 +158,7 @@ pub fn problem_of(
     block: ircc_core::BlockId,
     model: &CostModel,
 ) -> Problem {
-    let writer = |op| {
-        if writes_texels(m, op) {
-            Writer::Texels
-        } else {
-            Writer::Buffer
-        }
-    };
+    let writer = |op, k| writer_of(m, op, k);
     let fits = |shape: &[i64], lanes, contiguous| {
         model.format?;
         TextureLayout::new(shape, lanes, contiguous, model.max_extent)

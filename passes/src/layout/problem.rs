@@ -40,8 +40,23 @@ pub enum Writer {
     /// A tiled kernel that writes a row-major buffer; a texture layout
     /// costs a copy.
     Buffer,
+    /// A tiled product, which stages its results in workgroup memory and
+    /// writes texels of four neighbouring columns (axis `columns` of the
+    /// tensor): a texture with its lanes along another axis costs a copy.
+    Product { columns: usize },
     /// The host (a function input).
     Host,
+}
+
+impl Writer {
+    /// Whether the kernel writes the tensor in `choice` itself (no copy).
+    pub fn writes(self, choice: Choice) -> bool {
+        match (self, choice) {
+            (_, Choice::Buffer) | (Writer::Texels, _) => true,
+            (Writer::Product { columns }, Choice::Texture { lanes, .. }) => lanes == columns,
+            (Writer::Buffer | Writer::Host, Choice::Texture { .. }) => false,
+        }
+    }
 }
 
 pub struct Node {
@@ -91,13 +106,13 @@ const MAX_WALK: usize = 256;
 
 impl Problem {
     /// The problem of host function body `block`. `writer` says how a
-    /// top-level op writes its results, `textures` whether a tensor may be
+    /// top-level op writes each of its results, `textures` whether a tensor may be
     /// placed in a texture at all, and `fits` whether a layout fits.
     pub fn extract(
         m: &Module,
         registry: &Registry,
         block: BlockId,
-        writer: &dyn Fn(OpId) -> Writer,
+        writer: &dyn Fn(OpId, usize) -> Writer,
         fits: Fits,
     ) -> Problem {
         let mut p = Problem {
@@ -114,14 +129,13 @@ impl Problem {
             .filter(|&op| GraphOp::of(m, op).is_some() && !is_data(m, op))
             .collect();
         for &op in &kernels {
-            let w = writer(op);
-            for &r in &m.op(op).results {
+            for (k, &r) in m.op(op).results.iter().enumerate() {
                 let returned = m
                     .value(r)
                     .uses
                     .iter()
                     .any(|u| FuncOp::of(m, u.op) == Some(FuncOp::Return));
-                p.add_node(m, r, w, !returned, fits);
+                p.add_node(m, r, writer(op, k), !returned, fits);
             }
         }
         for &op in &kernels {

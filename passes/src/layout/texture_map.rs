@@ -3,9 +3,10 @@
 //! map (`texture.read`), so the texture level is explicit in the IR and
 //! the interpreter checks it. A tensor stays in a buffer, with a remark,
 //! where the device has no rgba32f textures or the layout exceeds its
-//! extent. A tensor written by a tiled kernel (which writes row-major
-//! buffers) is copied into its texture by a `graph.identity`, as the cost
-//! model counted.
+//! extent. A tensor whose kernel cannot write its layout (a reduction's,
+//! a tiled product's with lanes along another axis than its columns) is
+//! copied into its texture by a `graph.identity`, as the cost model
+//! counted.
 
 use std::collections::HashMap;
 
@@ -20,7 +21,7 @@ use ircc_dialects::texture::{TextureLayout, TextureOp};
 
 use super::cost::{CostModel, LayoutSpec};
 use super::problem::Choice;
-use super::{LAYOUTS, choice_attr, layouts_of, profile, require_schedules, writes_texels};
+use super::{LAYOUTS, choice_attr, layouts_of, profile, require_schedules, writer_of};
 use crate::decl::TextureMapOptions;
 
 pub struct TextureMap;
@@ -139,7 +140,7 @@ impl TextureMap {
         };
         let mut new = Vec::new();
         let mut source = r;
-        if !writes_texels(m, op) {
+        if !writer_of(m, op, k).writes(choice) {
             let copy = m.create_op(
                 OpBuilder::new(GraphOp::Identity.name())
                     .operands([r])

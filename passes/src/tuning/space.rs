@@ -71,6 +71,20 @@ impl MatmulConfig {
         self.local_memory && self.cols % 4 == 0
     }
 
+    /// Words of workgroup memory in which the epilogue stages one row of
+    /// register tiles per result written as texels.
+    pub fn texel_staging_words(&self) -> i64 {
+        self.workgroup_y * self.tile_n()
+    }
+
+    /// Whether the kernel can write `results` results as texels of four
+    /// neighbouring columns: unsplit, its tiles a whole number of texels
+    /// wide, and their staging fitting beside the operand tiles.
+    pub fn writes_texels(&self, results: usize, t: &Target) -> bool {
+        let words = self.workgroup_words() + results as i64 * self.texel_staging_words();
+        self.splits == 1 && self.tile_n() % 4 == 0 && words * 4 <= t.max_workgroup_storage_bytes
+    }
+
     /// Words of workgroup memory: A's tile (transposed and padded by four
     /// words a row where read by vec4) and B's.
     pub fn workgroup_words(&self) -> i64 {

@@ -1,17 +1,19 @@
 //! The tiled matrix product (matmul, gemm, one-group convolution): its
 //! configuration — the target's heuristic (`Tiling`) or a tuning
 //! database's point of the space (`MatmulConfig`) — and the kernel built
-//! from it, with shared operand tiles or direct loads, and split-K.
+//! from it, with shared operand tiles or direct loads, and split-K;
+//! results placed in textures are staged and written as texels.
 
 use ircc_core::{ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind};
 use ircc_dialects::kernel::{MatmulSchedule, SCHEDULE_ATTR};
+use ircc_dialects::texture::LANES;
 
 use super::lowering::{
     ArgRole, Input, Ix, KernelBuilder, delinearize, guarded, shape_of, short, store_outputs,
     target, tensor_shape,
 };
-use super::product::{Product, product_dims};
+use super::product::{Product, column_axis, product_dims};
 use crate::tuning::prune::KernelFacts;
 use crate::tuning::space::{MatmulConfig, ProductShape};
 use crate::tuning::{SharedTuning, Tunable};
@@ -157,12 +159,12 @@ pub(super) fn tuning_key(m: &Module, anchor: OpId, p: &ProductShape, float: Elem
 /// The configuration of the product `key` names: its schedule's, or
 /// where `ircc tune` shares a table with this lowering and the table has
 /// the signature, the table's (checked against the product); with whether
-/// it was tuned.
+/// it was tuned. `placed` of its results are in textures.
 fn configure(
     kb: &KernelBuilder,
     tuning: Option<&SharedTuning>,
     key: &str,
-    shape: ProductShape,
+    (shape, placed): (ProductShape, usize),
     schedule: &MatmulSchedule,
 ) -> R<(MatmulConfig, bool)> {
     let scheduled = config_of(schedule);
@@ -197,11 +199,19 @@ fn configure(
             tuning.source
         ));
     }
+    // Results texture.map placed as the schedule writes them (by this
+    // kernel's texels, or the kernel summing its split) keep the
+    // schedule's parameters where the tuned ones would write otherwise.
+    let writes_alike = config.splits == scheduled.splits
+        && (config.splits > 1 || config.writes_texels(placed, target()));
+    if placed > 0 && !writes_alike {
+        return Ok((scheduled, schedule.tuned));
+    }
     Ok((config, true))
 }
 
 /// The template parameters a schedule gives.
-pub(super) fn config_of(s: &MatmulSchedule) -> MatmulConfig {
+pub(crate) fn config_of(s: &MatmulSchedule) -> MatmulConfig {
     MatmulConfig {
         workgroup_x: s.workgroup[0],
         workgroup_y: s.workgroup[1],
@@ -252,7 +262,11 @@ pub(super) fn matmul(
         batches,
     };
     let key = tuning_key(kb.m(), anchor, &shape, kb.float);
-    let (config, tuned) = configure(kb, tuning, &key, shape, &schedule)?;
+    let placed = outputs
+        .iter()
+        .filter(|(_, host)| kb.textures.contains_key(host))
+        .count();
+    let (config, tuned) = configure(kb, tuning, &key, (shape, placed), &schedule)?;
     let MatmulConfig {
         workgroup_x: wgx,
         workgroup_y: wgy,
@@ -296,13 +310,15 @@ pub(super) fn matmul(
     // workgroup side apart, so that neighbouring invocations read
     // neighbouring words (no bank conflicts, coalesced loads).
     let (vec4_rows, vec4_cols) = (config.vec4_rows(), config.vec4_cols());
-    let row_of = |i: i64| {
+    // Row `i` of the register tile of the invocations at local row `l`.
+    let row_in_tile = |l: Ix, i: i64| {
         if vec4_rows {
-            ly.clone() * Ix::constant(rows) + Ix::constant(i)
+            l * Ix::constant(rows) + Ix::constant(i)
         } else {
-            ly.clone() + Ix::constant(i * wgy)
+            l + Ix::constant(i * wgy)
         }
     };
+    let row_of = |i: i64| row_in_tile(ly.clone(), i);
     let col_of = |j: i64| {
         if vec4_cols {
             lx.clone() * Ix::constant(cols) + Ix::constant(j)
@@ -456,6 +472,26 @@ pub(super) fn matmul(
             })
         })?
     };
+    // Results placed in textures are written as texels of four
+    // neighbouring columns, which different invocations hold: each row of
+    // register tiles is staged in workgroup memory, then written by texels.
+    let (texels, words): (Vec<_>, Vec<_>) = outputs
+        .iter()
+        .copied()
+        .partition(|(_, host)| splits == 1 && kb.textures.contains_key(host));
+    let staging = texel_staging(kb, anchor, &texels, &config)?;
+    let tile = TexelTile {
+        product: &product,
+        batch: &batch,
+        columns: column_axis(kb.m(), anchor),
+        at: [
+            wy.clone() * Ix::constant(tile_m),
+            wx.clone() * Ix::constant(tile_n),
+        ],
+        extent: [mm, nn],
+        tile: [tile_m, tile_n],
+        invocations: (ly.clone() * Ix::constant(wgx) + lx.clone(), wgx * wgy),
+    };
     for i in 0..rows {
         for j in 0..cols {
             let row = wy.clone() * Ix::constant(tile_m) + row_of(i);
@@ -463,6 +499,7 @@ pub(super) fn matmul(
             let cond = inside_product(kb, (&row, mm, tile_m), (&col, nn, tile_n));
             let idx = product.result_index(&batch, row, col);
             let acc = carried[(i * cols + j) as usize];
+            let slot = ly.clone() * Ix::constant(tile_n) + col_of(j);
             guarded(kb, cond, &mut |kb| {
                 if splits > 1 {
                     let mut at = vec![split.clone()];
@@ -473,8 +510,19 @@ pub(super) fn matmul(
                 let y = kb.ir.cast(acc, Type::Scalar(kb.float));
                 let y = product.epilogue(kb, y, &idx)?;
                 kb.memo_put(c, &idx, y);
-                store_outputs(kb, outputs, &idx)
+                store_outputs(kb, &words, &idx)?;
+                for (&(inner, _), &stage) in texels.iter().zip(&staging) {
+                    let v = kb.value_at(inner, &idx)?;
+                    let v = kb.ir.cast(v, Type::Scalar(ElemType::F32));
+                    kb.store(v, stage, &slot);
+                }
+                Ok(())
             })?;
+        }
+        if !texels.is_empty() {
+            kb.ir.barrier();
+            tile.write(kb, &texels, &staging, wgy, &|l| row_in_tile(l, i))?;
+            kb.ir.barrier();
         }
     }
     let mut tile_parameters = vec![tile_m, tile_n, bk, rows, cols];
@@ -490,6 +538,119 @@ pub(super) fn matmul(
         Some(tile_parameters),
     );
     Ok(key)
+}
+
+/// The workgroup arrays, one per result in `texels`, in which a row of
+/// register tiles is staged before it is written as texels (checking the
+/// results' layouts put their lanes along the product's columns).
+fn texel_staging(
+    kb: &mut KernelBuilder,
+    anchor: OpId,
+    texels: &[(ValueId, ValueId)],
+    config: &MatmulConfig,
+) -> R<Vec<ValueId>> {
+    if texels.is_empty() {
+        return Ok(Vec::new());
+    }
+    if !config.writes_texels(texels.len(), target()) {
+        return Err(format!(
+            "its results are placed in textures, which its tiles of {}x{} split {} ways cannot write (texture.map copies them where layout.select's writer says so)",
+            config.tile_m(),
+            config.tile_n(),
+            config.splits
+        ));
+    }
+    let columns = column_axis(kb.m(), anchor);
+    let space = tensor_shape(kb, kb.m().op(anchor).results[0]);
+    for (_, host) in texels {
+        let layout = &kb.textures[host];
+        if layout.lanes() != columns || layout.shape() != space {
+            return Err(format!(
+                "a result is placed in a texture with lanes along axis {} of {:?}; the product writes texels along axis {columns} of {space:?}",
+                layout.lanes(),
+                layout.shape()
+            ));
+        }
+    }
+    let words = config.texel_staging_words();
+    Ok(texels
+        .iter()
+        .map(|_| kb.ir.alloc(words, ElemType::F32))
+        .collect())
+}
+
+/// A workgroup's tile of a product's results, written as texels.
+struct TexelTile<'a> {
+    product: &'a Product,
+    batch: &'a [Ix],
+    /// The axis of the results the product's columns run along.
+    columns: usize,
+    /// The tile's first row and column.
+    at: [Ix; 2],
+    /// The product's rows and columns.
+    extent: [i64; 2],
+    tile: [i64; 2],
+    /// This invocation's index in the workgroup, and their number.
+    invocations: (Ix, i64),
+}
+
+impl TexelTile<'_> {
+    /// Writes the `rows` rows staged (row `r` at `r` x tile width, its
+    /// place in the tile `row_at(r)`) as texels of each result in
+    /// `texels`, neighbouring invocations writing neighbouring texels.
+    /// Lanes past the product's last column hold zero.
+    fn write(
+        &self,
+        kb: &mut KernelBuilder,
+        texels: &[(ValueId, ValueId)],
+        staging: &[ValueId],
+        rows: i64,
+        row_at: &dyn Fn(Ix) -> Ix,
+    ) -> R<()> {
+        let [mm, nn] = self.extent;
+        let [tile_m, tile_n] = self.tile;
+        let per_row = tile_n / LANES;
+        let count = rows * per_row;
+        let (tid, threads) = self.invocations.clone();
+        for pass in 0..(count + threads - 1) / threads {
+            let t = tid.clone() + Ix::constant(pass * threads);
+            let inside =
+                ((pass + 1) * threads > count).then(|| kb.index_cmp(CmpPred::Lt, &t, count));
+            guarded(kb, inside, &mut |kb| {
+                let (r, q) = (
+                    t.clone().floor_div(Ix::constant(per_row)),
+                    t.clone().modulo(Ix::constant(per_row)),
+                );
+                let row = self.at[0].clone() + row_at(r.clone());
+                let col = self.at[1].clone() + q.clone() * Ix::constant(LANES);
+                let cond = inside_product(kb, (&row, mm, tile_m), (&col, nn, tile_n));
+                guarded(kb, cond, &mut |kb| {
+                    let mut idx = self
+                        .product
+                        .result_index(self.batch, row.clone(), col.clone());
+                    idx[self.columns] = col.clone().floor_div(Ix::constant(LANES));
+                    let offset = r.clone() * Ix::constant(tile_n) + q.clone() * Ix::constant(LANES);
+                    for (&(_, host), &stage) in texels.iter().zip(staging) {
+                        let mut lanes = kb.load4(stage, &offset);
+                        if nn % LANES != 0 {
+                            for (l, lane) in lanes.iter_mut().enumerate() {
+                                let c = col.clone() + Ix::constant(l as i64);
+                                let flag = kb.index_cmp(CmpPred::Lt, &c, nn);
+                                let zero = kb.ir.constant(0.0, ElemType::F32);
+                                *lane = kb.ir.select(flag, *lane, zero);
+                            }
+                        }
+                        let lanes = lanes.map(|v| kb.ir.cast(v, Type::Scalar(kb.float)));
+                        let memory = kb.arg(ArgRole::Output(host));
+                        let at = kb.textures[&host].texel(&idx);
+                        kb.texture_store(lanes, memory, &at);
+                    }
+                    Ok(())
+                })
+            })?;
+        }
+        Ok(())
+    }
 }
 
 /// Operand word `v` at `k`, zero past K's end where K steps of `bk` run

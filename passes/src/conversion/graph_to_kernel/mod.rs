@@ -51,6 +51,7 @@ use ircc_dialects::texture::{self, TextureLayout, TextureOp, TextureType};
 use group::group_of;
 pub use lowering::{ArgRole, kernel_elem, storage_elem};
 pub use schedule::KernelSchedule;
+pub(crate) use templates::result_writer;
 
 use crate::index::simplify::rules;
 use crate::tuning::SharedTuning;

@@ -90,6 +90,16 @@ pub(super) fn product_dims(m: &Module, anchor: OpId) -> (i64, i64, i64, Vec<i64>
     }
 }
 
+/// The axis of `anchor`'s result its product's columns run along (the
+/// last of [`Product::result_index`]'s for matmul and gemm, the channels
+/// for a convolution).
+pub(super) fn column_axis(m: &Module, anchor: OpId) -> usize {
+    match GraphOp::of(m, anchor) {
+        Some(GraphOp::Conv) => 1,
+        _ => shape_of(m, m.op(anchor).results[0]).len().saturating_sub(1),
+    }
+}
+
 /// Whether a batch against one matrix folds into the product's rows.
 fn folds_batch(sa: &[i64], sb: &[i64], sc: &[i64]) -> bool {
     sb.len() == 2 && sc.len() > 2 && sa.len() == sc.len()

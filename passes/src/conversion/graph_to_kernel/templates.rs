@@ -17,14 +17,17 @@ use ircc_dialects::kernel::{
 use ircc_dialects::texture::{LANES, TextureLayout};
 
 use super::attention;
-use super::group::{Group, SplitProduct, resolve_input};
+use super::group::{Group, SplitProduct, group_of, resolve_input};
 use super::lowering::{
     ArgRole, Input, Ix, KernelBuilder, SimplifyCache, delinearize, guarded, shape_of, short,
     store_outputs, target, tensor_shape,
 };
+use super::matmul::config_of;
+use super::product::column_axis;
 use super::schedule::{Kind, consumers_sum_partials, kind_of};
 use super::values::{Reduction, is_pointwise};
 use crate::index::simplify::{Idx, Ranges};
+use crate::layout::problem::Writer;
 use crate::tuning::SharedTuning;
 
 type R<T> = Result<T, String>;
@@ -119,16 +122,11 @@ pub(crate) fn lower_group(
         ));
     }
     let anchor_result = m.op(group.anchor).results[0];
-    // The template computes the outputs that read the anchor at their own
-    // index. An output that reads it elsewhere (Swin's roll of a
-    // layer_norm: four shifted pieces) would recompute a whole row or dot
-    // product per element, so it reads the stored anchor instead.
-    let costly_anchor = !GraphOp::of(m, group.anchor).is_some_and(is_pointwise);
-    let (mut primary, mut rest): (Vec<_>, Vec<_>) =
-        group.outputs.iter().copied().partition(|&(inner, _)| {
-            shape_of(m, inner) == space
-                && (!costly_anchor || reads_in_place(m, inner, anchor_result))
-        });
+    let (mut primary, mut rest): (Vec<_>, Vec<_>) = group
+        .outputs
+        .iter()
+        .copied()
+        .partition(|&(inner, _)| computed_by_template(m, group, &space, inner));
     let mut group_inputs = group.bindings.clone();
     // Outputs outside the anchor's iteration space that need the anchor (a
     // matmul read back through a view) read it from memory: the template
@@ -194,6 +192,57 @@ pub(crate) fn lower_group(
     Ok(false)
 }
 
+/// Whether the template of `group` (whose anchor iterates over `space`)
+/// computes its output `inner`; the others get element-wise kernels. The
+/// template computes the outputs that read the anchor at their own index.
+/// An output that reads it elsewhere (Swin's roll of a layer_norm: four
+/// shifted pieces) would recompute a whole row or dot product per element,
+/// so it reads the stored anchor instead.
+fn computed_by_template(m: &Module, group: &Group, space: &[i64], inner: ValueId) -> bool {
+    let costly_anchor = !GraphOp::of(m, group.anchor).is_some_and(is_pointwise);
+    let anchor_result = m.op(group.anchor).results[0];
+    shape_of(m, inner) == space && (!costly_anchor || reads_in_place(m, inner, anchor_result))
+}
+
+/// How the kernels lowering top-level op `op` write its result `k`, for
+/// the texture level: an element-wise kernel writes any texture layout; a
+/// tiled product unsplit, texels along its columns (where its tiles and
+/// staging allow); a product split along K, through the element-wise
+/// kernel summing it, unless its readers sum it; any other template, rows
+/// of a buffer.
+pub(crate) fn result_writer(m: &Module, op: OpId, k: usize) -> Writer {
+    let Ok(Some(schedule)) = Schedule::of(m, op) else {
+        return Writer::Buffer;
+    };
+    let group = group_of(m, op);
+    let Some(&(inner, _)) = group.outputs.get(k) else {
+        return Writer::Buffer;
+    };
+    let (_, space) = kind_of(m, group.anchor);
+    if !computed_by_template(m, &group, &space, inner) {
+        return Writer::Texels;
+    }
+    match schedule {
+        Schedule::Elementwise => Writer::Texels,
+        Schedule::Matmul(s) if s.splits > 1 && !s.sum_in_consumers => Writer::Texels,
+        Schedule::Matmul(s) => {
+            let results = group
+                .outputs
+                .iter()
+                .filter(|&&(inner, _)| computed_by_template(m, &group, &space, inner))
+                .count();
+            if config_of(&s).writes_texels(results, target()) {
+                Writer::Product {
+                    columns: column_axis(m, group.anchor),
+                }
+            } else {
+                Writer::Buffer
+            }
+        }
+        _ => Writer::Buffer,
+    }
+}
+
 /// What building a group's kernel gave: the launch results that replaced
 /// the host values written, and the partial products where the kernel
 /// computed only those (a product split along K).
@@ -214,9 +263,11 @@ fn build(
     outputs: &[(ValueId, ValueId)],
 ) -> R<Built> {
     let in_texture = |&(_, host): &(ValueId, ValueId)| lowering.textures.contains_key(&host);
-    if !matches!(template, Template::Elementwise) && outputs.iter().any(in_texture) {
+    if !matches!(template, Template::Elementwise | Template::Matmul(_))
+        && outputs.iter().any(in_texture)
+    {
         return Err(
-            "only element-wise kernels write textures, and this result is placed in one (texture.map copies such results first)"
+            "only element-wise kernels and tiled products write textures, and this result is placed in one (texture.map copies such results first)"
                 .to_string(),
         );
     }
