@@ -177,12 +177,14 @@ fn products_split_along_k_match_the_interpreter_on_wgpu() {
 }
 
 #[test]
-fn products_writing_texels_match_the_interpreter_on_wgpu() {
+fn products_writing_texels_or_normalizing_a_match_the_interpreter_on_wgpu() {
     if !common::gpu_available() {
-        eprintln!("0 passed, 0 failed, 2 skipped (no GPU adapter)");
+        eprintln!("0 passed, 0 failed, 4 skipped (no GPU adapter)");
         return;
     }
-    common::assert_product_texels_match(&["--backend", "wgpu"]);
+    for case in [&common::PRODUCT_TEXELS, &common::NORM_PROLOGUE] {
+        common::assert_lowered_matches(case, &["--backend", "wgpu"]);
+    }
 }
 
 #[test]

@@ -278,17 +278,17 @@ fn products_split_along_k_match_the_interpreter_on_opencl() {
 }
 
 #[test]
-fn products_writing_texels_match_the_interpreter_on_opencl() {
+fn products_writing_texels_or_normalizing_a_match_the_interpreter_on_opencl() {
     if !common::opencl_available() {
-        eprintln!("0 passed, 0 failed, 2 skipped (no OpenCL device)");
+        eprintln!("0 passed, 0 failed, 4 skipped (no OpenCL device)");
         return;
     }
-    common::assert_product_texels_match(&[
-        "--backend",
-        "opencl",
-        "--cl-options",
-        "-cl-opt-disable",
-    ]);
+    for case in [&common::PRODUCT_TEXELS, &common::NORM_PROLOGUE] {
+        common::assert_lowered_matches(
+            case,
+            &["--backend", "opencl", "--cl-options", "-cl-opt-disable"],
+        );
+    }
 }
 
 #[test]

@@ -389,17 +389,34 @@ pub const PRODUCT_TEXELS: TemplateCase = TemplateCase {
     results: 2,
 };
 
-/// [`PRODUCT_TEXELS`] lowered as placed (for adreno740) on a device
-/// backend at f32 and f16, within the GPU tests' tolerance.
-pub fn assert_product_texels_match(backend: &[&str]) {
+/// Products whose A is a layer_norm fused in as their prologue.
+pub const NORM_PROLOGUE: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel.lower/matmul_norm_prologue.ir",
+    inputs: &[
+        ("x", &[2, 21, 72]),
+        ("g", &[72]),
+        ("be", &[72]),
+        ("w", &[72, 30]),
+        ("b", &[30]),
+        ("y", &[37, 41]),
+        ("g2", &[41]),
+        ("w2", &[41, 24]),
+    ],
+    results: 2,
+};
+
+/// `case`, whose ops carry their schedules (and layouts), lowered as it
+/// is for adreno740 on a device backend at f32 and f16, within the GPU
+/// tests' tolerance.
+pub fn assert_lowered_matches(case: &TemplateCase, backend: &[&str]) {
     for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
         let mut args = vec!["--passes", "kernel.lower", "--precision", precision];
         args.extend_from_slice(backend);
-        let diff = template_difference_on(&PRODUCT_TEXELS, "adreno740", &args);
+        let diff = template_difference_on(case, "adreno740", &args);
         assert!(
             diff <= tolerance,
             "{} {backend:?} {precision}: {diff:e}",
-            PRODUCT_TEXELS.file
+            case.file
         );
     }
 }

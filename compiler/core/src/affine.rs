@@ -250,6 +250,19 @@ impl AffineExpr {
         }
     }
 
+    /// Whether dimension `d` appears in the expression.
+    pub fn uses_dim(&self, d: u32) -> bool {
+        match self {
+            AffineExpr::Dim(x) => *x == d,
+            AffineExpr::Sym(_) | AffineExpr::Const(_) => false,
+            AffineExpr::Add(a, b)
+            | AffineExpr::Mul(a, b)
+            | AffineExpr::FloorDiv(a, b)
+            | AffineExpr::CeilDiv(a, b)
+            | AffineExpr::Mod(a, b) => a.uses_dim(d) || b.uses_dim(d),
+        }
+    }
+
     /// Replaces `d_i` by `dims[i]` and `s_j` by `syms[j]`.
     pub fn substitute(&self, dims: &[AffineExpr], syms: &[AffineExpr]) -> AffineExpr {
         let rec = |e: &AffineExpr| e.substitute(dims, syms);

@@ -23,6 +23,7 @@ use ircc_dialects::kernel::{MatrixType, Target, TextureArg, storage};
 
 pub use super::address::{Ix, delinearize, linearize};
 use super::address::{agrees, collect_dims, fits_i32, nonnegative_divisions};
+use super::prologue::NormRows;
 use crate::index::simplify::{Idx, Limits, Ranges, simplify_map};
 use ircc_dialects::texture::TextureLayout;
 
@@ -103,6 +104,9 @@ pub struct KernelBuilder<'a> {
     pub tuned: bool,
     /// The floating-point operations of the products it computes.
     pub flops: Option<i64>,
+    /// How a normalization fused into a product as its prologue is read
+    /// while the product stages its operand (`prologue.rs`).
+    pub norm_rows: Option<(OpId, NormRows)>,
 }
 
 /// The element type kernels use for a graph element type.
@@ -146,6 +150,7 @@ impl<'a> KernelBuilder<'a> {
             partials: None,
             tuned: false,
             flops: None,
+            norm_rows: None,
         }
     }
 

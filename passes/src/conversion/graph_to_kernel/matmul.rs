@@ -14,6 +14,7 @@ use super::lowering::{
     target, tensor_shape,
 };
 use super::product::{Product, column_axis, product_dims};
+use super::prologue::{RowMoments, TileRows};
 use crate::tuning::prune::KernelFacts;
 use crate::tuning::space::{MatmulConfig, ProductShape};
 use crate::tuning::{SharedTuning, Tunable};
@@ -302,9 +303,28 @@ pub(super) fn matmul(
     } else {
         (delinearize(&wz, &batch_shape), Ix::constant(0))
     };
-    let at = |kb: &mut KernelBuilder, which: usize, row: Ix, col: Ix| -> R<ValueId> {
-        product.operand(kb, which, &batch, row, col)
+    let tid = ly.clone() * Ix::constant(wgx) + lx.clone();
+    let moments = RowMoments::stage(
+        kb,
+        &product,
+        anchor,
+        &batch,
+        &TileRows {
+            first: wy.clone() * Ix::constant(tile_m),
+            rows: tile_m,
+            extent: mm,
+            k: kk,
+            tid: tid.clone(),
+            threads: wgx * wgy,
+        },
+    )?;
+    // A's word at (`row`, `k`), `row` being row `local` of the tile, and
+    // B's at (`k`, `col`).
+    let a_at = |kb: &mut KernelBuilder, (row, local): (Ix, Ix), k: Ix| match &moments {
+        Some(m) => m.operand(kb, &product, &batch, (row, &local), k, ElemType::F32),
+        None => product.operand(kb, 0, &batch, row, k),
     };
+    let b_at = |kb: &mut KernelBuilder, k: Ix, col: Ix| product.operand(kb, 1, &batch, k, col);
     // An invocation's rows (columns) are adjacent where it reads them as
     // vec4s from the tile in workgroup memory; otherwise they are a
     // workgroup side apart, so that neighbouring invocations read
@@ -369,7 +389,6 @@ pub(super) fn matmul(
             }
         };
         let threads = config.invocations();
-        let tid = ly.clone() * Ix::constant(wgx) + lx.clone();
         let slot = |l: i64| tid.clone() + Ix::constant(l * threads);
         let (a_loads, b_loads) = config.loads_per_invocation();
         // The words this invocation loads into the tiles at K step `kt`,
@@ -385,8 +404,8 @@ pub(super) fn matmul(
                         e.clone().modulo(Ix::constant(bk)),
                     );
                     let k = k0.clone() + ac;
-                    let row = wy.clone() * Ix::constant(tile_m) + ar;
-                    let v = at(kb, 0, row, k.clone())?;
+                    let row = wy.clone() * Ix::constant(tile_m) + ar.clone();
+                    let v = a_at(kb, (row, ar), k.clone())?;
                     words.push((0, a_slot(e.clone()), zero_beyond(kb, v, &k, kk, bk)));
                 }
                 if l < b_loads {
@@ -396,7 +415,7 @@ pub(super) fn matmul(
                     );
                     let k = k0.clone() + br;
                     let col = wx.clone() * Ix::constant(tile_n) + bc;
-                    let v = at(kb, 1, k.clone(), col)?;
+                    let v = b_at(kb, k.clone(), col)?;
                     words.push((1, e, zero_beyond(kb, v, &k, kk, bk)));
                 }
             }
@@ -459,13 +478,13 @@ pub(super) fn matmul(
                 let mut xs = Vec::new();
                 for i in 0..rows {
                     let row = wy.clone() * Ix::constant(tile_m) + row_of(i);
-                    let v = at(kb, 0, row, k.clone())?;
+                    let v = a_at(kb, (row, row_of(i)), k.clone())?;
                     xs.push(zero_beyond(kb, v, &k, kk, bk));
                 }
                 let mut ys = Vec::new();
                 for j in 0..cols {
                     let col = wx.clone() * Ix::constant(tile_n) + col_of(j);
-                    let v = at(kb, 1, k.clone(), col)?;
+                    let v = b_at(kb, k.clone(), col)?;
                     ys.push(zero_beyond(kb, v, &k, kk, bk));
                 }
                 Ok(fma(kb, acc, &xs, &ys))
@@ -490,7 +509,7 @@ pub(super) fn matmul(
         ],
         extent: [mm, nn],
         tile: [tile_m, tile_n],
-        invocations: (ly.clone() * Ix::constant(wgx) + lx.clone(), wgx * wgy),
+        invocations: (tid.clone(), wgx * wgy),
     };
     for i in 0..rows {
         for j in 0..cols {

@@ -29,6 +29,7 @@ mod lowering;
 mod matmul;
 mod nms;
 mod product;
+mod prologue;
 mod schedule;
 mod templates;
 mod upsample;

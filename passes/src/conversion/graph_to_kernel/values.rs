@@ -16,6 +16,7 @@ use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 use super::lowering::{
     Input, Ix, KernelBuilder, broadcast_index, kernel_elem, linearize, tensor_shape,
 };
+use super::prologue::NormRows;
 
 type R<T> = Result<T, String>;
 
@@ -1154,6 +1155,15 @@ impl KernelBuilder<'_> {
     }
 
     fn norm_at(&mut self, op: OpId, idx: &[Ix], layer: bool) -> R<ValueId> {
+        match self.norm_rows {
+            Some((norm, NormRows::Input)) if norm == op => {
+                return self.value_at(self.operand(op, 0), idx);
+            }
+            Some((norm, NormRows::Moments(mean, inv))) if norm == op => {
+                return self.normalized(op, layer, idx, mean, inv);
+            }
+            _ => {}
+        }
         let axes = self.norm_axes(op, layer)?;
         let (mean, inv) = self.moments(op, &axes, idx)?;
         self.normalized(op, layer, idx, mean, inv)

@@ -163,7 +163,11 @@ impl Fuse {
         if plan.group_of.contains_key(&op) || group.ops.len() >= self.max_ops {
             return false;
         }
-        let (mapping, color) = if forwards {
+        let anchor = kind == MappingType::ManyToMany;
+        let prologue = !forwards && self.prologue_of(plan, group, op);
+        let (mapping, color) = if prologue {
+            (group.mapping, Color::Green)
+        } else if forwards {
             self.tables.fuse(group.mapping, kind)
         } else {
             self.tables.fuse(kind, group.mapping)
@@ -173,8 +177,7 @@ impl Fuse {
             Color::Yellow => kind != MappingType::OneToMany,
             Color::Red => false,
         };
-        let anchor = kind == MappingType::ManyToMany;
-        if !allowed || (anchor && group.anchor.is_some()) {
+        if !allowed || (anchor && group.anchor.is_some() && !prologue) {
             return false;
         }
         // Constraint check: a group joins a matrix product or convolution
@@ -188,6 +191,18 @@ impl Fuse {
         if anchor && forwards && reuses && self.producer_anchor(plan, group).is_some() {
             return false;
         }
+        // The same, growing backwards: an op joins a product's group as its
+        // prologue only when it cannot end a Many-to-Many producer of its
+        // own (GELU between two linear layers ends the first).
+        let product_group = group.anchor.is_some_and(|a| {
+            matches!(
+                GraphOp::of(plan.module, a),
+                Some(GraphOp::Matmul | GraphOp::Gemm | GraphOp::Conv)
+            )
+        });
+        if !forwards && !anchor && product_group && self.ends_free_producer(plan, op) {
+            return false;
+        }
         let mut members: HashSet<OpId> = group.ops.iter().copied().collect();
         members.insert(op);
         // A kernel binds a buffer per tensor it reads and writes, within
@@ -198,10 +213,60 @@ impl Fuse {
         }
         group.ops.push(op);
         group.mapping = mapping;
-        if anchor {
+        if anchor && !prologue {
             group.anchor = Some(op);
         }
         true
+    }
+
+    /// Whether `op` joins `group` as its anchor's prologue.
+    fn prologue_of(&self, plan: &Plan, group: &Group, op: OpId) -> bool {
+        group.anchor.is_some() && self.prologue_product(plan, op) == group.anchor
+    }
+
+    /// The product that can take `op` as its prologue (the `[prologues]`
+    /// table): `op` is a normalization only the product reads, along its
+    /// K axis.
+    fn prologue_product(&self, plan: &Plan, op: OpId) -> Option<OpId> {
+        let m = plan.module;
+        let [product] = plan.consumers(op)[..] else {
+            return None;
+        };
+        (self.tables.prologue(&m.op(op).name, &m.op(product).name)
+            && super::row_norm_prologue(m, product) == Some(op))
+        .then_some(product)
+    }
+
+    /// Whether `op` could end an ungrouped Many-to-Many producer as its
+    /// epilogue: it reaches one through ungrouped One-to-One producers of
+    /// its shape.
+    fn ends_free_producer(&self, plan: &Plan, op: OpId) -> bool {
+        let m = plan.module;
+        let shape = |op: OpId| {
+            m.op(op)
+                .results
+                .first()
+                .and_then(|&r| m.value_type(r).as_tensor())
+                .map(|t| t.shape.clone())
+        };
+        let want = shape(op);
+        let epilogue_fuses =
+            self.tables.fuse(MappingType::ManyToMany, MappingType::OneToOne).1 == Color::Green;
+        let mut stack = vec![op];
+        let mut seen = HashSet::new();
+        while let Some(o) = stack.pop() {
+            for p in plan.producers(o) {
+                if plan.group_of.contains_key(&p) || shape(p) != want || !seen.insert(p) {
+                    continue;
+                }
+                match plan.mapping.get(&p) {
+                    Some(MappingType::ManyToMany) if epilogue_fuses => return true,
+                    Some(MappingType::OneToOne) => stack.push(p),
+                    _ => {}
+                }
+            }
+        }
+        false
     }
 
     /// An ungrouped Many-to-Many producer of `group` that the group could
@@ -299,6 +364,35 @@ impl Fuse {
                 plan.group_of.insert(op, groups.len());
             }
             groups.push(group);
+        }
+        // A normalization left out of every group (its product has no
+        // One-to-One neighbour to seed one) still joins its product.
+        for &op in ops {
+            let Some(product) = self.prologue_product(&plan, op) else {
+                continue;
+            };
+            if plan.group_of.contains_key(&op) {
+                continue;
+            }
+            let group = match plan.group_of.get(&product) {
+                Some(&g) if groups[g].anchor == Some(product) => g,
+                Some(_) => continue,
+                None => {
+                    plan.group_of.insert(product, groups.len());
+                    groups.push(Group {
+                        ops: vec![product],
+                        mapping: MappingType::ManyToMany,
+                        anchor: Some(product),
+                    });
+                    groups.len() - 1
+                }
+            };
+            let members: HashSet<OpId> = groups[group].ops.iter().copied().chain([op]).collect();
+            let limit = ircc_dialects::kernel::Target::webgpu().max_kernel_buffers;
+            if plan.convex(&members) && plan.bindings(&members) as i64 <= limit {
+                groups[group].ops.push(op);
+                plan.group_of.insert(op, group);
+            }
         }
         groups.retain(|g| g.ops.len() > 1);
         groups

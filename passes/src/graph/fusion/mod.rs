@@ -11,8 +11,8 @@ pub use fuse::Fuse;
 use ircc_core::diag::Diagnostics;
 use ircc_core::pass::{Pass, PassContext};
 use ircc_core::registry::{LayoutClass, MappingType};
-use ircc_core::{Attribute, Module, OpId, Registry, Type};
-use ircc_dialects::graph::GraphOp;
+use ircc_core::{AffineExpr, Attribute, Module, OpId, Registry, Type};
+use ircc_dialects::graph::{self, GraphOp, shape};
 
 pub use tables::Tables;
 
@@ -40,6 +40,38 @@ pub fn classify(
         layout = tables.broadcasting_elementwise;
     }
     Some((mapping, layout))
+}
+
+/// The layer_norm whose result product `product` (a matmul, or a gemm of
+/// untransposed A) reads as its first operand, through views, normalized
+/// along the product's K axis alone: each row of A is one row of the
+/// normalization, so the product's kernel can compute its statistics per
+/// row of its tile (spec/fusion.toml's `[prologues]`).
+pub fn row_norm_prologue(m: &Module, product: OpId) -> Option<OpId> {
+    let a = match GraphOp::of(m, product)? {
+        GraphOp::Matmul => m.op(product).operands[0],
+        GraphOp::Gemm if graph::ops::Gemm::new(m, product)?.trans_a() == 0 => {
+            m.op(product).operands[0]
+        }
+        _ => return None,
+    };
+    let rank = m.value_type(a).as_tensor()?.rank();
+    let (stored, map) = ircc_dialects::index::through_views(m, a);
+    let norm = m.defining_op(stored)?;
+    let ln = graph::ops::LayerNorm::new(m, norm)?;
+    let ln_rank = m.value_type(stored).as_tensor()?.rank();
+    if rank < 2 || shape::axis(ln.axis(), ln_rank).ok()? != ln_rank - 1 {
+        return None;
+    }
+    // K, A's last axis, is the normalized axis, and the other axes of A
+    // pick the rows.
+    let k = rank as u32 - 1;
+    let aligned = map.is_none_or(|map| {
+        map.results.len() == ln_rank
+            && map.results[ln_rank - 1] == AffineExpr::dim(k)
+            && map.results[..ln_rank - 1].iter().all(|e| !e.uses_dim(k))
+    });
+    aligned.then_some(norm)
 }
 
 /// `graph.classify`: records every graph op's classes as `ircc.mapping`

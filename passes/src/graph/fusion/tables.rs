@@ -45,6 +45,8 @@ pub enum Search {
 struct Raw {
     dnnfusion: RawDnn,
     smartmem: RawSmartMem,
+    #[serde(default)]
+    prologues: IndexMap<String, Vec<String>>,
 }
 
 #[derive(Deserialize)]
@@ -69,6 +71,9 @@ pub struct Tables {
     results: Vec<Vec<(Option<LayoutClass>, Search)>>,
     /// The class of a one-to-one op that broadcasts.
     pub broadcasting_elementwise: LayoutClass,
+    /// Many-to-Many producers that join a product's group as its prologue,
+    /// with the products that take them.
+    prologues: IndexMap<String, Vec<String>>,
 }
 
 fn parse_enum<T: for<'de> Deserialize<'de>>(text: &str) -> Result<T, String> {
@@ -152,6 +157,16 @@ impl Tables {
             .operand_rules
             .get("broadcasting-elementwise")
             .ok_or("smartmem.operand_rules needs broadcasting-elementwise")?;
+        if let Some(name) = raw
+            .prologues
+            .iter()
+            .flat_map(|(k, v)| std::iter::once(k).chain(v))
+            .find(|name| !name.starts_with("graph."))
+        {
+            return Err(format!(
+                "prologues: '{name}' is not a graph op (graph.NAME)"
+            ));
+        }
         Ok(Tables {
             types: raw.dnnfusion.types,
             fusion,
@@ -159,6 +174,7 @@ impl Tables {
             actions,
             results,
             broadcasting_elementwise,
+            prologues: raw.prologues,
         })
     }
 
@@ -194,6 +210,14 @@ impl Tables {
     /// DNNFusion: the type of `first` fused into `second`, and whether to.
     pub fn fuse(&self, first: MappingType, second: MappingType) -> (MappingType, Color) {
         self.fusion[self.type_index(first)][self.type_index(second)]
+    }
+
+    /// Whether op `producer` joins a group anchored by product `product`
+    /// as its prologue (the `[prologues]` table).
+    pub fn prologue(&self, producer: &str, product: &str) -> bool {
+        self.prologues
+            .get(producer)
+            .is_some_and(|products| products.iter().any(|p| p == product))
     }
 
     /// SmartMem Table 5.
@@ -273,6 +297,12 @@ impl Tables {
             "\nOperand rule: a one-to-one op that broadcasts is {}",
             self.broadcasting_elementwise.name()
         );
+        if !self.prologues.is_empty() {
+            let _ = writeln!(out, "\nPrologues: a producer joins the product reading it");
+            for (producer, products) in &self.prologues {
+                let _ = writeln!(out, "{producer:<22}{}", products.join(", "));
+            }
+        }
         out.lines().map(|l| format!("{}\n", l.trim_end())).collect()
     }
 }
@@ -298,5 +328,8 @@ mod tests {
             (Some(IldVariable), Search::SearchFused)
         );
         assert!(Tables::parse(&SPEC.replace("\"shuffle green\"]", "\"shuffle purple\"]")).is_err());
+        assert!(t.prologue("graph.layer_norm", "graph.matmul"));
+        assert!(!t.prologue("graph.matmul", "graph.layer_norm"));
+        assert!(Tables::parse(&SPEC.replace("\"graph.gemm\"]", "\"gemm\"]")).is_err());
     }
 }

@@ -1,0 +1,196 @@
+//! A normalization fused into a product as its prologue (spec/fusion.toml's
+//! `[prologues]`, `graph::fusion::row_norm_prologue`): each row of A is one
+//! row of a layer_norm. Before walking K, the product's workgroup computes
+//! the mean and inverse deviation of the rows of its tile into workgroup
+//! memory (two passes over each row, the invocations sharing the rows);
+//! A's words are then normalized with them as they are staged, where each
+//! element would otherwise reduce its whole row.
+
+use ircc_core::{ElemType, OpId, ValueId};
+use ircc_dialects::graph;
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
+
+use super::lowering::{Ix, KernelBuilder, guarded};
+use super::product::Product;
+use super::values::ACC;
+
+type R<T> = Result<T, String>;
+
+/// How `values.rs` computes normalization `op` for the operand being read
+/// (`KernelBuilder::norm_rows`).
+#[derive(Clone, Copy)]
+pub(super) enum NormRows {
+    /// Its input, unnormalized: what the moments are computed from.
+    Input,
+    /// Normalized with this mean and inverse deviation.
+    Moments(ValueId, ValueId),
+}
+
+/// The staged moments of a tile's rows of A.
+pub(super) struct RowMoments {
+    norm: OpId,
+    mean: ValueId,
+    inv: ValueId,
+}
+
+/// Where the workgroup's tile lies in the product, and who computes it.
+pub(super) struct TileRows {
+    /// The tile's first row, its rows, and the product's.
+    pub first: Ix,
+    pub rows: i64,
+    pub extent: i64,
+    /// The product's K.
+    pub k: i64,
+    /// This invocation's index in the workgroup, and their number.
+    pub tid: Ix,
+    pub threads: i64,
+}
+
+impl RowMoments {
+    /// The moments of the tile's rows where `anchor`'s A reads a
+    /// normalization fused into its group (none where A is read from
+    /// memory, the normalization a kernel of its own).
+    pub fn stage(
+        kb: &mut KernelBuilder,
+        product: &Product,
+        anchor: OpId,
+        batch: &[Ix],
+        tile: &TileRows,
+    ) -> R<Option<RowMoments>> {
+        let Some(norm) = crate::graph::fusion::row_norm_prologue(kb.m(), anchor) else {
+            return Ok(None);
+        };
+        let result = kb.m().op(norm).results[0];
+        if kb.inputs.contains_key(&result) {
+            return Ok(None);
+        }
+        let epsilon = graph::ops::LayerNorm::new(kb.m(), norm)
+            .ok_or("a layer_norm")?
+            .epsilon();
+        // `lanes` invocations share a row; `rows` rows at a time.
+        let lanes = (tile.threads / tile.rows).max(1);
+        let at_once = tile.threads / lanes;
+        let mean = kb.ir.alloc(tile.rows, ACC);
+        let inv = kb.ir.alloc(tile.rows, ACC);
+        let partial = kb.ir.alloc(at_once * lanes, ACC);
+        let staged = RowMoments { norm, mean, inv };
+        let (r, lane) = (
+            tile.tid.clone().floor_div(Ix::constant(lanes)),
+            tile.tid.clone().modulo(Ix::constant(lanes)),
+        );
+        let count = kb.ir.constant(tile.k as f64, ACC);
+        for first in (0..tile.rows).step_by(at_once as usize) {
+            let local = r.clone() + Ix::constant(first);
+            // Rows past the product's end repeat its last, so every read
+            // stays inside A; their results are never stored.
+            let row = {
+                let at = kb.apply(&(tile.first.clone() + local.clone()));
+                let last = kb.ir.index_const(tile.extent - 1);
+                let clamped = kb.ir.binary(BinaryFn::Min, at, last);
+                kb.var(clamped, tile.extent)
+            };
+            let busy = (first + at_once > tile.rows || at_once * lanes < tile.threads).then(|| {
+                kb.index_cmp(
+                    CmpPred::Lt,
+                    &tile.tid,
+                    (tile.rows - first).min(at_once) * lanes,
+                )
+            });
+            for pass in 0..2 {
+                guarded(kb, busy, &mut |kb| {
+                    let centre = (pass == 1).then(|| kb.load(mean, &local));
+                    let sum =
+                        staged.row_sum(kb, product, batch, (&row, &lane, lanes), tile.k, centre)?;
+                    kb.store(sum, partial, &tile.tid);
+                    Ok(())
+                })?;
+                kb.ir.barrier();
+                guarded(kb, busy, &mut |kb| {
+                    let zero = kb.ir.index_const(0);
+                    let l = kb.apply(&lane);
+                    let leader = kb.ir.cmp(CmpPred::Eq, l, zero);
+                    kb.if_then(leader, &mut |kb| {
+                        let mut total = kb.ir.constant(0.0, ACC);
+                        for j in 0..lanes {
+                            let x = kb.load(partial, &(tile.tid.clone() + Ix::constant(j)));
+                            total = kb.ir.binary(BinaryFn::Add, total, x);
+                        }
+                        let moment = kb.ir.binary(BinaryFn::Div, total, count);
+                        if pass == 0 {
+                            kb.store(moment, mean, &local);
+                        } else {
+                            let e = kb.ir.constant(epsilon, ACC);
+                            let var = kb.ir.binary(BinaryFn::Add, moment, e);
+                            let r = kb.ir.unary(UnaryFn::Rsqrt, var);
+                            kb.store(r, inv, &local);
+                        }
+                        Ok(())
+                    })
+                })?;
+                kb.ir.barrier();
+            }
+        }
+        Ok(Some(staged))
+    }
+
+    /// This invocation's share of row `row`'s sum over K (every `lanes`th
+    /// word from `lane`): of A's unnormalized words, or where `centre` is
+    /// given, of their squared distances from it.
+    fn row_sum(
+        &self,
+        kb: &mut KernelBuilder,
+        product: &Product,
+        batch: &[Ix],
+        (row, lane, lanes): (&Ix, &Ix, i64),
+        k: i64,
+        centre: Option<ValueId>,
+    ) -> R<ValueId> {
+        let zero = kb.ir.constant(0.0, ACC);
+        let steps = (k + lanes - 1) / lanes;
+        let sum = kb.for_loop(steps, vec![zero], &mut |kb, s, acc| {
+            let at = lane.clone() + s * Ix::constant(lanes);
+            let inside = (k % lanes != 0).then(|| kb.index_cmp(CmpPred::Lt, &at, k));
+            let at = match inside {
+                Some(_) => {
+                    let i = kb.apply(&at);
+                    let last = kb.ir.index_const(k - 1);
+                    let clamped = kb.ir.binary(BinaryFn::Min, i, last);
+                    kb.var(clamped, k)
+                }
+                None => at,
+            };
+            kb.norm_rows = Some((self.norm, NormRows::Input));
+            let x = product.operand_as(kb, 0, batch, row.clone(), at, ACC);
+            kb.norm_rows = None;
+            let mut x = x?;
+            if let Some(c) = centre {
+                let d = kb.ir.binary(BinaryFn::Sub, x, c);
+                x = kb.ir.binary(BinaryFn::Mul, d, d);
+            }
+            if let Some(flag) = inside {
+                x = kb.ir.select(flag, x, zero);
+            }
+            Ok(vec![kb.ir.binary(BinaryFn::Add, acc[0], x)])
+        })?;
+        Ok(sum[0])
+    }
+
+    /// A's word at (`row`, `k`) as `elem`, `row` being row `local` of the
+    /// tile, normalized with its staged moments.
+    pub fn operand(
+        &self,
+        kb: &mut KernelBuilder,
+        product: &Product,
+        batch: &[Ix],
+        (row, local): (Ix, &Ix),
+        k: Ix,
+        elem: ElemType,
+    ) -> R<ValueId> {
+        let mean = kb.load(self.mean, local);
+        let inv = kb.load(self.inv, local);
+        kb.norm_rows = Some((self.norm, NormRows::Moments(mean, inv)));
+        let v = product.operand_as(kb, 0, batch, row, k, elem);
+        kb.norm_rows = None;
+        v
+    }
+}
