@@ -401,8 +401,11 @@ pub const NORM_PROLOGUE: TemplateCase = TemplateCase {
         ("y", &[37, 41]),
         ("g2", &[41]),
         ("w2", &[41, 24]),
+        ("z", &[9, 256]),
+        ("g3", &[256]),
+        ("w3", &[256, 20]),
     ],
-    results: 2,
+    results: 3,
 };
 
 /// `case`, whose ops carry their schedules (and layouts), lowered as it

@@ -14,7 +14,6 @@ use ircc_dialects::kernel::{CooperativeSchedule, DeviceProfile, MatrixRole, Matr
 use super::lowering::{Ix, KernelBuilder, delinearize, guarded, store_outputs, target};
 use super::matmul::{inside_product, zero_beyond};
 use super::product::{Product, product_dims};
-use super::prologue::{RowMoments, TileRows};
 
 type R<T> = Result<T, String>;
 
@@ -194,20 +193,6 @@ pub(super) fn lower(
         product.rows_adjacent(kb.m(), 0),
         product.rows_adjacent(kb.m(), 1),
     );
-    let moments = RowMoments::stage(
-        kb,
-        &product,
-        anchor,
-        &batch,
-        &TileRows {
-            first: wy.clone() * Ix::constant(tile_m),
-            rows: tile_m,
-            extent: mm,
-            k: kk,
-            tid: tid.clone(),
-            threads,
-        },
-    )?;
     // The words this invocation stages at K step `kt`, as f16: (tile,
     // slot, word).
     let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<(ValueId, Ix, ValueId)>> {
@@ -219,12 +204,7 @@ pub(super) fn lower(
                 let (r, k) = tile_position(&e, a_rows, tile_m, bk);
                 let kg = k0.clone() + k.clone();
                 let row = wy.clone() * Ix::constant(tile_m) + r.clone();
-                let v = match &moments {
-                    Some(m) => {
-                        m.operand(kb, &product, &batch, (row, &r), kg.clone(), ElemType::F16)?
-                    }
-                    None => product.operand_as(kb, 0, &batch, row, kg.clone(), ElemType::F16)?,
-                };
+                let v = product.operand_as(kb, 0, &batch, row, kg.clone(), ElemType::F16)?;
                 let v = zero_beyond(kb, v, &kg, kk, bk);
                 words.push((a_tile, r * Ix::constant(a_stride) + k, v));
             }

@@ -100,6 +100,27 @@ pub(super) fn column_axis(m: &Module, anchor: OpId) -> usize {
     }
 }
 
+/// Whether the rows of matrix (or batch of matrices) `x` lie next to each
+/// other in memory, as where it is read through a transposing view:
+/// stepping its second-to-last index steps its stored offset by one.
+pub(super) fn rows_adjacent(m: &Module, x: ValueId) -> bool {
+    let (stored, map) = ircc_dialects::index::through_views(m, x);
+    let (Some(map), shape) = (map, shape_of(m, x)) else {
+        return false;
+    };
+    if shape.len() < 2 {
+        return false;
+    }
+    let offset = super::address::linearize(&map.results, &shape_of(m, stored));
+    let at = vec![0; shape.len()];
+    let mut below = at.clone();
+    below[shape.len() - 2] = 1;
+    matches!(
+        (offset.eval(&at, &[]), offset.eval(&below, &[])),
+        (Ok(a), Ok(b)) if b - a == 1
+    )
+}
+
 /// Whether a batch against one matrix folds into the product's rows.
 fn folds_batch(sa: &[i64], sb: &[i64], sc: &[i64]) -> bool {
     sb.len() == 2 && sc.len() > 2 && sa.len() == sc.len()
@@ -241,22 +262,7 @@ impl Product {
                 if *fold && which == 0 {
                     return false;
                 }
-                let x = if which == 0 { *a } else { *b };
-                let (stored, map) = ircc_dialects::index::through_views(m, x);
-                let (Some(map), shape) = (map, shape_of(m, x)) else {
-                    return false;
-                };
-                if shape.len() < 2 {
-                    return false;
-                }
-                let offset = super::address::linearize(&map.results, &shape_of(m, stored));
-                let at = vec![0; shape.len()];
-                let mut below = at.clone();
-                below[shape.len() - 2] = 1;
-                matches!(
-                    (offset.eval(&at, &[]), offset.eval(&below, &[])),
-                    (Ok(a), Ok(b)) if b - a == 1
-                )
+                rows_adjacent(m, if which == 0 { *a } else { *b })
             }
         }
     }

@@ -6,15 +6,25 @@
 //! A's words are then normalized with them as they are staged, where each
 //! element would otherwise reduce its whole row.
 
-use ircc_core::{ElemType, OpId, ValueId};
+use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
+use super::group::Group;
 use super::lowering::{Ix, KernelBuilder, guarded};
-use super::product::Product;
+use super::product::{Product, rows_adjacent};
 use super::values::ACC;
 
 type R<T> = Result<T, String>;
+
+/// The layer_norm fused into `group` as its product's prologue (not one
+/// the product reads from memory), if there is one.
+pub(super) fn normalization(m: &Module, group: &Group) -> Option<OpId> {
+    crate::graph::fusion::row_norm_prologue(m, group.anchor).filter(|&norm| {
+        let result = m.op(norm).results[0];
+        !group.bindings.iter().any(|&(inner, _)| inner == result)
+    })
+}
 
 /// How `values.rs` computes normalization `op` for the operand being read
 /// (`KernelBuilder::norm_rows`).
@@ -74,10 +84,24 @@ impl RowMoments {
         let inv = kb.ir.alloc(tile.rows, ACC);
         let partial = kb.ir.alloc(at_once * lanes, ACC);
         let staged = RowMoments { norm, mean, inv };
-        let (r, lane) = (
-            tile.tid.clone().floor_div(Ix::constant(lanes)),
-            tile.tid.clone().modulo(Ix::constant(lanes)),
-        );
+        // Neighbouring invocations take neighbouring rows where A's rows lie
+        // next to each other in memory (ConvNeXt's channels-last view of a
+        // convolution's result), else neighbouring words of one row, so
+        // that their loads coalesce.
+        let input = kb.m().op(norm).operands[0];
+        let (r, lane) = if product.rows_adjacent(kb.m(), 0) || rows_adjacent(kb.m(), input) {
+            (
+                tile.tid.clone().modulo(Ix::constant(at_once)),
+                tile.tid.clone().floor_div(Ix::constant(at_once)),
+            )
+        } else {
+            (
+                tile.tid.clone().floor_div(Ix::constant(lanes)),
+                tile.tid.clone().modulo(Ix::constant(lanes)),
+            )
+        };
+        // Row `r`'s partial sums lie `at_once` apart.
+        let slot = lane.clone() * Ix::constant(at_once) + r.clone();
         let count = kb.ir.constant(tile.k as f64, ACC);
         for first in (0..tile.rows).step_by(at_once as usize) {
             let local = r.clone() + Ix::constant(first);
@@ -89,19 +113,20 @@ impl RowMoments {
                 let clamped = kb.ir.binary(BinaryFn::Min, at, last);
                 kb.var(clamped, tile.extent)
             };
-            let busy = (first + at_once > tile.rows || at_once * lanes < tile.threads).then(|| {
-                kb.index_cmp(
-                    CmpPred::Lt,
-                    &tile.tid,
-                    (tile.rows - first).min(at_once) * lanes,
-                )
-            });
+            let mut flags = Vec::new();
+            if first + at_once > tile.rows {
+                flags.push(kb.index_cmp(CmpPred::Lt, &r, tile.rows - first));
+            }
+            if at_once * lanes < tile.threads {
+                flags.push(kb.index_cmp(CmpPred::Lt, &tile.tid, at_once * lanes));
+            }
+            let busy = (!flags.is_empty()).then(|| kb.ir.all(flags));
             for pass in 0..2 {
                 guarded(kb, busy, &mut |kb| {
                     let centre = (pass == 1).then(|| kb.load(mean, &local));
                     let sum =
                         staged.row_sum(kb, product, batch, (&row, &lane, lanes), tile.k, centre)?;
-                    kb.store(sum, partial, &tile.tid);
+                    kb.store(sum, partial, &slot);
                     Ok(())
                 })?;
                 kb.ir.barrier();
@@ -112,7 +137,7 @@ impl RowMoments {
                     kb.if_then(leader, &mut |kb| {
                         let mut total = kb.ir.constant(0.0, ACC);
                         for j in 0..lanes {
-                            let x = kb.load(partial, &(tile.tid.clone() + Ix::constant(j)));
+                            let x = kb.load(partial, &(r.clone() + Ix::constant(j * at_once)));
                             total = kb.ir.binary(BinaryFn::Add, total, x);
                         }
                         let moment = kb.ir.binary(BinaryFn::Div, total, count);

@@ -137,6 +137,36 @@ pub(crate) fn lower_group(
     if needs_anchor && !primary.iter().any(|&(inner, _)| inner == anchor_result) {
         primary.push((anchor_result, anchor_result));
     }
+    // A product split along K does not normalize its rows in its prologue
+    // (each split would walk all of K for them), nor does one on the
+    // matrix units (whose short K walk the moments' walk would double, as
+    // measured on the H100): its normalization gets a row kernel of its
+    // own, whose result the product reads.
+    let own_kernel = match template {
+        Template::Matmul(s) => s.splits > 1,
+        _ => true,
+    };
+    if own_kernel && let Some(norm) = super::prologue::normalization(m, group) {
+        let normalized = m.op(norm).results[0];
+        let own = Group {
+            op: group.op,
+            anchor: norm,
+            bindings: group_inputs.clone(),
+            outputs: vec![(normalized, normalized)],
+        };
+        let built = build(
+            m,
+            lowering,
+            &group_inputs,
+            &own,
+            Template::Row,
+            &own.outputs,
+        )?;
+        for (_, r) in built.replaced {
+            group_inputs.push((normalized, r));
+            group_inputs.push((r, r));
+        }
+    }
     if !primary.is_empty() {
         let mut built = build(m, lowering, &group_inputs, group, template, &primary)?;
         if let Some(partials) = built.partials {

@@ -4,8 +4,12 @@
 //! (fuse_break) stops, green (fuse_through) goes, yellow (fuse_depend) goes
 //! unless the new op duplicates data (One-to-Many), the cost model until
 //! measured profiles exist. A group keeps one anchor (at most one
-//! Many-to-Many op), a bounded size, and stays convex (no path leaves the
-//! group and comes back), so it can run as one kernel. Each group of two or
+//! Many-to-Many op, besides the normalizations spec/fusion.toml's
+//! `[prologues]` lets a product take as its prologue), a bounded size, and
+//! stays convex (no path leaves the group and comes back), so it can run
+//! as one kernel. An op joins a product's group as its prologue, which the
+//! product recomputes per reuse, only where it cannot instead end a
+//! Many-to-Many producer as its epilogue, computed once. Each group of two or
 //! more ops becomes a `graph.fused` op whose region holds them; views that
 //! only feed a group go into it, since they cost the kernel nothing.
 
@@ -250,8 +254,11 @@ impl Fuse {
                 .map(|t| t.shape.clone())
         };
         let want = shape(op);
-        let epilogue_fuses =
-            self.tables.fuse(MappingType::ManyToMany, MappingType::OneToOne).1 == Color::Green;
+        let epilogue_fuses = self
+            .tables
+            .fuse(MappingType::ManyToMany, MappingType::OneToOne)
+            .1
+            == Color::Green;
         let mut stack = vec![op];
         let mut seen = HashSet::new();
         while let Some(o) = stack.pop() {
