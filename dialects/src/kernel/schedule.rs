@@ -36,6 +36,11 @@ pub struct MatmulSchedule {
     pub sum_in_consumers: bool,
     /// Whether a tuning database gave the parameters.
     pub tuned: bool,
+    /// Whether the kernel normalizes the rows of its A itself (a
+    /// layer_norm fused in as its prologue: it computes their moments
+    /// before walking K); otherwise a row kernel of its own does, first.
+    /// Printed only where set.
+    pub normalizes: bool,
 }
 
 /// The cooperative-matrix product: workgroups of `subgroups` (rows,
@@ -128,6 +133,9 @@ impl Schedule {
                     Attribute::Bool(s.sum_in_consumers),
                 );
                 d.insert("tuned".into(), Attribute::Bool(s.tuned));
+                if s.normalizes {
+                    d.insert("normalizes".into(), Attribute::Bool(true));
+                }
             }
             Schedule::MatmulCooperative(s) => {
                 d.insert(
@@ -170,6 +178,7 @@ impl Schedule {
                 "local_memory",
                 "sum_in_consumers",
                 "tuned",
+                "normalizes",
             ],
             "matmul_cooperative" => &["subgroups", "matrices", "side", "k_step", "subgroup_size"],
             "attention_rows" => &["rows", "lanes", "keys", "splits"],
@@ -211,6 +220,7 @@ impl Schedule {
                 splits: int("splits")?,
                 local_memory: flag("local_memory")?,
                 sum_in_consumers: flag("sum_in_consumers")?,
+                normalizes: d.contains_key("normalizes") && flag("normalizes")?,
                 tuned: flag("tuned")?,
             }),
             "matmul_cooperative" => Schedule::MatmulCooperative(CooperativeSchedule {
@@ -279,6 +289,7 @@ mod tests {
                 local_memory: true,
                 sum_in_consumers: false,
                 tuned: true,
+                normalizes: true,
             }),
             Schedule::AttentionRows(AttentionRowsSchedule {
                 rows: 16,

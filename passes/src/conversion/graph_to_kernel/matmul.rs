@@ -234,6 +234,7 @@ pub(super) fn schedule_of(c: &MatmulConfig, sum_in_consumers: bool, tuned: bool)
         local_memory: c.local_memory,
         sum_in_consumers,
         tuned,
+        normalizes: false,
     }
 }
 

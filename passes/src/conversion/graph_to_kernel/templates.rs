@@ -137,13 +137,12 @@ pub(crate) fn lower_group(
     if needs_anchor && !primary.iter().any(|&(inner, _)| inner == anchor_result) {
         primary.push((anchor_result, anchor_result));
     }
-    // A product split along K does not normalize its rows in its prologue
-    // (each split would walk all of K for them), nor does one on the
-    // matrix units (whose short K walk the moments' walk would double, as
-    // measured on the H100): its normalization gets a row kernel of its
-    // own, whose result the product reads.
+    // A product whose schedule does not normalize its rows (kernel.schedule
+    // decides), and one on the matrix units (whose short K walk the
+    // moments' walk would double, as measured on the H100), leave their
+    // normalization a row kernel of its own, whose result they read.
     let own_kernel = match template {
-        Template::Matmul(s) => s.splits > 1,
+        Template::Matmul(s) => !s.normalizes,
         _ => true,
     };
     if own_kernel && let Some(norm) = super::prologue::normalization(m, group) {
