@@ -404,8 +404,11 @@ pub const NORM_PROLOGUE: TemplateCase = TemplateCase {
         ("z", &[9, 256]),
         ("g3", &[256]),
         ("w3", &[256, 20]),
+        ("u", &[2, 6, 16]),
+        ("g4", &[16]),
+        ("w4", &[16, 8]),
     ],
-    results: 3,
+    results: 5,
 };
 
 /// `case`, whose ops carry their schedules (and layouts), lowered as it

@@ -79,10 +79,17 @@ impl MatmulConfig {
 
     /// Whether the kernel can write `results` results as texels of four
     /// neighbouring columns: unsplit, its tiles a whole number of texels
-    /// wide, and their staging fitting beside the operand tiles.
-    pub fn writes_texels(&self, results: usize, t: &Target) -> bool {
-        let words = self.workgroup_words() + results as i64 * self.texel_staging_words();
+    /// wide, and their staging fitting beside the operand tiles and the
+    /// `other` words its prologue takes.
+    pub fn writes_texels(&self, results: usize, other: i64, t: &Target) -> bool {
+        let words = self.workgroup_words() + results as i64 * self.texel_staging_words() + other;
         self.splits == 1 && self.tile_n() % 4 == 0 && words * 4 <= t.max_workgroup_storage_bytes
+    }
+
+    /// Whether `other` words of workgroup memory fit beside the operand
+    /// tiles.
+    pub fn fits_beside(&self, other: i64, t: &Target) -> bool {
+        (self.workgroup_words() + other) * 4 <= t.max_workgroup_storage_bytes
     }
 
     /// Words of workgroup memory: A's tile (transposed and padded by four

@@ -14,7 +14,7 @@ use super::lowering::{
     target, tensor_shape,
 };
 use super::product::{Product, column_axis, product_dims};
-use super::prologue::{RowMoments, TileRows};
+use super::prologue::{RowMoments, TileRows, moments_words};
 use crate::tuning::prune::KernelFacts;
 use crate::tuning::space::{MatmulConfig, ProductShape};
 use crate::tuning::{SharedTuning, Tunable};
@@ -203,9 +203,14 @@ fn configure(
     // Results texture.map placed as the schedule writes them (by this
     // kernel's texels, or the kernel summing its split) keep the
     // schedule's parameters where the tuned ones would write otherwise.
+    let moments = if schedule.normalizes {
+        moments_words(config.tile_m(), config.invocations())
+    } else {
+        0
+    };
     let writes_alike = config.splits == scheduled.splits
-        && (config.splits > 1 || config.writes_texels(placed, target()));
-    if placed > 0 && !writes_alike {
+        && (config.splits > 1 || config.writes_texels(placed, moments, target()));
+    if (placed > 0 && !writes_alike) || !config.fits_beside(moments, target()) {
         return Ok((scheduled, schedule.tuned));
     }
     Ok((config, true))
@@ -305,24 +310,33 @@ pub(super) fn matmul(
         (delinearize(&wz, &batch_shape), Ix::constant(0))
     };
     let tid = ly.clone() * Ix::constant(wgx) + lx.clone();
-    let moments = RowMoments::stage(
-        kb,
-        &product,
-        anchor,
-        &batch,
-        &TileRows {
-            first: wy.clone() * Ix::constant(tile_m),
-            rows: tile_m,
-            extent: mm,
-            k: kk,
-            tid: tid.clone(),
-            threads: wgx * wgy,
-        },
-    )?;
+    let moments = if schedule.normalizes {
+        RowMoments::stage(
+            kb,
+            &product,
+            anchor,
+            &batch,
+            &TileRows {
+                first: wy.clone() * Ix::constant(tile_m),
+                rows: tile_m,
+                extent: mm,
+                k: kk,
+                tid: tid.clone(),
+                threads: wgx * wgy,
+            },
+        )?
+    } else {
+        None
+    };
+    let moments_words = if moments.is_some() {
+        moments_words(tile_m, wgx * wgy)
+    } else {
+        0
+    };
     // A's word at (`row`, `k`), `row` being row `local` of the tile, and
     // B's at (`k`, `col`).
     let a_at = |kb: &mut KernelBuilder, (row, local): (Ix, Ix), k: Ix| match &moments {
-        Some(m) => m.operand(kb, &product, &batch, (row, &local), k, ElemType::F32),
+        Some(m) => m.operand(kb, &product, &batch, (row, &local), k),
         None => product.operand(kb, 0, &batch, row, k),
     };
     let b_at = |kb: &mut KernelBuilder, k: Ix, col: Ix| product.operand(kb, 1, &batch, k, col);
@@ -499,7 +513,7 @@ pub(super) fn matmul(
         .iter()
         .copied()
         .partition(|(_, host)| splits == 1 && kb.textures.contains_key(host));
-    let staging = texel_staging(kb, anchor, &texels, &config)?;
+    let staging = texel_staging(kb, anchor, &texels, &config, moments_words)?;
     let tile = TexelTile {
         product: &product,
         batch: &batch,
@@ -568,11 +582,12 @@ fn texel_staging(
     anchor: OpId,
     texels: &[(ValueId, ValueId)],
     config: &MatmulConfig,
+    other_words: i64,
 ) -> R<Vec<ValueId>> {
     if texels.is_empty() {
         return Ok(Vec::new());
     }
-    if !config.writes_texels(texels.len(), target()) {
+    if !config.writes_texels(texels.len(), other_words, target()) {
         return Err(format!(
             "its results are placed in textures, which its tiles of {}x{} split {} ways cannot write (texture.map copies them where layout.select's writer says so)",
             config.tile_m(),

@@ -6,7 +6,7 @@
 //! A's words are then normalized with them as they are staged, where each
 //! element would otherwise reduce its whole row.
 
-use ircc_core::{ElemType, Module, OpId, ValueId};
+use ircc_core::{Module, OpId, ValueId};
 use ircc_dialects::graph;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
@@ -17,13 +17,20 @@ use super::values::ACC;
 
 type R<T> = Result<T, String>;
 
-/// The layer_norm fused into `group` as its product's prologue (not one
-/// the product reads from memory), if there is one.
+/// The layer_norm fused into `group` as its product's prologue (inside
+/// the group, not one the product reads from memory), if there is one.
 pub(super) fn normalization(m: &Module, group: &Group) -> Option<OpId> {
-    crate::graph::fusion::row_norm_prologue(m, group.anchor).filter(|&norm| {
-        let result = m.op(norm).results[0];
-        !group.bindings.iter().any(|&(inner, _)| inner == result)
-    })
+    if group.op == group.anchor {
+        return None;
+    }
+    crate::graph::fusion::row_norm_prologue(m, group.anchor)
+        .filter(|&norm| m.op(norm).parent == m.op(group.anchor).parent)
+}
+
+/// Words of workgroup memory the moments of `rows` rows take, computed by
+/// `threads` invocations.
+pub(super) fn moments_words(rows: i64, threads: i64) -> i64 {
+    2 * rows + threads
 }
 
 /// How `values.rs` computes normalization `op` for the operand being read
@@ -59,7 +66,8 @@ pub(super) struct TileRows {
 impl RowMoments {
     /// The moments of the tile's rows where `anchor`'s A reads a
     /// normalization fused into its group (none where A is read from
-    /// memory, the normalization a kernel of its own).
+    /// memory, the normalization a kernel of its own). Its workgroup
+    /// memory is [`moments_words`].
     pub fn stage(
         kb: &mut KernelBuilder,
         product: &Product,
@@ -70,8 +78,8 @@ impl RowMoments {
         let Some(norm) = crate::graph::fusion::row_norm_prologue(kb.m(), anchor) else {
             return Ok(None);
         };
-        let result = kb.m().op(norm).results[0];
-        if kb.inputs.contains_key(&result) {
+        // A normalization with a kernel of its own is read from memory.
+        if kb.inputs.contains_key(&kb.m().op(norm).results[0]) {
             return Ok(None);
         }
         let epsilon = graph::ops::LayerNorm::new(kb.m(), norm)
@@ -82,7 +90,7 @@ impl RowMoments {
         let at_once = tile.threads / lanes;
         let mean = kb.ir.alloc(tile.rows, ACC);
         let inv = kb.ir.alloc(tile.rows, ACC);
-        let partial = kb.ir.alloc(at_once * lanes, ACC);
+        let partial = kb.ir.alloc(tile.threads, ACC);
         let staged = RowMoments { norm, mean, inv };
         // Neighbouring invocations take neighbouring rows where A's rows lie
         // next to each other in memory (ConvNeXt's channels-last view of a
@@ -200,7 +208,7 @@ impl RowMoments {
         Ok(sum[0])
     }
 
-    /// A's word at (`row`, `k`) as `elem`, `row` being row `local` of the
+    /// A's word at (`row`, `k`) as f32, `row` being row `local` of the
     /// tile, normalized with its staged moments.
     pub fn operand(
         &self,
@@ -209,12 +217,11 @@ impl RowMoments {
         batch: &[Ix],
         (row, local): (Ix, &Ix),
         k: Ix,
-        elem: ElemType,
     ) -> R<ValueId> {
         let mean = kb.load(self.mean, local);
         let inv = kb.load(self.inv, local);
         kb.norm_rows = Some((self.norm, NormRows::Moments(mean, inv)));
-        let v = product.operand_as(kb, 0, batch, row, k, elem);
+        let v = product.operand(kb, 0, batch, row, k);
         kb.norm_rows = None;
         v
     }

@@ -26,7 +26,7 @@ use super::attention;
 use super::cooperative;
 use super::group::{Group, group_of};
 use super::lowering::{shape_of, target};
-use super::matmul::{Tiling, schedule_of, tuning_key};
+use super::matmul::{Tiling, config_of, schedule_of, tuning_key};
 use super::product::product_dims;
 use crate::decl::{KernelScheduleAttention, KernelScheduleOptions, KernelSchedulePrecision};
 use crate::tuning::database::TuningDb;
@@ -115,7 +115,11 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
                 && super::prologue::normalization(m, group).is_some()
             {
                 let lanes = c.device.alus_per_unit.map(|a| a * c.device.compute_units);
-                s.normalizes = s.splits == 1 && lanes.is_none_or(|l| l >= PARALLEL_LANES);
+                let config = config_of(s);
+                let words = super::prologue::moments_words(config.tile_m(), config.invocations());
+                s.normalizes = s.splits == 1
+                    && lanes.is_none_or(|l| l >= PARALLEL_LANES)
+                    && config.fits_beside(words, target());
             }
             schedule
         }

@@ -260,7 +260,13 @@ pub(crate) fn result_writer(m: &Module, op: OpId, k: usize) -> Writer {
                 .iter()
                 .filter(|&&(inner, _)| computed_by_template(m, &group, &space, inner))
                 .count();
-            if config_of(&s).writes_texels(results, target()) {
+            let config = config_of(&s);
+            let moments = if s.normalizes {
+                super::prologue::moments_words(config.tile_m(), config.invocations())
+            } else {
+                0
+            };
+            if config.writes_texels(results, moments, target()) {
                 Writer::Product {
                     columns: column_axis(m, group.anchor),
                 }

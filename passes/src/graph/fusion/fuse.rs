@@ -45,7 +45,8 @@ impl Fuse {
 struct Group {
     ops: Vec<OpId>,
     mapping: MappingType,
-    /// The group's Many-to-Many op, if it has one.
+    /// The group's Many-to-Many op, if it has one (besides the
+    /// normalizations it takes as its prologue).
     anchor: Option<OpId>,
 }
 
@@ -394,6 +395,9 @@ impl Fuse {
                     groups.len() - 1
                 }
             };
+            if groups[group].ops.len() >= self.max_ops {
+                continue;
+            }
             let members: HashSet<OpId> = groups[group].ops.iter().copied().chain([op]).collect();
             let limit = ircc_dialects::kernel::Target::webgpu().max_kernel_buffers;
             if plan.convex(&members) && plan.bindings(&members) as i64 <= limit {

@@ -59,8 +59,16 @@ pub fn row_norm_prologue(m: &Module, product: OpId) -> Option<OpId> {
     let (stored, map) = ircc_dialects::index::through_views(m, a);
     let norm = m.defining_op(stored)?;
     let ln = graph::ops::LayerNorm::new(m, norm)?;
-    let ln_rank = m.value_type(stored).as_tensor()?.rank();
-    if rank < 2 || shape::axis(ln.axis(), ln_rank).ok()? != ln_rank - 1 {
+    let (a_shape, ln_shape) = (
+        &m.value_type(a).as_tensor()?.shape,
+        &m.value_type(stored).as_tensor()?.shape,
+    );
+    let ln_rank = ln_shape.len();
+    // The normalized rows are whole rows of A: as long as K.
+    if rank < 2
+        || shape::axis(ln.axis(), ln_rank).ok()? != ln_rank - 1
+        || ln_shape.last() != a_shape.last()
+    {
         return None;
     }
     // K, A's last axis, is the normalized axis, and the other axes of A
