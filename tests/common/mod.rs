@@ -411,12 +411,17 @@ pub const NORM_PROLOGUE: TemplateCase = TemplateCase {
     results: 5,
 };
 
-/// `case`, whose ops carry their schedules (and layouts), lowered as it
-/// is for adreno740 on a device backend at f32 and f16, within the GPU
-/// tests' tolerance.
+/// `case`, whose ops carry their schedules (and layouts), lowered for
+/// adreno740 (its layout ops made views first) on a device backend at f32
+/// and f16, within the GPU tests' tolerance.
 pub fn assert_lowered_matches(case: &TemplateCase, backend: &[&str]) {
     for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
-        let mut args = vec!["--passes", "kernel.lower", "--precision", precision];
+        let mut args = vec![
+            "--passes",
+            "graph.eliminate-layout-ops,kernel.lower",
+            "--precision",
+            precision,
+        ];
         args.extend_from_slice(backend);
         let diff = template_difference_on(case, "adreno740", &args);
         assert!(
