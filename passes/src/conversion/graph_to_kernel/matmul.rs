@@ -174,6 +174,12 @@ fn configure(
             "its {SCHEDULE_ATTR} does not fit the product: {why}"
         ));
     }
+    if schedule.normalizes && scheduled.splits > 1 {
+        return Err(format!(
+            "its {SCHEDULE_ATTR} splits K {} ways and normalizes its rows, which every split would walk all of K for (kernel.schedule gives a split product's normalization a kernel of its own)",
+            scheduled.splits
+        ));
+    }
     let Some(tuning) = tuning else {
         return Ok((scheduled, schedule.tuned));
     };
@@ -210,7 +216,9 @@ fn configure(
     };
     let writes_alike = config.splits == scheduled.splits
         && (config.splits > 1 || config.writes_texels(placed, moments, target()));
-    if (placed > 0 && !writes_alike) || !config.fits_beside(moments, target()) {
+    let normalizes_alike =
+        !schedule.normalizes || (config.splits == 1 && config.fits_beside(moments, target()));
+    if (placed > 0 && !writes_alike) || !normalizes_alike {
         return Ok((scheduled, schedule.tuned));
     }
     Ok((config, true))
