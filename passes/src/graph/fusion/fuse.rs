@@ -80,6 +80,13 @@ impl Plan<'_> {
         out
     }
 
+    /// The shape of `op`'s first result, if it is a tensor.
+    fn result_shape(&self, op: OpId) -> Option<Vec<i64>> {
+        let m = self.module;
+        let r = *m.op(op).results.first()?;
+        m.value_type(r).as_tensor().map(|t| t.shape.clone())
+    }
+
     /// The ops whose results `op` reads, looking through views.
     fn producers(&self, op: OpId) -> Vec<OpId> {
         let mut out = Vec::new();
@@ -246,14 +253,7 @@ impl Fuse {
     /// epilogue: it reaches one through ungrouped One-to-One producers of
     /// its shape.
     fn ends_free_producer(&self, plan: &Plan, op: OpId) -> bool {
-        let m = plan.module;
-        let shape = |op: OpId| {
-            m.op(op)
-                .results
-                .first()
-                .and_then(|&r| m.value_type(r).as_tensor())
-                .map(|t| t.shape.clone())
-        };
+        let shape = |op: OpId| plan.result_shape(op);
         let want = shape(op);
         let epilogue_fuses = self
             .tables
@@ -282,14 +282,7 @@ impl Fuse {
     /// producer's own iteration space (same shape: an epilogue behind a
     /// layout change would need a kernel of its own).
     fn producer_anchor(&self, plan: &Plan, group: &Group) -> Option<OpId> {
-        let m = plan.module;
-        let shape = |op: OpId| {
-            m.op(op)
-                .results
-                .first()
-                .and_then(|&r| m.value_type(r).as_tensor())
-                .map(|t| t.shape.clone())
-        };
+        let shape = |op: OpId| plan.result_shape(op);
         group
             .ops
             .iter()

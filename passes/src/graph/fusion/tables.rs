@@ -328,8 +328,12 @@ mod tests {
             (Some(IldVariable), Search::SearchFused)
         );
         assert!(Tables::parse(&SPEC.replace("\"shuffle green\"]", "\"shuffle purple\"]")).is_err());
-        assert!(t.prologue("graph.layer_norm", "graph.matmul"));
-        assert!(!t.prologue("graph.matmul", "graph.layer_norm"));
+        let (norm, matmul) = (
+            ircc_dialects::graph::GraphOp::LayerNorm.name(),
+            ircc_dialects::graph::GraphOp::Matmul.name(),
+        );
+        assert!(t.prologue(norm, matmul));
+        assert!(!t.prologue(matmul, norm));
         assert!(Tables::parse(&SPEC.replace("\"graph.gemm\"]", "\"gemm\"]")).is_err());
     }
 }
