@@ -136,12 +136,14 @@ pub struct KernelArgs {
 /// Which template computes a fused attention op (kernel.schedule{attention=..}).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
 pub enum AttentionTemplate {
-    /// Rows where the target's registers hold a query and its weighted sum of values and its invocations fill the device, else tiled.
+    /// Cooperative in f16 where the device has matrix units; else rows where the target's registers hold a query and its weighted sum of values and its invocations fill the device, else tiled.
     Auto,
     /// An invocation per query, holding it and its weighted sum in registers.
     Rows,
     /// An invocation per query and key of a tile, sharing scores through workgroup memory.
     Tiled,
+    /// A block of queries per workgroup on the matrix units (f16 operands, f32 scores and sums).
+    Cooperative,
 }
 
 impl AttentionTemplate {
@@ -150,6 +152,7 @@ impl AttentionTemplate {
             AttentionTemplate::Auto => "auto",
             AttentionTemplate::Rows => "rows",
             AttentionTemplate::Tiled => "tiled",
+            AttentionTemplate::Cooperative => "cooperative",
         }
     }
 }

@@ -44,7 +44,8 @@ impl KernelRoof {
             .iter()
             .filter_map(Type::as_tensor)
             .any(|t| t.elem == ircc_core::ElemType::F16);
-        let peak_gflops = if template == "matmul_cooperative" {
+        let on_matrix_units = ["matmul_cooperative", "attention_cooperative"];
+        let peak_gflops = if on_matrix_units.contains(&template.as_str()) {
             profile
                 .cooperative_matrix
                 .iter()

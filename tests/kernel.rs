@@ -362,3 +362,99 @@ fn cooperative_products_match_the_interpreter() {
         assert!(kernels >= 2, "{file}: {kernels} cooperative kernels");
     }
 }
+
+/// The cooperative attention template in the kernel interpreter, beside
+/// the graph interpreter (`ircc check`): the schedules of
+/// `tests/data/cooperative_attention.ir` (ragged blocks and tiles, float
+/// and boolean masks, a causal window, grouped heads, a soft cap, tiles
+/// read ahead or not) and of the kernel.lower filetest, then attention as
+/// exporters write it (`q @ kt`, a scale, softmax, `@ v`), which smartmem
+/// folds and kernel.schedule gives the template at f16 on nvidia_vulkan:
+/// its keys are read through the transposed view. Within f16's rounding:
+/// scores and sums accumulate in f32, the weights are f16. lavapipe and
+/// PoCL have no cooperative matrices; the GPU machine checks the template
+/// against the FMA ones (`scripts/attention_bench.py --check`).
+#[test]
+fn cooperative_attention_matches_the_interpreter() {
+    for file in [
+        "tests/data/cooperative_attention.ir",
+        "tests/ir/kernel.lower/attention_cooperative.ir",
+    ] {
+        let path = common::root().join(file);
+        let model = [
+            path.to_str().unwrap(),
+            "--passes",
+            "kernel.lower,kernel.ace",
+        ];
+        let out = ircc(&[&["check"][..], &model, &["--rtol", "2e-3"]].concat());
+        assert_eq!(out.code, 0, "{file}: {}{}", out.stdout, out.stderr);
+        let lowered = ircc(&model);
+        let kernels = lowered
+            .stdout
+            .matches("template = \"attention_cooperative\"")
+            .count();
+        assert!(kernels >= 1, "{file}: {kernels} cooperative kernels");
+    }
+    let dir = common::scratch_dir("cooperative_attention");
+    let file = dir.join("exported.ir");
+    let t = |d: &str| format!("tensor<1x2x{d}xf32>");
+    let (q, kt, s) = (t("40x32"), t("32x40"), t("40x40"));
+    std::fs::write(
+        &file,
+        format!(
+            "func.func @main(%q: {q}, %kt: {kt}, %v: {q}) -> {q} {{\n\
+             %c = graph.constant {{value = dense<0.17> : tensor<f32>}} : () -> tensor<f32>\n\
+             %s = graph.matmul %q, %kt : {q}, {kt} -> {s}\n\
+             %t = graph.mul %s, %c : {s}, tensor<f32> -> {s}\n\
+             %p = graph.softmax %t {{axis = -1}} : {s} -> {s}\n\
+             %y = graph.matmul %p, %v : {s}, {q} -> {q}\n\
+             func.return %y : {q}\n}}\n"
+        ),
+    )
+    .unwrap();
+    let passes = "canonicalize,graph.fold-attention,canonicalize,graph.eliminate-layout-ops,\
+                  index.simplify,graph.fuse,kernel.schedule{precision=f16},kernel.lower,kernel.ace";
+    let model = [
+        file.to_str().unwrap(),
+        "--passes",
+        passes,
+        "--device",
+        "nvidia_vulkan",
+    ];
+    let out = ircc(&[&["check"][..], &model, &["--rtol", "2e-3"]].concat());
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(
+        ircc(&model)
+            .stdout
+            .contains("template = \"attention_cooperative\""),
+        "the exported form takes the cooperative template"
+    );
+}
+
+/// A kernel's FLOP count is not bounded like a dimension: attention over
+/// 2048 queries and keys of 12 heads of 64 is 12.9 GFLOP in one kernel,
+/// which kernel.lower records (verification refused it as above 2^31).
+#[test]
+fn a_kernel_counts_flops_beyond_two_to_the_31() {
+    let dir = common::scratch_dir("large_flops");
+    let file = dir.join("attention.ir");
+    let t = "tensor<1x12x2048x64xf32>";
+    std::fs::write(
+        &file,
+        format!(
+            "func.func @main(%q: {t}, %k: {t}, %v: {t}) -> {t} {{\n\
+             %0 = graph.attention %q, %k, %v : {t}, {t}, {t} -> {t}\n\
+             func.return %0 : {t}\n}}\n"
+        ),
+    )
+    .unwrap();
+    let out = ircc(&[
+        file.to_str().unwrap(),
+        "--passes",
+        "kernel.schedule,kernel.lower",
+        "--device",
+        "nvidia_vulkan",
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(out.stdout.contains("flops = 12884901888"), "{}", out.stdout);
+}

@@ -147,16 +147,24 @@ pub fn body<L: Language>(
 }
 
 /// The workgroup arrays of a kernel (`kernel.alloc`s, in order), each
-/// with whether `load4` reads it.
+/// with whether it is an array of vectors: `load4` reads it and no
+/// matrix op does (a matrix's offset and stride count elements, so its
+/// array stays one of elements, and `load4` gathers four of them).
 pub fn workgroup_arrays(m: &Module, block: BlockId) -> Vec<(ValueId, bool)> {
     let mut vec4 = Vec::new();
+    let mut matrices = Vec::new();
     let mut allocs = Vec::new();
     m.walk_block(block, &mut |op| match KernelOp::of(m, op) {
         Some(K::Load4) => vec4.push(m.op(op).operands[0]),
+        Some(K::MatrixLoad) => matrices.push(m.op(op).operands[0]),
+        Some(K::MatrixStore) => matrices.push(m.op(op).operands[1]),
         Some(K::Alloc) => allocs.push(m.op(op).results[0]),
         _ => {}
     });
-    allocs.into_iter().map(|a| (a, vec4.contains(&a))).collect()
+    allocs
+        .into_iter()
+        .map(|a| (a, vec4.contains(&a) && !matrices.contains(&a)))
+        .collect()
 }
 
 #[derive(Clone, Copy)]

@@ -192,7 +192,15 @@ impl Language for Wgsl {
     }
 
     fn load4(&mut self, memory: &Memory, offset: &str) -> String {
-        format!("{}[({offset}) / 4]", memory.name)
+        let m = &memory.name;
+        if memory.space == (Space::Workgroup { vec4: true }) {
+            return format!("{m}[({offset}) / 4]");
+        }
+        let at = |k: i64| match k {
+            0 => format!("{m}[{offset}]"),
+            k => format!("{m}[{offset} + {k}]"),
+        };
+        format!("vec4({}, {}, {}, {})", at(0), at(1), at(2), at(3))
     }
 
     fn vec4_type(&self, ty: &str) -> String {

@@ -82,6 +82,32 @@ pub struct AttentionRowsSchedule {
     pub splits: i64,
 }
 
+/// Fused attention on the matrix units: workgroups of `subgroups`
+/// subgroups of `subgroup_size` invocations, each subgroup taking `side`
+/// queries of the block, multiplying `side` x `side` f16 matrices into
+/// f32 (scores, then weights times values) over key tiles of `keys`,
+/// each tile read into registers while the one before is computed
+/// (`read_ahead`) or when its turn comes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct AttentionCooperativeSchedule {
+    pub subgroups: i64,
+    pub keys: i64,
+    pub side: i64,
+    pub subgroup_size: i64,
+    pub read_ahead: bool,
+}
+
+impl AttentionCooperativeSchedule {
+    /// The queries of a workgroup's block.
+    pub fn queries(&self) -> i64 {
+        self.subgroups * self.side
+    }
+
+    pub fn invocations(&self) -> i64 {
+        self.subgroups * self.subgroup_size
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
     /// An invocation per output element (or texel).
@@ -93,6 +119,7 @@ pub enum Schedule {
     AttentionRows(AttentionRowsSchedule),
     /// Fused attention, an invocation per query and key of a tile.
     AttentionTiled,
+    AttentionCooperative(AttentionCooperativeSchedule),
     NonMaxSuppression,
 }
 
@@ -105,6 +132,7 @@ impl Schedule {
             Schedule::MatmulCooperative(_) => "matmul_cooperative",
             Schedule::AttentionRows(_) => "attention_rows",
             Schedule::AttentionTiled => "attention_tiled",
+            Schedule::AttentionCooperative(_) => "attention_cooperative",
             Schedule::NonMaxSuppression => "nms",
         }
     }
@@ -156,6 +184,13 @@ impl Schedule {
                 int(&mut d, "keys", s.keys);
                 int(&mut d, "splits", s.splits);
             }
+            Schedule::AttentionCooperative(s) => {
+                int(&mut d, "subgroups", s.subgroups);
+                int(&mut d, "keys", s.keys);
+                int(&mut d, "side", s.side);
+                int(&mut d, "subgroup_size", s.subgroup_size);
+                d.insert("read_ahead".into(), Attribute::Bool(s.read_ahead));
+            }
             _ => {}
         }
         Attribute::Dict(d)
@@ -182,6 +217,9 @@ impl Schedule {
             ],
             "matmul_cooperative" => &["subgroups", "matrices", "side", "k_step", "subgroup_size"],
             "attention_rows" => &["rows", "lanes", "keys", "splits"],
+            "attention_cooperative" => {
+                &["subgroups", "keys", "side", "subgroup_size", "read_ahead"]
+            }
             _ => &[],
         };
         if let Some(k) = d
@@ -236,9 +274,18 @@ impl Schedule {
                 keys: int("keys")?,
                 splits: int("splits")?,
             }),
+            "attention_cooperative" => {
+                Schedule::AttentionCooperative(AttentionCooperativeSchedule {
+                    subgroups: int("subgroups")?,
+                    keys: int("keys")?,
+                    side: int("side")?,
+                    subgroup_size: int("subgroup_size")?,
+                    read_ahead: flag("read_ahead")?,
+                })
+            }
             other => {
                 return Err(format!(
-                    "unknown template '{other}' (known: elementwise, row, matmul, matmul_cooperative, attention_rows, attention_tiled, nms)"
+                    "unknown template '{other}' (known: elementwise, row, matmul, matmul_cooperative, attention_rows, attention_tiled, attention_cooperative, nms)"
                 ));
             }
         })
@@ -303,6 +350,13 @@ mod tests {
                 side: 16,
                 k_step: 32,
                 subgroup_size: 32,
+            }),
+            Schedule::AttentionCooperative(AttentionCooperativeSchedule {
+                subgroups: 4,
+                keys: 64,
+                side: 16,
+                subgroup_size: 32,
+                read_ahead: true,
             }),
         ];
         for s in schedules {

@@ -73,7 +73,7 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
         Kind::Row => Schedule::Row,
         Kind::NonMaxSuppression => Schedule::NonMaxSuppression,
         Kind::Attention => {
-            super::attention::schedule(m, anchor, target(), c.attention, c.compute_units)
+            super::attention::schedule(m, anchor, target(), c.device, c.float, c.attention)
         }
         Kind::Matmul => {
             let sum_in_consumers = consumers_sum_partials(m, group);

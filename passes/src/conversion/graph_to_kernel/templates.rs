@@ -12,7 +12,7 @@ use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::{GraphOp, shape};
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 use ircc_dialects::kernel::{
-    AttentionRowsSchedule, CooperativeSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
+    CooperativeSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
 };
 use ircc_dialects::texture::{LANES, TextureLayout};
 
@@ -39,8 +39,8 @@ enum Template {
     Matmul(MatmulSchedule),
     Cooperative(CooperativeSchedule),
     Row,
-    /// The register template's tiles, or the tiled template.
-    Attention(Option<AttentionRowsSchedule>),
+    /// One of the attention templates, with its tiles.
+    Attention(Schedule),
     NonMaxSuppression,
 }
 
@@ -51,8 +51,9 @@ impl Template {
             Schedule::Row => Template::Row,
             Schedule::Matmul(s) => Template::Matmul(s),
             Schedule::MatmulCooperative(s) => Template::Cooperative(s),
-            Schedule::AttentionRows(s) => Template::Attention(Some(s)),
-            Schedule::AttentionTiled => Template::Attention(None),
+            Schedule::AttentionRows(_)
+            | Schedule::AttentionTiled
+            | Schedule::AttentionCooperative(_) => Template::Attention(schedule),
             Schedule::NonMaxSuppression => Template::NonMaxSuppression,
         }
     }
@@ -99,7 +100,9 @@ pub(crate) fn lower_group(
         Schedule::Elementwise => true,
         Schedule::Row => kind == Kind::Row,
         Schedule::Matmul(_) | Schedule::MatmulCooperative(_) => kind == Kind::Matmul,
-        Schedule::AttentionRows(_) | Schedule::AttentionTiled => kind == Kind::Attention,
+        Schedule::AttentionRows(_)
+        | Schedule::AttentionTiled
+        | Schedule::AttentionCooperative(_) => kind == Kind::Attention,
         Schedule::NonMaxSuppression => kind == Kind::NonMaxSuppression,
     };
     if !fits {
@@ -107,7 +110,7 @@ pub(crate) fn lower_group(
             Kind::Elementwise => "elementwise",
             Kind::Matmul => "matmul",
             Kind::Row => "row",
-            Kind::Attention => "attention_rows or attention_tiled",
+            Kind::Attention => "attention_rows, attention_tiled or attention_cooperative",
             Kind::NonMaxSuppression => "nms",
         };
         return Err(format!(
@@ -381,7 +384,7 @@ fn build(
             }
             Template::Row => row(&mut kb, group.anchor, outputs)?,
             Template::NonMaxSuppression => super::nms::lower(&mut kb, group.anchor, outputs)?,
-            Template::Attention(rows) => attention::lower(&mut kb, group.anchor, outputs, rows)?,
+            Template::Attention(s) => attention::lower(&mut kb, group.anchor, outputs, s)?,
         }
         (kb.args.clone(), kb.partials.clone())
     };

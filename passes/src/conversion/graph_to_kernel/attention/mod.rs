@@ -4,10 +4,11 @@
 //! each query keeps a running maximum, sum of weights and weighted sum of
 //! values that it rescales as the maximum grows (an online softmax).
 //!
-//! Two templates share that plan (`rows.rs`, `tiled.rs`); kernel.schedule's
-//! `attention` option picks one ([`schedule`]), and `auto` the register template where
-//! the target's registers hold a query and its sum and its invocations
-//! fill the device:
+//! Three templates share that plan (`rows.rs`, `tiled.rs`,
+//! `cooperative.rs`); kernel.schedule's `attention` option picks one
+//! ([`schedule`]), and `auto` the cooperative one at f16 where the target
+//! has matrix units, else the register template where the target's
+//! registers hold a query and its sum and its invocations fill the device:
 //!
 //! - `attention_rows`: an invocation per query (or a few, splitting its
 //!   keys), holding the query and its weighted sum of values in
@@ -19,24 +20,29 @@
 //! - `attention_tiled`: an invocation per query and key of a tile, which
 //!   share the scores and weights through workgroup memory; for heads too
 //!   long for registers, and for too few queries to fill the device.
+//! - `attention_cooperative`: FlashAttention-2's plan on the matrix units,
+//!   a subgroup per 16 queries of a block multiplying f16 matrices into
+//!   f32 scores and sums, the softmax between the two products through
+//!   workgroup memory.
 //!
 //! Where neither's tiles fit in workgroup memory, each result element is
 //! computed on its own (`attention_at`): one invocation walks every key
 //! for one value column.
 
+mod cooperative;
 mod rows;
 mod tiled;
 
 use ircc_core::{ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::{self, attention};
-use ircc_dialects::kernel::Target;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
+use ircc_dialects::kernel::{DeviceProfile, Target};
 
 use super::lowering::{Input, Ix, KernelBuilder, kernel_elem};
 use super::lowering::{guarded, target, tensor_shape};
 use super::values::ACC;
 use crate::decl::KernelScheduleAttention;
-use ircc_dialects::kernel::{AttentionRowsSchedule, Schedule};
+use ircc_dialects::kernel::Schedule;
 
 pub(super) use rows::Rows;
 
@@ -48,25 +54,42 @@ pub(super) fn fits(m: &Module, op: OpId, t: &Target) -> bool {
 }
 
 /// The schedule of attention op `op` (which one of the templates fits) on
-/// target `t`, for a device of `units` compute units: the template
-/// `choice` asks for where it fits, else the other. Auto takes the
-/// register template where it gives every unit the invocations the target
-/// asks, else the tiled one (measured on an H100, 12 heads of 64: the
-/// tiled template is the faster at 197 queries, the register one at 512
-/// and 2048).
+/// target `t` and `device`, at precision `float`: the template `choice`
+/// asks for where it fits, else rows or tiled. Auto takes the cooperative
+/// template at f16 where [`cooperative::choose`] gives one (measured on an
+/// H100, 12 heads of 64: faster than the unfused ops and the other
+/// templates at 197 to 4096 queries), else the register
+/// template where it gives every unit the invocations the target asks,
+/// else the tiled one (the tiled template is the faster at 197 queries,
+/// the register one at 512 and 2048).
 pub(super) fn schedule(
     m: &Module,
     op: OpId,
     t: &Target,
+    device: &DeviceProfile,
+    float: ElemType,
     choice: KernelScheduleAttention,
-    units: i64,
 ) -> Schedule {
+    let units = i64::from(device.compute_units);
+    let wants_matrices = match choice {
+        KernelScheduleAttention::Cooperative => true,
+        KernelScheduleAttention::Auto => float == ElemType::F16,
+        _ => false,
+    };
+    if let Some(s) = wants_matrices
+        .then(|| cooperative::choose(m, op, device, units))
+        .flatten()
+    {
+        return Schedule::AttentionCooperative(s);
+    }
     let rows = Rows::choose(m, op, t, units);
     let tiled = tiled::fits(m, op, t);
     let prefer_rows = match choice {
         KernelScheduleAttention::Rows => true,
         KernelScheduleAttention::Tiled => false,
-        KernelScheduleAttention::Auto => rows.is_some_and(|r| r.fills(m, op, units)),
+        KernelScheduleAttention::Auto | KernelScheduleAttention::Cooperative => {
+            rows.is_some_and(|r| r.fills(m, op, units))
+        }
     };
     match rows {
         Some(rows) if prefer_rows || !tiled => Schedule::AttentionRows(rows.schedule()),
@@ -74,29 +97,35 @@ pub(super) fn schedule(
     }
 }
 
-/// Lowers the attention op `op` with the register template's tiles
-/// `rows`, or where none, the tiled template.
+/// Lowers the attention op `op` with the template and tiles `schedule`
+/// gives.
 pub(super) fn lower(
     kb: &mut KernelBuilder,
     op: OpId,
     outputs: &[(ValueId, ValueId)],
-    rows: Option<AttentionRowsSchedule>,
+    schedule: Schedule,
 ) -> R<()> {
     let t = target();
-    if let Some(why) = rows.and_then(|r| Rows::of(r).unfit(kb.m(), op, t)) {
-        return Err(why);
-    }
-    if rows.is_none() && !tiled::fits(kb.m(), op, t) {
-        return Err("the tiled attention template does not fit it".into());
+    match schedule {
+        Schedule::AttentionRows(r) => {
+            if let Some(why) = Rows::of(r).unfit(kb.m(), op, t) {
+                return Err(why);
+            }
+        }
+        Schedule::AttentionTiled if !tiled::fits(kb.m(), op, t) => {
+            return Err("the tiled attention template does not fit it".into());
+        }
+        _ => {}
     }
     // Its two products: scores (queries x keys x size) and the weighted
     // sum of values (queries x value size x keys), per head.
     kb.flops = graph::ops::Attention::new(kb.m(), op)
         .and_then(|a| Dims::of(kb.m(), &a))
         .map(|d| 2 * d.batch * d.heads * d.queries * d.keys * (d.size + d.value_size));
-    match rows {
-        Some(rows) => rows::attention_rows(kb, op, outputs, &Rows::of(rows)),
-        None => tiled::attention_tiled(kb, op, outputs, t),
+    match schedule {
+        Schedule::AttentionRows(rows) => rows::attention_rows(kb, op, outputs, &Rows::of(rows)),
+        Schedule::AttentionCooperative(s) => cooperative::attention_cooperative(kb, op, outputs, s),
+        _ => tiled::attention_tiled(kb, op, outputs, t),
     }
 }
 
