@@ -369,8 +369,9 @@ fn cooperative_products_match_the_interpreter() {
 /// and boolean masks, a causal window, grouped heads, a soft cap, tiles
 /// read ahead or not) and of the kernel.lower filetest, then attention as
 /// exporters write it (`q @ kt`, a scale, softmax, `@ v`), which smartmem
-/// folds and kernel.schedule gives the template at f16 on nvidia_vulkan:
-/// its keys are read through the transposed view. Within f16's rounding:
+/// folds and kernel.schedule gives the template at f16 on nvidia_vulkan
+/// (130 keys, three tiles): its keys are read through the transposed
+/// view. Within f16's rounding:
 /// scores and sums accumulate in f32, the weights are f16. lavapipe and
 /// PoCL have no cooperative matrices; the GPU machine checks the template
 /// against the FMA ones (`scripts/attention_bench.py --check`).
@@ -398,7 +399,7 @@ fn cooperative_attention_matches_the_interpreter() {
     let dir = common::scratch_dir("cooperative_attention");
     let file = dir.join("exported.ir");
     let t = |d: &str| format!("tensor<1x2x{d}xf32>");
-    let (q, kt, s) = (t("40x32"), t("32x40"), t("40x40"));
+    let (q, kt, s) = (t("130x32"), t("32x130"), t("130x130"));
     std::fs::write(
         &file,
         format!(
@@ -429,6 +430,28 @@ fn cooperative_attention_matches_the_interpreter() {
             .contains("template = \"attention_cooperative\""),
         "the exported form takes the cooperative template"
     );
+}
+
+/// The depthwise convolution template in the kernel interpreter, beside
+/// the graph interpreter: the schedules of its kernel.lower filetest
+/// (ragged blocks of outputs and channels, padding, stride, dilation, two
+/// batches, a fused producer, bias and relu, an NHWC input read through a
+/// transposed view).
+#[test]
+fn depthwise_convolutions_match_the_interpreter() {
+    let path = common::root().join(common::DEPTHWISE.file);
+    let model = [
+        path.to_str().unwrap(),
+        "--passes",
+        "graph.eliminate-layout-ops,kernel.lower,kernel.ace",
+    ];
+    let out = ircc(&[&["check"][..], &model].concat());
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let kernels = ircc(&model)
+        .stdout
+        .matches("template = \"conv_depthwise\"")
+        .count();
+    assert_eq!(kernels, 3);
 }
 
 /// A kernel's FLOP count is not bounded like a dimension: attention over

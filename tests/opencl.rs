@@ -278,12 +278,16 @@ fn products_split_along_k_match_the_interpreter_on_opencl() {
 }
 
 #[test]
-fn products_writing_texels_or_normalizing_a_match_the_interpreter_on_opencl() {
+fn products_writing_texels_normalizing_or_depthwise_convolutions_match_the_interpreter_on_opencl() {
     if !common::opencl_available() {
-        eprintln!("0 passed, 0 failed, 4 skipped (no OpenCL device)");
+        eprintln!("0 passed, 0 failed, 6 skipped (no OpenCL device)");
         return;
     }
-    for case in [&common::PRODUCT_TEXELS, &common::NORM_PROLOGUE] {
+    for case in [
+        &common::PRODUCT_TEXELS,
+        &common::NORM_PROLOGUE,
+        &common::DEPTHWISE,
+    ] {
         common::assert_lowered_matches(
             case,
             &["--backend", "opencl", "--cl-options", "-cl-opt-disable"],

@@ -411,6 +411,22 @@ pub const NORM_PROLOGUE: TemplateCase = TemplateCase {
     results: 5,
 };
 
+/// Depthwise convolutions by the template that stages their input window.
+pub const DEPTHWISE: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel.lower/conv_depthwise.ir",
+    inputs: &[
+        ("x", &[1, 6, 13, 11]),
+        ("s", &[6, 1, 1]),
+        ("w", &[6, 1, 7, 7]),
+        ("b", &[6]),
+        ("x2", &[2, 5, 9, 10]),
+        ("w2", &[5, 1, 3, 3]),
+        ("x3", &[1, 9, 10, 12]),
+        ("w3", &[12, 1, 3, 3]),
+    ],
+    results: 3,
+};
+
 /// `case`, whose ops carry their schedules (and layouts), lowered for
 /// adreno740 (its layout ops made views first) on a device backend at f32
 /// and f16, within the GPU tests' tolerance.

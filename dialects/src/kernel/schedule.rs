@@ -108,6 +108,22 @@ impl AttentionCooperativeSchedule {
     }
 }
 
+/// A depthwise convolution's blocks: `channels` x `rows` x `columns`
+/// outputs a workgroup, an invocation each, its input window staged in
+/// workgroup memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DepthwiseSchedule {
+    pub channels: i64,
+    pub rows: i64,
+    pub columns: i64,
+}
+
+impl DepthwiseSchedule {
+    pub fn invocations(&self) -> i64 {
+        self.channels * self.rows * self.columns
+    }
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
     /// An invocation per output element (or texel).
@@ -120,6 +136,7 @@ pub enum Schedule {
     /// Fused attention, an invocation per query and key of a tile.
     AttentionTiled,
     AttentionCooperative(AttentionCooperativeSchedule),
+    ConvDepthwise(DepthwiseSchedule),
     NonMaxSuppression,
 }
 
@@ -133,6 +150,7 @@ impl Schedule {
             Schedule::AttentionRows(_) => "attention_rows",
             Schedule::AttentionTiled => "attention_tiled",
             Schedule::AttentionCooperative(_) => "attention_cooperative",
+            Schedule::ConvDepthwise(_) => "conv_depthwise",
             Schedule::NonMaxSuppression => "nms",
         }
     }
@@ -191,6 +209,11 @@ impl Schedule {
                 int(&mut d, "subgroup_size", s.subgroup_size);
                 d.insert("read_ahead".into(), Attribute::Bool(s.read_ahead));
             }
+            Schedule::ConvDepthwise(s) => {
+                int(&mut d, "channels", s.channels);
+                int(&mut d, "rows", s.rows);
+                int(&mut d, "columns", s.columns);
+            }
             _ => {}
         }
         Attribute::Dict(d)
@@ -220,6 +243,7 @@ impl Schedule {
             "attention_cooperative" => {
                 &["subgroups", "keys", "side", "subgroup_size", "read_ahead"]
             }
+            "conv_depthwise" => &["channels", "rows", "columns"],
             _ => &[],
         };
         if let Some(k) = d
@@ -283,9 +307,14 @@ impl Schedule {
                     read_ahead: flag("read_ahead")?,
                 })
             }
+            "conv_depthwise" => Schedule::ConvDepthwise(DepthwiseSchedule {
+                channels: int("channels")?,
+                rows: int("rows")?,
+                columns: int("columns")?,
+            }),
             other => {
                 return Err(format!(
-                    "unknown template '{other}' (known: elementwise, row, matmul, matmul_cooperative, attention_rows, attention_tiled, attention_cooperative, nms)"
+                    "unknown template '{other}' (known: elementwise, row, matmul, matmul_cooperative, attention_rows, attention_tiled, attention_cooperative, conv_depthwise, nms)"
                 ));
             }
         })
@@ -357,6 +386,11 @@ mod tests {
                 side: 16,
                 subgroup_size: 32,
                 read_ahead: true,
+            }),
+            Schedule::ConvDepthwise(DepthwiseSchedule {
+                channels: 4,
+                rows: 8,
+                columns: 8,
             }),
         ];
         for s in schedules {

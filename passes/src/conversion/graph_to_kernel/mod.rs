@@ -24,6 +24,7 @@
 mod address;
 mod attention;
 mod cooperative;
+mod depthwise;
 mod group;
 mod lowering;
 mod matmul;

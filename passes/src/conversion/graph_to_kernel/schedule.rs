@@ -69,6 +69,22 @@ const PARALLEL_LANES: u32 = 64;
 fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
     let anchor = group.anchor;
     Ok(match kind_of(m, anchor).0 {
+        // A depthwise convolution stages its input window in workgroup
+        // memory on a GPU whose L1 serves buffers (the window reads of one
+        // per element cost ConvNeXt-T's stage-one 7x7 convolutions 68-134
+        // us each on an H100). Not on a CPU's few ALU lanes; nor where
+        // only textures are cached (Adreno), where layout.select keeps
+        // such results in textures, which the template does not write
+        // (ConvNeXt-T under adreno740: 97 dispatches with it, 67 without).
+        Kind::Elementwise
+            if super::depthwise::is_depthwise(m, anchor)
+                && gpu_lanes(c.device)
+                && c.device.l1_serves_buffers =>
+        {
+            let bytes = i64::from(c.float.bits()) / 8;
+            super::depthwise::choose(m, anchor, target(), bytes)
+                .map_or(Schedule::Elementwise, Schedule::ConvDepthwise)
+        }
         Kind::Elementwise => Schedule::Elementwise,
         Kind::Row => Schedule::Row,
         Kind::NonMaxSuppression => Schedule::NonMaxSuppression,
@@ -114,16 +130,22 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
             if let Schedule::Matmul(s) = &mut schedule
                 && super::prologue::normalization(m, group).is_some()
             {
-                let lanes = c.device.alus_per_unit.map(|a| a * c.device.compute_units);
                 let config = config_of(s);
                 let words = super::prologue::moments_words(config.tile_m(), config.invocations());
-                s.normalizes = s.splits == 1
-                    && lanes.is_none_or(|l| l >= PARALLEL_LANES)
-                    && config.fits_beside(words, target());
+                s.normalizes =
+                    s.splits == 1 && gpu_lanes(c.device) && config.fits_beside(words, target());
             }
             schedule
         }
     })
+}
+
+/// Whether `device` runs the workgroups of a kernel side by side (a GPU's
+/// [`PARALLEL_LANES`] or more ALU lanes, or lanes not given), rather than
+/// one after another.
+fn gpu_lanes(device: &DeviceProfile) -> bool {
+    let lanes = device.alus_per_unit.map(|a| a * device.compute_units);
+    lanes.is_none_or(|l| l >= PARALLEL_LANES)
 }
 
 /// The FMA template's schedule, by the target's heuristic.
@@ -228,7 +250,8 @@ pub(super) fn kind_of(m: &Module, anchor: OpId) -> (Kind, Vec<i64>) {
         }
         G::Gemm if float_result => (Kind::Matmul, result),
         // One group: an implicit GEMM. Grouped and depthwise convolutions
-        // reuse too little to pay for tiles, and run per element.
+        // reuse too little to pay for product tiles: they run per element,
+        // or depthwise ones by their own template (`depthwise.rs`).
         G::Conv
             if float_result && graph::ops::Conv::new(m, anchor).is_some_and(|c| c.group() == 1) =>
         {

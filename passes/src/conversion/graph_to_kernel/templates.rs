@@ -12,7 +12,7 @@ use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::{GraphOp, shape};
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 use ircc_dialects::kernel::{
-    CooperativeSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
+    CooperativeSchedule, DepthwiseSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
 };
 use ircc_dialects::texture::{LANES, TextureLayout};
 
@@ -41,6 +41,7 @@ enum Template {
     Row,
     /// One of the attention templates, with its tiles.
     Attention(Schedule),
+    Depthwise(DepthwiseSchedule),
     NonMaxSuppression,
 }
 
@@ -54,6 +55,7 @@ impl Template {
             Schedule::AttentionRows(_)
             | Schedule::AttentionTiled
             | Schedule::AttentionCooperative(_) => Template::Attention(schedule),
+            Schedule::ConvDepthwise(s) => Template::Depthwise(s),
             Schedule::NonMaxSuppression => Template::NonMaxSuppression,
         }
     }
@@ -103,6 +105,9 @@ pub(crate) fn lower_group(
         Schedule::AttentionRows(_)
         | Schedule::AttentionTiled
         | Schedule::AttentionCooperative(_) => kind == Kind::Attention,
+        Schedule::ConvDepthwise(_) => {
+            kind == Kind::Elementwise && super::depthwise::is_depthwise(m, group.anchor)
+        }
         Schedule::NonMaxSuppression => kind == Kind::NonMaxSuppression,
     };
     if !fits {
@@ -385,6 +390,7 @@ fn build(
             Template::Row => row(&mut kb, group.anchor, outputs)?,
             Template::NonMaxSuppression => super::nms::lower(&mut kb, group.anchor, outputs)?,
             Template::Attention(s) => attention::lower(&mut kb, group.anchor, outputs, s)?,
+            Template::Depthwise(s) => super::depthwise::lower(&mut kb, group.anchor, outputs, s)?,
         }
         (kb.args.clone(), kb.partials.clone())
     };

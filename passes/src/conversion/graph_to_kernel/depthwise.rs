@@ -1,0 +1,368 @@
+//! The depthwise convolution template (a 2-D convolution of one group
+//! per channel, ConvNeXt's 7x7 and MobileNet's 3x3): a workgroup computes
+//! a block of `rows` x `columns` outputs of `channels` channels, an
+//! invocation each. The block's input window (its rows and columns, the
+//! kernel's halo around them) is staged once in workgroup memory,
+//! neighbouring invocations reading neighbouring words of the input
+//! (along the channels where it lies channel-last, a transposed view of
+//! an NHWC tensor, else along its rows); each output then reads its
+//! window from there and the weights of its channel, which every
+//! invocation of a subgroup shares.
+//!
+//! Per element, the same convolution read each of its kernel's taps from
+//! the input itself, neighbouring invocations a channel's stride apart
+//! where the input lies channel-last; and a fused producer of the input
+//! was recomputed at every tap, where staging computes it once.
+
+use ircc_core::{Module, OpId, Type, ValueId};
+use ircc_dialects::graph::{self, GraphOp};
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind};
+use ircc_dialects::kernel::{DepthwiseSchedule, Target};
+
+use super::lowering::{Input, Ix, KernelBuilder, guarded, shape_of, store_outputs, target};
+use super::values::ACC;
+
+type R<T> = Result<T, String>;
+
+/// Whether `anchor` is a float 2-D convolution of one channel a group
+/// (each output channel reads its own input channel).
+pub(super) fn is_depthwise(m: &Module, anchor: OpId) -> bool {
+    let Some(conv) = graph::ops::Conv::new(m, anchor) else {
+        return false;
+    };
+    let o = m.op(anchor);
+    let (x, w) = (shape_of(m, o.operands[0]), shape_of(m, o.operands[1]));
+    let float = m
+        .value_type(o.results[0])
+        .as_tensor()
+        .is_some_and(|t| t.elem.is_float());
+    GraphOp::of(m, anchor) == Some(GraphOp::Conv)
+        && float
+        && x.len() == 4
+        && w.len() == 4
+        && w[1] == 1
+        && conv.group() == x[1]
+        && w[0] == x[1]
+}
+
+/// The window of input a block of `rows` x `columns` outputs reads along
+/// one axis: `(outputs - 1) * stride + (kernel - 1) * dilation + 1`.
+fn span(outputs: i64, stride: i64, kernel: i64, dilation: i64) -> i64 {
+    (outputs - 1) * stride + (kernel - 1) * dilation + 1
+}
+
+/// The parameters of convolution `op` that the template reads: its input
+/// and weight shapes, strides, dilations and leading pads.
+struct Window {
+    x: Vec<i64>,
+    kernel: [i64; 2],
+    strides: [i64; 2],
+    dilations: [i64; 2],
+    pads: [i64; 2],
+}
+
+impl Window {
+    fn of(m: &Module, op: OpId) -> Option<Window> {
+        let conv = graph::ops::Conv::new(m, op)?;
+        let o = m.op(op);
+        let (x, w) = (shape_of(m, o.operands[0]), shape_of(m, o.operands[1]));
+        let pair = |v: Option<Vec<i64>>, default: i64| -> Option<[i64; 2]> {
+            match v.as_deref() {
+                None => Some([default; 2]),
+                Some(&[a, b]) => Some([a, b]),
+                Some(&[a, b, _, _]) => Some([a, b]),
+                _ => None,
+            }
+        };
+        Some(Window {
+            kernel: [w[2], w[3]],
+            strides: pair(conv.strides(), 1)?,
+            dilations: pair(conv.dilations(), 1)?,
+            pads: pair(conv.pads(), 0)?,
+            x,
+        })
+    }
+
+    /// Words of the staged input of a block of schedule `s`.
+    fn words(&self, s: &DepthwiseSchedule) -> i64 {
+        let [rows, columns] = self.spans(s);
+        s.channels * rows * columns
+    }
+
+    /// The rows and columns of input a block reads.
+    fn spans(&self, s: &DepthwiseSchedule) -> [i64; 2] {
+        let outputs = [s.rows, s.columns];
+        [0, 1].map(|a| {
+            span(
+                outputs[a],
+                self.strides[a],
+                self.kernel[a],
+                self.dilations[a],
+            )
+        })
+    }
+}
+
+/// The schedule for depthwise convolution `op` on target `t`: blocks of 8
+/// x 8 outputs of 4 channels (256 invocations; a subgroup of 32 takes
+/// four rows of one channel, sharing its weights), fewer channels where
+/// the staged window would not fit the target's workgroup memory at
+/// `elem_bytes` a word; `None` where not even one channel's does.
+pub(super) fn choose(
+    m: &Module,
+    op: OpId,
+    t: &Target,
+    elem_bytes: i64,
+) -> Option<DepthwiseSchedule> {
+    let window = Window::of(m, op)?;
+    [4, 2, 1]
+        .into_iter()
+        .map(|channels| DepthwiseSchedule {
+            channels,
+            rows: 8,
+            columns: 8,
+        })
+        .find(|s| invalid(s, &window, t, elem_bytes).is_none())
+}
+
+/// Why schedule `s` cannot compute a convolution of `window`, if it
+/// cannot.
+fn invalid(s: &DepthwiseSchedule, window: &Window, t: &Target, elem_bytes: i64) -> Option<String> {
+    let small = |v: i64| (1..=64).contains(&v);
+    if !(small(s.channels) && small(s.rows) && small(s.columns)) {
+        return Some("its channels, rows or columns are out of range (1 to 64)".into());
+    }
+    if !window
+        .kernel
+        .iter()
+        .chain(&window.strides)
+        .chain(&window.dilations)
+        .all(|&v| small(v))
+    {
+        return Some("its kernel, strides or dilations are out of range (1 to 64)".into());
+    }
+    let threads = s.invocations();
+    if threads > t.max_workgroup_invocations {
+        return Some(format!(
+            "its {threads} invocations exceed the workgroup limit of {}",
+            t.max_workgroup_invocations
+        ));
+    }
+    let bytes = window.words(s) * elem_bytes;
+    if bytes > t.max_workgroup_storage_bytes {
+        return Some(format!(
+            "its staged input takes {bytes} bytes of workgroup memory, over the target's {}",
+            t.max_workgroup_storage_bytes
+        ));
+    }
+    None
+}
+
+/// The depthwise convolution `anchor` with its group's epilogue, by
+/// schedule `s`.
+pub(super) fn lower(
+    kb: &mut KernelBuilder,
+    anchor: OpId,
+    outputs: &[(ValueId, ValueId)],
+    s: DepthwiseSchedule,
+) -> R<()> {
+    if !is_depthwise(kb.m(), anchor) {
+        return Err(
+            "the conv_depthwise template computes convolutions of one channel a group".into(),
+        );
+    }
+    let window = Window::of(kb.m(), anchor).ok_or("a convolution of two spatial axes")?;
+    let float = kb.float;
+    let elem_bytes = i64::from(float.bits()) / 8;
+    if let Some(why) = invalid(&s, &window, target(), elem_bytes) {
+        return Err(format!(
+            "its conv_depthwise schedule cannot be built: {why}"
+        ));
+    }
+    let o = kb.m().op(anchor);
+    let (x, w, bias, y) = (
+        o.operands[0],
+        o.operands[1],
+        o.operands.get(2).copied(),
+        o.results[0],
+    );
+    let out_shape = shape_of(kb.m(), y);
+    let [n, channels, height, width] = [0, 1, 2, 3].map(|a| out_shape[a]);
+    let [span_rows, span_columns] = window.spans(&s);
+    let (tiles_y, tiles_x) = (
+        (height + s.rows - 1) / s.rows,
+        (width + s.columns - 1) / s.columns,
+    );
+    let channel_tiles = (channels + s.channels - 1) / s.channels;
+    let grid = target().max_workgroups_per_dimension;
+    if tiles_y * tiles_x > grid || channel_tiles > grid || n > grid {
+        return Err("the convolution is too large for one grid".into());
+    }
+    let threads = s.invocations();
+    let tid = kb.id(IdKind::Local, 0, threads);
+    let tile = kb.id(IdKind::Workgroup, 0, tiles_y * tiles_x);
+    let channel_tile = kb.id(IdKind::Workgroup, 1, channel_tiles);
+    let batch = if n > 1 {
+        kb.id(IdKind::Workgroup, 2, n)
+    } else {
+        Ix::constant(0)
+    };
+    let first_row = tile.clone().floor_div(Ix::constant(tiles_x)) * Ix::constant(s.rows);
+    let first_column = tile.modulo(Ix::constant(tiles_x)) * Ix::constant(s.columns);
+    let first_channel = channel_tile * Ix::constant(s.channels);
+    let plane = span_rows * span_columns;
+    let staged = kb.ir.alloc(s.channels * plane, float);
+    // Stage the window: element `e` as (channel, row, column) of it, the
+    // channels fastest where the input lies channel-last.
+    let channel_last = channels_adjacent(kb, x);
+    let count = s.channels * plane;
+    let zero = kb.ir.constant(0.0, float);
+    let (in_h, in_w) = (window.x[2], window.x[3]);
+    for round in 0..(count + threads - 1) / threads {
+        let e = tid.clone() + Ix::constant(round * threads);
+        let (c, r, col) = if channel_last {
+            let c = e.clone().modulo(Ix::constant(s.channels));
+            let p = e.clone().floor_div(Ix::constant(s.channels));
+            (
+                c,
+                p.clone().floor_div(Ix::constant(span_columns)),
+                p.modulo(Ix::constant(span_columns)),
+            )
+        } else {
+            let p = e.clone().modulo(Ix::constant(plane));
+            (
+                e.clone().floor_div(Ix::constant(plane)),
+                p.clone().floor_div(Ix::constant(span_columns)),
+                p.modulo(Ix::constant(span_columns)),
+            )
+        };
+        let iy = first_row.clone() * Ix::constant(window.strides[0]) - Ix::constant(window.pads[0])
+            + r.clone();
+        let ix = first_column.clone() * Ix::constant(window.strides[1])
+            - Ix::constant(window.pads[1])
+            + col.clone();
+        let ic = first_channel.clone() + c.clone();
+        let mut flags = vec![
+            kb.index_cmp(CmpPred::Ge, &iy, 0),
+            kb.index_cmp(CmpPred::Lt, &iy, in_h),
+            kb.index_cmp(CmpPred::Ge, &ix, 0),
+            kb.index_cmp(CmpPred::Lt, &ix, in_w),
+        ];
+        if channels % s.channels != 0 {
+            flags.push(kb.index_cmp(CmpPred::Lt, &ic, channels));
+        }
+        // Outside the input (the padding, a ragged block) the window holds
+        // zeros; the read there is wrapped into the input, never used.
+        let at = [
+            batch.clone(),
+            ic.modulo(Ix::constant(channels)),
+            iy.modulo(Ix::constant(in_h)),
+            ix.modulo(Ix::constant(in_w)),
+        ];
+        let v = kb.value_at(x, &at)?;
+        let v = kb.ir.cast(v, Type::Scalar(float));
+        let inside = kb.ir.all(flags);
+        let v = kb.ir.select(inside, v, zero);
+        let slot = c * Ix::constant(plane) + r * Ix::constant(span_columns) + col;
+        let last = count % threads != 0 && round == count / threads;
+        let within = last.then(|| kb.index_cmp(CmpPred::Lt, &e, count));
+        guarded(kb, within, &mut |kb| {
+            kb.store(v, staged, &slot);
+            Ok(())
+        })?;
+    }
+    kb.ir.barrier();
+    // This invocation's output: channel, row and column of the block, the
+    // columns fastest so that a subgroup stores along the rows.
+    let per_channel = s.rows * s.columns;
+    let c = tid.clone().floor_div(Ix::constant(per_channel));
+    let r = tid
+        .clone()
+        .modulo(Ix::constant(per_channel))
+        .floor_div(Ix::constant(s.columns));
+    let col = tid.modulo(Ix::constant(s.columns));
+    let oc = first_channel + c.clone();
+    let oy = first_row + r.clone();
+    let ox = first_column + col.clone();
+    let wc = if channels % s.channels != 0 {
+        oc.clone().modulo(Ix::constant(channels))
+    } else {
+        oc.clone()
+    };
+    let base = c * Ix::constant(plane)
+        + r * Ix::constant(window.strides[0] * span_columns)
+        + col * Ix::constant(window.strides[1]);
+    let acc = kb.ir.constant(0.0, ACC);
+    let acc = kb.loop_nest(&window.kernel, vec![acc], &mut |kb, taps, acc| {
+        let at = base.clone()
+            + taps[0].clone() * Ix::constant(window.dilations[0] * span_columns)
+            + taps[1].clone() * Ix::constant(window.dilations[1]);
+        let v = kb.load(staged, &at);
+        let k = kb.value_at(
+            w,
+            &[
+                wc.clone(),
+                Ix::constant(0),
+                taps[0].clone(),
+                taps[1].clone(),
+            ],
+        )?;
+        let (v, k) = (kb.widen(v), kb.widen(k));
+        let p = kb.ir.binary(BinaryFn::Mul, v, k);
+        Ok(vec![kb.ir.binary(BinaryFn::Add, acc[0], p)])
+    })?[0];
+    let acc = match bias {
+        Some(b) => {
+            let b = kb.value_at(b, std::slice::from_ref(&wc))?;
+            let b = kb.widen(b);
+            kb.ir.binary(BinaryFn::Add, acc, b)
+        }
+        None => acc,
+    };
+    let mut flags = Vec::new();
+    if height % s.rows != 0 {
+        flags.push(kb.index_cmp(CmpPred::Lt, &oy, height));
+    }
+    if width % s.columns != 0 {
+        flags.push(kb.index_cmp(CmpPred::Lt, &ox, width));
+    }
+    if channels % s.channels != 0 {
+        flags.push(kb.index_cmp(CmpPred::Lt, &oc, channels));
+    }
+    let cond = (!flags.is_empty()).then(|| kb.ir.all(flags));
+    let idx = [batch, oc, oy, ox];
+    guarded(kb, cond, &mut |kb| {
+        let v = kb.ir.cast(acc, Type::Scalar(float));
+        kb.memo_put(y, &idx, v);
+        store_outputs(kb, outputs, &idx)
+    })?;
+    kb.flops = Some(2 * n * channels * height * width * window.kernel[0] * window.kernel[1]);
+    kb.finish(
+        [threads, 1, 1],
+        [tiles_y * tiles_x, channel_tiles, n],
+        FuncTemplate::ConvDepthwise,
+        Some(vec![s.channels, s.rows, s.columns]),
+    );
+    Ok(())
+}
+
+/// Whether `x` (`[n, c, h, w]`) lies in memory with its channels adjacent
+/// (an NHWC tensor read through a transposed view).
+fn channels_adjacent(kb: &KernelBuilder, x: ValueId) -> bool {
+    let Some(Input::Memory {
+        shape,
+        map: Some(map),
+        ..
+    }) = kb.inputs.get(&x)
+    else {
+        return false;
+    };
+    let address = |at: &[i64]| -> Option<i64> {
+        let idx = map.eval(at, &[]).ok()?;
+        Some(idx.iter().zip(shape).fold(0, |a, (&i, &n)| a * n + i))
+    };
+    match (address(&[0, 0, 0, 0]), address(&[0, 1, 0, 0])) {
+        (Some(a), Some(b)) => b - a == 1,
+        _ => false,
+    }
+}
