@@ -77,6 +77,17 @@ def check(binary, path, s, heads, size, device, work):
     extra = ["--device", device] if device else []
     result = {}
     for template in ["cooperative", "rows", "tiled"]:
+        # Where the template asked for does not fit, kernel.schedule takes
+        # another: say so rather than report its figure under this name.
+        bundle = os.path.join(work, "bundle_" + template)
+        subprocess.run([binary, "compile", path, "--pipeline", "smartmem", "--precision", "f16",
+                        "--attention", template, "-o", bundle, "--device", device or "auto"],
+                       check=True, capture_output=True)
+        with open(os.path.join(bundle, "plan.json")) as f:
+            ran = {d["template"] for d in json.load(f)["dispatches"]}
+        if "attention_" + template not in ran:
+            result[template] = "not taken: " + ",".join(sorted(ran))
+            continue
         out = os.path.join(work, template)
         run = subprocess.run([binary, "run", path, "--pipeline", "smartmem", "--backend", "wgpu",
                               "--precision", "f16", "--attention", template, *names,

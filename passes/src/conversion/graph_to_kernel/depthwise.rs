@@ -15,7 +15,7 @@
 //! was recomputed at every tap, where staging computes it once.
 
 use ircc_core::{Module, OpId, Type, ValueId};
-use ircc_dialects::graph::{self, GraphOp};
+use ircc_dialects::graph;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind};
 use ircc_dialects::kernel::{DepthwiseSchedule, Target};
 
@@ -23,6 +23,10 @@ use super::lowering::{Input, Ix, KernelBuilder, guarded, shape_of, store_outputs
 use super::values::ACC;
 
 type R<T> = Result<T, String>;
+
+/// Rounds of staging a workgroup unrolls; more go in a loop, so that a
+/// schedule of small blocks over a large kernel stays a small kernel.
+const UNROLLED_ROUNDS: i64 = 4;
 
 /// Whether `anchor` is a float 2-D convolution of one channel a group
 /// (each output channel reads its own input channel).
@@ -36,13 +40,7 @@ pub(super) fn is_depthwise(m: &Module, anchor: OpId) -> bool {
         .value_type(o.results[0])
         .as_tensor()
         .is_some_and(|t| t.elem.is_float());
-    GraphOp::of(m, anchor) == Some(GraphOp::Conv)
-        && float
-        && x.len() == 4
-        && w.len() == 4
-        && w[1] == 1
-        && conv.group() == x[1]
-        && w[0] == x[1]
+    float && x.len() == 4 && w.len() == 4 && w[1] == 1 && conv.group() == x[1] && w[0] == x[1]
 }
 
 /// The window of input a block of `rows` x `columns` outputs reads along
@@ -52,9 +50,10 @@ fn span(outputs: i64, stride: i64, kernel: i64, dilation: i64) -> i64 {
 }
 
 /// The parameters of convolution `op` that the template reads: its input
-/// and weight shapes, strides, dilations and leading pads.
+/// and output shapes, kernel, strides, dilations and leading pads.
 struct Window {
     x: Vec<i64>,
+    y: Vec<i64>,
     kernel: [i64; 2],
     strides: [i64; 2],
     dilations: [i64; 2],
@@ -65,22 +64,38 @@ impl Window {
     fn of(m: &Module, op: OpId) -> Option<Window> {
         let conv = graph::ops::Conv::new(m, op)?;
         let o = m.op(op);
-        let (x, w) = (shape_of(m, o.operands[0]), shape_of(m, o.operands[1]));
-        let pair = |v: Option<Vec<i64>>, default: i64| -> Option<[i64; 2]> {
-            match v.as_deref() {
-                None => Some([default; 2]),
-                Some(&[a, b]) => Some([a, b]),
-                Some(&[a, b, _, _]) => Some([a, b]),
-                _ => None,
-            }
+        let w = shape_of(m, o.operands[1]);
+        // The verifier gives strides and dilations two values (of two
+        // spatial axes) and pads four: the leading two, then the trailing.
+        let pair = |v: Option<Vec<i64>>, default: i64| match v.as_deref() {
+            None => Some([default; 2]),
+            Some(&[a, b]) => Some([a, b]),
+            _ => None,
+        };
+        let leading = match conv.pads().as_deref() {
+            None => [0, 0],
+            Some(&[top, left, _, _]) => [top, left],
+            _ => return None,
         };
         Some(Window {
-            kernel: [w[2], w[3]],
+            x: shape_of(m, o.operands[0]),
+            y: shape_of(m, o.results[0]),
+            kernel: [*w.get(2)?, *w.get(3)?],
             strides: pair(conv.strides(), 1)?,
             dilations: pair(conv.dilations(), 1)?,
-            pads: pair(conv.pads(), 0)?,
-            x,
+            pads: leading,
         })
+    }
+
+    /// The grid of schedule `s`: blocks of rows and columns, blocks of
+    /// channels, batches.
+    fn grid(&self, s: &DepthwiseSchedule) -> [i64; 3] {
+        let blocks = |n: i64, per: i64| (n + per - 1) / per;
+        [
+            blocks(self.y[2], s.rows) * blocks(self.y[3], s.columns),
+            blocks(self.y[1], s.channels),
+            self.y[0],
+        ]
     }
 
     /// Words of the staged input of a block of schedule `s`.
@@ -148,6 +163,18 @@ fn invalid(s: &DepthwiseSchedule, window: &Window, t: &Target, elem_bytes: i64) 
             t.max_workgroup_invocations
         ));
     }
+    if window
+        .grid(s)
+        .iter()
+        .any(|&g| g > t.max_workgroups_per_dimension)
+    {
+        return Some(format!(
+            "its blocks exceed the grid's {} workgroups a dimension",
+            t.max_workgroups_per_dimension
+        ));
+    }
+    // Workgroup memory: the portable limit every device meets, as the
+    // other templates that run on any GPU keep to.
     let bytes = window.words(s) * elem_bytes;
     if bytes > t.max_workgroup_storage_bytes {
         return Some(format!(
@@ -186,22 +213,14 @@ pub(super) fn lower(
         o.operands.get(2).copied(),
         o.results[0],
     );
-    let out_shape = shape_of(kb.m(), y);
-    let [n, channels, height, width] = [0, 1, 2, 3].map(|a| out_shape[a]);
+    let [n, channels, height, width] = [0, 1, 2, 3].map(|a| window.y[a]);
     let [span_rows, span_columns] = window.spans(&s);
-    let (tiles_y, tiles_x) = (
-        (height + s.rows - 1) / s.rows,
-        (width + s.columns - 1) / s.columns,
-    );
-    let channel_tiles = (channels + s.channels - 1) / s.channels;
-    let grid = target().max_workgroups_per_dimension;
-    if tiles_y * tiles_x > grid || channel_tiles > grid || n > grid {
-        return Err("the convolution is too large for one grid".into());
-    }
+    let [blocks, channel_blocks, _] = window.grid(&s);
+    let tiles_x = (width + s.columns - 1) / s.columns;
     let threads = s.invocations();
     let tid = kb.id(IdKind::Local, 0, threads);
-    let tile = kb.id(IdKind::Workgroup, 0, tiles_y * tiles_x);
-    let channel_tile = kb.id(IdKind::Workgroup, 1, channel_tiles);
+    let tile = kb.id(IdKind::Workgroup, 0, blocks);
+    let channel_tile = kb.id(IdKind::Workgroup, 1, channel_blocks);
     let batch = if n > 1 {
         kb.id(IdKind::Workgroup, 2, n)
     } else {
@@ -218,11 +237,10 @@ pub(super) fn lower(
     let count = s.channels * plane;
     let zero = kb.ir.constant(0.0, float);
     let (in_h, in_w) = (window.x[2], window.x[3]);
-    for round in 0..(count + threads - 1) / threads {
-        let e = tid.clone() + Ix::constant(round * threads);
+    let stage = |kb: &mut KernelBuilder, e: Ix| -> R<()> {
         let (c, r, col) = if channel_last {
             let c = e.clone().modulo(Ix::constant(s.channels));
-            let p = e.clone().floor_div(Ix::constant(s.channels));
+            let p = e.floor_div(Ix::constant(s.channels));
             (
                 c,
                 p.clone().floor_div(Ix::constant(span_columns)),
@@ -231,7 +249,7 @@ pub(super) fn lower(
         } else {
             let p = e.clone().modulo(Ix::constant(plane));
             (
-                e.clone().floor_div(Ix::constant(plane)),
+                e.floor_div(Ix::constant(plane)),
                 p.clone().floor_div(Ix::constant(span_columns)),
                 p.modulo(Ix::constant(span_columns)),
             )
@@ -264,12 +282,26 @@ pub(super) fn lower(
         let inside = kb.ir.all(flags);
         let v = kb.ir.select(inside, v, zero);
         let slot = c * Ix::constant(plane) + r * Ix::constant(span_columns) + col;
-        let last = count % threads != 0 && round == count / threads;
-        let within = last.then(|| kb.index_cmp(CmpPred::Lt, &e, count));
-        guarded(kb, within, &mut |kb| {
-            kb.store(v, staged, &slot);
-            Ok(())
+        kb.store(v, staged, &slot);
+        Ok(())
+    };
+    // Whole rounds of the workgroup, unrolled where few (their loads then
+    // go out together), else in a loop; then the last, partial round.
+    let (rounds, rest) = (count / threads, count % threads);
+    if rounds <= UNROLLED_ROUNDS {
+        for round in 0..rounds {
+            stage(kb, tid.clone() + Ix::constant(round * threads))?;
+        }
+    } else {
+        kb.for_loop(rounds, Vec::new(), &mut |kb, round, _| {
+            stage(kb, tid.clone() + round * Ix::constant(threads))?;
+            Ok(Vec::new())
         })?;
+    }
+    if rest > 0 {
+        let e = tid.clone() + Ix::constant(rounds * threads);
+        let within = kb.index_cmp(CmpPred::Lt, &e, count);
+        guarded(kb, Some(within), &mut |kb| stage(kb, e.clone()))?;
     }
     kb.ir.barrier();
     // This invocation's output: channel, row and column of the block, the
@@ -339,7 +371,7 @@ pub(super) fn lower(
     kb.flops = Some(2 * n * channels * height * width * window.kernel[0] * window.kernel[1]);
     kb.finish(
         [threads, 1, 1],
-        [tiles_y * tiles_x, channel_tiles, n],
+        [blocks, channel_blocks, n],
         FuncTemplate::ConvDepthwise,
         Some(vec![s.channels, s.rows, s.columns]),
     );

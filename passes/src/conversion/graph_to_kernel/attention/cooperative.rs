@@ -39,6 +39,9 @@ use super::{Dims, R, Scorer, Team, kv_head, result_elem, rows_contiguous, split,
 const OPERAND_PAD: i64 = 8;
 /// The same for the f32 tile of scores and sums.
 const RESULT_PAD: i64 = 4;
+/// The most words of a tile an invocation stages: its loads are unrolled,
+/// so this bounds the kernel a schedule written by hand can ask for.
+const STAGED_WORDS: i64 = 256;
 /// The matrix side WGSL's cooperative matrices have.
 const SIDE: i64 = 16;
 
@@ -90,18 +93,13 @@ const READ_AHEAD_WORDS: i64 = 64;
 /// The schedule for the attention op `op` on `device`, for a device of
 /// `units` compute units; `None` where the template cannot take it (no 16
 /// x 16 x 16 f16 -> f32 matrices, head or value sizes not whole matrices,
-/// tiles over the workgroup memory) or the other templates run it faster.
-/// Blocks of four subgroups (64 queries), fewer while the grid would give
-/// fewer than one workgroup to every two compute units (a workgroup's
-/// tiles then take turns on a unit with no other to hide their waits: at
-/// 197 queries, blocks of 16 for every unit ran 39.5 us on an H100,
-/// blocks of 32 for every other unit 27.5); key tiles of 64, fewer where
-/// workgroup memory needs, read ahead where [`READ_AHEAD_WORDS`] allows
-/// (at 2048 queries 225 us, 281 not). Keys that fit one tile leave fewer
-/// subgroups nothing to amortize their staging over: such a grid too
-/// short for blocks of four goes to the other templates (Swin-T's windows
-/// of 49 tokens: 18.6 us against 22.8 for the tiled template at 96 blocks
-/// of four, 20.4 against 12.6 at 48 blocks of two).
+/// tiles over the workgroup memory). Blocks of four subgroups (64
+/// queries), fewer while the grid would give fewer than one workgroup to
+/// every two compute units (a workgroup's tiles then take turns on a unit
+/// with no other to hide their waits: at 197 queries, blocks of 16 for
+/// every unit ran 39.5 us on an H100, blocks of 32 for every other unit
+/// 27.5); key tiles of 64, fewer where workgroup memory needs, read ahead
+/// where [`READ_AHEAD_WORDS`] allows (at 2048 queries 225 us, 281 not).
 pub(in super::super) fn choose(
     m: &Module,
     op: OpId,
@@ -122,20 +120,36 @@ pub(in super::super) fn choose(
             invalid(&s, &d, device).is_none().then_some(s)
         })
     };
-    let fills = |s: &AttentionCooperativeSchedule| {
-        let blocks = (d.queries + s.queries() - 1) / s.queries();
-        2 * blocks * d.batch * d.heads >= units
-    };
     let candidates: Vec<_> = [4, 2, 1].into_iter().filter_map(fitting).collect();
-    let largest = candidates.first()?;
-    if d.keys <= largest.keys {
-        return fills(largest).then_some(*largest);
-    }
     candidates
         .iter()
-        .find(|s| fills(s))
+        .find(|s| fills(s, &d, units))
         .or(candidates.last())
         .copied()
+}
+
+/// Whether schedule `s`'s grid gives every other one of `units` compute
+/// units a workgroup.
+fn fills(s: &AttentionCooperativeSchedule, d: &Dims, units: i64) -> bool {
+    let blocks = (d.queries + s.queries() - 1) / s.queries();
+    2 * blocks * d.batch * d.heads >= units
+}
+
+/// Whether schedule `s` runs attention op `op` faster than the other
+/// templates would, as measured: where its keys take several tiles, or its
+/// grid fills the units. Keys that fit one tile leave smaller blocks
+/// nothing to amortize their staging over (Swin-T's windows of 49 tokens
+/// on an H100: 18.6 us against 22.8 for the tiled template at 96 blocks of
+/// 64, 20.4 against 12.6 at 48 blocks of 32 for every other unit).
+pub(in super::super) fn pays_off(
+    m: &Module,
+    op: OpId,
+    s: &AttentionCooperativeSchedule,
+    units: i64,
+) -> bool {
+    graph::ops::Attention::new(m, op)
+        .and_then(|a| Dims::of(m, &a))
+        .is_some_and(|d| d.keys > s.keys || (s.subgroups == 4 && fills(s, &d, units)))
 }
 
 /// Why schedule `s` cannot compute attention of shapes `d` on `device`,
@@ -195,6 +209,12 @@ pub(in super::super) fn invalid(
         return Some("its head or value size is over 256".into());
     }
     let threads = s.invocations();
+    if s.keys * (d.size + d.value_size) > STAGED_WORDS * threads {
+        return Some(format!(
+            "its tiles of {} keys give each of its {threads} invocations over {STAGED_WORDS} words to stage",
+            s.keys
+        ));
+    }
     if (s.keys * d.size) % threads != 0 || (s.keys * d.value_size) % threads != 0 {
         return Some(format!(
             "its {threads} invocations do not share a tile of keys or values evenly"

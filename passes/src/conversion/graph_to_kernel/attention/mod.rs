@@ -25,7 +25,7 @@
 //!   f32 scores and sums, the softmax between the two products through
 //!   workgroup memory.
 //!
-//! Where neither's tiles fit in workgroup memory, each result element is
+//! Where none of their tiles fit, each result element is
 //! computed on its own (`attention_at`): one invocation walks every key
 //! for one value column.
 
@@ -48,20 +48,28 @@ pub(super) use rows::Rows;
 
 type R<T> = Result<T, String>;
 
-/// Whether a fused template computes the attention op `op` on the target.
+/// Whether a fused template computes the attention op `op` on the target:
+/// the register or tiled one, or at f16 the cooperative one on the
+/// module's device (heads of 128, whose queries and sums pass the
+/// register template's registers and the tiled template's columns).
 pub(super) fn fits(m: &Module, op: OpId, t: &Target) -> bool {
-    Rows::choose(m, op, t, 1).is_some() || tiled::fits(m, op, t)
+    let cooperative = || {
+        ircc_dialects::kernel::precision(m) == Ok(ElemType::F16)
+            && ircc_dialects::kernel::target_profile(m)
+                .is_ok_and(|d| cooperative::choose(m, op, &d, 1).is_some())
+    };
+    Rows::choose(m, op, t, 1).is_some() || tiled::fits(m, op, t) || cooperative()
 }
 
 /// The schedule of attention op `op` (which one of the templates fits) on
 /// target `t` and `device`, at precision `float`: the template `choice`
-/// asks for where it fits, else rows or tiled. Auto takes the cooperative
-/// template at f16 where [`cooperative::choose`] gives one (measured on an
-/// H100, 12 heads of 64: faster than the unfused ops and the other
-/// templates at 197 to 4096 queries), else the register
-/// template where it gives every unit the invocations the target asks,
-/// else the tiled one (the tiled template is the faster at 197 queries,
-/// the register one at 512 and 2048).
+/// asks for where it fits, else another that does. Auto takes the
+/// cooperative template at f16 where [`cooperative::pays_off`] (measured
+/// on an H100, 12 heads of 64: faster than the unfused ops and the other
+/// templates at 197 to 4096 queries) or where no other fits, else the
+/// register template where it gives every unit the invocations the target
+/// asks, else the tiled one (the tiled template is the faster at 197
+/// queries, the register one at 512 and 2048).
 pub(super) fn schedule(
     m: &Module,
     op: OpId,
@@ -71,19 +79,21 @@ pub(super) fn schedule(
     choice: KernelScheduleAttention,
 ) -> Schedule {
     let units = i64::from(device.compute_units);
-    let wants_matrices = match choice {
-        KernelScheduleAttention::Cooperative => true,
-        KernelScheduleAttention::Auto => float == ElemType::F16,
-        _ => false,
-    };
-    if let Some(s) = wants_matrices
-        .then(|| cooperative::choose(m, op, device, units))
-        .flatten()
-    {
-        return Schedule::AttentionCooperative(s);
-    }
     let rows = Rows::choose(m, op, t, units);
     let tiled = tiled::fits(m, op, t);
+    let others = rows.is_some() || tiled;
+    if let Some(s) = cooperative::choose(m, op, device, units) {
+        let take = match choice {
+            KernelScheduleAttention::Cooperative => true,
+            KernelScheduleAttention::Auto => {
+                float == ElemType::F16 && cooperative::pays_off(m, op, &s, units) || !others
+            }
+            KernelScheduleAttention::Rows | KernelScheduleAttention::Tiled => !others,
+        };
+        if take {
+            return Schedule::AttentionCooperative(s);
+        }
+    }
     let prefer_rows = match choice {
         KernelScheduleAttention::Rows => true,
         KernelScheduleAttention::Tiled => false,
