@@ -346,19 +346,8 @@ fn cooperative_products_match_the_interpreter() {
         "tests/data/cooperative_products.ir",
         "tests/ir/kernel.lower/matmul_cooperative.ir",
     ] {
-        let path = common::root().join(file);
-        let model = [
-            path.to_str().unwrap(),
-            "--passes",
-            "kernel.lower,kernel.ace",
-        ];
-        let out = ircc(&[&["check"][..], &model, &["--rtol", "2e-3"]].concat());
-        assert_eq!(out.code, 0, "{file}: {}{}", out.stdout, out.stderr);
-        let lowered = ircc(&model);
-        let kernels = lowered
-            .stdout
-            .matches("template = \"matmul_cooperative\"")
-            .count();
+        let passes = "kernel.lower,kernel.ace";
+        let kernels = checked_kernels(file, passes, "2e-3", "matmul_cooperative");
         assert!(kernels >= 2, "{file}: {kernels} cooperative kernels");
     }
 }
@@ -381,19 +370,8 @@ fn cooperative_attention_matches_the_interpreter() {
         "tests/data/cooperative_attention.ir",
         "tests/ir/kernel.lower/attention_cooperative.ir",
     ] {
-        let path = common::root().join(file);
-        let model = [
-            path.to_str().unwrap(),
-            "--passes",
-            "kernel.lower,kernel.ace",
-        ];
-        let out = ircc(&[&["check"][..], &model, &["--rtol", "2e-3"]].concat());
-        assert_eq!(out.code, 0, "{file}: {}{}", out.stdout, out.stderr);
-        let lowered = ircc(&model);
-        let kernels = lowered
-            .stdout
-            .matches("template = \"attention_cooperative\"")
-            .count();
+        let passes = "kernel.lower,kernel.ace";
+        let kernels = checked_kernels(file, passes, "2e-3", "attention_cooperative");
         assert!(kernels >= 1, "{file}: {kernels} cooperative kernels");
     }
     let dir = common::scratch_dir("cooperative_attention");
@@ -439,18 +417,8 @@ fn cooperative_attention_matches_the_interpreter() {
 /// transposed view).
 #[test]
 fn depthwise_convolutions_match_the_interpreter() {
-    let path = common::root().join(common::DEPTHWISE.file);
-    let model = [
-        path.to_str().unwrap(),
-        "--passes",
-        "graph.eliminate-layout-ops,kernel.lower,kernel.ace",
-    ];
-    let out = ircc(&[&["check"][..], &model].concat());
-    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    let kernels = ircc(&model)
-        .stdout
-        .matches("template = \"conv_depthwise\"")
-        .count();
+    let passes = "graph.eliminate-layout-ops,kernel.lower,kernel.ace";
+    let kernels = checked_kernels(common::DEPTHWISE.file, passes, "1e-4", "conv_depthwise");
     assert_eq!(kernels, 3);
 }
 
@@ -480,4 +448,18 @@ fn a_kernel_counts_flops_beyond_two_to_the_31() {
     ]);
     assert_eq!(out.code, 0, "{}", out.stderr);
     assert!(out.stdout.contains("flops = 12884901888"), "{}", out.stdout);
+}
+
+/// Runs `ircc check` on `file` (relative to the repository) through
+/// `passes`, failing unless every pass agrees with the interpreter within
+/// `rtol`; gives how many kernels of `template` those passes build.
+fn checked_kernels(file: &str, passes: &str, rtol: &str, template: &str) -> usize {
+    let path = common::root().join(file);
+    let model = [path.to_str().unwrap(), "--passes", passes];
+    let out = ircc(&[&["check"][..], &model, &["--rtol", rtol]].concat());
+    assert_eq!(out.code, 0, "{file}: {}{}", out.stdout, out.stderr);
+    ircc(&model)
+        .stdout
+        .matches(&format!("template = \"{template}\""))
+        .count()
 }

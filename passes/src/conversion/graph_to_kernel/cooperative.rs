@@ -89,17 +89,8 @@ pub(super) fn workgroup_bytes(s: &CooperativeSchedule) -> i64 {
 /// subgroups by its size), K steps of whole matrices, operand tiles every
 /// invocation loads an equal share of, and the device's workgroup limits.
 pub(super) fn invalid(s: &CooperativeSchedule, device: &DeviceProfile) -> Option<String> {
-    if s.side != 16 {
-        return Some(format!(
-            "its side is {}; the template multiplies 16 x 16 matrices",
-            s.side
-        ));
-    }
-    if s.subgroup_size != i64::from(device.subgroup_size) {
-        return Some(format!(
-            "its subgroup_size {} is not the target's subgroups of {}",
-            s.subgroup_size, device.subgroup_size
-        ));
+    if let Some(why) = subgroups_refuse(s.side, s.subgroup_size, device) {
+        return Some(why);
     }
     // Bounds first, so that the products below stay small.
     let small = |v: i64, most: i64| (1..=most).contains(&v);
@@ -136,6 +127,29 @@ pub(super) fn invalid(s: &CooperativeSchedule, device: &DeviceProfile) -> Option
         return Some(format!(
             "its tiles take {} bytes of workgroup memory, over the target's {limit}",
             workgroup_bytes(s)
+        ));
+    }
+    None
+}
+
+/// Why a template of `side` x `side` matrices over subgroups of
+/// `subgroup_size` invocations cannot run on `device`, if it cannot: WGSL
+/// has matrices of 16, and invocations map to subgroups by the device's
+/// size.
+pub(super) fn subgroups_refuse(
+    side: i64,
+    subgroup_size: i64,
+    device: &DeviceProfile,
+) -> Option<String> {
+    if side != 16 {
+        return Some(format!(
+            "its side is {side}; the template multiplies 16 x 16 matrices"
+        ));
+    }
+    if subgroup_size != i64::from(device.subgroup_size) {
+        return Some(format!(
+            "its subgroup_size {subgroup_size} is not the target's subgroups of {}",
+            device.subgroup_size
         ));
     }
     None

@@ -30,9 +30,12 @@ use ircc_dialects::kernel::{
     AttentionCooperativeSchedule, CooperativeMatrix, DeviceProfile, MatrixRole, MatrixType,
 };
 
-use super::super::lowering::{Ix, KernelBuilder, guarded, store_outputs, target};
+use super::super::lowering::{Ix, KernelBuilder, guarded, target};
 use super::super::values::ACC;
-use super::{Dims, R, Scorer, Team, kv_head, result_elem, rows_contiguous, split, wrap};
+use super::{
+    Dims, R, Scorer, Team, Weight, kv_head, read_or_zero, rows_contiguous, split, store_result,
+    wrap,
+};
 
 /// f16 words of padding after each row of an f16 tile (16 bytes): rows
 /// fall in different banks and stay 16-byte aligned for matrix loads.
@@ -167,17 +170,9 @@ pub(in super::super) fn invalid(
     {
         return Some("the target lists no 16 x 16 x 16 f16 -> f32 cooperative matrix".into());
     }
-    if s.side != SIDE {
-        return Some(format!(
-            "its side is {}; the template multiplies 16 x 16 matrices",
-            s.side
-        ));
-    }
-    if s.subgroup_size != i64::from(device.subgroup_size) {
-        return Some(format!(
-            "its subgroup_size {} is not the target's subgroups of {}",
-            s.subgroup_size, device.subgroup_size
-        ));
+    if let Some(why) = super::super::cooperative::subgroups_refuse(s.side, s.subgroup_size, device)
+    {
+        return Some(why);
     }
     let small = |v: i64, most: i64| (1..=most).contains(&v);
     if !(small(s.subgroups, 16) && small(s.keys, 256) && small(s.subgroup_size, 1024)) {
@@ -251,7 +246,7 @@ pub(in super::super) fn attention_cooperative(
     s: AttentionCooperativeSchedule,
 ) -> R<()> {
     let a = graph::ops::Attention::new(kb.m(), op).ok_or("not a graph.attention")?;
-    let (q, k, v, y) = (a.q(), a.k(), a.v(), a.y());
+    let (q, k, v) = (a.q(), a.k(), a.v());
     let d = Dims::of(kb.m(), &a).ok_or("attention of tensors")?;
     let device = ircc_dialects::kernel::target_profile(kb.m())?;
     if let Some(why) = invalid(&s, &d, &device) {
@@ -306,17 +301,45 @@ pub(in super::super) fn attention_cooperative(
     team.spread(kb, rows * d.size, &mut |kb, e| {
         let (r, c) = split(&e, rows, d.size, queries_by_row);
         let query = first_query.clone() + r.clone();
-        let x = read_f16(kb, q, [&b, &h, &query, &c], d.queries, ragged_queries)?;
+        let x = read_or_zero(
+            kb,
+            q,
+            [&b, &h, &query, &c],
+            (d.queries, ragged_queries),
+            ElemType::F16,
+        )?;
         kb.store(x, weights, &(r * Ix::constant(l.weights_stride) + c));
         Ok(())
     })?;
     kb.ir.barrier();
-    let query_matrices: Vec<ValueId> = (0..d.size / side)
-        .map(|x| {
-            let at = first_row.clone() * Ix::constant(l.weights_stride) + Ix::constant(x * side);
-            kb.matrix_load(a_type, weights, &at, l.weights_stride)
-        })
-        .collect();
+    // The subgroup's rows of the weights' tile (at first, the queries) as
+    // `count` matrices along them.
+    let rows_of_weights = |kb: &mut KernelBuilder, count: i64| -> Vec<ValueId> {
+        (0..count)
+            .map(|x| {
+                let at =
+                    first_row.clone() * Ix::constant(l.weights_stride) + Ix::constant(x * side);
+                kb.matrix_load(a_type, weights, &at, l.weights_stride)
+            })
+            .collect()
+    };
+    // The subgroup's rows times `columns` matrices of the tile `b` (rows
+    // `stride` words apart), into its rows of the results' tile.
+    let multiply =
+        |kb: &mut KernelBuilder, a: &[ValueId], b: ValueId, stride: i64, columns: i64| {
+            for column in 0..columns {
+                let mut acc = kb.ir.matrix_zero(c_type);
+                for (x, &m) in a.iter().enumerate() {
+                    let at = Ix::constant(x as i64 * side * stride + column * side);
+                    let other = kb.matrix_load(b_type, b, &at, stride);
+                    acc = kb.ir.matrix_multiply_add(m, other, acc);
+                }
+                let at = first_row.clone() * Ix::constant(l.results_stride)
+                    + Ix::constant(column * side);
+                kb.matrix_store(acc, results, &at, l.results_stride);
+            }
+        };
+    let query_matrices = rows_of_weights(kb, d.size / side);
     let tiles = (d.keys + keys - 1) / keys;
     let ragged_keys = d.keys % keys != 0;
     let (keys_by_row, values_by_row) = (rows_contiguous(kb, k), rows_contiguous(kb, v));
@@ -331,7 +354,13 @@ pub(in super::super) fn attention_cooperative(
                 let e = tid.clone() + Ix::constant(n * threads);
                 let (jj, c) = split(&e, keys, width, by_row);
                 let j = first.clone() + jj.clone();
-                let x = read_f16(kb, operand, [&b, &g, &j, &c], d.keys, ragged_keys)?;
+                let x = read_or_zero(
+                    kb,
+                    operand,
+                    [&b, &g, &j, &c],
+                    (d.keys, ragged_keys),
+                    ElemType::F16,
+                )?;
                 words.push(if operand == k {
                     (keys_t, c * Ix::constant(l.keys_stride) + jj, x)
                 } else {
@@ -383,17 +412,7 @@ pub(in super::super) fn attention_cooperative(
             Vec::new()
         };
         // 1. Scores.
-        for column in 0..keys / side {
-            let mut acc = kb.ir.matrix_zero(c_type);
-            for (x, &query) in query_matrices.iter().enumerate() {
-                let at = Ix::constant(x as i64 * side * l.keys_stride + column * side);
-                let key = kb.matrix_load(b_type, keys_t, &at, l.keys_stride);
-                acc = kb.ir.matrix_multiply_add(query, key, acc);
-            }
-            let at =
-                first_row.clone() * Ix::constant(l.results_stride) + Ix::constant(column * side);
-            kb.matrix_store(acc, results, &at, l.results_stride);
-        }
+        multiply(kb, &query_matrices, keys_t, l.keys_stride, keys / side);
         kb.ir.barrier();
         // 2. This invocation's scores and the query's new maximum.
         let first_key = tile * Ix::constant(keys) + part.clone() * Ix::constant(scores_each);
@@ -437,24 +456,14 @@ pub(in super::super) fn attention_cooperative(
         let kept = kb.ir.binary(BinaryFn::Mul, total, rescale);
         let next_total = kb.ir.binary(BinaryFn::Add, kept, added);
         kb.ir.barrier();
-        let weight_matrices: Vec<ValueId> = (0..keys / side)
-            .map(|x| {
-                let at =
-                    first_row.clone() * Ix::constant(l.weights_stride) + Ix::constant(x * side);
-                kb.matrix_load(a_type, weights, &at, l.weights_stride)
-            })
-            .collect();
-        for column in 0..d.value_size / side {
-            let mut acc = kb.ir.matrix_zero(c_type);
-            for (x, &w) in weight_matrices.iter().enumerate() {
-                let at = Ix::constant(x as i64 * side * l.values_stride + column * side);
-                let value = kb.matrix_load(b_type, values, &at, l.values_stride);
-                acc = kb.ir.matrix_multiply_add(w, value, acc);
-            }
-            let at =
-                first_row.clone() * Ix::constant(l.results_stride) + Ix::constant(column * side);
-            kb.matrix_store(acc, results, &at, l.results_stride);
-        }
+        let weight_matrices = rows_of_weights(kb, keys / side);
+        multiply(
+            kb,
+            &weight_matrices,
+            values,
+            l.values_stride,
+            d.value_size / side,
+        );
         kb.ir.barrier();
         // 4. The running sums, rescaled, plus the tile's. (The next
         // tile's stores wait at its first barrier for these reads.)
@@ -479,17 +488,13 @@ pub(in super::super) fn attention_cooperative(
     });
     // A query whose keys are all masked has no weight: zeros.
     let any = kb.ir.cmp(CmpPred::Gt, total, zero);
-    let out = result_elem(kb, op);
+    let weight = Weight { total, any, zero };
     for (x, &sum) in carried[2..2 + columns_each as usize].iter().enumerate() {
         let e = part.clone() * Ix::constant(columns_each) + Ix::constant(x as i64);
         let cond = ragged_queries.then(|| kb.index_cmp(CmpPred::Lt, &i, d.queries));
         let idx = [b.clone(), h.clone(), i.clone(), e];
         guarded(kb, cond, &mut |kb| {
-            let r = kb.ir.binary(BinaryFn::Div, sum, total);
-            let r = kb.ir.select(any, r, zero);
-            let r = kb.narrow(r, out);
-            kb.memo_put(y, &idx, r);
-            store_outputs(kb, outputs, &idx)
+            store_result(kb, op, outputs, &idx, sum, weight)
         })?;
     }
     kb.finish(
@@ -499,25 +504,4 @@ pub(in super::super) fn attention_cooperative(
         Some(vec![rows, keys, side]),
     );
     Ok(())
-}
-
-/// Element `[b, h, row, c]` of `operand` as f16, where `row` may run past
-/// the operand's `rows` (`ragged`): zero there, read wrapped rather than
-/// behind a branch so that a round's loads issue together.
-fn read_f16(
-    kb: &mut KernelBuilder,
-    operand: ValueId,
-    [b, h, row, c]: [&Ix; 4],
-    rows: i64,
-    ragged: bool,
-) -> R<ValueId> {
-    let at = [b.clone(), h.clone(), wrap(row, rows, ragged), c.clone()];
-    let x = kb.value_at(operand, &at)?;
-    let x = kb.ir.cast(x, Type::Scalar(ElemType::F16));
-    if !ragged {
-        return Ok(x);
-    }
-    let inside = kb.index_cmp(CmpPred::Lt, row, rows);
-    let zero = kb.ir.constant(0.0, ElemType::F16);
-    Ok(kb.ir.select(inside, x, zero))
 }

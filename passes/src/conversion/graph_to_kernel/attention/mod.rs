@@ -39,7 +39,7 @@ use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 use ircc_dialects::kernel::{DeviceProfile, Target};
 
 use super::lowering::{Input, Ix, KernelBuilder, kernel_elem};
-use super::lowering::{guarded, target, tensor_shape};
+use super::lowering::{guarded, store_outputs, target, tensor_shape};
 use super::values::ACC;
 use crate::decl::KernelScheduleAttention;
 use ircc_dialects::kernel::Schedule;
@@ -516,7 +516,8 @@ impl Tile {
     ) -> R<(ValueId, Ix)> {
         let (jj, c) = split(e, count, self.width, self.by_row);
         let j = first.clone() + jj.clone();
-        let x = read_or_zero(kb, self.operand, [b, g, &j, &c], total, total % count != 0)?;
+        let ragged = total % count != 0;
+        let x = read_or_zero(kb, self.operand, [b, g, &j, &c], (total, ragged), ACC)?;
         Ok((x, jj * Ix::constant(self.stride) + c))
     }
 }
@@ -538,26 +539,55 @@ fn split(e: &Ix, rows: i64, columns: i64, by_row: bool) -> (Ix, Ix) {
     }
 }
 
-/// Element `[b, h, row, c]` of `operand` as the accumulator type, where
-/// `row` may run past the operand's `rows` (`ragged`): zero there. That
-/// row is read wrapped into the operand, not behind a branch, so that a
-/// round's loads issue together.
+/// Element `[b, h, row, c]` of `operand` as `elem`, where `row` may run
+/// past the operand's `rows` (`ragged`): zero there. That row is read
+/// wrapped into the operand, not behind a branch, so that a round's loads
+/// issue together.
 fn read_or_zero(
     kb: &mut KernelBuilder,
     operand: ValueId,
     [b, h, row, c]: [&Ix; 4],
-    rows: i64,
-    ragged: bool,
+    (rows, ragged): (i64, bool),
+    elem: ElemType,
 ) -> R<ValueId> {
     let at = [b.clone(), h.clone(), wrap(row, rows, ragged), c.clone()];
     let x = kb.value_at(operand, &at)?;
-    let x = kb.widen(x);
+    let x = kb.ir.cast(x, ircc_core::Type::Scalar(elem));
     if !ragged {
         return Ok(x);
     }
     let inside = kb.index_cmp(CmpPred::Lt, row, rows);
-    let zero = kb.ir.constant(0.0, ACC);
+    let zero = kb.ir.constant(0.0, elem);
     Ok(kb.ir.select(inside, x, zero))
+}
+
+/// A query's total weight, whether any of its keys counted (`any`), and
+/// the zero its results are where none did.
+#[derive(Clone, Copy)]
+struct Weight {
+    total: ValueId,
+    any: ValueId,
+    zero: ValueId,
+}
+
+/// Stores element `idx` of attention op `op`'s result from the query's
+/// sum of weighted values: divided by its total weight (zero where no key
+/// counted), then through the group's epilogue.
+fn store_result(
+    kb: &mut KernelBuilder,
+    op: OpId,
+    outputs: &[(ValueId, ValueId)],
+    idx: &[Ix],
+    sum: ValueId,
+    w: Weight,
+) -> R<()> {
+    let y = kb.m().op(op).results[0];
+    let out = result_elem(kb, op);
+    let r = kb.ir.binary(BinaryFn::Div, sum, w.total);
+    let r = kb.ir.select(w.any, r, w.zero);
+    let r = kb.narrow(r, out);
+    kb.memo_put(y, idx, r);
+    store_outputs(kb, outputs, idx)
 }
 
 /// `x` where it is below `n`, else wrapped into `[0, n)` (`ragged`): a

@@ -21,10 +21,11 @@ use ircc_dialects::kernel::Target;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
 use super::super::lowering::{ArgRole, Ix, KernelBuilder};
-use super::super::lowering::{guarded, store_outputs, target, tensor_shape};
+use super::super::lowering::{guarded, target, tensor_shape};
 use super::super::values::ACC;
 use super::{
-    Dims, R, Scorer, Team, Tile, kv_head, padded_stride, result_elem, round4, rows_contiguous, wrap,
+    Dims, R, Scorer, Team, Tile, Weight, kv_head, padded_stride, round4, rows_contiguous,
+    store_result, wrap,
 };
 
 /// The register template's tiles: a workgroup of `rows` queries by
@@ -428,7 +429,6 @@ pub(super) fn attention_rows(
         Ok(next)
     })?;
     let carried = &carried[..state];
-    let out = result_elem(kb, op);
     if splits > 1 {
         // Each split writes its unnormalised sums, then its maximum and
         // total, for the kernel that reads the result to combine.
@@ -445,11 +445,7 @@ pub(super) fn attention_rows(
             return Ok(());
         }
         let idx = [b.clone(), h.clone(), i.clone(), col];
-        let r = kb.ir.binary(BinaryFn::Div, sum, total);
-        let r = kb.ir.select(any, r, zero);
-        let r = kb.narrow(r, out);
-        kb.memo_put(y, &idx, r);
-        store_outputs(kb, outputs, &idx)
+        store_result(kb, op, outputs, &idx, sum, Weight { total, any, zero })
     };
     let inside = |kb: &mut KernelBuilder, col: Option<&Ix>| {
         let mut flags = Vec::new();

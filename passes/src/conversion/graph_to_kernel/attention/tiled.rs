@@ -8,12 +8,12 @@ use ircc_dialects::graph;
 use ircc_dialects::kernel::Target;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 
+use super::super::lowering::guarded;
 use super::super::lowering::{Ix, KernelBuilder};
-use super::super::lowering::{guarded, store_outputs};
 use super::super::values::ACC;
 use super::{
-    Dims, R, Scorer, Team, Tile, kv_head, padded_stride, read_or_zero, result_elem, round4,
-    rows_contiguous, split, wrap,
+    Dims, R, Scorer, Team, Tile, Weight, kv_head, padded_stride, read_or_zero, round4,
+    rows_contiguous, split, store_result, wrap,
 };
 
 /// The tiled template's workgroup: `rows` queries by `lanes` invocations,
@@ -81,7 +81,7 @@ pub(super) fn attention_tiled(
     t: &Target,
 ) -> R<()> {
     let a = graph::ops::Attention::new(kb.m(), op).ok_or("not a graph.attention")?;
-    let (q, k, v, y) = (a.q(), a.k(), a.v(), a.y());
+    let (q, k, v) = (a.q(), a.k(), a.v());
     let d = Dims::of(kb.m(), &a).ok_or("attention of tensors")?;
     let scorer = Scorer::of(kb.m(), op, &d)?;
     let tiles = Tiles::of(t);
@@ -126,7 +126,7 @@ pub(super) fn attention_tiled(
         let (r, c) = split(&e, rows, size, queries_by_row);
         let query = first.clone() + r.clone();
         let ragged = d.queries % rows != 0;
-        let x = read_or_zero(kb, q, [&b, &h, &query, &c], d.queries, ragged)?;
+        let x = read_or_zero(kb, q, [&b, &h, &query, &c], (d.queries, ragged), ACC)?;
         kb.store(x, queries, &(r * Ix::constant(q_row) + c));
         Ok(())
     })?;
@@ -226,7 +226,6 @@ pub(super) fn attention_tiled(
     let (total, acc) = (carried[1], &carried[2..]);
     // A query whose keys are all masked has no weight: zeros.
     let any = kb.ir.cmp(CmpPred::Gt, total, zero);
-    let out = result_elem(kb, op);
     for (col, &acc) in acc.iter().enumerate() {
         let e = lane.clone() * Ix::constant(columns) + Ix::constant(col as i64);
         let mut flags = Vec::new();
@@ -238,12 +237,9 @@ pub(super) fn attention_tiled(
         }
         let cond = (!flags.is_empty()).then(|| kb.ir.all(flags));
         let idx = [b.clone(), h.clone(), i.clone(), e];
+        let weight = Weight { total, any, zero };
         guarded(kb, cond, &mut |kb| {
-            let r = kb.ir.binary(BinaryFn::Div, acc, total);
-            let r = kb.ir.select(any, r, zero);
-            let r = kb.narrow(r, out);
-            kb.memo_put(y, &idx, r);
-            store_outputs(kb, outputs, &idx)
+            store_result(kb, op, outputs, &idx, acc, weight)
         })?;
     }
     kb.finish(
