@@ -231,3 +231,14 @@ fn byte_inputs_match_the_interpreter_on_wgpu() {
         common::byte_inputs_match("wgpu");
     }
 }
+
+#[test]
+fn vector_loads_from_buffers_match_the_interpreter_on_wgpu() {
+    if !common::gpu_available() {
+        eprintln!("0 passed, 0 failed, 1 skipped (no GPU adapter)");
+        return;
+    }
+    let args = ["--pipeline", "none", "--backend", "wgpu"];
+    let diff = common::template_difference(&common::VECTOR_LOAD, &args);
+    assert!(diff <= 1e-6, "{diff:e}");
+}

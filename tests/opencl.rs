@@ -335,3 +335,14 @@ fn byte_inputs_match_the_interpreter_on_opencl() {
         common::byte_inputs_match("opencl");
     }
 }
+
+#[test]
+fn vector_loads_from_buffers_match_the_interpreter_on_opencl() {
+    if !common::opencl_available() {
+        eprintln!("0 passed, 0 failed, 1 skipped (no OpenCL device)");
+        return;
+    }
+    let args = ["--pipeline", "none", "--backend", "opencl"];
+    let diff = common::template_difference(&common::VECTOR_LOAD, &args);
+    assert!(diff <= 1e-6, "{diff:e}");
+}

@@ -389,6 +389,14 @@ pub const PRODUCT_TEXELS: TemplateCase = TemplateCase {
     results: 2,
 };
 
+/// A kernel reading a buffer four elements at a time (kernel.load4 of a
+/// tensor argument) and one at a time beside.
+pub const VECTOR_LOAD: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel/vector_load.ir",
+    inputs: &[("x", &[8])],
+    results: 1,
+};
+
 /// Products whose A is a layer_norm fused in as their prologue.
 pub const NORM_PROLOGUE: TemplateCase = TemplateCase {
     file: "tests/ir/kernel.lower/matmul_norm_prologue.ir",

@@ -20,8 +20,9 @@ pub type R<T> = Result<T, String>;
 /// Where a kernel's memory operand lives.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Space {
-    /// A tensor argument in a buffer.
-    Buffer,
+    /// A tensor argument in a buffer; `vec4` when `load4` reads it (a
+    /// language may then declare it an array of vectors).
+    Buffer { vec4: bool },
     /// A tensor argument in a 2.5D texture of four-lane texels.
     Texture,
     /// A `kernel.alloc`; `vec4` when `load4` reads it.
@@ -78,7 +79,8 @@ pub trait Language {
     /// does not.
     fn load(&mut self, memory: &Memory, offset: &str, in_bounds: bool) -> String;
     fn store(&mut self, memory: &Memory, offset: &str, value: &str) -> String;
-    /// The four elements of workgroup memory from `offset` on, as a vector.
+    /// The four elements of workgroup memory or a buffer from `offset`
+    /// (a multiple of four) on, as a vector.
     fn load4(&mut self, memory: &Memory, offset: &str) -> String;
     /// The type of [`Language::load4`]'s vector of `ty`.
     fn vec4_type(&self, ty: &str) -> String;
@@ -144,6 +146,23 @@ pub fn body<L: Language>(
     };
     p.block(block, 1)?;
     Ok(p.out)
+}
+
+/// The tensor arguments of a kernel that `load4` reads.
+pub fn vector_arguments(m: &Module, block: BlockId) -> Vec<ValueId> {
+    let args = &m.blocks[block].args;
+    let mut read = Vec::new();
+    m.walk_block(block, &mut |op| {
+        let memory = m.op(op).operands.first();
+        if KernelOp::of(m, op) == Some(K::Load4)
+            && let Some(&memory) = memory
+            && args.contains(&memory)
+            && !read.contains(&memory)
+        {
+            read.push(memory);
+        }
+    });
+    read
 }
 
 /// The workgroup arrays of a kernel (`kernel.alloc`s, in order), each
@@ -475,6 +494,9 @@ impl<L: Language> Printer<'_, '_, L> {
             }
             K::Load4 => {
                 let memory = self.memory(o.operands[0])?;
+                if memory.space == Space::Texture {
+                    return Err("load4 cannot read a texture".to_string());
+                }
                 let offset = self.map_expr(op, 1)?;
                 let name = format!("v{}", self.next);
                 self.next += 1;

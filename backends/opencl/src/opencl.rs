@@ -173,13 +173,13 @@ impl Language for OpenCl {
     fn load(&mut self, memory: &Memory, offset: &str, in_bounds: bool) -> String {
         let m = &memory.name;
         let clamped;
-        let offset = if in_bounds || memory.space != Space::Buffer {
+        let offset = if in_bounds || !matches!(memory.space, Space::Buffer { .. }) {
             offset
         } else {
             clamped = format!("clamp({offset}, 0, {})", memory.len - 1);
             &clamped
         };
-        if memory.space == Space::Buffer && memory.elem == ElemType::F16 {
+        if matches!(memory.space, Space::Buffer { .. }) && memory.elem == ElemType::F16 {
             self.helpers.insert(Helper::Half);
             format!("(half_t)vload_half({offset}, {m})")
         } else {
@@ -189,14 +189,23 @@ impl Language for OpenCl {
 
     fn store(&mut self, memory: &Memory, offset: &str, value: &str) -> String {
         let m = &memory.name;
-        if memory.space == Space::Buffer && memory.elem == ElemType::F16 {
+        if matches!(memory.space, Space::Buffer { .. }) && memory.elem == ElemType::F16 {
             format!("vstore_half({value}, {offset}, {m});")
         } else {
             format!("{m}[{offset}] = {value};")
         }
     }
 
+    /// From a buffer, four loads each clamped as [`Language::load`]
+    /// clamps (a product's last tile reads past its operand).
     fn load4(&mut self, memory: &Memory, offset: &str) -> String {
+        if matches!(memory.space, Space::Buffer { .. }) {
+            let lanes: Vec<String> = (0..4)
+                .map(|k| self.load(memory, &format!("{offset} + {k}"), false))
+                .collect();
+            let ty = scalar(&Type::Scalar(memory.elem)).unwrap_or("float");
+            return format!("({})({})", self.vec4_type(ty), lanes.join(", "));
+        }
         format!("vload4(0, {} + {offset})", memory.name)
     }
 
@@ -419,7 +428,8 @@ fn kernel(m: &Module, func: OpId, entry: &str, options: Options) -> R<Printed> {
             } else {
                 format!("__global const {elem}* restrict {name}")
             });
-            Space::Buffer
+            // OpenCL's vload4 reads a scalar pointer: no declaration changes.
+            Space::Buffer { vec4: false }
         };
         if t.elem == ElemType::F16 {
             lang.helpers.insert(Helper::Half);

@@ -7,7 +7,7 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 
-use ircc_codegen::{Language, Memory, Options, R, Space, workgroup_arrays};
+use ircc_codegen::{Language, Memory, Options, R, Space, vector_arguments, workgroup_arrays};
 use ircc_core::{ElemType, Module, OpId, Type};
 use ircc_dialects::kernel::ops::{self, BinaryFn, IdKind, UnaryFn};
 use ircc_dialects::kernel::{MatrixRole, MatrixType, Target, texture_args};
@@ -118,6 +118,14 @@ fn ircc_ipow(x: i32, n: i32) -> i32 {
 }
 ";
 
+/// Whether `memory` is declared an array of vec4.
+fn vectors(memory: &Memory) -> bool {
+    matches!(
+        memory.space,
+        Space::Workgroup { vec4: true } | Space::Buffer { vec4: true }
+    )
+}
+
 /// WGSL's spelling of kernel code, and the helpers a kernel used.
 #[derive(Default)]
 struct Wgsl {
@@ -164,23 +172,22 @@ impl Language for Wgsl {
         format!("i32({var}.{})", ["x", "y", "z"][axis])
     }
 
-    /// Workgroup arrays that `load4` reads are arrays of vec4, indexed by
-    /// vector and lane. Reads outside a buffer are left to Vulkan's
-    /// robust buffer access, which wgpu turns on.
+    /// Memory that `load4` reads is an array of vec4, indexed by vector
+    /// and lane. Reads outside a buffer are left to Vulkan's robust buffer
+    /// access, which wgpu turns on.
     fn load(&mut self, memory: &Memory, offset: &str, _in_bounds: bool) -> String {
         let m = &memory.name;
         let word = || format!("{m}[({offset}) / 4]");
         let shift = || format!("u32(8 * (({offset}) % 4))");
+        let buffer = matches!(memory.space, Space::Buffer { .. });
         match memory.elem {
-            _ if memory.space == (Space::Workgroup { vec4: true }) => {
-                format!("{m}[({offset}) / 4][({offset}) % 4]")
-            }
+            _ if vectors(memory) => format!("{m}[({offset}) / 4][({offset}) % 4]"),
             // Byte k of a little-endian word, moved to the top and back
             // down with the sign, or masked.
-            ElemType::I8 if memory.space == Space::Buffer => {
+            ElemType::I8 if buffer => {
                 format!("(bitcast<i32>({} << (24u - {})) >> 24u)", word(), shift())
             }
-            ElemType::U8 if memory.space == Space::Buffer => {
+            ElemType::U8 if buffer => {
                 format!("i32(({} >> {}) & 255u)", word(), shift())
             }
             _ => format!("{m}[{offset}]"),
@@ -193,7 +200,7 @@ impl Language for Wgsl {
 
     fn load4(&mut self, memory: &Memory, offset: &str) -> String {
         let m = &memory.name;
-        if memory.space == (Space::Workgroup { vec4: true }) {
+        if vectors(memory) {
             return format!("{m}[({offset}) / 4]");
         }
         let at = |k: i64| match k {
@@ -382,7 +389,9 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool], options: Optio
     let mut uses_f16 = false;
     let textures = texture_args(m, func)?;
     let outputs = kernel.outputs() as usize;
+    let vector_args = vector_arguments(m, block);
     for (i, &a) in args.iter().enumerate() {
+        let vec4 = vector_args.contains(&a);
         let t = m
             .value_type(a)
             .as_tensor()
@@ -409,16 +418,23 @@ pub fn kernel_to_wgsl(m: &Module, func: OpId, read_only: &[bool], options: Optio
             } else {
                 "read_write"
             };
-            let _ = writeln!(
-                header,
-                "@group(0) @binding({i}) var<storage, {access}> a{i}: array<{}>;",
-                elem_name(t.elem)?
-            );
+            let elem = elem_name(t.elem)?;
+            let _ = if vec4 {
+                writeln!(
+                    header,
+                    "@group(0) @binding({i}) var<storage, {access}> a{i}: array<vec4<{elem}>>;"
+                )
+            } else {
+                writeln!(
+                    header,
+                    "@group(0) @binding({i}) var<storage, {access}> a{i}: array<{elem}>;"
+                )
+            };
         }
         let space = if is_texture {
             Space::Texture
         } else {
-            Space::Buffer
+            Space::Buffer { vec4 }
         };
         memories.insert(
             a,

@@ -250,6 +250,28 @@ impl AffineExpr {
         }
     }
 
+    /// A number every value of the expression is a multiple of, as large
+    /// as its terms show: 1 where nothing better is known, 0 for the
+    /// constant zero (a multiple of every number). What a vector load
+    /// needs to know of its offset.
+    pub fn known_divisor(&self) -> i64 {
+        fn gcd(a: i64, b: i64) -> i64 {
+            if b == 0 { a } else { gcd(b, a % b) }
+        }
+        match self {
+            AffineExpr::Const(c) => c.checked_abs().unwrap_or(1),
+            AffineExpr::Dim(_) | AffineExpr::Sym(_) => 1,
+            AffineExpr::Add(a, b) => gcd(a.known_divisor(), b.known_divisor()),
+            AffineExpr::Mul(a, b) => a
+                .known_divisor()
+                .checked_mul(b.known_divisor())
+                .unwrap_or(1),
+            // x mod c = x - c * floor(x / c): a multiple of what divides both.
+            AffineExpr::Mod(a, b) => gcd(a.known_divisor(), b.known_divisor()),
+            AffineExpr::FloorDiv(..) | AffineExpr::CeilDiv(..) => 1,
+        }
+    }
+
     /// Whether dimension `d` appears in the expression.
     pub fn uses_dim(&self, d: u32) -> bool {
         match self {
@@ -616,6 +638,21 @@ impl fmt::Display for AffineMap {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn known_divisors_follow_the_terms() {
+        let (d0, d1) = (AffineExpr::dim(0), AffineExpr::dim(1));
+        let c = AffineExpr::constant;
+        // A vector load's offset: row * 768 + k * 64 + (lane mod 16) * 4.
+        let offset = d0.clone() * c(768) + d1.clone() * c(64) + d0.clone().modulo(c(16)) * c(4);
+        assert_eq!(offset.known_divisor(), 4);
+        assert_eq!((offset.clone() + c(2)).known_divisor(), 2);
+        assert_eq!((offset + d1.clone()).known_divisor(), 1);
+        assert_eq!(d0.clone().floor_div(c(4)).known_divisor(), 1);
+        assert_eq!((d0 * c(12)).modulo(c(8)).known_divisor(), 4);
+        assert_eq!(c(0).known_divisor(), 0);
+        assert_eq!((d1 * c(0) + c(6)).known_divisor(), 6);
+    }
+
     use super::*;
     use AffineExpr as E;
 

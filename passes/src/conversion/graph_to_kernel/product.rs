@@ -245,6 +245,73 @@ impl Product {
         Ok(kb.ir.cast(v, Type::Scalar(elem)))
     }
 
+    /// Operand `which` of a matmul or gemm and the axes of its graph
+    /// value that the product's rows and columns run along. `None` for a
+    /// convolution (im2col) and for A of a folded batch (its rows are
+    /// delinearized).
+    fn matrix_operand(&self, m: &Module, which: usize) -> Option<(ValueId, [usize; 2])> {
+        match self {
+            Product::Gemm { op } => {
+                let gemm = graph::ops::Gemm::new(m, *op)?;
+                let trans = if which == 0 {
+                    gemm.trans_a()
+                } else {
+                    gemm.trans_b()
+                } != 0;
+                Some((
+                    m.op(*op).operands[which],
+                    if trans { [1, 0] } else { [0, 1] },
+                ))
+            }
+            Product::Matmul {
+                a, b, sa, sb, fold, ..
+            } => {
+                if *fold && which == 0 {
+                    return None;
+                }
+                let (x, rank) = if which == 0 {
+                    (*a, sa.len())
+                } else {
+                    (*b, sb.len())
+                };
+                Some((x, [rank - 2, rank - 1]))
+            }
+            Product::Conv { .. } => None,
+        }
+    }
+
+    /// Whether [`Product::operand4_as`] reads operand `which` four
+    /// elements at a time, down its rows (`along_rows`) or along them.
+    pub fn vector_operand(&self, kb: &KernelBuilder, which: usize, along_rows: bool) -> bool {
+        self.matrix_operand(kb.m(), which)
+            .is_some_and(|(x, axes)| kb.vector_readable(x, axes[usize::from(!along_rows)]))
+    }
+
+    /// Elements `(row + j, col)` (`along_rows`) or `(row, col + j)`, j < 4,
+    /// of operand `which` as `elem`, in one load: the operand must be
+    /// [`Product::vector_operand`] so, and the index stepped a multiple of
+    /// four.
+    pub fn operand4_as(
+        &self,
+        kb: &mut KernelBuilder,
+        which: usize,
+        batch: &[Ix],
+        (row, col): (Ix, Ix),
+        along_rows: bool,
+        elem: ElemType,
+    ) -> R<[ValueId; 4]> {
+        let (x, axes) = self
+            .matrix_operand(kb.m(), which)
+            .ok_or("a vector read of a convolution's operand")?;
+        let rank = tensor_shape(kb, x).len();
+        let mut idx = broadcast_index(batch, &tensor_shape(kb, x)[..rank - 2]);
+        idx.extend([Ix::constant(0), Ix::constant(0)]);
+        idx[axes[0]] = row;
+        idx[axes[1]] = col;
+        let lanes = kb.vector_at(x, &idx, axes[usize::from(!along_rows)])?;
+        Ok(lanes.map(|v| kb.ir.cast(v, Type::Scalar(elem))))
+    }
+
     /// Whether operand `which`'s elements along its rows (M for A, K for
     /// B) lie next to each other in memory, where that is known: a gemm's
     /// transposed operand, a convolution's weights (along K) and its input

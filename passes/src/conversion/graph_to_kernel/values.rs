@@ -135,6 +135,79 @@ impl KernelBuilder<'_> {
         Ok(k)
     }
 
+    /// Whether graph value `v` is read from a buffer in which stepping
+    /// index `axis` steps the offset by one and every other index and the
+    /// origin move it by multiples of four: then where `idx[axis]` is a
+    /// multiple of four, [`KernelBuilder::vector_at`] reads four elements
+    /// along `axis` in one load. Not for a computed value, a texture, a
+    /// buffer of bytes (read out of words) or one of a length that is no
+    /// multiple of four (the printers declare it an array of vectors), nor
+    /// through a view that divides or takes remainders.
+    pub fn vector_readable(&self, v: ValueId, axis: usize) -> bool {
+        let Some(Input::Memory { stored, shape, map }) = self.inputs.get(&v) else {
+            return false;
+        };
+        let rank = tensor_shape(self, v).len();
+        let dims: Vec<Ix> = (0..rank as u32).map(Ix::dim).collect();
+        let at = match map {
+            Some(map) => map
+                .results
+                .iter()
+                .map(|e| e.substitute(&dims, &[]))
+                .collect(),
+            None => dims,
+        };
+        let offset = linearize(&at, shape);
+        let elem = ircc_dialects::kernel::storage(graph_elem(self, v), self.float, true);
+        if self.textures.contains_key(stored)
+            || matches!(elem, ElemType::I8 | ElemType::U8)
+            || shape.iter().product::<i64>() % 4 != 0
+            || axis >= rank
+            || offset.div_mod_count() != 0
+        {
+            return false;
+        }
+        // The offset is linear in the indices: its coefficients are its
+        // steps along each.
+        let point = |d: Option<usize>| {
+            let x: Vec<i64> = (0..rank).map(|i| i64::from(Some(i) == d)).collect();
+            offset.eval(&x, &[]).ok()
+        };
+        let Some(origin) = point(None) else {
+            return false;
+        };
+        origin % 4 == 0
+            && (0..rank).all(|d| match point(Some(d)).map(|x| x - origin) {
+                Some(step) if d == axis => step == 1,
+                Some(step) => step % 4 == 0,
+                None => false,
+            })
+    }
+
+    /// Elements `idx` to `idx + 3` along `axis` of graph value `v`, in one
+    /// load: `v` must be [`KernelBuilder::vector_readable`] along `axis`,
+    /// and `idx[axis]` a multiple of four.
+    pub fn vector_at(&mut self, v: ValueId, idx: &[Ix], axis: usize) -> R<[ValueId; 4]> {
+        let Some(Input::Memory { stored, shape, map }) = self.inputs.get(&v).cloned() else {
+            return Err("a vector read of a value not in memory".to_string());
+        };
+        let at: Vec<Ix> = match &map {
+            Some(map) => map.results.iter().map(|e| e.substitute(idx, &[])).collect(),
+            None => idx.to_vec(),
+        };
+        let offset = linearize(&at, &shape);
+        if !self.vector_readable(v, axis) || offset.known_divisor() % 4 != 0 {
+            return Err(format!(
+                "a vector read at offset {offset}, not known to be a multiple of four"
+            ));
+        }
+        let memory = self.arg(super::lowering::ArgRole::Input(stored));
+        let elem = kernel_elem(graph_elem(self, v), self.float);
+        Ok(self
+            .load4(memory, &offset)
+            .map(|x| self.ir.cast(x, Type::Scalar(elem))))
+    }
+
     fn read_input(&mut self, v: ValueId, input: Input, idx: &[Ix]) -> R<ValueId> {
         // The index into the stored tensor, through the views above it.
         let through = |map: &Option<ircc_core::AffineMap>, idx: &[Ix]| match map {
