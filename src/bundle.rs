@@ -27,6 +27,9 @@ const BUNDLE_OPTIONS: &[&str] = &[
     "cl_options",
     "timing",
     "quiet",
+    "max_invocations",
+    "max_bytes",
+    "timeout",
 ];
 
 /// The error for an `ircc run DIR` command line that gives a bundle an
@@ -64,7 +67,7 @@ pub(crate) fn misapplied_option(args: &[OsString]) -> Option<String> {
             continue;
         };
         return Some(format!(
-            "--{long} does not apply to a bundle: {} was compiled when it was written (options a bundle takes: --input, --output-dir, --backend, --cl-options, --timing, --quiet)",
+            "--{long} does not apply to a bundle: {} was compiled when it was written (options a bundle takes: --input, --output-dir, --backend, --cl-options, --timing, --quiet, --max-invocations, --max-bytes, --timeout)",
             dir.display()
         ));
     }
@@ -101,6 +104,21 @@ impl Driver {
         let bundle = self
             .phase("read the bundle", || bundle::read(dir))
             .map_err(|e| plain(format!("bundle {}: {e}", dir.display())))?;
+        let (invocations, bytes) = (bundle.plan.invocations(), bundle.plan.device_bytes());
+        if invocations > u128::from(args.max_invocations) {
+            return Err(plain(format!(
+                "bundle {}: its dispatches run {invocations} invocations a run, more than --max-invocations {} (raise it to run the bundle)",
+                dir.display(),
+                args.max_invocations
+            )));
+        }
+        if bytes > u128::from(args.max_bytes) {
+            return Err(plain(format!(
+                "bundle {}: its buffers take {bytes} bytes, more than --max-bytes {} (raise it to run the bundle)",
+                dir.display(),
+                args.max_bytes
+            )));
+        }
         let language = bundle.language;
         let expected = match language {
             Language::Wgsl => Backend::Wgpu,

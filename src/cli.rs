@@ -495,15 +495,19 @@ impl Cli {
 impl PipelineArgs {
     /// The device profile `--device` names: the spec folder's
     /// `devices/NAME.toml` where `--spec-dir` has one, else the built-in
-    /// profile's name.
-    pub fn device_profile(&self) -> Option<String> {
-        let device = self.device.as_ref()?;
-        Some(
-            self.spec_dir
-                .as_deref()
-                .and_then(|dir| crate::spec_file(dir, &format!("devices/{device}.toml")))
-                .map_or_else(|| device.clone(), |p| p.to_string_lossy().into_owned()),
-        )
+    /// profile's name; an error where that entry is no regular file.
+    pub fn device_profile(&self) -> Result<Option<String>, ircc_core::Diagnostic> {
+        let Some(device) = self.device.as_ref() else {
+            return Ok(None);
+        };
+        let file = match self.spec_dir.as_deref() {
+            Some(dir) => crate::spec_file(dir, &format!("devices/{device}.toml"))?,
+            None => None,
+        };
+        Ok(Some(file.map_or_else(
+            || device.clone(),
+            |p| p.to_string_lossy().into_owned(),
+        )))
     }
 
     /// How reports name the chosen pipeline: its name, the pass list, or
@@ -568,6 +572,22 @@ pub struct RunArgs {
     /// The function to run.
     #[arg(long, default_value = "main")]
     pub entry: String,
+    /// The most invocations a bundle's dispatches may run in one run, all
+    /// together (a bundle is a file from elsewhere: one asking for 65535 x
+    /// 65535 x 16 workgroups would run for days); checked before anything
+    /// is set up. Published networks run well under 10^9.
+    #[arg(long, value_name = "N", default_value_t = 1 << 34)]
+    pub max_invocations: u64,
+    /// The most bytes a bundle's buffers may take on the device, all
+    /// together; checked before anything is allocated.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 30)]
+    pub max_bytes: u64,
+    /// Ends the command with an error after SECONDS of wall-clock time
+    /// (compiling, setting up and running): a device such as lavapipe has
+    /// no watchdog of its own. It ends the process, whatever the device
+    /// is doing.
+    #[arg(long, value_name = "SECONDS")]
+    pub timeout: Option<f64>,
     #[command(flatten)]
     pub opencl: OpenClArgs,
     #[command(flatten)]

@@ -8,9 +8,7 @@ use ircc_core::{Diagnostic, Form, print_module};
 use crate::figures::{self, graph_op_count};
 use crate::inputs::read_inputs;
 
-use crate::{
-    CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err, is_onnx,
-};
+use crate::{CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, is_onnx};
 
 /// `onnx` with each of `inputs` (`NAME=PATH`, or a path for the model's
 /// inputs in order) bound as `--bind` would bind it.
@@ -66,7 +64,7 @@ impl Driver {
             _ => print_module(&loaded.module, form),
         };
         match &args.output {
-            Some(path) => std::fs::write(path, text).map_err(|e| io_err("write", path, e))?,
+            Some(path) => ircc_core::files::write_file(path, text).map_err(Diagnostic::plain)?,
             None => stdout
                 .write_all(text.as_bytes())
                 .and_then(|()| stdout.flush())
@@ -111,6 +109,9 @@ impl Driver {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
+        if let Some(seconds) = args.timeout {
+            start_watchdog(seconds)?;
+        }
         if ircc_plan::bundle::is_bundle(&args.model.file) {
             return self.run_bundle(args, stdout);
         }
@@ -211,8 +212,8 @@ impl Driver {
         let mut loaded = self.load_or_fail(&args.file, &args.onnx, false)?;
         let weights = loaded.weights.get_or_insert_default().len();
         self.name_weights(&mut loaded, Some(&args.output))?;
-        std::fs::write(&args.output, print_module(&loaded.module, Form::Pretty))
-            .map_err(|e| io_err("write", &args.output, e))?;
+        ircc_core::files::write_file(&args.output, print_module(&loaded.module, Form::Pretty))
+            .map_err(Diagnostic::plain)?;
         let _ = writeln!(
             stdout,
             "wrote {} ({} graph ops) and {} ({} weights)",
@@ -388,4 +389,34 @@ impl Driver {
         let _ = writeln!(stdout);
         Ok(())
     }
+}
+
+/// Ends the process with an error once `seconds` have passed (`ircc run
+/// --timeout`): a run on a device cannot be interrupted from the host, so
+/// the process that submitted it ends.
+fn start_watchdog(seconds: f64) -> Result<(), Failure> {
+    let limit = std::time::Duration::try_from_secs_f64(seconds)
+        .ok()
+        .filter(|d| !d.is_zero())
+        .ok_or_else(|| {
+            Diagnostic::plain(format!(
+                "--timeout {seconds}: not a positive number of seconds"
+            ))
+        })?;
+    std::thread::spawn(move || {
+        std::thread::sleep(limit);
+        // Written past std's stderr, whose lock the command holds, and
+        // ended by _exit, not std::process::exit: that runs the exit
+        // handlers, and a driver's may wait for the very work that
+        // overran (lavapipe's threads, mid-dispatch).
+        let message =
+            format!("error: the command ran longer than --timeout {seconds} s, and was stopped\n");
+        // SAFETY: write(2) reads `message`'s bytes, alive for the call;
+        // _exit ends the process at once, and nothing after it runs.
+        unsafe {
+            libc::write(2, message.as_ptr().cast(), message.len());
+            libc::_exit(1)
+        }
+    });
+    Ok(())
 }

@@ -210,11 +210,20 @@ impl Driver {
     /// Runs the command line of this process and returns its exit code.
     pub fn main(mut self) -> ExitCode {
         self.color = stderr_wants_color();
-        let code = self.run_cli(
-            std::env::args_os(),
-            &mut std::io::stdout().lock(),
-            &mut std::io::stderr().lock(),
-        );
+        let mut stderr = std::io::stderr().lock();
+        let mut stdout = CheckedWriter::new(std::io::stdout().lock());
+        let mut code = self.run_cli(std::env::args_os(), &mut stdout, &mut stderr);
+        // Output that never arrived fails a command that thought it had
+        // succeeded (`ircc stats m.ir > /dev/full`; one that failed said
+        // why); a reader that stopped reading (`| head`) fails none, as
+        // everywhere here.
+        if let Err(e) = stdout.finish()
+            && e.kind() != std::io::ErrorKind::BrokenPipe
+            && code == 0
+        {
+            let _ = writeln!(stderr, "error: cannot write the output: {e}");
+            code = 1;
+        }
         ExitCode::from(code as u8)
     }
 
@@ -285,7 +294,16 @@ impl Driver {
                 .pipeline
                 .spec_dir
                 .as_deref()
-                .and_then(|dir| spec_file(dir, "fusion.toml"));
+                .map(|dir| spec_file(dir, "fusion.toml"))
+                .transpose()
+                .map(Option::flatten);
+            let file = match file {
+                Ok(file) => file,
+                Err(d) => {
+                    let _ = write!(stderr, "{}", d.render_styled(None, self.color));
+                    return 1;
+                }
+            };
             let path = file
                 .as_ref()
                 .map_or(String::new(), |f| f.to_string_lossy().into_owned());
@@ -315,9 +333,12 @@ impl Driver {
                     simulate::simulate_attention(args, stdout)
                 }
                 Some(Command::Completions { shell }) => {
+                    // clap_complete panics where its writer fails: the
+                    // script is written whole, and a failure reported.
                     let mut command = <Cli as clap::CommandFactory>::command();
-                    clap_complete::generate(*shell, &mut command, "ircc", stdout);
-                    Ok(())
+                    let mut script = Vec::new();
+                    clap_complete::generate(*shell, &mut command, "ircc", &mut script);
+                    stdout.write_all(&script).map_err(stdout_err)
                 }
                 None => self.compile_command(&cli.compile, stdout, stderr),
             }
@@ -483,11 +504,11 @@ impl Driver {
         let Some(name) = &args.pipeline else {
             return Ok(Vec::new());
         };
-        if let Some(path) = args
-            .spec_dir
-            .as_deref()
-            .and_then(|dir| spec_file(dir, &format!("pipelines/{name}.pipeline")))
-        {
+        let file = match args.spec_dir.as_deref() {
+            Some(dir) => spec_file(dir, &format!("pipelines/{name}.pipeline"))?,
+            None => None,
+        };
+        if let Some(path) = file {
             let text = std::fs::read_to_string(&path)
                 .map_err(|e| Diagnostic::plain(format!("cannot read {}: {e}", path.display())))?;
             return parse_pipeline_file(&text)
@@ -523,7 +544,7 @@ impl Driver {
     ) -> Result<ModuleTarget, Diagnostic> {
         let device = args.device.as_deref();
         if let Some(name) = device.filter(|&d| d != "auto") {
-            let path = args.device_profile().unwrap_or_else(|| name.to_string());
+            let path = args.device_profile()?.unwrap_or_else(|| name.to_string());
             let target = ModuleTarget::named(&path, &format!("--device {name}")).map_err(|e| {
                 Diagnostic::plain(format!("--device: {e}; see ircc --list-devices"))
             })?;
@@ -539,11 +560,12 @@ impl Driver {
             let adapter = backend.adapter().map_err(Diagnostic::plain)?;
             let mut profiles = Vec::new();
             for (name, _) in ircc_dialects::kernel::PROFILES {
-                let path = args
-                    .spec_dir
-                    .as_deref()
-                    .and_then(|dir| spec_file(dir, &format!("devices/{name}.toml")))
-                    .map_or_else(|| name.to_string(), |p| p.to_string_lossy().into_owned());
+                let file = match args.spec_dir.as_deref() {
+                    Some(dir) => spec_file(dir, &format!("devices/{name}.toml"))?,
+                    None => None,
+                };
+                let path =
+                    file.map_or_else(|| name.to_string(), |p| p.to_string_lossy().into_owned());
                 let profile = ircc_dialects::kernel::DeviceProfile::named(&path)
                     .map_err(|e| Diagnostic::plain(format!("--device auto: {e}")))?;
                 if profile.name != name {
@@ -832,9 +854,18 @@ fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
     Ok(options)
 }
 
-/// `FILE` in the spec folder `dir`, where it is a regular file inside it.
-fn spec_file(dir: &Path, file: &str) -> Option<PathBuf> {
-    ircc_core::files::file_inside(dir, file).ok()
+/// `FILE` in the spec folder `dir`: `None` where the folder has no such
+/// entry (the built-in one is used), an error where it has one that is
+/// not a regular file inside it (a FIFO, a folder, a link leading out or
+/// nowhere), which ircc would otherwise pass over in silence.
+fn spec_file(dir: &Path, file: &str) -> Result<Option<PathBuf>, Diagnostic> {
+    let entry = dir.join(file);
+    if std::fs::symlink_metadata(&entry).is_err() {
+        return Ok(None);
+    }
+    ircc_core::files::file_inside(dir, file)
+        .map(Some)
+        .map_err(|e| Diagnostic::plain(format!("--spec-dir: {e}")))
 }
 
 /// `--spec-dir DIR`: its files for the passes that read them, unless the
@@ -870,7 +901,7 @@ fn set_spec_files(specs: &mut [PassOptions], dir: &Path) -> Result<(), Diagnosti
         ("rules/dnnfusion.rules", "file", &[RulesOptions::NAME]),
     ];
     for (file, option, readers) in files {
-        let Some(path) = spec_file(dir, file) else {
+        let Some(path) = spec_file(dir, file)? else {
             continue;
         };
         let path = path.to_string_lossy().into_owned();
@@ -950,5 +981,48 @@ pub(crate) fn set_tuning_db(specs: &mut [PassOptions], db: &Path) -> Result<(), 
             "--tuning-db {path} does nothing: the pipeline does not schedule kernels (name one with {}, such as smartmem, or run on a device: --backend wgpu, ircc bench, ircc compile)",
             KernelScheduleOptions::NAME
         )))
+    }
+}
+
+/// A writer that remembers the first error of its writes and flushes, so
+/// that one a command ignored (a `let _ = writeln!`) still fails the
+/// command: [`CheckedWriter::finish`] flushes and returns it.
+struct CheckedWriter<W: Write> {
+    inner: W,
+    error: Option<std::io::Error>,
+}
+
+impl<W: Write> CheckedWriter<W> {
+    fn new(inner: W) -> Self {
+        CheckedWriter { inner, error: None }
+    }
+
+    fn keep<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
+        if let Err(e) = &r
+            && self.error.is_none()
+        {
+            self.error = Some(std::io::Error::new(e.kind(), e.to_string()));
+        }
+        r
+    }
+
+    fn finish(mut self) -> std::io::Result<()> {
+        let flushed = self.inner.flush();
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => flushed,
+        }
+    }
+}
+
+impl<W: Write> Write for CheckedWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let r = self.inner.write(buf);
+        self.keep(r)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        let r = self.inner.flush();
+        self.keep(r)
     }
 }

@@ -22,9 +22,13 @@ impl Driver {
         if !meta.is_file() {
             return Err(fail("cannot load it: not a regular file".into()));
         }
+        // The loader searches the system's library path for a name without
+        // a slash (`libm.so.6` would load the system's libm, whatever
+        // ./libm.so.6 is): load exactly the file checked above.
+        let path = std::path::absolute(path).map_err(|e| fail(format!("cannot load it: {e}")))?;
         // SAFETY: loading a library runs its initialisers; a plugin is
         // code the user chose to run, as LLVM's and MLIR's plugins are.
-        let library = unsafe { libloading::Library::new(path) }
+        let library = unsafe { libloading::Library::new(&path) }
             .map_err(|e| fail(format!("cannot load it: {e}")))?;
         // SAFETY: the stamp function is `extern "C"` and returns a pointer
         // to a NUL-terminated string it owns for the process's life; C's

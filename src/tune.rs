@@ -79,21 +79,6 @@ impl Lowerer {
     }
 }
 
-/// Whether `path` can be written: opened for appending (which changes
-/// nothing in a file that exists), and a file this made removed again.
-fn writable(path: &std::path::Path) -> bool {
-    let existed = path.exists();
-    let opened = std::fs::OpenOptions::new()
-        .append(true)
-        .create(true)
-        .open(path)
-        .is_ok();
-    if opened && !existed {
-        let _ = std::fs::remove_file(path);
-    }
-    opened
-}
-
 #[cfg(feature = "wgpu")]
 /// A stable seed per signature, so adding a kernel to a model does not
 /// change the other signatures' trials (FNV-1a).
@@ -121,7 +106,7 @@ impl Driver {
             _ => std::path::Path::new("."),
         };
         let readonly = std::fs::metadata(db_path).is_ok_and(|m| m.permissions().readonly());
-        if !folder.is_dir() || readonly || !writable(db_path) {
+        if !folder.is_dir() || readonly || !ircc_core::files::can_replace(db_path) {
             return Err(plain(format!(
                 "--tuning-db {db_text}: not a writable file in an existing folder"
             )));
@@ -367,12 +352,8 @@ impl Driver {
             .tuning_db
             .as_ref()
             .expect("checked above");
-        std::fs::write(path, db.to_text()).map_err(|e| {
-            plain(format!(
-                "cannot write the tuning database {}: {e}",
-                path.display()
-            ))
-        })?;
+        ircc_core::files::write_file(path, db.to_text())
+            .map_err(|e| plain(format!("the tuning database: {e}")))?;
         let per_s = trials as f64 / search_s.max(1e-9);
         if args.json {
             let kernels: Vec<serde_json::Value> = found
@@ -792,11 +773,11 @@ fn report_spaces(
 /// The search space: `--spec-dir`'s tuning.toml where it has one, else the
 /// built-in spec/tuning.toml.
 fn tuning_spec(args: &crate::PipelineArgs) -> Result<TuningSpec, Failure> {
-    let Some(path) = args
-        .spec_dir
-        .as_deref()
-        .and_then(|dir| crate::spec_file(dir, "tuning.toml"))
-    else {
+    let file = match args.spec_dir.as_deref() {
+        Some(dir) => crate::spec_file(dir, "tuning.toml")?,
+        None => None,
+    };
+    let Some(path) = file else {
         return Ok(TuningSpec::builtin());
     };
     let text =

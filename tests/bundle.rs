@@ -350,6 +350,15 @@ fn a_damaged_or_hostile_bundle_is_refused_with_what_is_wrong() {
             }),
             "the plan stores it as f32",
         ),
+        (
+            "shader-nul",
+            Box::new(|dir, p| {
+                // A megabyte of NUL bytes: refused at once, naming where.
+                std::fs::write(dir.join("k.wgsl"), vec![0u8; 1 << 20]).unwrap();
+                p["dispatches"][0]["shader"] = "k.wgsl".into();
+            }),
+            "k.wgsl:1:1: a control character (U+0000)",
+        ),
     ];
     for (name, damage, expected) in cases {
         let (_scratch, dir) = damaged(name, damage);
@@ -464,4 +473,66 @@ fn a_bundle_without_dispatches_runs() {
         common::max_relative(&out_dir.join("result0.npy"), &input),
         0.0
     );
+}
+
+/// A bundle's run is bounded before anything is set up: the invocations
+/// of all its dispatches (one asking for 65535 x 65535 x 16 workgroups,
+/// inside every device limit, would run for days) and the bytes of its
+/// buffers, each limit one a user can raise; and with --timeout, the wall
+/// clock, which ends even a run the device is in the middle of.
+#[test]
+fn a_bundle_run_is_bounded() {
+    let huge_grid = |_: &Path, p: &mut Value| {
+        let last = p["dispatches"].as_array().unwrap().len() - 1;
+        p["dispatches"][last]["workgroups"] = serde_json::json!([65535, 65535, 16]);
+    };
+    let (_scratch, dir) = damaged("huge-grid", huge_grid);
+    run_fails(
+        &dir,
+        &[],
+        "more than --max-invocations 17179869184 (raise it",
+        1,
+    );
+    run_fails(
+        &dir,
+        &["--max-invocations", "1000"],
+        "more than --max-invocations 1000",
+        1,
+    );
+    let (_scratch2, small) = damaged("max-bytes", |_, _| {});
+    run_fails(
+        &small,
+        &["--max-bytes", "1000"],
+        "bytes, more than --max-bytes 1000",
+        1,
+    );
+    if !common::gpu_available() {
+        eprintln!("0 passed, 0 failed, 1 skipped (no GPU adapter)");
+        return;
+    }
+    let input = root().join("tests/models/bert_l2_w64.input.npy");
+    let out_dir = dir.with_file_name("timed-out");
+    let start = std::time::Instant::now();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_ircc"))
+        .arg("run")
+        .arg(&dir)
+        .arg("--input")
+        .arg(&input)
+        .arg("--output-dir")
+        .arg(&out_dir)
+        .args([
+            "--backend",
+            "wgpu",
+            "--max-invocations",
+            "1000000000000000",
+            "--timeout",
+            "2",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(1), "{stderr}");
+    assert!(stderr.contains("ran longer than --timeout 2 s"), "{stderr}");
+    assert!(start.elapsed().as_secs() < 60, "{:?}", start.elapsed());
+    assert!(!out_dir.exists());
 }

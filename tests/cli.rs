@@ -687,3 +687,118 @@ fn a_closed_output_pipe_ends_the_command_quietly() {
     assert_eq!(out.status.code(), Some(0), "{stderr}");
     assert!(stderr.is_empty(), "{stderr}");
 }
+
+/// Output that cannot be written fails the command with a message, for
+/// every command that prints (a full disk, here /dev/full); a reader that
+/// stops reading (a closed pipe) fails none.
+#[test]
+fn commands_fail_where_their_output_cannot_be_written() {
+    let Ok(full) = std::fs::OpenOptions::new().write(true).open("/dev/full") else {
+        eprintln!("0 passed, 0 failed, 1 skipped (no /dev/full)");
+        return;
+    };
+    let mlp = example();
+    let commands: [&[&str]; 6] = [
+        &["stats", &mlp],
+        &["check", &mlp],
+        &[&mlp, "--pipeline", "canonicalize"],
+        &["completions", "bash"],
+        &["--help"],
+        &["--version"],
+    ];
+    for args in commands {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_ircc"))
+            .args(args)
+            .stdout(full.try_clone().unwrap())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{args:?}: {stderr}");
+        assert_eq!(
+            stderr
+                .matches("cannot write the output: No space left on device")
+                .count(),
+            1,
+            "{args:?}: {stderr}"
+        );
+    }
+    // `ircc stats m.ir | head -c 1`: the reader leaves; ircc exits 0.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_ircc"))
+        .args(["completions", "bash"])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// Links already in an output folder (to a file outside it, symbolic or
+/// hard) are replaced by what ircc writes, never written through: a
+/// bundle (`compile -o`, `--emit wgsl -o`), `run --output-dir`'s results
+/// and `--dump-dir`'s files.
+#[cfg(unix)]
+#[test]
+fn writes_replace_links_in_output_folders() {
+    let mlp = root().join("examples/mlp.ir");
+    let mlp = mlp.to_str().unwrap();
+    let scratch = common::scratch_dir("output-links");
+    let input = scratch.join("x.npy");
+    let x = ircc_core::Tensor::float(
+        ircc_core::ElemType::F32,
+        ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[2, 4]), vec![0.5; 8]).unwrap(),
+    );
+    ircc_reference::write_npy(&input, &x).unwrap();
+    let input = format!("x={}", input.display());
+    let cases: [(&str, &str, Vec<&str>); 4] = [
+        ("compile", "plan.json", vec!["compile", mlp, "-o"]),
+        (
+            "emit",
+            "k1_matmul.wgsl",
+            vec![mlp, "--pipeline", "smartmem-gpu", "--emit", "wgsl", "-o"],
+        ),
+        (
+            "run",
+            "probs.npy",
+            vec!["run", mlp, "--input", &input, "--output-dir"],
+        ),
+        (
+            "dump",
+            "01-canonicalize.ir",
+            vec![mlp, "--pipeline", "canonicalize", "--dump-dir"],
+        ),
+    ];
+    for (case, file, args) in cases {
+        for hard in [false, true] {
+            let victim = scratch.join(format!("victim-{case}-{hard}"));
+            std::fs::write(&victim, "keep").unwrap();
+            let out = scratch.join(format!("out-{case}-{hard}"));
+            std::fs::create_dir(&out).unwrap();
+            if hard {
+                std::fs::hard_link(&victim, out.join(file)).unwrap();
+            } else {
+                std::os::unix::fs::symlink(&victim, out.join(file)).unwrap();
+            }
+            let mut argv = args.clone();
+            argv.push(out.to_str().unwrap());
+            let r = common::ircc(&argv);
+            assert_eq!(r.code, 0, "{case}: {}", r.stderr);
+            assert_eq!(
+                std::fs::read_to_string(&victim).unwrap(),
+                "keep",
+                "{case} hard={hard}"
+            );
+            let written = std::fs::symlink_metadata(out.join(file)).unwrap();
+            assert!(
+                written.file_type().is_file() && written.len() > 4,
+                "{case} hard={hard}"
+            );
+        }
+    }
+}

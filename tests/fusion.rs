@@ -156,6 +156,60 @@ fn spec_dir_tables_and_pipelines_are_read_at_run_time() {
     assert!(r.stderr.contains("not a directory"), "{}", r.stderr);
 }
 
+/// A spec folder's entry that is not a regular file inside it — a folder,
+/// a FIFO (which would block a read), a link out of the folder or to
+/// nothing — is refused by name, not passed over for the built-in file.
+#[cfg(unix)]
+#[test]
+fn spec_dir_entries_that_are_not_files_are_refused() {
+    let mlp = common::root().join("examples/mlp.ir");
+    let mlp = mlp.to_str().unwrap();
+    let cases: [(&str, &str, &[&str]); 5] = [
+        ("folder", "fusion.toml", &["--pipeline", "smartmem"]),
+        ("fifo", "fusion.toml", &["--pipeline", "smartmem"]),
+        (
+            "outside",
+            "pipelines/smartmem.pipeline",
+            &["--pipeline", "smartmem"],
+        ),
+        (
+            "dangling",
+            "rules/algebra.rules",
+            &["--pipeline", "smartmem"],
+        ),
+        (
+            "fifo",
+            "devices/adreno740.toml",
+            &["--pipeline", "smartmem", "--device", "adreno740"],
+        ),
+    ];
+    for (kind, entry, args) in cases {
+        let dir = common::scratch_dir(&format!("spec-entry-{kind}"));
+        let path = dir.join(entry);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        match kind {
+            "folder" => std::fs::create_dir(&path).unwrap(),
+            "fifo" => {
+                let made = std::process::Command::new("mkfifo").arg(&path).status();
+                assert!(made.unwrap().success());
+            }
+            "outside" => {
+                std::os::unix::fs::symlink(common::root().join("README.md"), &path).unwrap()
+            }
+            _ => std::os::unix::fs::symlink("nowhere", &path).unwrap(),
+        }
+        let mut argv = vec![mlp, "--spec-dir", dir.to_str().unwrap()];
+        argv.extend_from_slice(args);
+        let r = common::ircc(&argv);
+        assert_eq!(r.code, 1, "{kind} {entry}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("--spec-dir") && r.stderr.contains(entry),
+            "{kind} {entry}: {}",
+            r.stderr
+        );
+    }
+}
+
 #[test]
 fn spec_dir_device_profiles_are_read_at_run_time() {
     // The paper's GPU with a texture extent of 4: nothing fits a texture.

@@ -160,3 +160,51 @@ fn a_library_that_is_not_a_plugin_is_refused() {
     assert_eq!(out.code, 1);
     assert!(out.stderr.contains("not a regular file"), "{}", out.stderr);
 }
+
+/// A plugin named without a slash is the file of that name in the
+/// current folder, as ircc checked it, not a library of that name on the
+/// system's library path.
+#[test]
+fn a_plugin_named_without_a_slash_is_the_file_in_the_current_folder() {
+    let file = input();
+    let dir = common::scratch_dir("plugins-bare");
+    let run = |name: &str| {
+        let out = Command::new(env!("CARGO_BIN_EXE_ircc"))
+            .current_dir(&*dir)
+            .args([file.to_str().unwrap(), "--load-pass-plugin", name])
+            .output()
+            .expect("ircc runs");
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Every glibc system has a libc.so.6 on its library path: this one is
+    // not a library at all.
+    std::fs::write(dir.join("libc.so.6"), "not ELF").unwrap();
+    let (code, stderr) = run("libc.so.6");
+    assert_eq!(code, Some(1), "{stderr}");
+    assert!(
+        stderr.contains("cannot load it") && !stderr.contains("not an ircc plugin"),
+        "{stderr}"
+    );
+    // The example plugin, copied in and named bare, loads and runs.
+    std::fs::copy(&plugins().0, dir.join("libmine.so")).unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_ircc"))
+        .current_dir(&*dir)
+        .args([
+            file.to_str().unwrap(),
+            "--load-pass-plugin",
+            "libmine.so",
+            "--list-passes",
+        ])
+        .output()
+        .expect("ircc runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("plugin libmine.so"), "{stdout}");
+}

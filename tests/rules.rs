@@ -329,6 +329,27 @@ fn rules_that_can_never_fire_or_overlap_are_warnings() {
     assert_eq!(out.stderr, "");
 }
 
+/// Many rules alike warn once a rule, each counting the rules before it
+/// that match the same ops, not once a pair.
+#[test]
+fn many_overlapping_rules_warn_once_a_rule() {
+    let text: String = (0..50)
+        .map(|i| {
+            format!("(rule r{i} (graph.mul (graph.exp ?a) ?b) => (graph.mul ?b (graph.exp ?a)))\n")
+        })
+        .collect();
+    let (out, _) = run_rules(&text);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(out.stderr.matches("warning:").count(), 49, "{}", out.stderr);
+    assert!(
+        out.stderr.contains(
+            "rules 'r0' and 'r49' can match the same ops (as can 48 more rules before 'r49')"
+        ),
+        "{}",
+        out.stderr
+    );
+}
+
 #[test]
 fn the_algebra_is_a_rule_file_read_at_run_time() {
     let dir = scratch_dir("rules");

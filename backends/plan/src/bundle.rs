@@ -106,16 +106,18 @@ pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<StoredTenso
     let path = dir.join(WEIGHTS_FILE);
     // Written as it is serialized: the weights are not copied into one
     // buffer first.
-    safetensors::serialize_to_file(views, None, &path)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    ircc_core::files::write_replacing(&path, |temp| {
+        safetensors::serialize_to_file(views, None, temp)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    })?;
     plan.weights = Some(WEIGHTS_FILE.to_string());
     for (file, text) in &plan.sources {
         let path = dir.join(file);
-        std::fs::write(&path, text).map_err(|e| io("write", &path, e))?;
+        ircc_core::files::write_file(&path, text)?;
     }
     let path = dir.join(PLAN_FILE);
     let json = serde_json::to_string_pretty(plan).map_err(|e| e.to_string())?;
-    std::fs::write(&path, json + "\n").map_err(|e| io("write", &path, e))
+    ircc_core::files::write_file(&path, json + "\n")
 }
 
 /// A bundle read back: its plan (sources and constants filled in) and
@@ -194,7 +196,24 @@ fn read_text(dir: &Path, file: &str) -> R<String> {
             path.display()
         ));
     }
-    std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))
+    let text = std::fs::read_to_string(&path)
+        .map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    // Neither JSON nor WGSL nor OpenCL C has a place for control
+    // characters outside strings: say where the first is at once, rather
+    // than leave a compiler to echo megabytes of them back.
+    if let Some((at, c)) = text
+        .char_indices()
+        .find(|&(_, c)| c.is_control() && !matches!(c, '\n' | '\r' | '\t'))
+    {
+        let line = text[..at].matches('\n').count() + 1;
+        let column = text[..at].rfind('\n').map_or(at, |n| at - n - 1) + 1;
+        return Err(format!(
+            "{}:{line}:{column}: a control character (U+{:04X}), which no bundle file holds",
+            path.display(),
+            c as u32
+        ));
+    }
+    Ok(text)
 }
 
 /// The weights and constants of `plan` from its weights file; constants
@@ -299,6 +318,26 @@ impl crate::BufferPlan {
 }
 
 impl Plan {
+    /// The invocations one run of the plan runs, all dispatches together
+    /// (in u128: a hostile plan's counts overflow u64).
+    pub fn invocations(&self) -> u128 {
+        let count = |v: &[i64]| v.iter().map(|&x| x.max(0) as u128).product::<u128>();
+        self.dispatches
+            .iter()
+            .map(|d| count(&d.workgroups).saturating_mul(count(&d.workgroup_size)))
+            .fold(0, u128::saturating_add)
+    }
+
+    /// The bytes the plan's buffers take on a device: the pool, and every
+    /// buffer outside it.
+    pub fn device_bytes(&self) -> u128 {
+        self.buffers
+            .iter()
+            .filter(|b| b.pool_offset.is_none())
+            .map(|b| u128::from(b.bytes))
+            .fold(u128::from(self.pool_bytes), u128::saturating_add)
+    }
+
     /// Checks that the plan is one a runtime can execute as written:
     /// every index in range, every buffer's bytes those of its shape and
     /// type, intermediates inside the pool, textures and accesses

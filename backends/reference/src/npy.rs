@@ -509,32 +509,21 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
     let padded = (10 + header.len() + 1).div_ceil(64) * 64;
     header.push_str(&" ".repeat(padded - 10 - header.len() - 1));
     header.push('\n');
-    // Written beside the file, then renamed over it: a link already at
-    // `path` is replaced, never followed, and a failed write (a full disk)
-    // leaves no truncated file.
-    let name = path
-        .file_name()
-        .map(|n| n.to_string_lossy().into_owned())
-        .unwrap_or_default();
-    let temp = path.with_file_name(format!(".{name}.{}.tmp", std::process::id()));
-    let write = || -> std::io::Result<()> {
-        let file = std::fs::OpenOptions::new()
-            .write(true)
-            .create_new(true)
-            .open(&temp)?;
-        let mut w = std::io::BufWriter::new(file);
-        w.write_all(b"\x93NUMPY\x01\x00")?;
-        w.write_all(&(header.len() as u16).to_le_bytes())?;
-        w.write_all(header.as_bytes())?;
-        w.write_all(&element_bytes(t))?;
-        w.into_inner().map_err(|e| e.into_error())?;
-        std::fs::rename(&temp, path)
-    };
-    let written = write();
-    if written.is_err() {
-        let _ = std::fs::remove_file(&temp);
-    }
-    written.map_err(|e| format!("cannot write {}: {e}", path.display()))
+    // Written beside the file, then renamed over it (a link at `path` is
+    // replaced, never followed).
+    ircc_core::files::write_replacing(path, |temp| {
+        let write = || -> std::io::Result<()> {
+            let file = std::fs::OpenOptions::new().write(true).open(temp)?;
+            let mut w = std::io::BufWriter::new(file);
+            w.write_all(b"\x93NUMPY\x01\x00")?;
+            w.write_all(&(header.len() as u16).to_le_bytes())?;
+            w.write_all(header.as_bytes())?;
+            w.write_all(&element_bytes(t))?;
+            w.into_inner().map_err(|e| e.into_error())?;
+            Ok(())
+        };
+        write().map_err(|e| format!("cannot write {}: {e}", path.display()))
+    })
 }
 
 #[cfg(test)]

@@ -59,8 +59,10 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, StoredTensor)]) -> Res
                 .map_err(|e| format!("tensor '{name}': {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    safetensors::serialize_to_file(views, None, path)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    ircc_core::files::write_replacing(path, |temp| {
+        safetensors::serialize_to_file(views, None, temp)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    })
 }
 
 /// A safetensors file, mapped and checked whole (its header's offsets

@@ -67,6 +67,58 @@ pub fn read_spec_file(path: &str) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
 }
 
+/// Writes the file `path` through `fill`, which is given the path of a new,
+/// empty file beside it to fill; that file is then renamed over `path`. A
+/// link already at `path`, symbolic or hard, is replaced, never written
+/// through (an output folder may hold one to a file outside it), and a
+/// failed write (a full disk) leaves no truncated file at `path`.
+pub fn write_replacing<T>(
+    path: &Path,
+    fill: impl FnOnce(&Path) -> Result<T, String>,
+) -> Result<T, String> {
+    let temp = new_file_beside(path)?;
+    let written = fill(&temp).and_then(|v| {
+        std::fs::rename(&temp, path)
+            .map(|()| v)
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    });
+    if written.is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+    written
+}
+
+/// Whether [`write_replacing`] can write `path`: its folder takes a new
+/// file (made and removed again). Nothing already at `path` is opened.
+pub fn can_replace(path: &Path) -> bool {
+    new_file_beside(path).is_ok_and(|temp| std::fs::remove_file(temp).is_ok())
+}
+
+/// A new, empty file in `path`'s folder, named after it.
+fn new_file_beside(path: &Path) -> Result<PathBuf, String> {
+    static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let name = path
+        .file_name()
+        .ok_or_else(|| format!("cannot write {}: not a file name", path.display()))?
+        .to_string_lossy();
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let temp = path.with_file_name(format!(".{name}.{}-{n}.tmp", std::process::id()));
+    // Made new, never opened through a link planted under its name.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&temp)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+    Ok(temp)
+}
+
+/// [`write_replacing`] with `bytes`.
+pub fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), String> {
+    write_replacing(path, |temp| {
+        std::fs::write(temp, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
+    })
+}
+
 /// `name` as a file name: ASCII letters, digits, `-` and `_` kept, every
 /// other character (path separators, dots, spaces) replaced by `_`, so the
 /// result is never empty, absolute, hidden, or a `..`.
@@ -110,6 +162,39 @@ pub fn unique_stems<'a>(names: impl IntoIterator<Item = &'a str>) -> Vec<String>
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[cfg(unix)]
+    #[test]
+    fn writes_replace_links_instead_of_writing_through_them() {
+        let dir = std::env::temp_dir().join(format!("ircc-write-links-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let (victim, other) = (dir.join("victim"), dir.join("other"));
+        std::fs::write(&victim, "keep").unwrap();
+        std::fs::write(&other, "keep too").unwrap();
+        let (soft, hard) = (dir.join("plan.json"), dir.join("k0.wgsl"));
+        std::os::unix::fs::symlink(&victim, &soft).unwrap();
+        std::fs::hard_link(&other, &hard).unwrap();
+        write_file(&soft, "new").unwrap();
+        write_file(&hard, "new").unwrap();
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "keep");
+        assert_eq!(std::fs::read_to_string(&other).unwrap(), "keep too");
+        for path in [&soft, &hard] {
+            assert_eq!(std::fs::read_to_string(path).unwrap(), "new");
+            let meta = std::fs::symlink_metadata(path).unwrap();
+            assert!(meta.file_type().is_file());
+        }
+        // A failed write leaves neither the file nor its temporary.
+        let err = write_replacing(&dir.join("y.npy"), |_| {
+            Err::<(), _>("disk full".to_string())
+        });
+        assert_eq!(err.unwrap_err(), "disk full");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name())
+            .collect();
+        assert_eq!(left.len(), 4, "{left:?}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
 
     #[test]
     fn stems_stay_in_their_directory_and_differ() {

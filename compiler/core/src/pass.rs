@@ -509,9 +509,8 @@ impl PassManager {
             }
             if let Some(dir) = &options.dump_dir {
                 let path = dir.join(format!("{:02}-{name}.ir", i + 1));
-                std::fs::write(&path, print_module(module, options.form)).map_err(|e| {
-                    Diagnostic::plain(format!("cannot write {}: {e}", path.display()))
-                })?;
+                crate::files::write_file(&path, print_module(module, options.form))
+                    .map_err(Diagnostic::plain)?;
             }
         }
         Ok(timings)

@@ -144,21 +144,30 @@ pub fn check<'r>(rules: &'r RuleSet, registry: &Registry) -> (Vec<&'r Rule>, Vec
 /// The most rules of one root op checked pair by pair for overlaps.
 const MAX_OVERLAP_CHECKED: usize = 1000;
 
+/// A warning for each rule that can match the same ops as rules before
+/// it: one a rule, naming the first and counting the others, so that a
+/// file of many alike rules warns as many times as it has rules, not
+/// once a pair (1,000 rules of one root: 1,000 lines, not 500,000).
 fn overlaps(live: &[&Rule], out: &mut Vec<Diagnostic>) {
-    for (i, a) in live.iter().enumerate() {
-        for b in &live[i + 1..] {
-            if overlap(&a.pattern, &b.pattern) {
-                out.push(
-                    Diagnostic::warning(
-                        b.loc.clone(),
-                        format!(
-                            "rules '{}' and '{}' can match the same ops: where both do, the one that saves more FLOPs is applied, '{}' on a tie",
-                            a.name, b.name, a.name
-                        ),
-                    )
-                    .with_note(a.loc.clone(), format!("'{}' is here", a.name)),
-                );
-            }
-        }
+    for (j, b) in live.iter().enumerate() {
+        let mut earlier = live[..j].iter().filter(|a| overlap(&a.pattern, &b.pattern));
+        let Some(a) = earlier.next() else {
+            continue;
+        };
+        let more = match earlier.count() {
+            0 => String::new(),
+            1 => format!(" (as can 1 more rule before '{}')", b.name),
+            n => format!(" (as can {n} more rules before '{}')", b.name),
+        };
+        out.push(
+            Diagnostic::warning(
+                b.loc.clone(),
+                format!(
+                    "rules '{}' and '{}' can match the same ops{more}: where both do, the one that saves more FLOPs is applied, '{}' on a tie",
+                    a.name, b.name, a.name
+                ),
+            )
+            .with_note(a.loc.clone(), format!("'{}' is here", a.name)),
+        );
     }
 }
