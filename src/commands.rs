@@ -8,7 +8,9 @@ use ircc_core::{Diagnostic, Form, print_module};
 use crate::figures::{self, graph_op_count};
 use crate::inputs::read_inputs;
 
-use crate::{CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, is_onnx};
+use crate::{
+    CompileArgs, Driver, Emit, Failure, ImportArgs, Outcome, RunArgs, StatsArgs, io_err, is_onnx,
+};
 
 /// `onnx` with each of `inputs` (`NAME=PATH`, or a path for the model's
 /// inputs in order) bound as `--bind` would bind it.
@@ -64,7 +66,8 @@ impl Driver {
             _ => print_module(&loaded.module, form),
         };
         match &args.output {
-            Some(path) => ircc_core::files::write_file(path, text).map_err(Diagnostic::plain)?,
+            // A path named exactly is written where it leads (`-o /dev/stdout`).
+            Some(path) => std::fs::write(path, text).map_err(|e| io_err("write", path, e))?,
             None => stdout
                 .write_all(text.as_bytes())
                 .and_then(|()| stdout.flush())

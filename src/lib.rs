@@ -509,8 +509,8 @@ impl Driver {
             None => None,
         };
         if let Some(path) = file {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| Diagnostic::plain(format!("cannot read {}: {e}", path.display())))?;
+            let text = ircc_core::files::read_spec_file(&path.to_string_lossy())
+                .map_err(|e| Diagnostic::plain(format!("cannot read {e}")))?;
             return parse_pipeline_file(&text)
                 .map_err(|e| Diagnostic::plain(format!("{}: {e}", path.display())));
         }
@@ -520,8 +520,8 @@ impl Driver {
         }
         let path = PathBuf::from(name);
         if path.is_file() {
-            let text = std::fs::read_to_string(&path)
-                .map_err(|e| Diagnostic::plain(format!("cannot read {name}: {e}")))?;
+            let text = ircc_core::files::read_spec_file(name)
+                .map_err(|e| Diagnostic::plain(format!("cannot read {e}")))?;
             return parse_pipeline_file(&text)
                 .map_err(|e| Diagnostic::plain(format!("{name}: {e}")));
         }
@@ -719,7 +719,16 @@ impl Driver {
             })?;
             let same = std::fs::canonicalize(path).is_ok_and(|p| p == source);
             if !same {
-                std::fs::copy(&source, path).map_err(|e| io_err("write", path, e))?;
+                // Replacing a link at `path`, as the weights of an import
+                // are written.
+                ircc_core::files::write_replacing(path, |file| {
+                    let mut from = std::fs::File::open(&source)
+                        .map_err(|e| format!("cannot read {}: {e}", source.display()))?;
+                    std::io::copy(&mut from, file)
+                        .map(|_| ())
+                        .map_err(|e| format!("cannot write {}: {e}", path.display()))
+                })
+                .map_err(Diagnostic::plain)?;
             }
         } else {
             return Ok(());
@@ -859,13 +868,28 @@ fn onnx_options(args: &OnnxArgs) -> Result<ircc_onnx::ImportOptions, String> {
 /// not a regular file inside it (a FIFO, a folder, a link leading out or
 /// nowhere), which ircc would otherwise pass over in silence.
 fn spec_file(dir: &Path, file: &str) -> Result<Option<PathBuf>, Diagnostic> {
+    let refuse = |e: String| Diagnostic::plain(format!("--spec-dir: {e}"));
     let entry = dir.join(file);
-    if std::fs::symlink_metadata(&entry).is_err() {
-        return Ok(None);
+    match std::fs::symlink_metadata(&entry) {
+        Ok(_) => ircc_core::files::file_inside(dir, file)
+            .map(Some)
+            .map_err(refuse),
+        // Absent, unless a folder on the way (`pipelines/`) is something
+        // else: a file, a FIFO, a link to nowhere.
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            let parent = Path::new(file)
+                .parent()
+                .filter(|p| !p.as_os_str().is_empty());
+            if let Some(parent) = parent.map(|p| dir.join(p))
+                && std::fs::symlink_metadata(&parent).is_ok()
+                && !parent.is_dir()
+            {
+                return Err(refuse(format!("{} is not a folder", parent.display())));
+            }
+            Ok(None)
+        }
+        Err(e) => Err(refuse(format!("cannot read {}: {e}", entry.display()))),
     }
-    ircc_core::files::file_inside(dir, file)
-        .map(Some)
-        .map_err(|e| Diagnostic::plain(format!("--spec-dir: {e}")))
 }
 
 /// `--spec-dir DIR`: its files for the passes that read them, unless the

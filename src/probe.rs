@@ -41,7 +41,9 @@ pub(crate) fn probe_command(
         start.elapsed().as_secs_f64()
     );
     match &args.output {
-        Some(path) => ircc_core::files::write_file(path, text).map_err(plain)?,
+        Some(path) => {
+            std::fs::write(path, text).map_err(|e| plain(format!("{}: {e}", path.display())))?
+        }
         None => {
             let _ = write!(stdout, "{text}");
         }

@@ -79,6 +79,21 @@ impl Lowerer {
     }
 }
 
+/// Whether `path` can be written: opened for appending (which changes
+/// nothing in a file that exists), and a file this made removed again.
+fn writable(path: &std::path::Path) -> bool {
+    let existed = path.exists();
+    let opened = std::fs::OpenOptions::new()
+        .append(true)
+        .create(true)
+        .open(path)
+        .is_ok();
+    if opened && !existed {
+        let _ = std::fs::remove_file(path);
+    }
+    opened
+}
+
 #[cfg(feature = "wgpu")]
 /// A stable seed per signature, so adding a kernel to a model does not
 /// change the other signatures' trials (FNV-1a).
@@ -106,7 +121,7 @@ impl Driver {
             _ => std::path::Path::new("."),
         };
         let readonly = std::fs::metadata(db_path).is_ok_and(|m| m.permissions().readonly());
-        if !folder.is_dir() || readonly || !ircc_core::files::can_replace(db_path) {
+        if !folder.is_dir() || readonly || !writable(db_path) {
             return Err(plain(format!(
                 "--tuning-db {db_text}: not a writable file in an existing folder"
             )));
@@ -352,8 +367,14 @@ impl Driver {
             .tuning_db
             .as_ref()
             .expect("checked above");
-        ircc_core::files::write_file(path, db.to_text())
-            .map_err(|e| plain(format!("the tuning database: {e}")))?;
+        // The path the user named, written where it leads (a database
+        // kept among one's dotfiles through a link stays one).
+        std::fs::write(path, db.to_text()).map_err(|e| {
+            plain(format!(
+                "cannot write the tuning database {}: {e}",
+                path.display()
+            ))
+        })?;
         let per_s = trials as f64 / search_s.max(1e-9);
         if args.json {
             let kernels: Vec<serde_json::Value> = found
@@ -780,7 +801,6 @@ fn tuning_spec(args: &crate::PipelineArgs) -> Result<TuningSpec, Failure> {
     let Some(path) = file else {
         return Ok(TuningSpec::builtin());
     };
-    let text =
-        std::fs::read_to_string(&path).map_err(|e| plain(format!("{}: {e}", path.display())))?;
+    let text = ircc_core::files::read_spec_file(&path.to_string_lossy()).map_err(plain)?;
     TuningSpec::parse(&text).map_err(|e| plain(format!("{}: {e}", path.display())))
 }

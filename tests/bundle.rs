@@ -359,6 +359,11 @@ fn a_damaged_or_hostile_bundle_is_refused_with_what_is_wrong() {
             }),
             "k.wgsl:1:1: a control character (U+0000)",
         ),
+        (
+            "escaped-control",
+            Box::new(|_, p| p["output_names"] = serde_json::json!(["\u{1b}[31mred\nfake: ok"])),
+            "holds a control character, which no name in a plan has",
+        ),
     ];
     for (name, damage, expected) in cases {
         let (_scratch, dir) = damaged(name, damage);

@@ -208,6 +208,29 @@ fn spec_dir_entries_that_are_not_files_are_refused() {
             r.stderr
         );
     }
+    // A folder on the way that is no folder (a file, a link to nowhere).
+    for kind in ["file", "dangling"] {
+        let dir = common::scratch_dir(&format!("spec-folder-{kind}"));
+        let pipelines = dir.join("pipelines");
+        if kind == "file" {
+            std::fs::write(&pipelines, "").unwrap();
+        } else {
+            std::os::unix::fs::symlink("nowhere", &pipelines).unwrap();
+        }
+        let r = common::ircc(&[
+            mlp,
+            "--spec-dir",
+            dir.to_str().unwrap(),
+            "--pipeline",
+            "smartmem",
+        ]);
+        assert_eq!(r.code, 1, "{kind}: {}", r.stderr);
+        assert!(
+            r.stderr.contains("--spec-dir") && r.stderr.contains("pipelines"),
+            "{kind}: {}",
+            r.stderr
+        );
+    }
 }
 
 #[test]

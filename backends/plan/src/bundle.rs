@@ -106,10 +106,10 @@ pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<StoredTenso
     let path = dir.join(WEIGHTS_FILE);
     // Written as it is serialized: the weights are not copied into one
     // buffer first.
-    ircc_core::files::write_replacing(&path, |temp| {
-        safetensors::serialize_to_file(views, None, temp)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
-    })?;
+    // Written beside and renamed over, as write_replacing writes (the
+    // crate does so itself): a link at the path is replaced.
+    safetensors::serialize_to_file(views, None, &path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     plan.weights = Some(WEIGHTS_FILE.to_string());
     for (file, text) in &plan.sources {
         let path = dir.join(file);
@@ -153,11 +153,19 @@ pub fn read(dir: &Path) -> R<Bundle> {
     let text = read_text(dir, PLAN_FILE)?;
     // Another version may have other fields: say so before what serde
     // finds wrong with them.
-    let version = serde_json::from_str::<serde_json::Value>(&text)
-        .ok()
+    let value = serde_json::from_str::<serde_json::Value>(&text).ok();
+    let version = value
+        .as_ref()
         .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
     if let Some(v) = version.filter(|&v| v != u64::from(PLAN_VERSION)) {
         return Err(format!("{PLAN_FILE}: {}", other_version(v)));
+    }
+    // Names are echoed in messages and output: none may hold a control
+    // character, even escaped (`\u001b`, a terminal's escape).
+    if let Some(s) = value.as_ref().and_then(control_string) {
+        return Err(format!(
+            "{PLAN_FILE}: the string {s:?} holds a control character, which no name in a plan has"
+        ));
     }
     let mut plan: Plan = serde_json::from_str(&text).map_err(|e| format!("{PLAN_FILE}: {e}"))?;
     plan.check().map_err(|e| format!("{PLAN_FILE}: {e}"))?;
@@ -185,6 +193,23 @@ pub fn read(dir: &Path) -> R<Bundle> {
         weights,
         output_elems,
     })
+}
+
+/// The first string in `v` (keys included) holding a control character.
+fn control_string(v: &serde_json::Value) -> Option<&str> {
+    let bad = |s: &str| s.chars().any(char::is_control);
+    match v {
+        serde_json::Value::String(s) => bad(s).then_some(s.as_str()),
+        serde_json::Value::Array(a) => a.iter().find_map(control_string),
+        serde_json::Value::Object(o) => o.iter().find_map(|(k, v)| {
+            if bad(k) {
+                Some(k.as_str())
+            } else {
+                control_string(v)
+            }
+        }),
+        _ => None,
+    }
 }
 
 fn read_text(dir: &Path, file: &str) -> R<String> {

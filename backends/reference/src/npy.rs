@@ -511,18 +511,16 @@ pub fn write_npy(path: &Path, t: &Tensor) -> Result<(), String> {
     header.push('\n');
     // Written beside the file, then renamed over it (a link at `path` is
     // replaced, never followed).
-    ircc_core::files::write_replacing(path, |temp| {
-        let write = || -> std::io::Result<()> {
-            let file = std::fs::OpenOptions::new().write(true).open(temp)?;
-            let mut w = std::io::BufWriter::new(file);
+    ircc_core::files::write_replacing(path, |file| {
+        let mut w = std::io::BufWriter::new(file);
+        let write = |w: &mut std::io::BufWriter<&mut std::fs::File>| -> std::io::Result<()> {
             w.write_all(b"\x93NUMPY\x01\x00")?;
             w.write_all(&(header.len() as u16).to_le_bytes())?;
             w.write_all(header.as_bytes())?;
             w.write_all(&element_bytes(t))?;
-            w.into_inner().map_err(|e| e.into_error())?;
-            Ok(())
+            w.flush()
         };
-        write().map_err(|e| format!("cannot write {}: {e}", path.display()))
+        write(&mut w).map_err(|e| format!("cannot write {}: {e}", path.display()))
     })
 }
 

@@ -59,10 +59,10 @@ pub fn write_safetensors(path: &Path, tensors: &[(String, StoredTensor)]) -> Res
                 .map_err(|e| format!("tensor '{name}': {e}"))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    ircc_core::files::write_replacing(path, |temp| {
-        safetensors::serialize_to_file(views, None, temp)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
-    })
+    // Written beside and renamed over by the crate: a link at the path
+    // is replaced, as files::write_replacing does.
+    safetensors::serialize_to_file(views, None, path)
+        .map_err(|e| format!("cannot write {}: {e}", path.display()))
 }
 
 /// A safetensors file, mapped and checked whole (its header's offsets

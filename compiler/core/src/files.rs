@@ -67,20 +67,39 @@ pub fn read_spec_file(path: &str) -> Result<String, String> {
     std::fs::read_to_string(path).map_err(|e| format!("{path}: {e}"))
 }
 
-/// Writes the file `path` through `fill`, which is given the path of a new,
-/// empty file beside it to fill; that file is then renamed over `path`. A
-/// link already at `path`, symbolic or hard, is replaced, never written
-/// through (an output folder may hold one to a file outside it), and a
-/// failed write (a full disk) leaves no truncated file at `path`.
+/// Writes the file `path` through `fill`, which is given a new, empty
+/// file beside it to fill; that file is then renamed over `path`. A link
+/// already at `path`, symbolic or hard, is replaced, never written through
+/// (an output folder may hold one to a file outside it); a file replaced
+/// keeps its permissions; a failed write (a full disk) leaves no
+/// truncated file. For the files ircc names in a folder the user named
+/// (a bundle, run outputs, dumps): a path the user names exactly (`-o
+/// FILE`) is written where it leads, `/dev/stdout` included.
 pub fn write_replacing<T>(
     path: &Path,
-    fill: impl FnOnce(&Path) -> Result<T, String>,
+    fill: impl FnOnce(&mut std::fs::File) -> Result<T, String>,
 ) -> Result<T, String> {
-    let temp = new_file_beside(path)?;
-    let written = fill(&temp).and_then(|v| {
-        std::fs::rename(&temp, path)
-            .map(|()| v)
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    let existing = std::fs::symlink_metadata(path).ok();
+    // Not a device, a FIFO or a folder a hostile folder put there.
+    if let Some(m) = &existing
+        && !m.is_file()
+        && !m.file_type().is_symlink()
+    {
+        return Err(format!(
+            "cannot write {}: it exists and is not a regular file",
+            path.display()
+        ));
+    }
+    let kept = existing.filter(|m| m.is_file()).map(|m| m.permissions());
+    let (temp, mut file) = new_file_beside(path)?;
+    // Filled through the file made new: never reopened by its name.
+    let written = fill(&mut file).and_then(|v| {
+        drop(file);
+        if let Some(permissions) = kept {
+            let _ = std::fs::set_permissions(&temp, permissions);
+        }
+        std::fs::rename(&temp, path).map(|()| v).map_err(fail)
     });
     if written.is_err() {
         let _ = std::fs::remove_file(&temp);
@@ -88,14 +107,16 @@ pub fn write_replacing<T>(
     written
 }
 
-/// Whether [`write_replacing`] can write `path`: its folder takes a new
-/// file (made and removed again). Nothing already at `path` is opened.
-pub fn can_replace(path: &Path) -> bool {
-    new_file_beside(path).is_ok_and(|temp| std::fs::remove_file(temp).is_ok())
+/// [`write_replacing`] with `bytes`.
+pub fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), String> {
+    write_replacing(path, |file| {
+        std::io::Write::write_all(file, bytes.as_ref())
+            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+    })
 }
 
-/// A new, empty file in `path`'s folder, named after it.
-fn new_file_beside(path: &Path) -> Result<PathBuf, String> {
+/// A new, empty file in `path`'s folder, named after it, and its path.
+fn new_file_beside(path: &Path) -> Result<(PathBuf, std::fs::File), String> {
     static NEXT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
     let name = path
         .file_name()
@@ -103,20 +124,13 @@ fn new_file_beside(path: &Path) -> Result<PathBuf, String> {
         .to_string_lossy();
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let temp = path.with_file_name(format!(".{name}.{}-{n}.tmp", std::process::id()));
-    // Made new, never opened through a link planted under its name.
-    std::fs::OpenOptions::new()
+    // Made new (O_EXCL): never opened through a link planted under its name.
+    let file = std::fs::OpenOptions::new()
         .write(true)
         .create_new(true)
         .open(&temp)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
-    Ok(temp)
-}
-
-/// [`write_replacing`] with `bytes`.
-pub fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), String> {
-    write_replacing(path, |temp| {
-        std::fs::write(temp, bytes).map_err(|e| format!("cannot write {}: {e}", path.display()))
-    })
+    Ok((temp, file))
 }
 
 /// `name` as a file name: ASCII letters, digits, `-` and `_` kept, every
