@@ -201,7 +201,10 @@ impl Language for OpenCl {
     fn load4(&mut self, memory: &Memory, offset: &str) -> String {
         if matches!(memory.space, Space::Buffer { .. }) {
             let lanes: Vec<String> = (0..4)
-                .map(|k| self.load(memory, &format!("{offset} + {k}"), false))
+                .map(|k| match k {
+                    0 => self.load(memory, offset, false),
+                    k => self.load(memory, &format!("{offset} + {k}"), false),
+                })
                 .collect();
             let ty = scalar(&Type::Scalar(memory.elem)).unwrap_or("float");
             return format!("({})({})", self.vec4_type(ty), lanes.join(", "));

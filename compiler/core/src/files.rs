@@ -72,14 +72,14 @@ pub fn read_spec_file(path: &str) -> Result<String, String> {
 /// already at `path`, symbolic or hard, is replaced, never written through
 /// (an output folder may hold one to a file outside it); a file replaced
 /// keeps its permissions; a failed write (a full disk) leaves no
-/// truncated file. For the files ircc names in a folder the user named
-/// (a bundle, run outputs, dumps): a path the user names exactly (`-o
-/// FILE`) is written where it leads, `/dev/stdout` included.
+/// truncated file. This is how ircc writes the files it names in a folder
+/// the user named (a bundle, run outputs, dumps); a path the user names
+/// exactly (`-o FILE`) is written where it leads, `/dev/stdout` included.
 pub fn write_replacing<T>(
     path: &Path,
     fill: impl FnOnce(&mut std::fs::File) -> Result<T, String>,
 ) -> Result<T, String> {
-    let fail = |e: std::io::Error| format!("cannot write {}: {e}", path.display());
+    let fail = |e: std::io::Error| cannot_write(path, e);
     let existing = std::fs::symlink_metadata(path).ok();
     // Not a device, a FIFO or a folder a hostile folder put there.
     if let Some(m) = &existing
@@ -110,8 +110,7 @@ pub fn write_replacing<T>(
 /// [`write_replacing`] with `bytes`.
 pub fn write_file(path: &Path, bytes: impl AsRef<[u8]>) -> Result<(), String> {
     write_replacing(path, |file| {
-        std::io::Write::write_all(file, bytes.as_ref())
-            .map_err(|e| format!("cannot write {}: {e}", path.display()))
+        std::io::Write::write_all(file, bytes.as_ref()).map_err(|e| cannot_write(path, e))
     })
 }
 
@@ -129,8 +128,12 @@ fn new_file_beside(path: &Path) -> Result<(PathBuf, std::fs::File), String> {
         .write(true)
         .create_new(true)
         .open(&temp)
-        .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
+        .map_err(|e| cannot_write(path, e))?;
     Ok((temp, file))
+}
+
+fn cannot_write(path: &Path, e: std::io::Error) -> String {
+    format!("cannot write {}: {e}", path.display())
 }
 
 /// `name` as a file name: ASCII letters, digits, `-` and `_` kept, every

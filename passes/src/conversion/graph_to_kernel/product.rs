@@ -303,8 +303,8 @@ impl Product {
         let (x, axes) = self
             .matrix_operand(kb.m(), which)
             .ok_or("a vector read of a convolution's operand")?;
-        let rank = tensor_shape(kb, x).len();
-        let mut idx = broadcast_index(batch, &tensor_shape(kb, x)[..rank - 2]);
+        let shape = tensor_shape(kb, x);
+        let mut idx = broadcast_index(batch, &shape[..shape.len() - 2]);
         idx.extend([Ix::constant(0), Ix::constant(0)]);
         idx[axes[0]] = row;
         idx[axes[1]] = col;
