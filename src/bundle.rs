@@ -29,6 +29,7 @@ const BUNDLE_OPTIONS: &[&str] = &[
     "quiet",
     "max_invocations",
     "max_bytes",
+    "max_source_bytes",
     "timeout",
 ];
 
@@ -67,7 +68,7 @@ pub(crate) fn misapplied_option(args: &[OsString]) -> Option<String> {
             continue;
         };
         return Some(format!(
-            "--{long} does not apply to a bundle: {} was compiled when it was written (options a bundle takes: --input, --output-dir, --backend, --cl-options, --timing, --quiet, --max-invocations, --max-bytes, --timeout)",
+            "--{long} does not apply to a bundle: {} was compiled when it was written (options a bundle takes: --input, --output-dir, --backend, --cl-options, --timing, --quiet, --max-invocations, --max-bytes, --max-source-bytes, --timeout)",
             dir.display()
         ));
     }
@@ -102,7 +103,9 @@ impl Driver {
     pub(crate) fn run_bundle(&self, args: &RunArgs, stdout: &mut dyn Write) -> Outcome {
         let dir = &args.model.file;
         let bundle = self
-            .phase("read the bundle", || bundle::read(dir))
+            .phase("read the bundle", || {
+                bundle::read(dir, args.max_source_bytes)
+            })
             .map_err(|e| plain(format!("bundle {}: {e}", dir.display())))?;
         let (invocations, bytes) = (bundle.plan.invocations(), bundle.plan.device_bytes());
         if invocations > u128::from(args.max_invocations) {

@@ -582,6 +582,12 @@ pub struct RunArgs {
     /// together; checked before anything is allocated.
     #[arg(long, value_name = "BYTES", default_value_t = 16 << 30)]
     pub max_bytes: u64,
+    /// The largest plan.json or kernel source file of a bundle read, in
+    /// bytes: a shader compiler takes time and memory in proportion to its
+    /// source (a 200 MiB one, gigabytes). A published network's largest
+    /// (one OpenCL C file of all its kernels) is under 1 MiB.
+    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
+    pub max_source_bytes: u64,
     /// Ends the command with an error after SECONDS of wall-clock time
     /// (compiling, setting up and running): a device such as lavapipe has
     /// no watchdog of its own. It ends the process, whatever the device

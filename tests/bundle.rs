@@ -482,8 +482,8 @@ fn a_bundle_without_dispatches_runs() {
 
 /// A bundle's run is bounded before anything is set up: the invocations
 /// of all its dispatches (one asking for 65535 x 65535 x 16 workgroups,
-/// inside every device limit, would run for days) and the bytes of its
-/// buffers, each limit one a user can raise; and with --timeout, the wall
+/// inside every device limit, would run for days), the bytes of its
+/// buffers and of each text file, each limit one a user can raise; and with --timeout, the wall
 /// clock, which ends even a run the device is in the middle of.
 #[test]
 fn a_bundle_run_is_bounded() {
@@ -509,6 +509,26 @@ fn a_bundle_run_is_bounded() {
         &small,
         &["--max-bytes", "1000"],
         "bytes, more than --max-bytes 1000",
+        1,
+    );
+    // A source of valid text all through, past the default: a shader
+    // compiler would take time and memory in proportion.
+    let (_scratch3, big) = damaged("big-source", |dir, p| {
+        let file = dir.join(p["dispatches"][0]["shader"].as_str().unwrap());
+        let mut text = std::fs::read_to_string(&file).unwrap();
+        text += &format!("// {}\n", "a".repeat(17 << 20));
+        std::fs::write(file, text).unwrap();
+    });
+    run_fails(
+        &big,
+        &[],
+        "bytes, more than --max-source-bytes 16777216 (raise it",
+        1,
+    );
+    run_fails(
+        &small,
+        &["--max-source-bytes", "1000"],
+        "bytes, more than --max-source-bytes 1000",
         1,
     );
     if !common::gpu_available() {

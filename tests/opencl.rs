@@ -346,3 +346,10 @@ fn vector_loads_from_buffers_match_the_interpreter_on_opencl() {
     let diff = common::template_difference(&common::VECTOR_LOAD, &args);
     assert!(diff <= 1e-6, "{diff:e}");
 }
+
+#[test]
+fn nan_and_infinities_give_onnx_answers_on_opencl() {
+    if common::opencl_available() {
+        common::special::special_values_match("opencl");
+    }
+}

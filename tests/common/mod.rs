@@ -5,6 +5,7 @@
 #![allow(dead_code)]
 
 pub mod onnx;
+pub mod special;
 
 use std::path::{Path, PathBuf};
 

@@ -99,6 +99,12 @@ pub trait Language {
     ) -> String;
     fn unary(&mut self, f: UnaryFn, x: &str, ty: &str) -> String;
     fn binary(&mut self, f: BinaryFn, a: &str, b: &str, ty: &str) -> String;
+    /// `x == x` for a float `x` of type `ty`: false for a NaN only, where a
+    /// compiler that assumes there are none (as Vulkan lets a driver) may
+    /// not fold it to true, nor a select around it to a max.
+    fn is_number(&mut self, x: &str, _ty: &str) -> String {
+        format!("{x} == {x}")
+    }
     /// `cond ? a : b`.
     fn select(&self, cond: &str, a: &str, b: &str) -> String;
     /// `x` (of type `from`) converted to `to`.
@@ -552,15 +558,25 @@ impl<L: Language> Printer<'_, '_, L> {
                 self.lang.binary(f, &arg(0)?, &arg(1)?, ty)
             }
             K::Cmp => {
-                let p = match ops::Cmp::new(m, op).ok_or_else(malformed)?.pred() {
-                    CmpPred::Lt => "<",
-                    CmpPred::Le => "<=",
-                    CmpPred::Gt => ">",
-                    CmpPred::Ge => ">=",
-                    CmpPred::Eq => "==",
-                    CmpPred::Ne => "!=",
-                };
-                format!("{} {p} {}", arg(0)?, arg(1)?)
+                let pred = ops::Cmp::new(m, op).ok_or_else(malformed)?.pred();
+                let operand = m.value_type(o.operands[0]);
+                if pred == CmpPred::Eq
+                    && o.operands[0] == o.operands[1]
+                    && matches!(operand, Type::Scalar(e) if e.is_float())
+                {
+                    let operand = self.lang.type_name(operand)?;
+                    self.lang.is_number(&arg(0)?, operand)
+                } else {
+                    let p = match pred {
+                        CmpPred::Lt => "<",
+                        CmpPred::Le => "<=",
+                        CmpPred::Gt => ">",
+                        CmpPred::Ge => ">=",
+                        CmpPred::Eq => "==",
+                        CmpPred::Ne => "!=",
+                    };
+                    format!("{} {p} {}", arg(0)?, arg(1)?)
+                }
             }
             K::Select => self.lang.select(&arg(0)?, &arg(1)?, &arg(2)?),
             K::Cast => {

@@ -16,7 +16,7 @@ use std::fmt::Write;
 use ircc_codegen::{Language, Memory, Options, R, Space, workgroup_arrays};
 use ircc_core::{ElemType, Module, OpId, Type};
 use ircc_dialects::kernel::ops::{self, BinaryFn, IdKind, UnaryFn};
-use ircc_dialects::kernel::{MatrixType, texture_args};
+use ircc_dialects::kernel::{MatrixType, Target, texture_args};
 
 /// The OpenCL C type of a scalar or index value.
 fn scalar(t: &Type) -> R<&'static str> {
@@ -266,6 +266,14 @@ impl Language for OpenCl {
             UnaryFn::Not => format!("~{x}"),
             // sign() is for floats only in OpenCL C.
             UnaryFn::Sign if ty == "int" => format!("(({x} > 0) - ({x} < 0))"),
+            // ±1 past the bound, exactly (PoCL's tanh stops an ulp short,
+            // and ±inf · 0 must stay NaN as onnxruntime's); a NaN stays.
+            UnaryFn::Tanh => {
+                let c = Target::webgpu().tanh_input_clamp;
+                format!("(fabs({x}) > {c:?}f ? copysign(({ty})1, {x}) : tanh({x}))")
+            }
+            // OpenCL's sign of a NaN is 0; ONNX's is the NaN.
+            UnaryFn::Sign => format!("(isnan({x}) ? {x} : sign({x}))"),
             // abs of an int is a uint in OpenCL C.
             UnaryFn::Abs if ty == "int" => format!("(int)abs({x})"),
             UnaryFn::Abs => format!("fabs({x})"),
@@ -275,7 +283,6 @@ impl Language for OpenCl {
             | UnaryFn::Log
             | UnaryFn::Sqrt
             | UnaryFn::Rsqrt
-            | UnaryFn::Tanh
             | UnaryFn::Erf
             | UnaryFn::Floor
             | UnaryFn::Ceil
@@ -289,8 +296,7 @@ impl Language for OpenCl {
             | UnaryFn::Cosh
             | UnaryFn::Asinh
             | UnaryFn::Acosh
-            | UnaryFn::Atanh
-            | UnaryFn::Sign => format!("{}({x})", f.name()),
+            | UnaryFn::Atanh => format!("{}({x})", f.name()),
         }
     }
 

@@ -26,9 +26,10 @@ pub const WEIGHTS_FILE: &str = "weights.safetensors";
 const MAX_BINDING: usize = 1 << 16;
 /// Pool offsets are multiples of WebGPU's storage offset alignment.
 const POOL_ALIGNMENT: u64 = 256;
-/// The largest plan.json or source file read, so a stray file cannot fill
-/// memory.
-const MAX_TEXT_BYTES: u64 = 256 << 20;
+/// How much larger than the plan's weights the weights file may be: room
+/// for its header (names, types and shapes), so that a stray file cannot
+/// fill memory.
+const MAX_WEIGHTS_HEADER_BYTES: u64 = 256 << 20;
 
 /// Writes `plan` as a bundle into `dir`: its sources, every weight
 /// (`weight(name)`) and constant in weights.safetensors in its storage
@@ -147,10 +148,12 @@ pub fn is_bundle(dir: &Path) -> bool {
 }
 
 /// Reads the bundle in `dir`, refusing one whose plan is of another
-/// version or inconsistent, whose files lie outside `dir`, or whose
-/// weights are missing or of another type or shape than the plan's.
-pub fn read(dir: &Path) -> R<Bundle> {
-    let text = read_text(dir, PLAN_FILE)?;
+/// version or inconsistent, whose files lie outside `dir`, whose plan or
+/// a source is larger than `max_text_bytes` (a shader compiler takes time
+/// and memory in proportion), or whose weights are missing or of another
+/// type or shape than the plan's.
+pub fn read(dir: &Path, max_text_bytes: u64) -> R<Bundle> {
+    let text = read_text(dir, PLAN_FILE, max_text_bytes)?;
     // Another version may have other fields: say so before what serde
     // finds wrong with them.
     let value = serde_json::from_str::<serde_json::Value>(&text).ok();
@@ -179,7 +182,7 @@ pub fn read(dir: &Path) -> R<Bundle> {
     }
     plan.sources = files
         .iter()
-        .map(|f| Ok((f.to_string(), read_text(dir, f)?)))
+        .map(|f| Ok((f.to_string(), read_text(dir, f, max_text_bytes)?)))
         .collect::<R<_>>()?;
     let weights = read_weights(dir, &mut plan)?;
     let output_elems = plan
@@ -212,12 +215,12 @@ fn control_string(v: &serde_json::Value) -> Option<&str> {
     }
 }
 
-fn read_text(dir: &Path, file: &str) -> R<String> {
+fn read_text(dir: &Path, file: &str, max_bytes: u64) -> R<String> {
     let path = ircc_core::files::file_inside(dir, file)?;
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    if size > MAX_TEXT_BYTES {
+    if size > max_bytes {
         return Err(format!(
-            "{} is {size} bytes, more than the {MAX_TEXT_BYTES} a bundle's text file may have",
+            "{} is {size} bytes, more than --max-source-bytes {max_bytes} (raise it to read the bundle)",
             path.display()
         ));
     }
@@ -266,7 +269,7 @@ fn read_weights(dir: &Path, plan: &mut Plan) -> R<HashMap<String, StoredTensor>>
         .try_fold(0u64, |sum, &id| sum.checked_add(plan.buffers[id].bytes))
         .ok_or("the weights' sizes overflow")?;
     let size = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    if size > expected.saturating_add(MAX_TEXT_BYTES) {
+    if size > expected.saturating_add(MAX_WEIGHTS_HEADER_BYTES) {
         return Err(format!(
             "{} is {size} bytes, far more than the {expected} bytes of the plan's weights",
             path.display()

@@ -69,6 +69,7 @@ enum Helper {
     Erf,
     NonFinite,
     IntPow,
+    Pow,
 }
 
 impl Helper {
@@ -77,6 +78,7 @@ impl Helper {
             Helper::Erf => ERF,
             Helper::NonFinite => NON_FINITE,
             Helper::IntPow => INT_POW,
+            Helper::Pow => POW,
         }
     }
 }
@@ -88,6 +90,29 @@ fn ircc_erf(x: f32) -> f32 {
     let t = 1.0 / (1.0 + 0.3275911 * a);
     let p = t * (0.254829592 + t * (-0.284496736 + t * (1.421413741 + t * (-1.453152027 + t * 1.061405429))));
     return sign(x) * (1.0 - p * exp(-a * a));
+}
+";
+
+const POW: &str = "
+// C's pow, which ONNX's Pow is: WGSL's is exp2(b * log2(a)), undefined
+// for a <= 0 and NaN where C's gives 1, 0 or inf.
+fn ircc_pow(a: f32, b: f32) -> f32 {
+    if (b == 0.0 || a == 1.0) { return 1.0; }
+    if (!(a == a) || !(b == b)) { return a + b; }
+    let inf = bitcast<f32>(0x7f800000u);
+    let m = abs(a);
+    if (abs(b) == inf) {
+        if (m == 1.0) { return 1.0; }
+        return select(0.0, inf, (m > 1.0) == (b > 0.0));
+    }
+    let integer = floor(b) == b;
+    if (a < 0.0 && m != inf && !integer) { return bitcast<f32>(0x7fc00000u); }
+    var r = pow(m, b);
+    if (m == 0.0 || m == inf) { r = select(0.0, inf, (m == 0.0) == (b < 0.0)); }
+    // An odd integer b keeps a's sign (that of -0 too).
+    let odd = integer && abs(b) < 16777216.0 && fract(b * 0.5) != 0.0;
+    let negative = (bitcast<u32>(a) >> 31u) == 1u;
+    return select(r, -r, negative && odd);
 }
 ";
 
@@ -256,18 +281,32 @@ impl Language for Wgsl {
             UnaryFn::Not if ty == "bool" => format!("!{x}"),
             UnaryFn::Not => format!("~{x}"),
             UnaryFn::Rsqrt => format!("inverseSqrt({x})"),
+            // Past the bound tanh is ±1 to the type's precision (and where
+            // drivers compute it from e^2x, NaN); a NaN stays one.
             UnaryFn::Tanh => {
                 let c = Target::webgpu().tanh_input_clamp;
-                format!(
-                    "tanh(clamp({x}, {}, {}))",
-                    float_literal(-c, ty),
-                    float_literal(c, ty)
-                )
+                let c = float_literal(c, ty);
+                format!("select(tanh({x}), sign({x}), abs({x}) > {c})")
             }
+            // Drivers' sign, atan and atan2 (lavapipe's) may make a NaN
+            // a number; ONNX keeps it.
+            UnaryFn::Sign if ty == "f32" || ty == "f16" => {
+                format!("select({x}, sign({x}), {})", self.is_number(x, ty))
+            }
+            UnaryFn::Atan => format!("select({x}, atan({x}), {})", self.is_number(x, ty)),
             // Through atan2, which drivers compute more precisely than
-            // asin and acos (lavapipe's are off by 4e-4).
-            UnaryFn::Asin => format!("atan2({x}, sqrt((1.0 - {x}) * (1.0 + {x})))"),
-            UnaryFn::Acos => format!("atan2(sqrt((1.0 - {x}) * (1.0 + {x})), {x})"),
+            // asin and acos (lavapipe's are off by 4e-4); NaN outside
+            // [-1, 1], and for a NaN.
+            UnaryFn::Asin | UnaryFn::Acos => {
+                let root = format!("sqrt((1.0 - {x}) * (1.0 + {x}))");
+                let angle = if f == UnaryFn::Asin {
+                    format!("atan2({x}, {root})")
+                } else {
+                    format!("atan2({root}, {x})")
+                };
+                let nan = self.float(f64::NAN, ty);
+                format!("select({angle}, {nan}, !(abs({x}) <= 1.0))")
+            }
             UnaryFn::Erf => {
                 self.helpers.insert(Helper::Erf);
                 if ty == "f32" {
@@ -286,7 +325,6 @@ impl Language for Wgsl {
             | UnaryFn::Sin
             | UnaryFn::Cos
             | UnaryFn::Tan
-            | UnaryFn::Atan
             | UnaryFn::Sinh
             | UnaryFn::Cosh
             | UnaryFn::Asinh
@@ -315,8 +353,27 @@ impl Language for Wgsl {
                 self.helpers.insert(Helper::IntPow);
                 format!("ircc_ipow({a}, i32({b}))")
             }
-            BinaryFn::Max | BinaryFn::Min | BinaryFn::Pow => format!("{}({a}, {b})", f.name()),
+            BinaryFn::Pow => {
+                self.helpers.insert(Helper::Pow);
+                if ty == "f32" {
+                    format!("ircc_pow({a}, {b})")
+                } else {
+                    format!("{ty}(ircc_pow(f32({a}), f32({b})))")
+                }
+            }
+            BinaryFn::Max | BinaryFn::Min => format!("{}({a}, {b})", f.name()),
         }
+    }
+
+    /// By the bits: NVIDIA's compiler folds `x == x` in a select into a
+    /// max that drops the NaN. An f16 widens to f32, which keeps a NaN.
+    fn is_number(&mut self, x: &str, ty: &str) -> String {
+        let x = if ty == "f32" {
+            x.to_string()
+        } else {
+            format!("f32({x})")
+        };
+        format!("(bitcast<u32>({x}) & 0x7fffffffu) <= 0x7f800000u")
     }
 
     fn select(&self, cond: &str, a: &str, b: &str) -> String {

@@ -9,12 +9,11 @@
 
 use std::collections::HashMap;
 
-use indexmap::IndexSet;
-
 use crate::arena::{Arena, Handle};
 use crate::attr::{Attribute, Attributes};
 use crate::diag::Location;
 use crate::types::Type;
+use crate::uses::Uses;
 
 pub type OpId = Handle<Operation>;
 pub type ValueId = Handle<Value>;
@@ -61,9 +60,8 @@ pub struct Use {
 pub struct Value {
     pub ty: Type,
     pub def: ValueDef,
-    /// A set, so that adding, finding and dropping one use is O(1) however
-    /// many readers a value has (a weight read by 10^6 ops).
-    pub uses: IndexSet<Use>,
+    /// A short list, a set once many ops read the value (see [`Uses`]).
+    pub uses: Uses,
     /// The name it had in the source (`%x`), used again when printing.
     pub name: Option<String>,
 }
@@ -207,7 +205,7 @@ impl Module {
                     op,
                     index: i as u32,
                 },
-                uses: IndexSet::new(),
+                uses: Uses::default(),
                 name: None,
             });
             self.ops[op].results.push(v);
@@ -268,7 +266,7 @@ impl Module {
                     block,
                     index: i as u32,
                 },
-                uses: IndexSet::new(),
+                uses: Uses::default(),
                 name: None,
             });
             self.blocks[block].args.push(v);
@@ -283,7 +281,7 @@ impl Module {
         let v = self.values.append(Value {
             ty,
             def: ValueDef::BlockArg { block, index },
-            uses: IndexSet::new(),
+            uses: Uses::default(),
             name: None,
         });
         self.blocks[block].args.push(v);
@@ -438,6 +436,26 @@ impl Module {
         match self.values[v].def {
             ValueDef::OpResult { op, .. } => Some(op),
             ValueDef::BlockArg { .. } => None,
+        }
+    }
+
+    /// Whether `op` is nested in a region of `ancestor`, at any depth.
+    pub fn is_inside(&self, op: OpId, ancestor: OpId) -> bool {
+        let mut at = op;
+        loop {
+            let Some(block) = self.ops[at].parent else {
+                return false;
+            };
+            let Some(region) = self.blocks[block].parent else {
+                return false;
+            };
+            let Some(parent) = self.regions[region].parent else {
+                return false;
+            };
+            if parent == ancestor {
+                return true;
+            }
+            at = parent;
         }
     }
 }

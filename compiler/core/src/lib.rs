@@ -24,6 +24,7 @@ pub mod print;
 pub mod registry;
 pub mod stored;
 pub mod tensor;
+pub mod uses;
 pub mod verify;
 
 pub use affine::{AffineExpr, AffineMap};

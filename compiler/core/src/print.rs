@@ -41,7 +41,7 @@ struct Printer<'m> {
     module: &'m Module,
     form: Form,
     out: String,
-    names: HashMap<ValueId, String>,
+    names: HashMap<ValueId, Name>,
 }
 
 struct DictWriter<'a>(&'a Attributes);
@@ -77,12 +77,21 @@ fn sanitize(hint: &str) -> Option<String> {
 
 /// Assigns printed names to the values of one isolated operation (a
 /// function): source names where possible, made unique, else numbers.
+/// A value's printed name, less its `%`. Numbers are kept as numbers: a
+/// module of 10^6 values would otherwise hold 10^6 small strings twice.
+enum Name {
+    Number(usize),
+    Text(String),
+}
+
 struct Namer<'m> {
     module: &'m Module,
+    /// The names given that are not numbers; no hint is a number
+    /// (`sanitize`), so numbers cannot clash with them.
     used: HashSet<String>,
     next_number: usize,
     next_arg: usize,
-    names: HashMap<ValueId, String>,
+    names: HashMap<ValueId, Name>,
 }
 
 impl Namer<'_> {
@@ -106,13 +115,13 @@ impl Namer<'_> {
                 }
             },
             None => {
-                let c = self.next_number.to_string();
+                self.names.insert(v, Name::Number(self.next_number));
                 self.next_number += 1;
-                c
+                return;
             }
         };
         self.used.insert(name.clone());
-        self.names.insert(v, name);
+        self.names.insert(v, Name::Text(name));
     }
 
     fn block(&mut self, b: BlockId) {
@@ -145,7 +154,8 @@ impl Printer<'_> {
 
     fn value(&self, v: ValueId) -> String {
         match self.names.get(&v) {
-            Some(n) => format!("%{n}"),
+            Some(Name::Number(n)) => format!("%{n}"),
+            Some(Name::Text(n)) => format!("%{n}"),
             None => format!("%<<UNKNOWN VALUE {}>>", v.index()),
         }
     }

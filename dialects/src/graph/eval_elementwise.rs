@@ -94,7 +94,8 @@ pub fn unary(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
         G::Ceil => a.mapv(f64::ceil),
         G::Round => a.mapv(f64::round_ties_even),
         G::Sigmoid => a.mapv(|x| 1.0 / (1.0 + (-x).exp())),
-        G::Relu => a.mapv(|x| if x > 0.0 { x } else { 0.0 }),
+        // A NaN stays, as numpy's maximum(x, 0) keeps it.
+        G::Relu => a.mapv(|x| if x < 0.0 { 0.0 } else { x }),
         G::HardSwish => a.mapv(|x| x * (x / 6.0 + 0.5).clamp(0.0, 1.0)),
         G::LeakyRelu => {
             let alpha = attr("alpha")?;

@@ -426,11 +426,14 @@ pub fn arg_reduce(v: &OpView, args: &[Tensor], _env: &mut dyn Env) -> Eval {
     let last = v.i64("select_last_index")? != 0;
     let max = kind(v)? == G::ArgMax;
     let y = x.map_axis(Axis(a), |lane| {
+        // A NaN is the best of all, the first (or last) of them taken, as
+        // numpy's argmax and argmin take it.
         let mut best = 0;
         for (i, &e) in lane.iter().enumerate() {
             let b = lane[best];
             let better = if max { e > b } else { e < b };
-            if better || (last && e == b) {
+            let tie = e == b || (e.is_nan() && b.is_nan());
+            if better || (e.is_nan() && !b.is_nan()) || (last && tie) {
                 best = i;
             }
         }

@@ -328,6 +328,35 @@ impl<'m> FuncBuilder<'m> {
         )
     }
 
+    /// Whether float `x` is NaN, as `!(x == x)`: WGSL's `!=` on floats
+    /// is ordered (naga prints `OpFOrdNotEqual`), so `x != x` would be
+    /// false for a NaN.
+    pub fn is_nan(&mut self, x: ValueId) -> ValueId {
+        let same = self.cmp(CmpPred::Eq, x, x);
+        self.unary(UnaryFn::Not, same)
+    }
+
+    /// The larger (`pred` Gt) or smaller (Lt) of `a` and `b`, NaN where
+    /// either is: IEEE 754-2019's maximum and minimum, as ONNX's Max, Min,
+    /// ReduceMax and MaxPool (numpy's `maximum`) give. `kernel.binary
+    /// max` is the maximum *number*, as WGSL's `max` and OpenCL's `fmax`
+    /// are, which drops a NaN. Folding a row into `a`, a NaN once there
+    /// stays, since nothing compares greater than it.
+    pub fn extremum(&mut self, pred: CmpPred, a: ValueId, b: ValueId) -> ValueId {
+        if !self.elem(a).is_float() {
+            let f = if pred == CmpPred::Gt {
+                BinaryFn::Max
+            } else {
+                BinaryFn::Min
+            };
+            return self.binary(f, a, b);
+        }
+        let beats = self.cmp(pred, b, a);
+        let nan = self.is_nan(b);
+        let take = self.binary(BinaryFn::Or, beats, nan);
+        self.select(take, b, a)
+    }
+
     /// `x` as type `to` (itself when it has that type already).
     pub fn cast(&mut self, x: ValueId, to: Type) -> ValueId {
         if self.ty(x) == to {

@@ -238,12 +238,46 @@ struct Builder<'s> {
     module: Module,
     /// SSA names visible at this point, innermost region last. A name maps
     /// to its result group (`%0:2` defines two values).
-    scopes: Vec<HashMap<String, (Vec<ValueId>, Location)>>,
+    scopes: Vec<HashMap<SsaName, (ResultGroup, Location)>>,
     attr_aliases: HashMap<String, Attribute>,
     type_aliases: HashMap<String, Type>,
 }
 
 /// Strips the `%` of a value name; numeric names carry no name hint.
+/// An SSA name as a scope keys it: `%123` as its number, so that a
+/// function of 10^6 numbered values holds no string per value.
+#[derive(PartialEq, Eq, Hash)]
+enum SsaName {
+    Number(u64),
+    Text(Box<str>),
+}
+
+impl SsaName {
+    fn of(name: &str) -> SsaName {
+        let bare = &name[1..];
+        match bare.parse() {
+            // `%007` and `%7` are different names.
+            Ok(n) if !bare.starts_with('0') || bare == "0" => SsaName::Number(n),
+            _ => SsaName::Text(bare.into()),
+        }
+    }
+}
+
+/// The values a name defines: one, or a group (`%0:2`).
+enum ResultGroup {
+    One(ValueId),
+    Many(Vec<ValueId>),
+}
+
+impl ResultGroup {
+    fn as_slice(&self) -> &[ValueId] {
+        match self {
+            ResultGroup::One(v) => std::slice::from_ref(v),
+            ResultGroup::Many(vs) => vs,
+        }
+    }
+}
+
 fn name_hint(name: &str) -> Option<String> {
     let bare = name.trim_start_matches('%');
     if bare.chars().all(|c| c.is_ascii_digit()) {
@@ -326,25 +360,28 @@ impl Builder<'_> {
     }
 
     fn define(&mut self, name_pair: &Pair<Rule>, values: Vec<ValueId>) -> PResult<()> {
-        let name = name_pair.as_str().to_string();
+        let name = name_pair.as_str();
+        let key = SsaName::of(name);
         let loc = self.loc(name_pair);
         for scope in &self.scopes {
-            if let Some((_, prev)) = scope.get(&name) {
+            if let Some((_, prev)) = scope.get(&key) {
                 return Err(
                     Diagnostic::error(loc, format!("redefinition of SSA value '{name}'"))
                         .with_note(prev.clone(), "previously defined here"),
                 );
             }
         }
-        if values.len() == 1 {
-            self.module.values[values[0]].name = name_hint(&name);
-        } else if let Some(&first) = values.first() {
-            self.module.values[first].name = name_hint(&name);
+        if let Some(&first) = values.first() {
+            self.module.values[first].name = name_hint(name);
         }
+        let group = match values.as_slice() {
+            [one] => ResultGroup::One(*one),
+            _ => ResultGroup::Many(values),
+        };
         self.scopes
             .last_mut()
             .expect("a scope is open")
-            .insert(name, (values, loc));
+            .insert(key, (group, loc));
         Ok(())
     }
 
@@ -358,8 +395,10 @@ impl Builder<'_> {
                 .map_err(|_| self.err(use_pair, "result index is too large"))?,
             None => 0,
         };
+        let key = SsaName::of(name);
         for scope in self.scopes.iter().rev() {
-            if let Some((group, _)) = scope.get(name) {
+            if let Some((group, _)) = scope.get(&key) {
+                let group = group.as_slice();
                 return group.get(index).copied().ok_or_else(|| {
                     self.err(
                         use_pair,

@@ -630,7 +630,7 @@ fn elementwise_texels(
 fn workgroup_reduce(
     kb: &mut KernelBuilder,
     partial: ValueId,
-    f: BinaryFn,
+    f: Reduction,
     t: &Ix,
     threads: i64,
     shared: ValueId,
@@ -644,7 +644,7 @@ fn workgroup_reduce(
         kb.if_then(active, &mut |kb| {
             let x = kb.load(shared, &(base.clone() + t.clone()));
             let y = kb.load(shared, &(base.clone() + t.clone() + Ix::constant(s)));
-            let z = kb.ir.binary(f, x, y);
+            let z = f.combine(&mut kb.ir, x, y);
             kb.store(z, shared, &(base.clone() + t.clone()));
             Ok(())
         })?;
@@ -739,17 +739,16 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
     // One pass over the row: `combine(acc, x)` of every element, then
     // across the workgroup.
     let pass = |kb: &mut KernelBuilder,
-                init: f64,
-                f: BinaryFn,
+                f: Reduction,
                 term: &mut dyn FnMut(&mut KernelBuilder, ValueId) -> ValueId|
      -> R<ValueId> {
-        let init_v = kb.ir.constant(init, ElemType::F32);
+        let init_v = kb.ir.constant(f.init(), ElemType::F32);
         let acc = kb.for_loop(steps, vec![init_v], &mut |kb, j, acc| {
             let r = j * Ix::constant(threads) + t.clone();
             let v = kb.value_at(x, &full(&r))?;
             let v = kb.ir.cast(v, Type::Scalar(ElemType::F32));
             let v = term(kb, v);
-            let merged = kb.ir.binary(f, acc[0], v);
+            let merged = f.combine(&mut kb.ir, acc[0], v);
             Ok(vec![match below(kb, &r, len, exact) {
                 Some(inside) => kb.ir.select(inside, merged, acc[0]),
                 None => merged,
@@ -777,8 +776,8 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
     let mut body = |kb: &mut KernelBuilder| -> R<()> {
         match kind {
             GraphOp::Softmax => {
-                let max = pass(kb, f64::NEG_INFINITY, BinaryFn::Max, &mut |_, v| v)?;
-                let sum = pass(kb, 0.0, BinaryFn::Add, &mut |kb, v| {
+                let max = pass(kb, Reduction::Max, &mut |_, v| v)?;
+                let sum = pass(kb, Reduction::Sum, &mut |kb, v| {
                     let d = kb.ir.binary(BinaryFn::Sub, v, max);
                     kb.ir.unary(UnaryFn::Exp, d)
                 })?;
@@ -793,10 +792,10 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
             }
             GraphOp::LayerNorm | GraphOp::InstanceNorm => {
                 let n = len as f64;
-                let total = pass(kb, 0.0, BinaryFn::Add, &mut |_, v| v)?;
+                let total = pass(kb, Reduction::Sum, &mut |_, v| v)?;
                 let count = kb.ir.constant(n, ElemType::F32);
                 let mean = kb.ir.binary(BinaryFn::Div, total, count);
-                let squares = pass(kb, 0.0, BinaryFn::Add, &mut |kb, v| {
+                let squares = pass(kb, Reduction::Sum, &mut |kb, v| {
                     let d = kb.ir.binary(BinaryFn::Sub, v, mean);
                     kb.ir.binary(BinaryFn::Mul, d, d)
                 })?;
@@ -817,7 +816,7 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
             }
             reduce => {
                 let reduction = Reduction::of(reduce).ok_or("a row reduction")?;
-                let mut r = pass(kb, reduction.init(), reduction.combine(), &mut |_, v| v)?;
+                let mut r = pass(kb, reduction, &mut |_, v| v)?;
                 if reduction == Reduction::Mean {
                     let n = kb.ir.constant(len as f64, ElemType::F32);
                     r = kb.ir.binary(BinaryFn::Div, r, n);

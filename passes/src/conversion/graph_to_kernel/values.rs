@@ -11,6 +11,7 @@ use ircc_core::{ElemType, OpId, Type, ValueId};
 use ircc_dialects::graph::ops::PadMode;
 use ircc_dialects::graph::{self, GraphOp, shape};
 use ircc_dialects::index;
+use ircc_dialects::kernel::builder::FuncBuilder;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, UnaryFn};
 
 use super::lowering::{
@@ -88,12 +89,13 @@ impl Reduction {
         }
     }
 
-    pub fn combine(self) -> BinaryFn {
+    /// `acc` and `x` combined; a max or min keeps a NaN, as ONNX's do.
+    pub fn combine(self, ir: &mut FuncBuilder, acc: ValueId, x: ValueId) -> ValueId {
         match self {
-            Reduction::Sum | Reduction::Mean => BinaryFn::Add,
-            Reduction::Max => BinaryFn::Max,
-            Reduction::Min => BinaryFn::Min,
-            Reduction::Prod => BinaryFn::Mul,
+            Reduction::Sum | Reduction::Mean => ir.binary(BinaryFn::Add, acc, x),
+            Reduction::Max => ir.extremum(CmpPred::Gt, acc, x),
+            Reduction::Min => ir.extremum(CmpPred::Lt, acc, x),
+            Reduction::Prod => ir.binary(BinaryFn::Mul, acc, x),
         }
     }
 }
@@ -496,8 +498,8 @@ impl KernelBuilder<'_> {
             G::Sub => self.ir.binary(BinaryFn::Sub, xs[0], xs[1]),
             G::Mul => self.ir.binary(BinaryFn::Mul, xs[0], xs[1]),
             G::Div => self.ir.binary(BinaryFn::Div, xs[0], xs[1]),
-            G::Max => self.ir.binary(BinaryFn::Max, xs[0], xs[1]),
-            G::Min => self.ir.binary(BinaryFn::Min, xs[0], xs[1]),
+            G::Max => self.ir.extremum(CmpPred::Gt, xs[0], xs[1]),
+            G::Min => self.ir.extremum(CmpPred::Lt, xs[0], xs[1]),
             G::Pow => {
                 let exponent = splat(self, self.operand(op, 1))
                     .or_else(|| self.const_input(self.operand(op, 1)));
@@ -541,7 +543,7 @@ impl KernelBuilder<'_> {
             }
             G::Relu => {
                 let zero = self.ir.constant(0.0, out);
-                self.ir.binary(BinaryFn::Max, xs[0], zero)
+                self.clamp(xs[0], Some(zero), None)
             }
             G::LeakyRelu => {
                 let alpha = graph::ops::LeakyRelu::new(m, op)
@@ -562,8 +564,7 @@ impl KernelBuilder<'_> {
                 let (zero, one) = (self.fconst(0.0), self.fconst(1.0));
                 let y = self.ir.binary(BinaryFn::Mul, xs[0], a);
                 let y = self.ir.binary(BinaryFn::Add, y, b);
-                let y = self.ir.binary(BinaryFn::Max, y, zero);
-                let y = self.ir.binary(BinaryFn::Min, y, one);
+                let y = self.clamp(y, Some(zero), Some(one));
                 if f == G::HardSwish {
                     self.ir.binary(BinaryFn::Mul, xs[0], y)
                 } else {
@@ -597,16 +598,9 @@ impl KernelBuilder<'_> {
             G::Clip => {
                 let clip = graph::ops::Clip::new(m, op).ok_or("clip")?;
                 let (lo, hi) = (clip.min(), clip.max());
-                let mut y = xs[0];
-                if let Some(lo) = lo {
-                    let c = self.ir.constant(lo, out);
-                    y = self.ir.binary(BinaryFn::Max, y, c);
-                }
-                if let Some(hi) = hi {
-                    let c = self.ir.constant(hi, out);
-                    y = self.ir.binary(BinaryFn::Min, y, c);
-                }
-                y
+                let lo = lo.map(|lo| self.ir.constant(lo, out));
+                let hi = hi.map(|hi| self.ir.constant(hi, out));
+                self.clamp(xs[0], lo, hi)
             }
             G::Cast => {
                 if out == ElemType::I1 {
@@ -641,6 +635,21 @@ impl KernelBuilder<'_> {
             }
             other => return Err(format!("no element-wise lowering for {other}")),
         })
+    }
+
+    /// `x` raised to `lo` and lowered to `hi` where given, a NaN kept, as
+    /// ONNX's Relu and Clip keep it; `kernel.binary max` would drop it.
+    fn clamp(&mut self, x: ValueId, lo: Option<ValueId>, hi: Option<ValueId>) -> ValueId {
+        let mut y = x;
+        // Not `select(x < lo, lo, x)`: NVIDIA's Vulkan compiler makes that
+        // a max, which drops the NaN; the NaN test stays.
+        if let Some(lo) = lo {
+            y = self.ir.extremum(CmpPred::Gt, lo, y);
+        }
+        if let Some(hi) = hi {
+            y = self.ir.extremum(CmpPred::Lt, hi, y);
+        }
+        y
     }
 
     /// `a` shifted by `b` bits as the interpreter shifts a value of `elem`:
@@ -976,9 +985,11 @@ impl KernelBuilder<'_> {
             let v = kb.value_at(x, &ix)?;
             let v = kb.widen(v);
             let inside = kb.in_bounds(&positions, &sx[2..]);
-            let merged = kb
-                .ir
-                .binary(if is_max { BinaryFn::Max } else { BinaryFn::Add }, c[0], v);
+            let merged = if is_max {
+                kb.ir.extremum(CmpPred::Gt, c[0], v)
+            } else {
+                kb.ir.binary(BinaryFn::Add, c[0], v)
+            };
             let acc = match inside {
                 Some(f) => kb.ir.select(f, merged, c[0]),
                 None => merged,
@@ -1051,16 +1062,15 @@ impl KernelBuilder<'_> {
         let sx = tensor_shape(self, x);
         let extents: Vec<i64> = axes.iter().map(|&a| sx[a]).collect();
         let count: i64 = extents.iter().product();
-        let (init, f) = (kind.init(), kind.combine());
         let acc_elem = if out.is_float() { ACC } else { out };
-        let acc0 = self.ir.constant(init, acc_elem);
+        let acc0 = self.ir.constant(kind.init(), acc_elem);
         let idx = idx.to_vec();
         let axes = axes.to_vec();
         let r = self.loop_nest(&extents, vec![acc0], &mut |kb, ivs, c| {
             let src = Self::reduction_source(&sx, &axes, keep, &idx, ivs);
             let v = kb.value_at(x, &src)?;
             let v = kb.widen(v);
-            Ok(vec![kb.ir.binary(f, c[0], v)])
+            Ok(vec![kind.combine(&mut kb.ir, c[0], v)])
         })?;
         let mut y = r[0];
         if kind == Reduction::Mean {
@@ -1103,7 +1113,18 @@ impl KernelBuilder<'_> {
             let src = Self::reduction_source(&sx, &[axis], keep, &idx, std::slice::from_ref(&k));
             let v = kb.value_at(x, &src)?;
             let v = kb.widen(v);
-            let better = kb.ir.cmp(pred, v, c[0]);
+            let mut better = kb.ir.cmp(pred, v, c[0]);
+            // A NaN is the best of all, the first (or the last) of them
+            // taken, as numpy's argmax and argmin take it.
+            if kb.ir.elem(v).is_float() {
+                let mut nan = kb.ir.is_nan(v);
+                if !last {
+                    let best_nan = kb.ir.is_nan(c[0]);
+                    let best_number = kb.ir.unary(UnaryFn::Not, best_nan);
+                    nan = kb.ir.binary(BinaryFn::And, nan, best_number);
+                }
+                better = kb.ir.binary(BinaryFn::Or, better, nan);
+            }
             let k = kb.apply(&k);
             let k = kb.ir.cast(k, Type::Scalar(ElemType::I32));
             Ok(vec![

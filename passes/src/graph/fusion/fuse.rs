@@ -404,8 +404,8 @@ impl Fuse {
 }
 
 /// Turns one group into a `graph.fused` op, to be placed at its last
-/// member (returned with it); the members are erased, and leave the block
-/// when the caller sweeps it. `position` orders the block's ops.
+/// member (returned with it); the members move into it, and leave the
+/// block when the caller sweeps it. `position` orders the block's ops.
 fn outline(module: &mut Module, position: &HashMap<OpId, usize>, group: &Group) -> (OpId, OpId) {
     let mut members: HashSet<OpId> = group.ops.iter().copied().collect();
     // Views between members (a member reads a view of another member's
@@ -501,14 +501,30 @@ fn outline(module: &mut Module, position: &HashMap<OpId, usize>, group: &Group) 
         .copied()
         .zip(module.blocks[body].args.clone())
         .collect();
+    // A member moves into the body, reading the body's arguments for what
+    // comes from outside (a chain of 10^6 ops is not held twice); a view
+    // stays where it is and is copied.
     for &op in &ordered {
+        if members.contains(&op) {
+            for (i, v) in module.op(op).operands.clone().into_iter().enumerate() {
+                let inner = mapped[&v];
+                if inner != v {
+                    module.set_operand(op, i, inner);
+                }
+            }
+            module.append_op(body, op);
+            for r in module.op(op).results.clone() {
+                mapped.insert(r, r);
+            }
+            continue;
+        }
         let o = module.op(op).clone();
         let clone = module.create_op(
-            OpBuilder::new(o.name.clone())
+            OpBuilder::new(o.name)
                 .operands(o.operands.iter().map(|v| mapped[v]))
                 .results(o.results.iter().map(|&r| module.value_type(r).clone()))
-                .attrs(o.attrs.clone())
-                .loc(o.loc.clone()),
+                .attrs(o.attrs)
+                .loc(o.loc),
         );
         module.append_op(body, clone);
         for (&old, &new) in o.results.iter().zip(&module.op(clone).results.clone()) {
@@ -520,13 +536,20 @@ fn outline(module: &mut Module, position: &HashMap<OpId, usize>, group: &Group) 
         OpBuilder::new(GraphOp::Yield.name()).operands(outputs.iter().map(|v| mapped[v])),
     );
     module.append_op(body, terminator);
+    // Readers outside the fused op read its results instead.
     for (i, &r) in outputs.iter().enumerate() {
         let new = module.op(fused).results[i];
         module.values[new].name = module.value(r).name.clone();
-        module.replace_all_uses(r, new);
-    }
-    for &op in ordered.iter().rev().filter(|op| members.contains(op)) {
-        module.erase_op_later(op);
+        let outside: Vec<_> = module
+            .value(r)
+            .uses
+            .iter()
+            .filter(|u| !module.is_inside(u.op, fused))
+            .copied()
+            .collect();
+        for u in outside {
+            module.set_operand(u.op, u.index as usize, new);
+        }
     }
     (last, fused)
 }

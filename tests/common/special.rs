@@ -1,0 +1,354 @@
+//! NaN, ±inf and ±0 through every element-wise op and reduction: what
+//! ONNX gives (numpy's and IEEE 754's answers; onnxruntime's too, but for
+//! its max pools, which drop a NaN), as tables a reader checks at a
+//! glance, and one module that computes every op at once on the
+//! interpreter or a GPU.
+
+use std::f64::consts::FRAC_PI_2;
+
+pub const NAN: f64 = f64::NAN;
+pub const INF: f64 = f64::INFINITY;
+
+/// Every float unary op (with its attributes) and its value at NaN, +inf
+/// and -inf.
+pub const UNARY: &[(&str, [f64; 3])] = &[
+    // op, then its value at [NaN, +inf, -inf]
+    ("graph.neg", [NAN, -INF, INF]),
+    ("graph.abs", [NAN, INF, INF]),
+    ("graph.exp", [NAN, INF, 0.0]),
+    ("graph.log", [NAN, INF, NAN]),
+    ("graph.sqrt", [NAN, INF, NAN]),
+    ("graph.reciprocal", [NAN, 0.0, 0.0]),
+    ("graph.erf", [NAN, 1.0, -1.0]),
+    ("graph.tanh", [NAN, 1.0, -1.0]),
+    ("graph.sigmoid", [NAN, 1.0, 0.0]),
+    ("graph.relu", [NAN, INF, 0.0]),
+    ("graph.sin", [NAN, NAN, NAN]),
+    ("graph.cos", [NAN, NAN, NAN]),
+    ("graph.tan", [NAN, NAN, NAN]),
+    ("graph.asin", [NAN, NAN, NAN]),
+    ("graph.acos", [NAN, NAN, NAN]),
+    ("graph.atan", [NAN, FRAC_PI_2, -FRAC_PI_2]),
+    ("graph.sinh", [NAN, INF, -INF]),
+    ("graph.cosh", [NAN, INF, INF]),
+    ("graph.asinh", [NAN, INF, -INF]),
+    ("graph.acosh", [NAN, INF, NAN]),
+    ("graph.atanh", [NAN, NAN, NAN]),
+    ("graph.sign", [NAN, 1.0, -1.0]),
+    ("graph.floor", [NAN, INF, -INF]),
+    ("graph.ceil", [NAN, INF, -INF]),
+    ("graph.round", [NAN, INF, -INF]),
+    // -inf · 0: x times a clamp (or an erf) that has reached 0.
+    ("graph.hard_swish", [NAN, INF, NAN]),
+    ("graph.gelu", [NAN, INF, NAN]),
+    ("graph.gelu {approximate = \"tanh\"}", [NAN, INF, NAN]),
+    ("graph.leaky_relu {alpha = 0.1 : f32}", [NAN, INF, -INF]),
+    ("graph.hard_sigmoid", [NAN, 1.0, 0.0]),
+    (
+        "graph.clip {min = 0.0 : f32, max = 6.0 : f32}",
+        [NAN, 6.0, 0.0],
+    ),
+];
+
+/// What an op makes of two values, or of a row.
+pub type Binary = fn(f64, f64) -> f64;
+pub type Reduction = fn(&[f64]) -> f64;
+
+/// Every float binary op and what IEEE 754 (C's `pow`, numpy's
+/// `maximum` and `minimum`) makes of two values.
+pub const BINARY: &[(&str, Binary)] = &[
+    ("graph.add", |a, b| a + b),
+    ("graph.sub", |a, b| a - b),
+    ("graph.mul", |a, b| a * b),
+    ("graph.div", |a, b| a / b),
+    // pow(NaN, 0) and pow(1, NaN) are 1.
+    ("graph.pow", f64::powf),
+    ("graph.max", |a, b| {
+        if a.is_nan() || b.is_nan() {
+            NAN
+        } else {
+            a.max(b)
+        }
+    }),
+    ("graph.min", |a, b| {
+        if a.is_nan() || b.is_nan() {
+            NAN
+        } else {
+            a.min(b)
+        }
+    }),
+];
+
+/// Every reduction along the last axis and its value on one row.
+pub const REDUCTIONS: &[(&str, Reduction)] = &[
+    ("graph.reduce_sum", |r| r.iter().sum()),
+    ("graph.reduce_mean", |r| {
+        r.iter().sum::<f64>() / r.len() as f64
+    }),
+    ("graph.reduce_prod", |r| r.iter().product()),
+    ("graph.reduce_max", |r| {
+        r.iter().copied().fold(-INF, |m, x| {
+            if m.is_nan() || x.is_nan() {
+                NAN
+            } else {
+                m.max(x)
+            }
+        })
+    }),
+    ("graph.reduce_min", |r| {
+        r.iter().copied().fold(INF, |m, x| {
+            if m.is_nan() || x.is_nan() {
+                NAN
+            } else {
+                m.min(x)
+            }
+        })
+    }),
+    // The first NaN, as numpy's argmax and argmin; else the first best.
+    ("graph.arg_max", |r| first_best(r, |a, b| a > b)),
+    ("graph.arg_min", |r| first_best(r, |a, b| a < b)),
+];
+
+fn first_best(row: &[f64], better: fn(f64, f64) -> bool) -> f64 {
+    if let Some(i) = row.iter().position(|x| x.is_nan()) {
+        return i as f64;
+    }
+    let mut best = 0;
+    for (i, &x) in row.iter().enumerate() {
+        if better(x, row[best]) {
+            best = i;
+        }
+    }
+    best as f64
+}
+
+/// A row's softmax: NaN throughout where a NaN or +inf is in it (+inf
+/// less +inf, as numpy's and onnxruntime's max-subtracting softmax).
+pub fn softmax(row: &[f64]) -> Vec<f64> {
+    if row.iter().any(|x| x.is_nan() || *x == INF) {
+        return vec![NAN; row.len()];
+    }
+    let m = row.iter().copied().fold(-INF, f64::max);
+    let e: Vec<f64> = row.iter().map(|x| (x - m).exp()).collect();
+    let s: f64 = e.iter().sum();
+    e.iter().map(|x| x / s).collect()
+}
+
+/// Rows of the inputs: `ROWS` rows of `COLUMNS`.
+pub const ROWS: usize = 8;
+pub const COLUMNS: usize = 16;
+
+/// The module computing every op of the tables on `x` and `y` (both
+/// `ROWS`x`COLUMNS` of `elem`), its results in the tables' order: the
+/// unary ops, the binary ops, the reductions along the last axis, softmax
+/// along it, and a 1x2 max pool.
+pub fn module(elem: &str) -> String {
+    let t = format!("tensor<{ROWS}x{COLUMNS}x{elem}>");
+    let row = format!("tensor<{ROWS}x1x{elem}>");
+    let index = format!("tensor<{ROWS}x1xi64>");
+    let pooled = format!("tensor<1x1x{ROWS}x{}x{elem}>", COLUMNS / 2);
+    let mut body = String::new();
+    let mut results: Vec<(String, String)> = Vec::new();
+    let mut add = |body: &mut String, line: String, ty: &str| {
+        let name = format!("%r{}", results.len());
+        body.push_str(&format!("    {name} = {line}\n"));
+        results.push((name, ty.to_string()));
+    };
+    for (op, _) in UNARY {
+        let (name, attrs) = op.split_once(' ').unwrap_or((op, ""));
+        add(&mut body, format!("{name} %x {attrs} : {t} -> {t}"), &t);
+    }
+    for (op, _) in BINARY {
+        add(&mut body, format!("{op} %x, %y : {t}, {t} -> {t}"), &t);
+    }
+    for (op, _) in REDUCTIONS {
+        let (attrs, ty) = if op.starts_with("graph.arg_") {
+            ("{axis = 1}", &index)
+        } else {
+            ("{axes = array<i64: 1>}", &row)
+        };
+        add(&mut body, format!("{op} %x {attrs} : {t} -> {ty}"), ty);
+    }
+    add(
+        &mut body,
+        format!("graph.softmax %x {{axis = 1}} : {t} -> {t}"),
+        &t,
+    );
+    let image = format!("tensor<1x1x{ROWS}x{COLUMNS}x{elem}>");
+    body.push_str(&format!(
+        "    %image = graph.reshape %x {{shape = array<i64: 1, 1, {ROWS}, {COLUMNS}>}} : {t} -> {image}\n"
+    ));
+    add(
+        &mut body,
+        format!(
+            "graph.max_pool %image {{kernel_shape = array<i64: 1, 2>, strides = array<i64: 1, 2>}} : {image} -> {pooled}"
+        ),
+        &pooled,
+    );
+    let names: Vec<&str> = results.iter().map(|(n, _)| n.as_str()).collect();
+    let types: Vec<&str> = results.iter().map(|(_, t)| t.as_str()).collect();
+    format!(
+        "module {{\n  func.func @main(%x: {t}, %y: {t}) -> ({}) {{\n{body}    func.return {} : {}\n  }}\n}}\n",
+        types.join(", "),
+        names.join(", "),
+        types.join(", ")
+    )
+}
+
+/// Inputs holding every special value, each beside every other in `y`,
+/// and ordinary values in [-3, 3] around them (some outside the domains
+/// of log, sqrt, asin, acos, acosh and atanh).
+pub fn inputs() -> (Vec<f64>, Vec<f64>) {
+    let specials = [NAN, INF, -INF, 0.0, -0.0, 1.0, -1.0];
+    let n = ROWS * COLUMNS;
+    let ordinary = |i: usize| ((i * 37 % 61) as f64 / 10.0) - 3.0;
+    let mut x: Vec<f64> = (0..n).map(ordinary).collect();
+    let mut y: Vec<f64> = (0..n).map(|i| ordinary(i + 7)).collect();
+    // Every pair of specials, seven to a row in the first seven rows;
+    // the rest of those rows and the last row ordinary.
+    let mut k = 0;
+    for a in specials {
+        for b in specials {
+            let at = (k / 7) * COLUMNS + k % 7;
+            x[at] = a;
+            y[at] = b;
+            k += 1;
+        }
+    }
+    (x, y)
+}
+
+/// Whether `got` is `want`: both NaN, the same infinity, or numbers
+/// within `tol` of each other relative to `want`.
+pub fn same(got: f64, want: f64, tol: f64) -> bool {
+    if want.is_nan() || want.is_infinite() {
+        return got.is_nan() == want.is_nan() && (want.is_nan() || got == want);
+    }
+    got.is_finite() && (got - want).abs() <= tol * (1.0 + want.abs())
+}
+
+/// Where the module's `results` (in its order, each flattened) differ
+/// from the tables on inputs `x` and `y`: the unary ops where `x` is NaN
+/// or infinite, everything else everywhere.
+pub fn wrong_values(results: &[Vec<f64>], x: &[f64], y: &[f64], tol: f64) -> Vec<String> {
+    let mut wrong = Vec::new();
+    let mut expect = |op: &str, at: usize, got: f64, want: f64, args: String| {
+        if !same(got, want, tol) {
+            wrong.push(format!("{op}({args}) at {at}: got {got}, want {want}"));
+        }
+    };
+    let mut results = results.iter();
+    for (op, at) in UNARY {
+        let r = results.next().expect("a result per unary op");
+        for (i, &v) in x.iter().enumerate() {
+            let special = if v.is_nan() {
+                Some(at[0])
+            } else if v == INF {
+                Some(at[1])
+            } else if v == -INF {
+                Some(at[2])
+            } else {
+                None
+            };
+            if let Some(want) = special {
+                expect(op, i, r[i], want, format!("{v}"));
+            }
+        }
+    }
+    for (op, f) in BINARY {
+        let r = results.next().expect("a result per binary op");
+        for i in 0..x.len() {
+            expect(op, i, r[i], f(x[i], y[i]), format!("{}, {}", x[i], y[i]));
+        }
+    }
+    let rows: Vec<&[f64]> = x.chunks(COLUMNS).collect();
+    for (op, f) in REDUCTIONS {
+        let r = results.next().expect("a result per reduction");
+        for (i, row) in rows.iter().enumerate() {
+            expect(op, i, r[i], f(row), format!("row {i}"));
+        }
+    }
+    let r = results.next().expect("softmax's result");
+    for (i, row) in rows.iter().enumerate() {
+        for (j, want) in softmax(row).into_iter().enumerate() {
+            expect(
+                "graph.softmax",
+                i * COLUMNS + j,
+                r[i * COLUMNS + j],
+                want,
+                format!("row {i}"),
+            );
+        }
+    }
+    let r = results.next().expect("max_pool's result");
+    let max = BINARY
+        .iter()
+        .find(|(op, _)| *op == "graph.max")
+        .expect("max")
+        .1;
+    for (i, pair) in x.chunks(2).enumerate() {
+        expect(
+            "graph.max_pool",
+            i,
+            r[i],
+            max(pair[0], pair[1]),
+            format!("{}, {}", pair[0], pair[1]),
+        );
+    }
+    wrong
+}
+
+/// How many results [`module`] has.
+pub fn result_count() -> usize {
+    UNARY.len() + BINARY.len() + REDUCTIONS.len() + 2
+}
+
+/// The module on `backend`, in f32 and f16, against the interpreter
+/// (every value) and, in f32, against the tables.
+pub fn special_values_match(backend: &str) {
+    let dir = super::scratch_dir(&format!("special-{backend}"));
+    let (x, y) = inputs();
+    for (elem, ty, tol) in [
+        (ircc_core::ElemType::F32, "f32", 1e-3),
+        (ircc_core::ElemType::F16, "f16", 1e-2),
+    ] {
+        let file = dir.join(format!("special_{ty}.ir"));
+        std::fs::write(&file, module(ty)).unwrap();
+        let mut paths = Vec::new();
+        for (name, v) in [("x", &x), ("y", &y)] {
+            let t = ircc_core::Tensor::float(
+                elem,
+                ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[ROWS, COLUMNS]), v.clone())
+                    .unwrap(),
+            );
+            let path = dir.join(format!("{name}_{ty}.npy"));
+            ircc_reference::write_npy(&path, &t).unwrap();
+            paths.push((name, path));
+        }
+        let inputs: Vec<(&str, &std::path::Path)> =
+            paths.iter().map(|(n, p)| (*n, p.as_path())).collect();
+        let results = |out: &str, extra: &[&str]| -> Vec<Vec<f64>> {
+            super::run_named(&file, &inputs, &dir.join(out), extra, result_count())
+                .iter()
+                .map(|t| t.to_f64().iter().copied().collect())
+                .collect()
+        };
+        let want = results(&format!("want_{ty}"), &[]);
+        let got = results(
+            &format!("got_{ty}"),
+            &["--pipeline", "smartmem", "--backend", backend],
+        );
+        let mut wrong = Vec::new();
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            for (i, (&a, &b)) in g.iter().zip(w).enumerate() {
+                if !same(a, b, tol) {
+                    wrong.push(format!("result {k} at {i}: {backend} {a}, interpreter {b}"));
+                }
+            }
+        }
+        if ty == "f32" {
+            wrong.extend(wrong_values(&got, &x, &y, tol));
+        }
+        assert!(wrong.is_empty(), "{backend} {ty}:\n{}", wrong.join("\n"));
+    }
+}
