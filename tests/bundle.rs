@@ -483,8 +483,9 @@ fn a_bundle_without_dispatches_runs() {
 /// A bundle's run is bounded before anything is set up: the invocations
 /// of all its dispatches (one asking for 65535 x 65535 x 16 workgroups,
 /// inside every device limit, would run for days), the bytes of its
-/// buffers and of each text file, each limit one a user can raise; and with --timeout, the wall
-/// clock, which ends even a run the device is in the middle of.
+/// buffers and of each text file, each limit one a user can raise; and
+/// with --timeout, the wall clock, which ends even a run the device is in
+/// the middle of.
 #[test]
 fn a_bundle_run_is_bounded() {
     let huge_grid = |_: &Path, p: &mut Value| {

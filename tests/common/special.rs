@@ -79,43 +79,52 @@ pub const BINARY: &[(&str, Binary)] = &[
     }),
 ];
 
-/// Every reduction along the last axis and its value on one row.
+/// Every reduction along the last axis (with its attributes) and its
+/// value on one row.
 pub const REDUCTIONS: &[(&str, Reduction)] = &[
-    ("graph.reduce_sum", |r| r.iter().sum()),
-    ("graph.reduce_mean", |r| {
+    ("graph.reduce_sum {axes = array<i64: 1>}", |r| {
+        r.iter().sum()
+    }),
+    ("graph.reduce_mean {axes = array<i64: 1>}", |r| {
         r.iter().sum::<f64>() / r.len() as f64
     }),
-    ("graph.reduce_prod", |r| r.iter().product()),
-    ("graph.reduce_max", |r| {
-        r.iter().copied().fold(-INF, |m, x| {
-            if m.is_nan() || x.is_nan() {
-                NAN
-            } else {
-                m.max(x)
-            }
-        })
+    ("graph.reduce_prod {axes = array<i64: 1>}", |r| {
+        r.iter().product()
     }),
-    ("graph.reduce_min", |r| {
-        r.iter().copied().fold(INF, |m, x| {
-            if m.is_nan() || x.is_nan() {
-                NAN
-            } else {
-                m.min(x)
-            }
-        })
+    ("graph.reduce_max {axes = array<i64: 1>}", |r| {
+        let m = r.iter().copied().fold(-INF, f64::max);
+        if r.iter().any(|x| x.is_nan()) { NAN } else { m }
     }),
-    // The first NaN, as numpy's argmax and argmin; else the first best.
-    ("graph.arg_max", |r| first_best(r, |a, b| a > b)),
-    ("graph.arg_min", |r| first_best(r, |a, b| a < b)),
+    ("graph.reduce_min {axes = array<i64: 1>}", |r| {
+        let m = r.iter().copied().fold(INF, f64::min);
+        if r.iter().any(|x| x.is_nan()) { NAN } else { m }
+    }),
+    // The first NaN (or the last), as numpy's argmax and argmin; else the
+    // first (or last) best.
+    ("graph.arg_max {axis = 1}", |r| best(r, |a, b| a > b, false)),
+    ("graph.arg_max {axis = 1, select_last_index = 1}", |r| {
+        best(r, |a, b| a > b, true)
+    }),
+    ("graph.arg_min {axis = 1}", |r| best(r, |a, b| a < b, false)),
+    ("graph.arg_min {axis = 1, select_last_index = 1}", |r| {
+        best(r, |a, b| a < b, true)
+    }),
 ];
 
-fn first_best(row: &[f64], better: fn(f64, f64) -> bool) -> f64 {
-    if let Some(i) = row.iter().position(|x| x.is_nan()) {
+/// The index of the best of `row` by `better`, or of a NaN where there is
+/// one; the first of equals, or the last.
+fn best(row: &[f64], better: fn(f64, f64) -> bool, last: bool) -> f64 {
+    let order: Vec<usize> = if last {
+        (0..row.len()).rev().collect()
+    } else {
+        (0..row.len()).collect()
+    };
+    if let Some(&i) = order.iter().find(|&&i| row[i].is_nan()) {
         return i as f64;
     }
-    let mut best = 0;
-    for (i, &x) in row.iter().enumerate() {
-        if better(x, row[best]) {
+    let mut best = order[0];
+    for &i in &order {
+        if better(row[i], row[best]) {
             best = i;
         }
     }
@@ -162,12 +171,13 @@ pub fn module(elem: &str) -> String {
         add(&mut body, format!("{op} %x, %y : {t}, {t} -> {t}"), &t);
     }
     for (op, _) in REDUCTIONS {
-        let (attrs, ty) = if op.starts_with("graph.arg_") {
-            ("{axis = 1}", &index)
+        let (name, attrs) = op.split_once(' ').unwrap_or((op, ""));
+        let ty = if name.starts_with("graph.arg_") {
+            &index
         } else {
-            ("{axes = array<i64: 1>}", &row)
+            &row
         };
-        add(&mut body, format!("{op} %x {attrs} : {t} -> {ty}"), ty);
+        add(&mut body, format!("{name} %x {attrs} : {t} -> {ty}"), ty);
     }
     add(
         &mut body,

@@ -99,14 +99,14 @@ const POW: &str = "
 fn ircc_pow(a: f32, b: f32) -> f32 {
     if (b == 0.0 || a == 1.0) { return 1.0; }
     if (!(a == a) || !(b == b)) { return a + b; }
-    let inf = bitcast<f32>(0x7f800000u);
+    let inf = bitcast<f32>(ircc_inf_bits);
     let m = abs(a);
     if (abs(b) == inf) {
         if (m == 1.0) { return 1.0; }
         return select(0.0, inf, (m > 1.0) == (b > 0.0));
     }
     let integer = floor(b) == b;
-    if (a < 0.0 && m != inf && !integer) { return bitcast<f32>(0x7fc00000u); }
+    if (a < 0.0 && m != inf && !integer) { return bitcast<f32>(ircc_nan_bits); }
     var r = pow(m, b);
     if (m == 0.0 || m == inf) { r = select(0.0, inf, (m == 0.0) == (b < 0.0)); }
     // An odd integer b keeps a's sign (that of -0 too).
@@ -281,7 +281,7 @@ impl Language for Wgsl {
             UnaryFn::Not if ty == "bool" => format!("!{x}"),
             UnaryFn::Not => format!("~{x}"),
             UnaryFn::Rsqrt => format!("inverseSqrt({x})"),
-            // Past the bound tanh is ±1 to the type's precision (and where
+            // Past the bound tanh is ±1 to f32's precision (and where
             // drivers compute it from e^2x, NaN); a NaN stays one.
             UnaryFn::Tanh => {
                 let c = Target::webgpu().tanh_input_clamp;
@@ -355,6 +355,7 @@ impl Language for Wgsl {
             }
             BinaryFn::Pow => {
                 self.helpers.insert(Helper::Pow);
+                self.helpers.insert(Helper::NonFinite);
                 if ty == "f32" {
                     format!("ircc_pow({a}, {b})")
                 } else {

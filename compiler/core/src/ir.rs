@@ -344,8 +344,9 @@ impl Module {
     }
 
     /// Rebuilds `block` in one pass: the ops erased by
-    /// [`Module::erase_op_later`] leave it, and the ops of `insert[anchor]`
-    /// go just before `anchor`.
+    /// [`Module::erase_op_later`] or moved to another block leave it (their
+    /// parent is no longer `block`), and the ops of `insert[anchor]` go
+    /// just before `anchor`.
     pub fn sweep_block(&mut self, block: BlockId, insert: &HashMap<OpId, Vec<OpId>>) {
         let old = std::mem::take(&mut self.blocks[block].ops);
         let mut ops = Vec::with_capacity(old.len());

@@ -75,8 +75,6 @@ fn sanitize(hint: &str) -> Option<String> {
     Some(s)
 }
 
-/// Assigns printed names to the values of one isolated operation (a
-/// function): source names where possible, made unique, else numbers.
 /// A value's printed name, less its `%`. Numbers are kept as numbers: a
 /// module of 10^6 values would otherwise hold 10^6 small strings twice.
 enum Name {
@@ -84,6 +82,8 @@ enum Name {
     Text(String),
 }
 
+/// Assigns printed names to the values of one isolated operation (a
+/// function): source names where possible, made unique, else numbers.
 struct Namer<'m> {
     module: &'m Module,
     /// The names given that are not numbers; no hint is a number

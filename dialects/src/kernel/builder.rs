@@ -343,6 +343,7 @@ impl<'m> FuncBuilder<'m> {
     /// are, which drops a NaN. Folding a row into `a`, a NaN once there
     /// stays, since nothing compares greater than it.
     pub fn extremum(&mut self, pred: CmpPred, a: ValueId, b: ValueId) -> ValueId {
+        debug_assert!(matches!(pred, CmpPred::Gt | CmpPred::Lt));
         if !self.elem(a).is_float() {
             let f = if pred == CmpPred::Gt {
                 BinaryFn::Max

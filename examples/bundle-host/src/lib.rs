@@ -275,8 +275,9 @@ pub fn run(dir: &Path, inputs: &HashMap<String, Data>) -> R<Vec<(String, Data)>>
     Ok(outputs)
 }
 
-/// The largest plan.json or shader read.
-const MAX_TEXT_BYTES: u64 = 256 << 20;
+/// The largest plan.json or shader read, as `ircc run`'s default
+/// (spec/plan.md).
+const MAX_TEXT_BYTES: u64 = 16 << 20;
 /// The largest weights file read.
 const MAX_WEIGHTS_BYTES: u64 = 16 << 30;
 

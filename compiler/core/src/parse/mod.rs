@@ -243,7 +243,6 @@ struct Builder<'s> {
     type_aliases: HashMap<String, Type>,
 }
 
-/// Strips the `%` of a value name; numeric names carry no name hint.
 /// An SSA name as a scope keys it: `%123` as its number, so that a
 /// function of 10^6 numbered values holds no string per value.
 #[derive(PartialEq, Eq, Hash)]
@@ -278,6 +277,7 @@ impl ResultGroup {
     }
 }
 
+/// Strips the `%` of a value name; numeric names carry no name hint.
 fn name_hint(name: &str) -> Option<String> {
     let bare = name.trim_start_matches('%');
     if bare.chars().all(|c| c.is_ascii_digit()) {

@@ -10,6 +10,7 @@ use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
 use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::{GraphOp, shape};
+use ircc_dialects::kernel::builder::FuncBuilder;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 use ircc_dialects::kernel::{
     CooperativeSchedule, DepthwiseSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
@@ -625,12 +626,15 @@ fn elementwise_texels(
     Ok(())
 }
 
+/// How a row pass folds a value into its accumulator.
+type Combine<'a> = &'a dyn Fn(&mut FuncBuilder, ValueId, ValueId) -> ValueId;
+
 /// `f` of the `partial` (f32) of the `threads` invocations of one row,
 /// through a tree in workgroup memory from `base`; each gets the result.
 fn workgroup_reduce(
     kb: &mut KernelBuilder,
     partial: ValueId,
-    f: Reduction,
+    f: Combine,
     t: &Ix,
     threads: i64,
     shared: ValueId,
@@ -644,7 +648,7 @@ fn workgroup_reduce(
         kb.if_then(active, &mut |kb| {
             let x = kb.load(shared, &(base.clone() + t.clone()));
             let y = kb.load(shared, &(base.clone() + t.clone() + Ix::constant(s)));
-            let z = f.combine(&mut kb.ir, x, y);
+            let z = f(&mut kb.ir, x, y);
             kb.store(z, shared, &(base.clone() + t.clone()));
             Ok(())
         })?;
@@ -739,16 +743,17 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
     // One pass over the row: `combine(acc, x)` of every element, then
     // across the workgroup.
     let pass = |kb: &mut KernelBuilder,
-                f: Reduction,
+                init: f64,
+                f: Combine,
                 term: &mut dyn FnMut(&mut KernelBuilder, ValueId) -> ValueId|
      -> R<ValueId> {
-        let init_v = kb.ir.constant(f.init(), ElemType::F32);
+        let init_v = kb.ir.constant(init, ElemType::F32);
         let acc = kb.for_loop(steps, vec![init_v], &mut |kb, j, acc| {
             let r = j * Ix::constant(threads) + t.clone();
             let v = kb.value_at(x, &full(&r))?;
             let v = kb.ir.cast(v, Type::Scalar(ElemType::F32));
             let v = term(kb, v);
-            let merged = f.combine(&mut kb.ir, acc[0], v);
+            let merged = f(&mut kb.ir, acc[0], v);
             Ok(vec![match below(kb, &r, len, exact) {
                 Some(inside) => kb.ir.select(inside, merged, acc[0]),
                 None => merged,
@@ -773,11 +778,15 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
         })?;
         Ok(())
     };
+    let add = |ir: &mut FuncBuilder, a, b| ir.binary(BinaryFn::Add, a, b);
     let mut body = |kb: &mut KernelBuilder| -> R<()> {
         match kind {
             GraphOp::Softmax => {
-                let max = pass(kb, Reduction::Max, &mut |_, v| v)?;
-                let sum = pass(kb, Reduction::Sum, &mut |kb, v| {
+                // The maximum number: a NaN in the row makes every
+                // exp(x - max), and so the whole row, NaN either way.
+                let max_number = |ir: &mut FuncBuilder, a, b| ir.binary(BinaryFn::Max, a, b);
+                let max = pass(kb, f64::NEG_INFINITY, &max_number, &mut |_, v| v)?;
+                let sum = pass(kb, 0.0, &add, &mut |kb, v| {
                     let d = kb.ir.binary(BinaryFn::Sub, v, max);
                     kb.ir.unary(UnaryFn::Exp, d)
                 })?;
@@ -792,10 +801,10 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
             }
             GraphOp::LayerNorm | GraphOp::InstanceNorm => {
                 let n = len as f64;
-                let total = pass(kb, Reduction::Sum, &mut |_, v| v)?;
+                let total = pass(kb, 0.0, &add, &mut |_, v| v)?;
                 let count = kb.ir.constant(n, ElemType::F32);
                 let mean = kb.ir.binary(BinaryFn::Div, total, count);
-                let squares = pass(kb, Reduction::Sum, &mut |kb, v| {
+                let squares = pass(kb, 0.0, &add, &mut |kb, v| {
                     let d = kb.ir.binary(BinaryFn::Sub, v, mean);
                     kb.ir.binary(BinaryFn::Mul, d, d)
                 })?;
@@ -816,7 +825,8 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
             }
             reduce => {
                 let reduction = Reduction::of(reduce).ok_or("a row reduction")?;
-                let mut r = pass(kb, reduction, &mut |_, v| v)?;
+                let combine = |ir: &mut FuncBuilder, a, b| reduction.combine(ir, a, b);
+                let mut r = pass(kb, reduction.init(), &combine, &mut |_, v| v)?;
                 if reduction == Reduction::Mean {
                     let n = kb.ir.constant(len as f64, ElemType::F32);
                     r = kb.ir.binary(BinaryFn::Div, r, n);

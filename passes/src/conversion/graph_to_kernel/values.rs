@@ -718,10 +718,10 @@ impl KernelBuilder<'_> {
         let steps = self.ir.binary(BinaryFn::Div, a, spacing);
         let steps = self.ir.unary(UnaryFn::Round, steps);
         let v = self.ir.binary(BinaryFn::Mul, steps, spacing);
-        // A select, not min: NaN compares false and stays NaN.
+        // A NaN stays one (a bare select or min may become a max that
+        // drops it, see `clamp`).
         let max = self.ir.constant(format.max(), ACC);
-        let past = self.ir.cmp(CmpPred::Gt, v, max);
-        let mut v = self.ir.select(past, max, v);
+        let mut v = self.ir.extremum(CmpPred::Lt, max, v);
         if format.has_infinity() {
             let finite = self.ir.constant(f64::from(f32::MAX), ACC);
             let infinite = self.ir.cmp(CmpPred::Gt, a, finite);
@@ -740,10 +740,7 @@ impl KernelBuilder<'_> {
             // E2M1 has no NaN: as ml_dtypes and the interpreter, NaN
             // becomes a zero (-0 here; the interpreter gives the opposite
             // sign's, equal to it).
-            // Ordered comparisons: x == x is false for NaN alone (Vulkan's
-            // != is ordered too, false for NaN).
-            let same = self.ir.cmp(CmpPred::Eq, x, x);
-            let nan = self.ir.unary(UnaryFn::Not, same);
+            let nan = self.ir.is_nan(x);
             let minus_zero = self.ir.constant(-0.0, ACC);
             v = self.ir.select(nan, minus_zero, v);
         }

@@ -444,13 +444,13 @@ fn outline(module: &mut Module, position: &HashMap<OpId, usize>, group: &Group) 
             break;
         }
     }
-    let cloned: HashSet<OpId> = members.union(&views).copied().collect();
-    let mut ordered: Vec<OpId> = cloned.iter().copied().collect();
+    let body_ops: HashSet<OpId> = members.union(&views).copied().collect();
+    let mut ordered: Vec<OpId> = body_ops.iter().copied().collect();
     ordered.sort_by_key(|o| position[o]);
     let mut inputs: Vec<ValueId> = Vec::new();
     for &op in &ordered {
         for &v in &module.op(op).operands {
-            let inside = module.defining_op(v).is_some_and(|p| cloned.contains(&p));
+            let inside = module.defining_op(v).is_some_and(|p| body_ops.contains(&p));
             if !inside && !inputs.contains(&v) {
                 inputs.push(v);
             }
