@@ -6,46 +6,49 @@
 
 use std::f64::consts::FRAC_PI_2;
 
+use ircc_dialects::graph::GraphOp as G;
+
 pub const NAN: f64 = f64::NAN;
 pub const INF: f64 = f64::INFINITY;
 
 /// Every float unary op (with its attributes) and its value at NaN, +inf
 /// and -inf.
-pub const UNARY: &[(&str, [f64; 3])] = &[
-    // op, then its value at [NaN, +inf, -inf]
-    ("graph.neg", [NAN, -INF, INF]),
-    ("graph.abs", [NAN, INF, INF]),
-    ("graph.exp", [NAN, INF, 0.0]),
-    ("graph.log", [NAN, INF, NAN]),
-    ("graph.sqrt", [NAN, INF, NAN]),
-    ("graph.reciprocal", [NAN, 0.0, 0.0]),
-    ("graph.erf", [NAN, 1.0, -1.0]),
-    ("graph.tanh", [NAN, 1.0, -1.0]),
-    ("graph.sigmoid", [NAN, 1.0, 0.0]),
-    ("graph.relu", [NAN, INF, 0.0]),
-    ("graph.sin", [NAN, NAN, NAN]),
-    ("graph.cos", [NAN, NAN, NAN]),
-    ("graph.tan", [NAN, NAN, NAN]),
-    ("graph.asin", [NAN, NAN, NAN]),
-    ("graph.acos", [NAN, NAN, NAN]),
-    ("graph.atan", [NAN, FRAC_PI_2, -FRAC_PI_2]),
-    ("graph.sinh", [NAN, INF, -INF]),
-    ("graph.cosh", [NAN, INF, INF]),
-    ("graph.asinh", [NAN, INF, -INF]),
-    ("graph.acosh", [NAN, INF, NAN]),
-    ("graph.atanh", [NAN, NAN, NAN]),
-    ("graph.sign", [NAN, 1.0, -1.0]),
-    ("graph.floor", [NAN, INF, -INF]),
-    ("graph.ceil", [NAN, INF, -INF]),
-    ("graph.round", [NAN, INF, -INF]),
+pub const UNARY: &[(G, &str, [f64; 3])] = &[
+    // op, attributes, then its value at [NaN, +inf, -inf]
+    (G::Neg, "", [NAN, -INF, INF]),
+    (G::Abs, "", [NAN, INF, INF]),
+    (G::Exp, "", [NAN, INF, 0.0]),
+    (G::Log, "", [NAN, INF, NAN]),
+    (G::Sqrt, "", [NAN, INF, NAN]),
+    (G::Reciprocal, "", [NAN, 0.0, 0.0]),
+    (G::Erf, "", [NAN, 1.0, -1.0]),
+    (G::Tanh, "", [NAN, 1.0, -1.0]),
+    (G::Sigmoid, "", [NAN, 1.0, 0.0]),
+    (G::Relu, "", [NAN, INF, 0.0]),
+    (G::Sin, "", [NAN, NAN, NAN]),
+    (G::Cos, "", [NAN, NAN, NAN]),
+    (G::Tan, "", [NAN, NAN, NAN]),
+    (G::Asin, "", [NAN, NAN, NAN]),
+    (G::Acos, "", [NAN, NAN, NAN]),
+    (G::Atan, "", [NAN, FRAC_PI_2, -FRAC_PI_2]),
+    (G::Sinh, "", [NAN, INF, -INF]),
+    (G::Cosh, "", [NAN, INF, INF]),
+    (G::Asinh, "", [NAN, INF, -INF]),
+    (G::Acosh, "", [NAN, INF, NAN]),
+    (G::Atanh, "", [NAN, NAN, NAN]),
+    (G::Sign, "", [NAN, 1.0, -1.0]),
+    (G::Floor, "", [NAN, INF, -INF]),
+    (G::Ceil, "", [NAN, INF, -INF]),
+    (G::Round, "", [NAN, INF, -INF]),
     // -inf · 0: x times a clamp (or an erf) that has reached 0.
-    ("graph.hard_swish", [NAN, INF, NAN]),
-    ("graph.gelu", [NAN, INF, NAN]),
-    ("graph.gelu {approximate = \"tanh\"}", [NAN, INF, NAN]),
-    ("graph.leaky_relu {alpha = 0.1 : f32}", [NAN, INF, -INF]),
-    ("graph.hard_sigmoid", [NAN, 1.0, 0.0]),
+    (G::HardSwish, "", [NAN, INF, NAN]),
+    (G::Gelu, "", [NAN, INF, NAN]),
+    (G::Gelu, "{approximate = \"tanh\"}", [NAN, INF, NAN]),
+    (G::LeakyRelu, "{alpha = 0.1 : f32}", [NAN, INF, -INF]),
+    (G::HardSigmoid, "", [NAN, 1.0, 0.0]),
     (
-        "graph.clip {min = 0.0 : f32, max = 6.0 : f32}",
+        G::Clip,
+        "{min = 0.0 : f32, max = 6.0 : f32}",
         [NAN, 6.0, 0.0],
     ),
 ];
@@ -56,21 +59,21 @@ pub type Reduction = fn(&[f64]) -> f64;
 
 /// Every float binary op and what IEEE 754 (C's `pow`, numpy's
 /// `maximum` and `minimum`) makes of two values.
-pub const BINARY: &[(&str, Binary)] = &[
-    ("graph.add", |a, b| a + b),
-    ("graph.sub", |a, b| a - b),
-    ("graph.mul", |a, b| a * b),
-    ("graph.div", |a, b| a / b),
+pub const BINARY: &[(G, Binary)] = &[
+    (G::Add, |a, b| a + b),
+    (G::Sub, |a, b| a - b),
+    (G::Mul, |a, b| a * b),
+    (G::Div, |a, b| a / b),
     // pow(NaN, 0) and pow(1, NaN) are 1.
-    ("graph.pow", f64::powf),
-    ("graph.max", |a, b| {
+    (G::Pow, f64::powf),
+    (G::Max, |a, b| {
         if a.is_nan() || b.is_nan() {
             NAN
         } else {
             a.max(b)
         }
     }),
-    ("graph.min", |a, b| {
+    (G::Min, |a, b| {
         if a.is_nan() || b.is_nan() {
             NAN
         } else {
@@ -81,32 +84,30 @@ pub const BINARY: &[(&str, Binary)] = &[
 
 /// Every reduction along the last axis (with its attributes) and its
 /// value on one row.
-pub const REDUCTIONS: &[(&str, Reduction)] = &[
-    ("graph.reduce_sum {axes = array<i64: 1>}", |r| {
-        r.iter().sum()
-    }),
-    ("graph.reduce_mean {axes = array<i64: 1>}", |r| {
+pub const REDUCTIONS: &[(G, &str, Reduction)] = &[
+    (G::ReduceSum, "{axes = array<i64: 1>}", |r| r.iter().sum()),
+    (G::ReduceMean, "{axes = array<i64: 1>}", |r| {
         r.iter().sum::<f64>() / r.len() as f64
     }),
-    ("graph.reduce_prod {axes = array<i64: 1>}", |r| {
+    (G::ReduceProd, "{axes = array<i64: 1>}", |r| {
         r.iter().product()
     }),
-    ("graph.reduce_max {axes = array<i64: 1>}", |r| {
+    (G::ReduceMax, "{axes = array<i64: 1>}", |r| {
         let m = r.iter().copied().fold(-INF, f64::max);
         if r.iter().any(|x| x.is_nan()) { NAN } else { m }
     }),
-    ("graph.reduce_min {axes = array<i64: 1>}", |r| {
+    (G::ReduceMin, "{axes = array<i64: 1>}", |r| {
         let m = r.iter().copied().fold(INF, f64::min);
         if r.iter().any(|x| x.is_nan()) { NAN } else { m }
     }),
     // The first NaN (or the last), as numpy's argmax and argmin; else the
     // first (or last) best.
-    ("graph.arg_max {axis = 1}", |r| best(r, |a, b| a > b, false)),
-    ("graph.arg_max {axis = 1, select_last_index = 1}", |r| {
+    (G::ArgMax, "{axis = 1}", |r| best(r, |a, b| a > b, false)),
+    (G::ArgMax, "{axis = 1, select_last_index = 1}", |r| {
         best(r, |a, b| a > b, true)
     }),
-    ("graph.arg_min {axis = 1}", |r| best(r, |a, b| a < b, false)),
-    ("graph.arg_min {axis = 1, select_last_index = 1}", |r| {
+    (G::ArgMin, "{axis = 1}", |r| best(r, |a, b| a < b, false)),
+    (G::ArgMin, "{axis = 1, select_last_index = 1}", |r| {
         best(r, |a, b| a < b, true)
     }),
 ];
@@ -163,35 +164,39 @@ pub fn module(elem: &str) -> String {
         body.push_str(&format!("    {name} = {line}\n"));
         results.push((name, ty.to_string()));
     };
-    for (op, _) in UNARY {
-        let (name, attrs) = op.split_once(' ').unwrap_or((op, ""));
-        add(&mut body, format!("{name} %x {attrs} : {t} -> {t}"), &t);
+    for (op, attrs, _) in UNARY {
+        let op = op.name();
+        add(&mut body, format!("{op} %x {attrs} : {t} -> {t}"), &t);
     }
     for (op, _) in BINARY {
+        let op = op.name();
         add(&mut body, format!("{op} %x, %y : {t}, {t} -> {t}"), &t);
     }
-    for (op, _) in REDUCTIONS {
-        let (name, attrs) = op.split_once(' ').unwrap_or((op, ""));
-        let ty = if name.starts_with("graph.arg_") {
+    for (op, attrs, _) in REDUCTIONS {
+        let ty = if matches!(op, G::ArgMax | G::ArgMin) {
             &index
         } else {
             &row
         };
-        add(&mut body, format!("{name} %x {attrs} : {t} -> {ty}"), ty);
+        let op = op.name();
+        add(&mut body, format!("{op} %x {attrs} : {t} -> {ty}"), ty);
     }
+    let softmax = G::Softmax.name();
     add(
         &mut body,
-        format!("graph.softmax %x {{axis = 1}} : {t} -> {t}"),
+        format!("{softmax} %x {{axis = 1}} : {t} -> {t}"),
         &t,
     );
     let image = format!("tensor<1x1x{ROWS}x{COLUMNS}x{elem}>");
     body.push_str(&format!(
-        "    %image = graph.reshape %x {{shape = array<i64: 1, 1, {ROWS}, {COLUMNS}>}} : {t} -> {image}\n"
+        "    %image = {} %x {{shape = array<i64: 1, 1, {ROWS}, {COLUMNS}>}} : {t} -> {image}\n",
+        G::Reshape.name()
     ));
     add(
         &mut body,
         format!(
-            "graph.max_pool %image {{kernel_shape = array<i64: 1, 2>, strides = array<i64: 1, 2>}} : {image} -> {pooled}"
+            "{} %image {{kernel_shape = array<i64: 1, 2>, strides = array<i64: 1, 2>}} : {image} -> {pooled}",
+            G::MaxPool.name()
         ),
         &pooled,
     );
@@ -248,8 +253,8 @@ pub fn wrong_values(results: &[Vec<f64>], x: &[f64], y: &[f64], tol: f64) -> Vec
         }
     };
     let mut results = results.iter();
-    for (op, at) in UNARY {
-        let r = results.next().expect("a result per unary op");
+    for (op, _, at) in UNARY {
+        let (op, r) = (op.name(), results.next().expect("a result per unary op"));
         for (i, &v) in x.iter().enumerate() {
             let special = if v.is_nan() {
                 Some(at[0])
@@ -266,14 +271,14 @@ pub fn wrong_values(results: &[Vec<f64>], x: &[f64], y: &[f64], tol: f64) -> Vec
         }
     }
     for (op, f) in BINARY {
-        let r = results.next().expect("a result per binary op");
+        let (op, r) = (op.name(), results.next().expect("a result per binary op"));
         for i in 0..x.len() {
             expect(op, i, r[i], f(x[i], y[i]), format!("{}, {}", x[i], y[i]));
         }
     }
     let rows: Vec<&[f64]> = x.chunks(COLUMNS).collect();
-    for (op, f) in REDUCTIONS {
-        let r = results.next().expect("a result per reduction");
+    for (op, _, f) in REDUCTIONS {
+        let (op, r) = (op.name(), results.next().expect("a result per reduction"));
         for (i, row) in rows.iter().enumerate() {
             expect(op, i, r[i], f(row), format!("row {i}"));
         }
@@ -282,7 +287,7 @@ pub fn wrong_values(results: &[Vec<f64>], x: &[f64], y: &[f64], tol: f64) -> Vec
     for (i, row) in rows.iter().enumerate() {
         for (j, want) in softmax(row).into_iter().enumerate() {
             expect(
-                "graph.softmax",
+                G::Softmax.name(),
                 i * COLUMNS + j,
                 r[i * COLUMNS + j],
                 want,
@@ -291,14 +296,10 @@ pub fn wrong_values(results: &[Vec<f64>], x: &[f64], y: &[f64], tol: f64) -> Vec
         }
     }
     let r = results.next().expect("max_pool's result");
-    let max = BINARY
-        .iter()
-        .find(|(op, _)| *op == "graph.max")
-        .expect("max")
-        .1;
+    let max = BINARY.iter().find(|(op, _)| *op == G::Max).expect("max").1;
     for (i, pair) in x.chunks(2).enumerate() {
         expect(
-            "graph.max_pool",
+            G::MaxPool.name(),
             i,
             r[i],
             max(pair[0], pair[1]),
