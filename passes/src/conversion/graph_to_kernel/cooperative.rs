@@ -30,9 +30,12 @@ const RESULT_PAD: i64 = 4;
 /// its workgroup memory, or the grid would leave compute units idle (the
 /// FMA template splits K there). Workgroups of 2 x 2 subgroups, each
 /// taking 2 x 2 matrices (64 x 64 tiles), fewer while the grid would give
-/// a compute unit fewer than four workgroups (ViT's products of 197 rows
-/// take 32 x 32 tiles): every K step waits for its loads, so a unit needs
-/// several workgroups to keep loads in flight. K steps of 64 where K is at
+/// a compute unit fewer than four workgroups: every K step waits for its
+/// loads, so a unit needs several workgroups to keep loads in flight.
+/// Short of that, 2 x 4 subgroups of one matrix each (32 x 64 tiles)
+/// where every unit still gets a workgroup, else 2 x 2 (32 x 32): a row
+/// of A staged once serves twice the columns (on the H200, ViT-B/16's
+/// products of 197 rows together 1.46 -> 1.29 ms). K steps of 64 where K is at
 /// least 128, halving the waits (alone on the H100, ViT's MLP products and
 /// a 3136 x 768 x 3072 one ran 5-10% faster so).
 pub(super) fn choose(
@@ -51,8 +54,8 @@ pub(super) fn choose(
     {
         return None;
     }
-    let with = |matrices: [i64; 2]| CooperativeSchedule {
-        subgroups: [2, 2],
+    let with = |subgroups: [i64; 2], matrices: [i64; 2]| CooperativeSchedule {
+        subgroups,
         matrices,
         side,
         k_step: if k >= 8 * side { 4 * side } else { 2 * side },
@@ -65,9 +68,13 @@ pub(super) fn choose(
     let wanted = 4 * i64::from(device.compute_units);
     let s = [[2, 2], [2, 1]]
         .into_iter()
-        .map(with)
+        .map(|matrices| with([2, 2], matrices))
         .find(|s| workgroups(s) >= wanted)
-        .unwrap_or_else(|| with([1, 1]));
+        .or_else(|| {
+            let wide = with([2, 4], [1, 1]);
+            (workgroups(&wide) >= i64::from(device.compute_units)).then_some(wide)
+        })
+        .unwrap_or_else(|| with([2, 2], [1, 1]));
     // A grid that leaves compute units idle even so (Swin-T's last stage,
     // of 49 rows) goes to the FMA template, which splits K to fill them.
     if workgroups(&s) < i64::from(device.compute_units) {
@@ -451,8 +458,10 @@ mod tests {
             (s.tile(), s.k_step)
         };
         // ViT-B/16's qkv product: 144 tiles of 64x64 and 288 of 64x32 for
-        // 132 units, so 32x32.
-        assert_eq!(tiles(197, 2304, 768), ([32, 32], 64));
+        // 132 units, so 252 of 32x64.
+        assert_eq!(tiles(197, 2304, 768), ([32, 64], 64));
+        // Its projection: 84 tiles of 32x64 would leave units idle.
+        assert_eq!(tiles(197, 768, 768), ([32, 32], 64));
         // A stage-one ConvNeXt-T product of 3136 rows fills the device
         // with 64x64 tiles.
         assert_eq!(tiles(3136, 768, 3072), ([64, 64], 64));
