@@ -12,7 +12,7 @@ use ircc_core::{Diagnostic, Form};
 use ircc_plan::Language;
 use ircc_plan::bundle::{self, Bundle};
 
-use crate::gpu::plain;
+use crate::gpu::{Session, plain};
 use crate::inputs::read_inputs;
 
 use crate::{Backend, BundleArgs, Cli, Driver, Outcome, OutputFormat, RunArgs, io_err};
@@ -102,26 +102,12 @@ impl Driver {
     /// outputs as `ircc run` does.
     pub(crate) fn run_bundle(&self, args: &RunArgs, stdout: &mut dyn Write) -> Outcome {
         let dir = &args.model.file;
-        let bundle = self
-            .phase("read the bundle", || {
-                bundle::read(dir, args.max_source_bytes)
-            })
-            .map_err(|e| plain(format!("bundle {}: {e}", dir.display())))?;
-        let (invocations, bytes) = (bundle.plan.invocations(), bundle.plan.device_bytes());
-        if invocations > u128::from(args.max_invocations) {
-            return Err(plain(format!(
-                "bundle {}: its dispatches run {invocations} invocations a run, more than --max-invocations {} (raise it to run the bundle)",
-                dir.display(),
-                args.max_invocations
-            )));
-        }
-        if bytes > u128::from(args.max_bytes) {
-            return Err(plain(format!(
-                "bundle {}: its buffers take {bytes} bytes, more than --max-bytes {} (raise it to run the bundle)",
-                dir.display(),
-                args.max_bytes
-            )));
-        }
+        let bounds = Bounds {
+            max_source_bytes: args.max_source_bytes,
+            max_invocations: args.max_invocations,
+            max_bytes: args.max_bytes,
+        };
+        let bundle = self.phase("read the bundle", || open(dir, &bounds))?;
         let language = bundle.language;
         let expected = match language {
             Language::Wgsl => Backend::Wgpu,
@@ -166,11 +152,9 @@ impl Driver {
             .collect::<Result<Vec<_>, crate::Failure>>()?;
         let inputs = read_inputs(&args.inputs, &params)?;
         let output_names = bundle.plan.output_names.clone();
-        let outputs = self
-            .phase("GPU setup and run", || {
-                run(bundle, &args.opencl.cl_options, &inputs)
-            })
-            .map_err(plain)?;
+        let outputs = self.phase("GPU setup and run", || {
+            session(bundle, &args.opencl.cl_options).and_then(|mut s| s.run(&inputs).map_err(plain))
+        })?;
         write_outputs(
             &args.output_dir,
             &output_names,
@@ -181,18 +165,55 @@ impl Driver {
     }
 }
 
+/// The bounds `ircc run` holds a bundle to before it sets anything up
+/// (its `--max-*` options).
+pub(crate) struct Bounds {
+    pub(crate) max_source_bytes: u64,
+    pub(crate) max_invocations: u64,
+    pub(crate) max_bytes: u64,
+}
+
+impl Bounds {
+    /// The command line's defaults.
+    pub(crate) const DEFAULT: Bounds = Bounds {
+        max_source_bytes: 16 << 20,
+        max_invocations: 1 << 34,
+        max_bytes: 16 << 30,
+    };
+}
+
+/// Reads the bundle in `dir` and checks it against `bounds`.
+pub(crate) fn open(dir: &Path, bounds: &Bounds) -> Result<Bundle, crate::Failure> {
+    let bundle = bundle::read(dir, bounds.max_source_bytes)
+        .map_err(|e| plain(format!("bundle {}: {e}", dir.display())))?;
+    let (invocations, bytes) = (bundle.plan.invocations(), bundle.plan.device_bytes());
+    if invocations > u128::from(bounds.max_invocations) {
+        return Err(plain(format!(
+            "bundle {}: its dispatches run {invocations} invocations a run, more than --max-invocations {} (raise it to run the bundle)",
+            dir.display(),
+            bounds.max_invocations
+        )));
+    }
+    if bytes > u128::from(bounds.max_bytes) {
+        return Err(plain(format!(
+            "bundle {}: its buffers take {bytes} bytes, more than --max-bytes {} (raise it to run the bundle)",
+            dir.display(),
+            bounds.max_bytes
+        )));
+    }
+    Ok(bundle)
+}
+
+/// Sets `bundle` up on the device its sources are for; `cl_options` go to
+/// the OpenCL compiler.
 #[cfg_attr(
     not(all(feature = "wgpu", feature = "opencl")),
     allow(unused_variables)
 )]
-fn run(
-    bundle: Bundle,
-    cl_options: &str,
-    inputs: &[ircc_core::Tensor],
-) -> Result<Vec<ircc_core::Tensor>, String> {
+pub(crate) fn session(bundle: Bundle, cl_options: &str) -> Result<Session, crate::Failure> {
     match bundle.language {
         #[cfg(feature = "wgpu")]
-        Language::Wgsl => ircc_wgsl::Session::from_bundle(bundle)?.run(inputs),
+        Language::Wgsl => ircc_wgsl::Session::from_bundle(bundle).map(Session::Wgpu),
         #[cfg(feature = "opencl")]
         Language::Opencl => {
             let Bundle {
@@ -202,13 +223,14 @@ fn run(
                 ..
             } = bundle;
             let weight = |name: &str| bundle::weight_named(&weights, name);
-            ircc_opencl::Session::new(plan, output_elems, &weight, cl_options)?.run(inputs)
+            ircc_opencl::Session::new(plan, output_elems, &weight, cl_options).map(Session::OpenCl)
         }
         #[allow(unreachable_patterns)]
         other => Err(format!(
             "this ircc was built without the runtime that runs {other}"
         )),
     }
+    .map_err(plain)
 }
 
 /// The file `--output-format safetensors` writes the outputs to.

@@ -325,6 +325,10 @@ pub struct ImportArgs {
 pub struct StatsArgs {
     #[command(flatten)]
     pub model: ModelArgs,
+    /// The kernels whose dispatches are counted, as a command that runs
+    /// the model would schedule them.
+    #[command(flatten)]
+    pub kernel: KernelArgs,
     /// Print JSON instead of a table.
     #[arg(long)]
     pub json: bool,
@@ -576,17 +580,17 @@ pub struct RunArgs {
     /// together (a bundle is a file from elsewhere: one asking for 65535 x
     /// 65535 x 16 workgroups would run for days); checked before anything
     /// is set up. Published networks run well under 10^9.
-    #[arg(long, value_name = "N", default_value_t = 1 << 34)]
+    #[arg(long, value_name = "N", default_value_t = crate::bundle::Bounds::DEFAULT.max_invocations)]
     pub max_invocations: u64,
     /// The most bytes a bundle's buffers may take on the device, all
     /// together; checked before anything is allocated.
-    #[arg(long, value_name = "BYTES", default_value_t = 16 << 30)]
+    #[arg(long, value_name = "BYTES", default_value_t = crate::bundle::Bounds::DEFAULT.max_bytes)]
     pub max_bytes: u64,
     /// The largest plan.json or kernel source file of a bundle read, in
     /// bytes: a shader compiler takes time and memory in proportion to its
     /// source (a 200 MiB one, gigabytes). A published network's largest
     /// (one OpenCL C file of all its kernels) is under 1 MiB.
-    #[arg(long, value_name = "BYTES", default_value_t = 16 << 20)]
+    #[arg(long, value_name = "BYTES", default_value_t = crate::bundle::Bounds::DEFAULT.max_source_bytes)]
     pub max_source_bytes: u64,
     /// Ends the command with an error after SECONDS of wall-clock time
     /// (compiling, setting up and running): a device such as lavapipe has

@@ -265,74 +265,14 @@ impl Driver {
                 .collect()
         };
         let mut rows = Vec::new();
-        let mut layouts = Vec::new();
-        let mut addresses = Vec::new();
-        let mut dispatches = Vec::new();
-        let mut targets = Vec::new();
-        // The import's remarks are made once, with the first pipeline.
-        let mut bound = loaded.bound.clone();
-        let mut remarks = loaded.remarks.clone();
         for (name, pipeline) in runs {
-            let start = Instant::now();
-            let mut run = crate::Loaded {
-                module: loaded.module.clone(),
-                source: loaded.source.clone(),
-                weights: None,
-                path: loaded.path.clone(),
-                import_ms: loaded.import_ms,
-                bound: std::mem::take(&mut bound),
-                remarks: std::mem::take(&mut remarks),
-            };
-            // The database is the schedule's: the pipeline's where it
-            // schedules, else the one the dispatch count runs.
-            let schedules = self.pipeline_specs(&crate::PipelineArgs {
-                tuning_db: None,
-                ..pipeline.clone()
-            })?;
-            let graph_level = crate::PipelineArgs {
-                tuning_db: pipeline.tuning_db.clone().filter(|_| {
-                    schedules
-                        .iter()
-                        .any(|s| s.pass == ircc_passes::decl::KernelScheduleOptions::NAME)
-                }),
-                ..pipeline.clone()
-            };
-            self.transform(&mut run, &graph_level, None, None, Form::Pretty, stderr)?;
-            let compile_ms = loaded.import_ms + start.elapsed().as_secs_f64() * 1e3;
-            dispatches.push(self.dispatches(&run.module, &pipeline));
-            targets.push(self.choose_target(&pipeline, None, &run.module)?);
-            rows.push((name, figures::traffic(&run.module), compile_ms));
-            layouts.push(figures::layouts(&run.module));
-            addresses.push(figures::addresses(&run.module));
+            // The import's remarks are made once, with the first pipeline.
+            let remarks = rows.is_empty();
+            let stats = self.pipeline_stats(&loaded, &pipeline, &args.kernel, remarks, stderr)?;
+            rows.push((name, stats));
         }
         if args.json {
-            let (_, t, compile_ms) = &rows[0];
-            let l = &layouts[0];
-            let mut stats = serde_json::json!({
-                "graph_ops": graph_ops,
-                "kernels": t.kernels,
-                "dispatches": dispatches[0].map(|(d, _)| d),
-                "tuned_kernels": dispatches[0].map(|(_, t)| t),
-                "bytes_moved": t.bytes_moved,
-                "intermediate_bytes": t.intermediate_bytes,
-                "import_ms": loaded.import_ms,
-                "compile_ms": compile_ms,
-                "layout_cost": l.layout_cost,
-                "layout_cost_pbqp": l.layout_cost_pbqp,
-                "copies": l.copies,
-                "texture_tensors": l.texture_tensors,
-                "peak_bytes": l.peak_bytes,
-                "pooled_bytes": l.pooled_bytes,
-                "memory_intermediate_bytes": l.intermediate_bytes,
-                "copy_bytes": l.copy_bytes,
-                "target": {
-                    "device": targets[0].profile.name,
-                    "reason": targets[0].reason,
-                },
-            });
-            if let Some(a) = addresses[0].take() {
-                stats["addresses"] = a;
-            }
+            let stats = rows[0].1.to_json(graph_ops, loaded.import_ms);
             let _ = writeln!(stdout, "{stats}");
             return Ok(());
         }
@@ -343,29 +283,29 @@ impl Driver {
             loaded.import_ms
         );
         let _ = write!(stdout, "{:<22}", "");
-        for (name, _, _) in &rows {
+        for (name, _) in &rows {
             let _ = write!(stdout, "{name:>16}");
         }
         let _ = writeln!(stdout);
         let line =
             |out: &mut dyn Write, label: &str, f: &dyn Fn(&figures::Traffic, f64) -> String| {
                 let _ = write!(out, "{label:<22}");
-                for (_, t, ms) in &rows {
-                    let _ = write!(out, "{:>16}", f(t, *ms));
+                for (_, r) in &rows {
+                    let _ = write!(out, "{:>16}", f(&r.traffic, r.compile_ms));
                 }
                 let _ = writeln!(out);
             };
         line(stdout, "kernels", &|t, _| t.kernels.to_string());
         let _ = write!(stdout, "{:<22}", "dispatches");
-        for d in &dispatches {
-            let d = d.map_or("-".to_string(), |(d, _)| d.to_string());
+        for (_, r) in &rows {
+            let d = r.dispatches.map_or("-".to_string(), |(d, _)| d.to_string());
             let _ = write!(stdout, "{d:>16}");
         }
         let _ = writeln!(stdout);
         if args.model.pipeline.tuning_db.is_some() {
             let _ = write!(stdout, "{:<22}", "tuned kernels");
-            for d in &dispatches {
-                let t = d.map_or("-".to_string(), |(_, t)| t.to_string());
+            for (_, r) in &rows {
+                let t = r.dispatches.map_or("-".to_string(), |(_, t)| t.to_string());
                 let _ = write!(stdout, "{t:>16}");
             }
             let _ = writeln!(stdout);
@@ -378,19 +318,130 @@ impl Driver {
         });
         line(stdout, "compile (ms)", &|_, ms| format!("{ms:.1}"));
         let _ = write!(stdout, "{:<22}", "textures");
-        for l in &layouts {
-            let _ = write!(stdout, "{:>16}", l.texture_tensors);
+        for (_, r) in &rows {
+            let _ = write!(stdout, "{:>16}", r.layouts.texture_tensors);
         }
         let _ = writeln!(stdout);
         let _ = write!(stdout, "{:<22}", "peak memory (MB)");
-        for l in &layouts {
-            let peak = l
+        for (_, r) in &rows {
+            let peak = r
+                .layouts
                 .peak_bytes
                 .map_or("-".to_string(), |b| format!("{:.2}", b as f64 / 1e6));
             let _ = write!(stdout, "{peak:>16}");
         }
         let _ = writeln!(stdout);
         Ok(())
+    }
+}
+
+/// What `ircc stats` reports of one pipeline run over a model.
+pub(crate) struct PipelineStats {
+    traffic: figures::Traffic,
+    layouts: figures::Layouts,
+    addresses: Option<serde_json::Value>,
+    /// Dispatches and tuned kernels, where the module lowers.
+    dispatches: Option<(usize, usize)>,
+    target: ircc_dialects::kernel::ModuleTarget,
+    /// Import and pipeline, in milliseconds.
+    compile_ms: f64,
+}
+
+impl PipelineStats {
+    /// `ircc stats --json`'s object, `graph_ops` being the model's
+    /// before the pipeline.
+    pub(crate) fn to_json(&self, graph_ops: usize, import_ms: f64) -> serde_json::Value {
+        let (t, l) = (&self.traffic, &self.layouts);
+        let mut stats = serde_json::json!({
+            "graph_ops": graph_ops,
+            "kernels": t.kernels,
+            "dispatches": self.dispatches.map(|(d, _)| d),
+            "tuned_kernels": self.dispatches.map(|(_, t)| t),
+            "bytes_moved": t.bytes_moved,
+            "intermediate_bytes": t.intermediate_bytes,
+            "import_ms": import_ms,
+            "compile_ms": self.compile_ms,
+            "layout_cost": l.layout_cost,
+            "layout_cost_pbqp": l.layout_cost_pbqp,
+            "copies": l.copies,
+            "texture_tensors": l.texture_tensors,
+            "peak_bytes": l.peak_bytes,
+            "pooled_bytes": l.pooled_bytes,
+            "memory_intermediate_bytes": l.intermediate_bytes,
+            "copy_bytes": l.copy_bytes,
+            "target": {
+                "device": self.target.profile.name,
+                "reason": self.target.reason,
+            },
+        });
+        if let Some(a) = &self.addresses {
+            stats["addresses"] = a.clone();
+        }
+        stats
+    }
+}
+
+impl Driver {
+    /// Runs `pipeline` over a copy of `loaded` (at the graph level, unless
+    /// the pipeline lowers itself) and measures the result; `kernel` sets
+    /// the schedules of the dispatches counted. With `remarks`, the
+    /// import's remarks are printed to `stderr`.
+    pub(crate) fn pipeline_stats(
+        &self,
+        loaded: &crate::Loaded,
+        pipeline: &crate::PipelineArgs,
+        kernel: &crate::KernelArgs,
+        remarks: bool,
+        stderr: &mut dyn Write,
+    ) -> Result<PipelineStats, Failure> {
+        let start = Instant::now();
+        let mut run = loaded.copy_without_weights();
+        if remarks {
+            run.bound = loaded.bound.clone();
+            run.remarks = loaded.remarks.clone();
+        }
+        // The database is the schedule's: the pipeline's where it
+        // schedules, else the one the dispatch count runs.
+        let schedules = self
+            .pipeline_specs(&crate::PipelineArgs {
+                tuning_db: None,
+                ..pipeline.clone()
+            })?
+            .iter()
+            .any(|s| s.pass == ircc_passes::decl::KernelScheduleOptions::NAME);
+        let graph_level = crate::PipelineArgs {
+            tuning_db: pipeline.tuning_db.clone().filter(|_| schedules),
+            ..pipeline.clone()
+        };
+        self.transform(&mut run, &graph_level, None, None, Form::Pretty, stderr)?;
+        let compile_ms = loaded.import_ms + start.elapsed().as_secs_f64() * 1e3;
+        let dispatches = if schedules && (kernel.precision.is_some() || kernel.attention.is_some())
+        {
+            // The pipeline schedules at the graph level without the
+            // kernel options: its kernels are counted as a command that
+            // lowers makes them.
+            let mut lowered = loaded.copy_without_weights();
+            let sink = &mut std::io::sink();
+            self.transform(
+                &mut lowered,
+                pipeline,
+                Some(kernel),
+                None,
+                Form::Pretty,
+                sink,
+            )?;
+            self.dispatches(&lowered.module, pipeline, kernel)
+        } else {
+            self.dispatches(&run.module, pipeline, kernel)
+        };
+        Ok(PipelineStats {
+            compile_ms,
+            dispatches,
+            target: self.choose_target(pipeline, None, &run.module)?,
+            traffic: figures::traffic(&run.module),
+            layouts: figures::layouts(&run.module),
+            addresses: figures::addresses(&run.module),
+        })
     }
 }
 

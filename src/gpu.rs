@@ -124,28 +124,27 @@ impl Driver {
     /// take more than one: a product split along
     /// K, an output outside the anchor's iteration space), and how many of
     /// its kernels took their parameters from `--tuning-db`. `None` where
-    /// the module does not lower.
+    /// the module does not lower. `kernel` gives the schedule's options.
     pub(crate) fn dispatches(
         &self,
         module: &Module,
         args: &crate::PipelineArgs,
+        kernel: &KernelArgs,
     ) -> Option<(usize, usize)> {
         let mut lowered = module.clone();
         if !is_lowered(module) {
             let mut specs = Vec::new();
-            if !is_scheduled(module) {
+            if is_scheduled(module) {
                 specs.push(PassOptions {
-                    pass: KERNEL_SCHEDULE.into(),
+                    pass: KERNEL_LOWER.into(),
                     ..Default::default()
                 });
+            } else {
+                lower_for_gpu(&mut specs, kernel, module).ok()?;
                 if let Some(db) = &args.tuning_db {
                     crate::set_tuning_db(&mut specs, db).ok()?;
                 }
             }
-            specs.push(PassOptions {
-                pass: KERNEL_LOWER.into(),
-                ..Default::default()
-            });
             if ircc_dialects::kernel::ModuleTarget::of(module)
                 .ok()?
                 .is_none()
@@ -286,7 +285,7 @@ impl Session {
 
     /// Times `runs` runs after `warmup` untimed ones, calling
     /// `progress(done, total)` after each.
-    fn time(
+    pub(crate) fn time(
         &mut self,
         inputs: &[Tensor],
         warmup: usize,
@@ -303,7 +302,7 @@ impl Session {
         }
     }
 
-    fn plan(&self) -> &Plan {
+    pub(crate) fn plan(&self) -> &Plan {
         match self {
             #[cfg(feature = "wgpu")]
             Session::Wgpu(s) => s.plan(),
@@ -315,7 +314,7 @@ impl Session {
     }
 
     /// The device's name and the API it is reached through.
-    fn describe(&self) -> (String, String) {
+    pub(crate) fn describe(&self) -> (String, String) {
         match self {
             #[cfg(feature = "wgpu")]
             Session::Wgpu(s) => (s.adapter.clone(), s.backend.clone()),
@@ -622,77 +621,47 @@ impl Driver {
             "timing {pos}/{len} runs [{bar:30}] {elapsed}",
             args.model.pipeline.quiet,
         );
-        let timing = self.phase("GPU runs (warm-up and timed)", || {
-            session.time(&inputs, args.warmup, args.runs, &mut |done, total| {
-                bar.set_length(total as u64);
-                bar.set_position(done as u64);
-            })
+        let measured = self.phase("GPU runs (warm-up and timed)", || {
+            bench(
+                &mut session,
+                Some(&loaded.module),
+                &inputs,
+                args.warmup,
+                args.runs,
+                &mut |done, total| {
+                    bar.set_length(total as u64);
+                    bar.set_position(done as u64);
+                },
+            )
         });
         // Cleared before an error too, so that none is printed under it.
         bar.finish_and_clear();
-        let timing = timing.map_err(plain)?;
-        let runs = sorted(timing.runs_ms.clone());
-        let kernels: Vec<(String, f64)> = session
-            .plan()
-            .dispatches
-            .iter()
-            .zip(&timing.per_kernel_us)
-            .map(|(d, t)| (d.kernel.clone(), percentile(&sorted(t.clone()), 0.5)))
-            .collect();
-        let profile = ircc_dialects::kernel::target_profile(&loaded.module).map_err(plain)?;
-        let timed = !timing.per_kernel_us.iter().all(Vec::is_empty);
-        let roofs: Vec<crate::roofline::KernelRoof> = kernels
-            .iter()
-            .filter(|_| timed)
-            .filter_map(|(n, us)| crate::roofline::KernelRoof::of(&loaded.module, n, *us, &profile))
-            .collect();
+        let Bench { mut report, roofs } = measured?;
         let pipeline = args.model.pipeline.label();
-        let (adapter, backend) = session.describe();
-        let report = serde_json::json!({
-            "file": args.model.file.display().to_string(),
-            "pipeline": pipeline,
-            "precision": args.kernel.precision.unwrap_or_default().name(),
-            "device": session.plan().target.as_ref().map(|t| t.device.clone()),
-            "target_reason": session.plan().target.as_ref().map(|t| t.reason.clone()),
-            "adapter": adapter,
-            "backend": backend,
-            "kernels": kernels.len(),
-            "runs": args.runs,
-            "median_ms": percentile(&runs, 0.5),
-            "p10_ms": percentile(&runs, 0.1),
-            "p90_ms": percentile(&runs, 0.9),
-            "per_kernel": kernels
-                .iter()
-                .filter(|_| timed)
-                .map(|(n, us)| match roofs.iter().find(|k| &k.name == n) {
-                    Some(k) => k.to_json(),
-                    None => serde_json::json!({"name": n, "median_us": us}),
-                })
-                .collect::<Vec<_>>(),
-        });
+        let precision = args.kernel.precision.unwrap_or_default().name();
+        report["file"] = args.model.file.display().to_string().into();
+        report["pipeline"] = pipeline.clone().into();
+        report["precision"] = precision.into();
         if args.json {
             let _ = writeln!(stdout, "{report}");
         } else {
+            let text = |key: &str| report[key].as_str().unwrap_or("-").to_string();
+            let ms = |key: &str| report[key].as_f64().unwrap_or(f64::NAN);
             let _ = writeln!(
                 stdout,
-                "{} on {} ({}, profile {}), {} {}: {} kernels, median {:.3} ms (p10 {:.3}, p90 {:.3}) over {} runs",
+                "{} on {} ({}, profile {}), {pipeline} {precision}: {} kernels, median {:.3} ms (p10 {:.3}, p90 {:.3}) over {} runs",
                 args.model.file.display(),
-                adapter,
-                backend,
-                session
-                    .plan()
-                    .target
-                    .as_ref()
-                    .map_or("-", |t| t.device.as_str()),
-                pipeline,
-                args.kernel.precision.unwrap_or_default().name(),
-                kernels.len(),
-                percentile(&runs, 0.5),
-                percentile(&runs, 0.1),
-                percentile(&runs, 0.9),
+                text("adapter"),
+                text("backend"),
+                text("device"),
+                report["kernels"],
+                ms("median_ms"),
+                ms("p10_ms"),
+                ms("p90_ms"),
                 args.runs
             );
         }
+        let adapter = report["adapter"].as_str().unwrap_or("-");
         if args.roofline {
             let table = if roofs.is_empty() {
                 format!("no roofline: adapter '{adapter}' does not time kernels\n")
@@ -705,4 +674,71 @@ impl Driver {
         }
         Ok(())
     }
+}
+
+/// What [`bench`] measured.
+pub(crate) struct Bench {
+    /// `ircc bench --json`'s object, less the file, pipeline and
+    /// precision, which the session does not know.
+    pub(crate) report: serde_json::Value,
+    /// Each kernel under the roofline, where the adapter times kernels
+    /// and the module is known.
+    pub(crate) roofs: Vec<crate::roofline::KernelRoof>,
+}
+
+/// Times `runs` runs of `session` on `inputs` after `warmup` untimed ones,
+/// calling `progress(done, total)` after each; `module` is the kernel IR
+/// the session runs, for the kernels' FLOPs and bytes (none for a bundle).
+pub(crate) fn bench(
+    session: &mut Session,
+    module: Option<&Module>,
+    inputs: &[Tensor],
+    warmup: usize,
+    runs: usize,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Bench, Failure> {
+    let timing = session
+        .time(inputs, warmup, runs, progress)
+        .map_err(plain)?;
+    let times = sorted(timing.runs_ms.clone());
+    let kernels: Vec<(String, f64)> = session
+        .plan()
+        .dispatches
+        .iter()
+        .zip(&timing.per_kernel_us)
+        .map(|(d, t)| (d.kernel.clone(), percentile(&sorted(t.clone()), 0.5)))
+        .collect();
+    let timed = !timing.per_kernel_us.iter().all(Vec::is_empty);
+    let roofs: Vec<crate::roofline::KernelRoof> = match module.filter(|_| timed) {
+        Some(m) => {
+            let profile = ircc_dialects::kernel::target_profile(m).map_err(plain)?;
+            kernels
+                .iter()
+                .filter_map(|(n, us)| crate::roofline::KernelRoof::of(m, n, *us, &profile))
+                .collect()
+        }
+        None => Vec::new(),
+    };
+    let (adapter, backend) = session.describe();
+    let plan = session.plan();
+    let report = serde_json::json!({
+        "device": plan.target.as_ref().map(|t| t.device.clone()),
+        "target_reason": plan.target.as_ref().map(|t| t.reason.clone()),
+        "adapter": adapter,
+        "backend": backend,
+        "kernels": kernels.len(),
+        "runs": runs,
+        "median_ms": percentile(&times, 0.5),
+        "p10_ms": percentile(&times, 0.1),
+        "p90_ms": percentile(&times, 0.9),
+        "per_kernel": kernels
+            .iter()
+            .filter(|_| timed)
+            .map(|(n, us)| match roofs.iter().find(|k| &k.name == n) {
+                Some(k) => k.to_json(),
+                None => serde_json::json!({"name": n, "median_us": us}),
+            })
+            .collect::<Vec<_>>(),
+    });
+    Ok(Bench { report, roofs })
 }

@@ -9,7 +9,7 @@ use ndarray::{ArrayD, IxDyn};
 
 use crate::Failure;
 
-/// Seeded inputs: floats in [-1, 1), integers in [0, 4), random booleans.
+/// Seeded inputs of `module`'s `@main`: see [`random_tensors`].
 pub(crate) fn random_inputs(module: &Module, seed: u64) -> Result<Vec<Tensor>, Diagnostic> {
     let f = module
         .lookup_symbol("main")
@@ -17,6 +17,20 @@ pub(crate) fn random_inputs(module: &Module, seed: u64) -> Result<Vec<Tensor>, D
     let entry = module
         .entry_block(f)
         .ok_or_else(|| Diagnostic::plain("'@main' has no body"))?;
+    let types = module.blocks[entry]
+        .args
+        .iter()
+        .map(|&a| match module.value_type(a) {
+            Type::Tensor(t) => Ok(t.clone()),
+            _ => Err(Diagnostic::plain("check needs tensor inputs")),
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    Ok(random_tensors(&types, seed))
+}
+
+/// Seeded tensors of `types`: floats in [-1, 1), integers in [0, 4),
+/// random booleans.
+pub(crate) fn random_tensors(types: &[TensorType], seed: u64) -> Vec<Tensor> {
     let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
     let mut next = move || {
         state ^= state << 13;
@@ -24,16 +38,12 @@ pub(crate) fn random_inputs(module: &Module, seed: u64) -> Result<Vec<Tensor>, D
         state ^= state << 17;
         (state >> 11) as f64 / (1u64 << 53) as f64
     };
-    module.blocks[entry]
-        .args
+    types
         .iter()
-        .map(|&a| {
-            let Type::Tensor(t) = module.value_type(a) else {
-                return Err(Diagnostic::plain("check needs tensor inputs"));
-            };
+        .map(|t| {
             let shape = IxDyn(&t.shape.iter().map(|&d| d as usize).collect::<Vec<_>>());
             let n = t.num_elements() as usize;
-            Ok(match t.elem {
+            match t.elem {
                 e if e.is_float() => Tensor::float(
                     e,
                     ArrayD::from_shape_vec(shape, (0..n).map(|_| next() * 2.0 - 1.0).collect())
@@ -48,7 +58,7 @@ pub(crate) fn random_inputs(module: &Module, seed: u64) -> Result<Vec<Tensor>, D
                     ArrayD::from_shape_vec(shape, (0..n).map(|_| (next() * 4.0) as i64).collect())
                         .expect("sized"),
                 ),
-            })
+            }
         })
         .collect()
 }

@@ -5,6 +5,7 @@
 //! and call [`Driver::main`] to get an `ircc` of its own, the way one
 //! builds a custom `mlir-opt`.
 
+pub mod api;
 mod bundle;
 mod check;
 mod cli;
@@ -42,9 +43,9 @@ use ircc_core::{
 use ircc_dialects::kernel::{DEFAULT_DEVICE, ModuleTarget};
 
 pub use cli::{
-    Backend, BenchArgs, BundleArgs, CheckArgs, Cli, Command, CompileArgs, DeviceBackend, Emit,
-    ImportArgs, KernelArgs, ModelArgs, OnnxArgs, OpenClArgs, OutputFormat, PipelineArgs, Precision,
-    RunArgs, SimulateAttentionArgs, StatsArgs,
+    AttentionTemplate, Backend, BenchArgs, BundleArgs, CheckArgs, Cli, Command, CompileArgs,
+    DeviceBackend, Emit, ImportArgs, KernelArgs, ModelArgs, OnnxArgs, OpenClArgs, OutputFormat,
+    PipelineArgs, Precision, RunArgs, SimulateAttentionArgs, StatsArgs,
 };
 
 /// The pipelines that ship inside the binary, by name.
@@ -145,6 +146,23 @@ pub struct Loaded {
     pub bound: Vec<(String, String)>,
     /// The importer's remarks (`ircc_onnx::Imported::remarks`).
     pub remarks: Vec<String>,
+}
+
+impl Loaded {
+    /// The module as read, to transform apart from this one: the same
+    /// source and path, no weights of an import's (they stay with this
+    /// one) and none of its remarks.
+    pub(crate) fn copy_without_weights(&self) -> Loaded {
+        Loaded {
+            module: self.module.clone(),
+            source: self.source.clone(),
+            weights: None,
+            path: self.path.clone(),
+            import_ms: self.import_ms,
+            bound: Vec::new(),
+            remarks: Vec::new(),
+        }
+    }
 }
 
 pub fn is_onnx(path: &Path) -> bool {

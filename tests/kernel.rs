@@ -121,7 +121,8 @@ fn products_split_along_k_check_in_the_kernel_interpreter() {
 
 /// `ircc stats` reports the fused groups (`kernels`) and the kernels a GPU
 /// run dispatches (`dispatches`), the number the plan holds: a split
-/// product adds the kernel that sums its partials, where its readers do not.
+/// product adds the kernel that sums its partials, where its readers do
+/// not; `--precision` counts the kernels of that precision.
 #[test]
 fn stats_count_the_dispatches_the_plan_runs() {
     let file = common::root().join("tests/ir/kernel.schedule/matmul_split_k.ir");
@@ -144,6 +145,45 @@ fn stats_count_the_dispatches_the_plan_runs() {
             plan["dispatches"].as_array().unwrap().len(),
             want,
             "{device}"
+        );
+    }
+    // A normalization feeding a product: the f32 template stages its
+    // moments, the f16 cooperative one leaves it a kernel of its own.
+    let dir = common::scratch_dir("dispatches_by_precision");
+    let file = dir.join("ln.ir");
+    std::fs::write(
+        &file,
+        "func.func @main(%x: tensor<1x512x256xf32>, %g: tensor<256xf32>, %b: tensor<256xf32>, %w: tensor<256x512xf32>) -> tensor<1x512x512xf32> {\n\
+         %n = graph.layer_norm %x, %g, %b {axis = -1, epsilon = 1.0e-5 : f32} : tensor<1x512x256xf32>, tensor<256xf32>, tensor<256xf32> -> tensor<1x512x256xf32>\n\
+         %m = graph.matmul %n, %w : tensor<1x512x256xf32>, tensor<256x512xf32> -> tensor<1x512x512xf32>\n\
+         func.return %m : tensor<1x512x512xf32>\n}\n",
+    )
+    .unwrap();
+    let file = file.to_string_lossy();
+    for (precision, want) in [("f32", 1), ("f16", 2)] {
+        let args = [
+            &file[..],
+            "--pipeline",
+            "smartmem",
+            "--device",
+            "nvidia_vulkan",
+            "--precision",
+            precision,
+        ];
+        let out = ircc(&[&["stats", "--json"][..], &args].concat());
+        assert_eq!(out.code, 0, "{}", out.stderr);
+        let stats: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+        assert_eq!(stats["dispatches"], want, "{precision}: {stats}");
+        let bundle = dir.join(precision);
+        let compiled = ircc(&[&["compile", "-o", bundle.to_str().unwrap()][..], &args].concat());
+        assert_eq!(compiled.code, 0, "{}", compiled.stderr);
+        let plan: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(bundle.join("plan.json")).unwrap())
+                .unwrap();
+        assert_eq!(
+            plan["dispatches"].as_array().unwrap().len(),
+            want,
+            "{precision}"
         );
     }
 }
