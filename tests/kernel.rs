@@ -462,6 +462,16 @@ fn depthwise_convolutions_match_the_interpreter() {
     assert_eq!(kernels, 3);
 }
 
+/// Grouped convolutions as batches of implicit GEMMs in the kernel
+/// interpreter, beside the graph interpreter: two products (one split
+/// along K, which a kernel of its own sums) and one per element.
+#[test]
+fn grouped_convolutions_match_the_interpreter() {
+    let passes = "graph.eliminate-layout-ops,kernel.lower,kernel.ace";
+    let kernels = checked_kernels(common::GROUPED_CONV.file, passes, "1e-4", "matmul_tiled");
+    assert_eq!(kernels, 2);
+}
+
 /// A kernel's FLOP count is not bounded like a dimension: attention over
 /// 2048 queries and keys of 12 heads of 64 is 12.9 GFLOP in one kernel,
 /// which kernel.lower records (verification refused it as above 2^31).

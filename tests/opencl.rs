@@ -278,15 +278,17 @@ fn products_split_along_k_match_the_interpreter_on_opencl() {
 }
 
 #[test]
-fn products_writing_texels_normalizing_or_depthwise_convolutions_match_the_interpreter_on_opencl() {
+fn products_writing_texels_normalizing_depthwise_or_grouped_convolutions_match_the_interpreter_on_opencl()
+ {
     if !common::opencl_available() {
-        eprintln!("0 passed, 0 failed, 6 skipped (no OpenCL device)");
+        eprintln!("0 passed, 0 failed, 8 skipped (no OpenCL device)");
         return;
     }
     for case in [
         &common::PRODUCT_TEXELS,
         &common::NORM_PROLOGUE,
         &common::DEPTHWISE,
+        &common::GROUPED_CONV,
     ] {
         common::assert_lowered_matches(
             case,

@@ -436,6 +436,24 @@ pub const DEPTHWISE: TemplateCase = TemplateCase {
     results: 3,
 };
 
+/// Grouped convolutions as batches of implicit GEMMs
+/// (`tests/ir/kernel.lower/conv_grouped.ir`): a fused relu and bias,
+/// register tiles, a split K; and one of four channels a group, per
+/// element.
+pub const GROUPED_CONV: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel.lower/conv_grouped.ir",
+    inputs: &[
+        ("x", &[1, 64, 9, 9]),
+        ("w", &[64, 32, 3, 3]),
+        ("b", &[64]),
+        ("x2", &[2, 96, 7, 7]),
+        ("w2", &[144, 32, 3, 3]),
+        ("x3", &[1, 16, 6, 6]),
+        ("w3", &[16, 4, 3, 3]),
+    ],
+    results: 3,
+};
+
 /// `case`, whose ops carry their schedules (and layouts), lowered for
 /// adreno740 (its layout ops made views first) on a device backend at f32
 /// and f16, within the GPU tests' tolerance.

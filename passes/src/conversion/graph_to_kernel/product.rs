@@ -2,11 +2,12 @@
 //! `C[batch][row, col] = Σ_k A[row, k] · B[k, col]`, with where each
 //! operand element and each result element lives in the graph's tensors.
 //!
-//! Besides matmul and gemm this covers convolution with one group as an
-//! implicit GEMM: rows are (image, output position), columns are output
-//! channels and K runs over (input channel, kernel offset), so a 1×1 or a
-//! patchifying convolution gets the tiled kernel's reuse instead of one
-//! invocation per output element walking all of K.
+//! Besides matmul and gemm this covers convolution as an implicit GEMM:
+//! rows are (image, output position), columns are output channels and K
+//! runs over (input channel, kernel offset), so a 1×1 or a patchifying
+//! convolution gets the tiled kernel's reuse instead of one invocation per
+//! output element walking all of K. A grouped convolution is a batch of
+//! such products, one a group, each over its group's channels.
 
 use ircc_core::{ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::shape::Window;
@@ -43,6 +44,9 @@ pub(super) enum Product {
         rows: Vec<i64>,
         ks: Vec<i64>,
         window: Window,
+        /// The output channels of a group: the columns of each product of
+        /// the batch, which is the groups (none for one group).
+        columns: i64,
     },
 }
 
@@ -63,10 +67,13 @@ pub(super) fn product_dims(m: &Module, anchor: OpId) -> (i64, i64, i64, Vec<i64>
             )
         }
         Some(GraphOp::Conv) => {
-            // Rows are (image, output position), K (input channel, offset).
+            // Rows are (image, output position), K (input channel, offset),
+            // the batch the groups.
             let sw = shape(o.operands[1]);
             let rows = sc[0] * sc[2..].iter().product::<i64>();
-            (rows, sw[0], sw[1..].iter().product(), Vec::new())
+            let groups = graph::ops::Conv::new(m, anchor).map_or(1, |c| c.group());
+            let batch = if groups > 1 { vec![groups] } else { Vec::new() };
+            (rows, sw[0] / groups, sw[1..].iter().product(), batch)
         }
         _ => {
             let sb = shape(o.operands[1]);
@@ -146,6 +153,7 @@ impl Product {
                     rows,
                     ks: conv.sw[1..].to_vec(),
                     window: conv.window,
+                    columns: conv.sw[0] / conv.group,
                 })
             }
             _ => {
@@ -213,10 +221,17 @@ impl Product {
                 rows,
                 ks,
                 window,
+                columns,
                 ..
             } => {
+                // Group g's channels: its output channels (columns) and
+                // input channels (K's first part) from g times their count.
+                let first = |count: i64| match batch.first() {
+                    Some(g) => g.clone() * Ix::constant(count),
+                    None => Ix::constant(0),
+                };
                 if which == 1 {
-                    let mut idx = vec![col];
+                    let mut idx = vec![first(*columns) + col];
                     idx.extend(delinearize(&row, ks));
                     kb.value_at(*w, &idx)?
                 } else {
@@ -229,7 +244,7 @@ impl Product {
                                 - Ix::constant(window.pads[d])
                         })
                         .collect();
-                    let mut idx = vec![image[0].clone(), k[0].clone()];
+                    let mut idx = vec![image[0].clone(), first(ks[0]) + k[0].clone()];
                     idx.extend(positions.iter().cloned());
                     let v = kb.value_at(*x, &idx)?;
                     match kb.in_bounds(&positions, spatial) {
@@ -348,9 +363,13 @@ impl Product {
                 idx.push(col);
                 idx
             }
-            Product::Conv { rows, .. } => {
+            Product::Conv { rows, columns, .. } => {
                 let image = delinearize(&row, rows);
-                let mut idx = vec![image[0].clone(), col];
+                let channel = match batch.first() {
+                    Some(g) => g.clone() * Ix::constant(*columns) + col,
+                    None => col,
+                };
+                let mut idx = vec![image[0].clone(), channel];
                 idx.extend(image[1..].iter().cloned());
                 idx
             }
