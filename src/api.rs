@@ -111,6 +111,7 @@ impl Model {
             ));
         }
         let compile = failed(ErrorKind::Compile);
+        regular_file(path)?;
         let mut loaded = driver
             .load_or_fail(
                 path,
@@ -134,6 +135,14 @@ impl Model {
         let func = main_function(&loaded.module).map_err(&compile)?;
         let inputs = crate::inputs::params(&loaded.module, func);
         let outputs = results(&loaded.module, func);
+        // Weights mapped from the model's files are copied out: the model
+        // may outlive their contents (a file exported again to the same
+        // path would otherwise change its weights, or fault on a read).
+        if let Some(weights) = &mut loaded.weights {
+            for (_, t) in weights.iter_mut() {
+                *t = t.detached();
+            }
+        }
         let session = device
             .map(|d| crate::gpu::session(&driver, &loaded, d, &options.cl_options))
             .transpose()
@@ -166,15 +175,14 @@ impl Model {
             })?;
             inputs.push((b.name.clone(), TensorType::new(b.shape.clone(), elem)));
         }
-        let outputs = bundle
-            .plan
-            .output_names
-            .iter()
+        let names = unique(bundle.plan.output_names.clone());
+        let outputs = names
+            .into_iter()
             .zip(&bundle.plan.outputs)
             .zip(&bundle.output_elems)
             .map(|((name, &id), &elem)| {
                 let shape = bundle.plan.buffers[id].shape.clone();
-                (name.clone(), TensorType::new(shape, elem))
+                (name, TensorType::new(shape, elem))
             })
             .collect();
         let backend = match bundle.language {
@@ -293,8 +301,9 @@ impl Model {
         }
         if named == 0 && !given.is_empty() && given.len() != self.inputs.len() {
             return Err(input(format!(
-                "the model takes {} inputs ({}), not {}",
+                "the model takes {} input{} ({}), not {}",
                 self.inputs.len(),
+                if self.inputs.len() == 1 { "" } else { "s" },
                 wanted(),
                 given.len()
             )));
@@ -404,9 +413,43 @@ impl Model {
     }
 }
 
+/// `names` with each repeated name given a suffix (`y`, `y_1`), so that
+/// every output has a key of its own.
+fn unique(names: Vec<String>) -> Vec<String> {
+    let mut seen = std::collections::HashSet::new();
+    names
+        .into_iter()
+        .map(|name| {
+            let mut candidate = name.clone();
+            let mut n = 0;
+            while !seen.insert(candidate.clone()) {
+                n += 1;
+                candidate = format!("{name}_{n}");
+            }
+            candidate
+        })
+        .collect()
+}
+
+/// An error unless `path` is a regular file: a FIFO would block the read,
+/// a folder fail it less clearly.
+fn regular_file(path: &Path) -> Result<(), Error> {
+    match std::fs::metadata(path) {
+        Ok(meta) if meta.is_file() => Ok(()),
+        Ok(_) => Err(error(
+            ErrorKind::Compile,
+            format!("{} is not a regular file", path.display()),
+        )),
+        Err(e) => Err(error(
+            ErrorKind::Compile,
+            format!("cannot read {}: {e}", path.display()),
+        )),
+    }
+}
+
 /// The names and types of `func`'s results.
 fn results(m: &Module, func: ircc_core::OpId) -> Vec<(String, TensorType)> {
-    let names = ircc_core::builtin::output_names(m, func);
+    let names = unique(ircc_core::builtin::output_names(m, func));
     let types = match m.op(func).attr("function_type") {
         Some(ircc_core::Attribute::Type(Type::Function { results, .. })) => results.clone(),
         _ => Vec::new(),
@@ -429,6 +472,7 @@ pub fn check(
     seed: u64,
     rtol: f64,
 ) -> Result<Vec<(String, f64)>, Error> {
+    regular_file(path)?;
     let driver = driver()?;
     let args = CheckArgs {
         model: crate::ModelArgs {

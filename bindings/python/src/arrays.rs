@@ -2,7 +2,7 @@
 //! f16 input takes a float16 array, its f16 output gives one.
 
 use half::f16;
-use ircc_core::{ElemType, Tensor};
+use ircc_core::{ElemType, Tensor, TensorType};
 use ndarray::ArrayD;
 use numpy::{
     Element, IntoPyArray, PyArrayDescrMethods, PyArrayDyn, PyArrayMethods, PyUntypedArray,
@@ -14,9 +14,13 @@ use pyo3::prelude::*;
 use crate::raise;
 use ircc::api::ErrorKind;
 
-/// The tensor `value` holds: a C-contiguous numpy array of a type ircc
-/// has. `what` names it in errors ("input 'x'").
-pub fn to_tensor(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Tensor> {
+/// The array `value` is and the ircc type of its elements: a C-contiguous
+/// numpy array of a type ircc has, else an error naming `what` ("input
+/// 'x"). Nothing is copied.
+pub fn checked_array<'py>(
+    value: &Bound<'py, PyAny>,
+    what: &str,
+) -> PyResult<(Bound<'py, PyUntypedArray>, ElemType)> {
     let py = value.py();
     let Ok(array) = value.cast::<PyUntypedArray>() else {
         return Err(PyTypeError::new_err(format!(
@@ -34,53 +38,83 @@ pub fn to_tensor(value: &Bound<'_, PyAny>, what: &str) -> PyResult<Tensor> {
         ));
     }
     let dtype = array.dtype();
+    let is = |d: Bound<'_, numpy::PyArrayDescr>| dtype.is_equiv_to(&d);
+    let elem = if is(numpy::dtype::<f32>(py)) {
+        ElemType::F32
+    } else if is(numpy::dtype::<f16>(py)) {
+        ElemType::F16
+    } else if is(numpy::dtype::<f64>(py)) {
+        ElemType::F64
+    } else if is(numpy::dtype::<i64>(py)) {
+        ElemType::I64
+    } else if is(numpy::dtype::<i32>(py)) {
+        ElemType::I32
+    } else if is(numpy::dtype::<i16>(py)) {
+        ElemType::I16
+    } else if is(numpy::dtype::<i8>(py)) {
+        ElemType::I8
+    } else if is(numpy::dtype::<u64>(py)) {
+        ElemType::U64
+    } else if is(numpy::dtype::<u32>(py)) {
+        ElemType::U32
+    } else if is(numpy::dtype::<u16>(py)) {
+        ElemType::U16
+    } else if is(numpy::dtype::<u8>(py)) {
+        ElemType::U8
+    } else if is(numpy::dtype::<bool>(py)) {
+        ElemType::I1
+    } else {
+        let hint = if dtype.byteorder() == b'>' {
+            " (big-endian: pass .astype(its dtype.newbyteorder('<')))"
+        } else {
+            ""
+        };
+        return Err(raise(
+            py,
+            ErrorKind::Input,
+            format!("{what} has dtype {dtype}, which is no type of ircc's{hint}"),
+        ));
+    };
+    Ok((array.clone(), elem))
+}
+
+/// The type of the array `checked_array` gave.
+pub fn type_of(array: &Bound<'_, PyUntypedArray>, elem: ElemType) -> TensorType {
+    TensorType::new(array.shape().iter().map(|&d| d as i64).collect(), elem)
+}
+
+/// The tensor a [`checked_array`] holds, copied out of it.
+pub fn to_tensor(array: &Bound<'_, PyUntypedArray>, elem: ElemType) -> PyResult<Tensor> {
     fn floats<T: Element + Copy>(
-        v: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyUntypedArray>,
         f: impl Fn(T) -> f64,
     ) -> PyResult<ArrayD<f64>> {
         Ok(v.cast::<PyArrayDyn<T>>()?.readonly().as_array().mapv(f))
     }
     fn ints<T: Element + Copy>(
-        v: &Bound<'_, PyAny>,
+        v: &Bound<'_, PyUntypedArray>,
         f: impl Fn(T) -> i64,
     ) -> PyResult<ArrayD<i64>> {
         Ok(v.cast::<PyArrayDyn<T>>()?.readonly().as_array().mapv(f))
     }
-    let is = |d: Bound<'_, numpy::PyArrayDescr>| dtype.is_equiv_to(&d);
-    let t = if is(numpy::dtype::<f32>(py)) {
-        Tensor::float(ElemType::F32, floats(value, |x: f32| f64::from(x))?)
-    } else if is(numpy::dtype::<f16>(py)) {
-        Tensor::float(ElemType::F16, floats(value, |x: f16| x.to_f64())?)
-    } else if is(numpy::dtype::<f64>(py)) {
-        Tensor::float(ElemType::F64, floats(value, |x: f64| x)?)
-    } else if is(numpy::dtype::<i64>(py)) {
-        Tensor::int(ElemType::I64, ints(value, |x: i64| x)?)
-    } else if is(numpy::dtype::<i32>(py)) {
-        Tensor::int(ElemType::I32, ints(value, |x: i32| i64::from(x))?)
-    } else if is(numpy::dtype::<i16>(py)) {
-        Tensor::int(ElemType::I16, ints(value, |x: i16| i64::from(x))?)
-    } else if is(numpy::dtype::<i8>(py)) {
-        Tensor::int(ElemType::I8, ints(value, |x: i8| i64::from(x))?)
-    } else if is(numpy::dtype::<u64>(py)) {
+    Ok(match elem {
+        ElemType::F32 => Tensor::float(elem, floats(array, |x: f32| f64::from(x))?),
+        ElemType::F16 => Tensor::float(elem, floats(array, |x: f16| x.to_f64())?),
+        ElemType::F64 => Tensor::float(elem, floats(array, |x: f64| x)?),
+        ElemType::I64 => Tensor::int(elem, ints(array, |x: i64| x)?),
+        ElemType::I32 => Tensor::int(elem, ints(array, |x: i32| i64::from(x))?),
+        ElemType::I16 => Tensor::int(elem, ints(array, |x: i16| i64::from(x))?),
+        ElemType::I8 => Tensor::int(elem, ints(array, |x: i8| i64::from(x))?),
         // Held as its bit pattern, as ircc holds u64.
-        Tensor::int(ElemType::U64, ints(value, |x: u64| x as i64)?)
-    } else if is(numpy::dtype::<u32>(py)) {
-        Tensor::int(ElemType::U32, ints(value, |x: u32| i64::from(x))?)
-    } else if is(numpy::dtype::<u16>(py)) {
-        Tensor::int(ElemType::U16, ints(value, |x: u16| i64::from(x))?)
-    } else if is(numpy::dtype::<u8>(py)) {
-        Tensor::int(ElemType::U8, ints(value, |x: u8| i64::from(x))?)
-    } else if is(numpy::dtype::<bool>(py)) {
-        let v = value.cast::<PyArrayDyn<bool>>()?.readonly();
-        Tensor::bool(v.as_array().to_owned())
-    } else {
-        return Err(raise(
-            py,
-            ErrorKind::Input,
-            format!("{what} has dtype {dtype}, which is no type of ircc's"),
-        ));
-    };
-    Ok(t)
+        ElemType::U64 => Tensor::int(elem, ints(array, |x: u64| x as i64)?),
+        ElemType::U32 => Tensor::int(elem, ints(array, |x: u32| i64::from(x))?),
+        ElemType::U16 => Tensor::int(elem, ints(array, |x: u16| i64::from(x))?),
+        ElemType::U8 => Tensor::int(elem, ints(array, |x: u8| i64::from(x))?),
+        _ => {
+            let v = array.cast::<PyArrayDyn<bool>>()?.readonly();
+            Tensor::bool(v.as_array().to_owned())
+        }
+    })
 }
 
 /// `t` as a numpy array of its type; `what` names it in errors.

@@ -7,7 +7,7 @@
 mod arrays;
 
 use std::path::PathBuf;
-use std::sync::{Mutex, MutexGuard, OnceLock};
+use std::sync::{Mutex, OnceLock};
 
 use ircc::api::{self, ErrorKind};
 use ircc::{AttentionTemplate, Backend, KernelArgs, OnnxArgs, PipelineArgs, Precision};
@@ -119,47 +119,92 @@ fn pipeline_args(
     })
 }
 
-/// A model compiled for a backend, its device set up once.
-#[pyclass(module = "ircc", name = "Model", frozen)]
+/// A model compiled for a backend, its device set up once: made by
+/// `ircc.compile` or `ircc.load`. Threads may share it (its runs take the
+/// device in turn); a process forked from the one that made it cannot run
+/// it (compile it in the child, or use multiprocessing's "spawn").
+#[pyclass(module = "ircc", name = "Model", frozen, weakref)]
 struct Model {
     /// None once closed.
     inner: Mutex<Option<api::Model>>,
     stats: OnceLock<serde_json::Value>,
+    /// What the model's accessors give, read once: they answer while
+    /// another thread runs it.
+    inputs: Vec<(String, TensorType)>,
+    outputs: Vec<(String, TensorType)>,
+    backend: Backend,
+    device: Option<String>,
+    adapter: Option<(String, String)>,
+    remarks: String,
+    /// The process that set the device up.
+    pid: u32,
     /// What must live as long as the model: the temporary folder of a
     /// model given as bytes.
     _keep: Option<Py<PyAny>>,
 }
 
+impl Drop for Model {
+    fn drop(&mut self) {
+        let taken = self
+            .inner
+            .get_mut()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        self.release(taken);
+    }
+}
+
 impl Model {
+    /// Frees a model taken out of its lock, except in a forked child,
+    /// whose copy of the device is not its own: freeing it there could
+    /// wait on queues that never run, so it is left to the process's end.
+    fn release(&self, model: Option<api::Model>) {
+        if std::process::id() == self.pid {
+            drop(model);
+        } else {
+            std::mem::forget(model);
+        }
+    }
+
     fn new(model: api::Model, keep: Option<Py<PyAny>>) -> Model {
         Model {
+            inputs: model.inputs().to_vec(),
+            outputs: model.outputs().to_vec(),
+            backend: model.backend(),
+            device: model.device().map(|(d, _)| d),
+            adapter: model.adapter(),
+            remarks: model.remarks().to_string(),
+            pid: std::process::id(),
             inner: Mutex::new(Some(model)),
             stats: OnceLock::new(),
             _keep: keep,
         }
     }
 
-    /// The model, locked; an error once closed. A lock a panic left
-    /// poisoned is taken as it is: a panic is turned into an error
-    /// before it could leave the model half changed.
-    fn lock(&self) -> Result<MutexGuard<'_, Option<api::Model>>, api::Error> {
-        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        if guard.is_none() {
-            return Err(api::Error {
-                kind: ErrorKind::Run,
-                message: "the model is closed".into(),
-            });
-        }
-        Ok(guard)
-    }
-
+    /// Runs `f` on the model, locked; an error once closed, or in a
+    /// forked child (a device's queues do not survive a fork: a run there
+    /// would wait forever). A lock a panic left poisoned is taken as it
+    /// is: a panic is turned into an error before it could leave the
+    /// model half changed.
     fn with<T>(
         &self,
         f: impl FnOnce(&mut api::Model) -> Result<T, api::Error>,
     ) -> Result<T, api::Error> {
-        let mut guard = self.lock()?;
-        let model = guard.as_mut().expect("checked by lock");
-        guard_panics(|| f(model))
+        let run = |message: String| api::Error {
+            kind: ErrorKind::Run,
+            message,
+        };
+        if std::process::id() != self.pid {
+            return Err(run(format!(
+                "this model was set up in process {}, and this is a process forked from it, where its device cannot run: compile or load the model in this process (or start processes with multiprocessing's \"spawn\")",
+                self.pid
+            )));
+        }
+        let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
+        let model = guard
+            .as_mut()
+            .ok_or_else(|| run("the model is closed".into()))?;
+        guarded(ErrorKind::Run, || f(model))
     }
 
     fn tensors<'py>(
@@ -178,10 +223,63 @@ impl Model {
             .collect::<PyResult<_>>()?;
         PyList::new(py, items)
     }
-}
 
-fn guard_panics<T>(f: impl FnOnce() -> Result<T, api::Error>) -> Result<T, api::Error> {
-    guarded(ErrorKind::Run, f)
+    /// `run`'s inputs as (name, tensor) pairs, named where given by name;
+    /// each array's type is checked against the input it is given for
+    /// before it is copied (a wrong shape of gigabytes is refused, not
+    /// allocated).
+    fn given(
+        &self,
+        inputs: &Bound<'_, PyAny>,
+    ) -> PyResult<Vec<(Option<String>, ircc_core::Tensor)>> {
+        let py = inputs.py();
+        let mut arrays = Vec::new();
+        if let Ok(dict) = inputs.cast::<PyDict>() {
+            for (k, v) in dict.iter() {
+                let name: String = k
+                    .extract()
+                    .map_err(|_| PyTypeError::new_err("input names must be strings"))?;
+                let what = format!("input '{name}'");
+                let (array, elem) = arrays::checked_array(&v, &what)?;
+                let wanted = self.inputs.iter().find(|(n, _)| *n == name).map(|(_, t)| t);
+                arrays.push((Some(name), what, array, elem, wanted));
+            }
+        } else if inputs.cast::<numpy::PyUntypedArray>().is_ok()
+            || inputs.cast::<PyList>().is_ok()
+            || inputs.cast::<PyTuple>().is_ok()
+        {
+            let values: Vec<Bound<'_, PyAny>> = if inputs.cast::<numpy::PyUntypedArray>().is_ok() {
+                vec![inputs.clone()]
+            } else {
+                inputs.try_iter()?.collect::<PyResult<_>>()?
+            };
+            let positional = values.len() == self.inputs.len();
+            for (i, v) in values.iter().enumerate() {
+                let (what, wanted) = match self.inputs.get(i).filter(|_| positional) {
+                    Some((n, t)) => (format!("input '{n}'"), Some(t)),
+                    None => (format!("input {i}"), None),
+                };
+                let (array, elem) = arrays::checked_array(v, &what)?;
+                arrays.push((None, what, array, elem, wanted));
+            }
+        } else {
+            return Err(PyTypeError::new_err(format!(
+                "inputs must be a dict of name to numpy.ndarray, a list of arrays or one array, not {}",
+                inputs.get_type().name()?
+            )));
+        }
+        arrays
+            .into_iter()
+            .map(|(name, what, array, elem, wanted)| {
+                let given = arrays::type_of(&array, elem);
+                if let Some(t) = wanted.filter(|&t| *t != given) {
+                    let message = format!("{what} is {t}; the value given is {given}");
+                    return Err(raise(py, ErrorKind::Input, message));
+                }
+                Ok((name, arrays::to_tensor(&array, elem)?))
+            })
+            .collect()
+    }
 }
 
 #[pymethods]
@@ -196,7 +294,7 @@ impl Model {
         py: Python<'py>,
         inputs: &Bound<'py, PyAny>,
     ) -> PyResult<Bound<'py, PyDict>> {
-        let given = given_inputs(inputs)?;
+        let given = self.given(inputs)?;
         let (names, outputs) = py
             .detach(|| {
                 self.with(|m| {
@@ -222,11 +320,17 @@ impl Model {
     fn bench<'py>(
         &self,
         py: Python<'py>,
-        runs: usize,
-        warmup: usize,
+        runs: i64,
+        warmup: i64,
         inputs: Option<&Bound<'py, PyAny>>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let given = inputs.map(given_inputs).transpose()?;
+        if runs < 1 || warmup < 0 {
+            return Err(PyValueError::new_err(format!(
+                "runs must be at least 1 and warmup at least 0, not {runs} and {warmup}"
+            )));
+        }
+        let (runs, warmup) = (runs as usize, warmup as usize);
+        let given = inputs.map(|i| self.given(i)).transpose()?;
         let report = py
             .detach(|| {
                 self.with(|m| {
@@ -263,58 +367,49 @@ impl Model {
     /// The inputs `run` takes: dicts of name, shape and dtype.
     #[getter]
     fn inputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let list = self.with(|m| Ok(m.inputs().to_vec())).map_err(raised(py))?;
-        Model::tensors(py, &list)
+        Model::tensors(py, &self.inputs)
     }
 
-    /// The outputs `run` gives: dicts of name, shape and dtype.
+    /// The outputs `run` gives: dicts of name, shape and dtype (a name
+    /// two outputs share gets a suffix on the second: `y`, `y_1`).
     #[getter]
     fn outputs<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyList>> {
-        let list = self
-            .with(|m| Ok(m.outputs().to_vec()))
-            .map_err(raised(py))?;
-        Model::tensors(py, &list)
+        Model::tensors(py, &self.outputs)
     }
 
     /// `reference`, `wgpu` or `opencl`.
     #[getter]
-    fn backend(&self, py: Python<'_>) -> PyResult<&'static str> {
-        let backend = self.with(|m| Ok(m.backend())).map_err(raised(py))?;
-        Ok(match backend {
-            Backend::Reference => "reference",
-            Backend::Wgpu => "wgpu",
-            Backend::Opencl => "opencl",
-        })
+    fn backend(&self) -> &'static str {
+        backend_name(self.backend)
     }
 
     /// The device profile the kernels were made for (`ircc
-    /// --list-devices`), or None for the reference backend.
+    /// --list-devices`, or one built from the adapter's limits), or None
+    /// for the reference backend.
     #[getter]
-    fn device(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        self.with(|m| Ok(m.device().map(|(d, _)| d)))
-            .map_err(raised(py))
+    fn device(&self) -> Option<String> {
+        self.device.clone()
     }
 
     /// The adapter the model runs on and the API reaching it, or None
     /// for the reference backend.
     #[getter]
-    fn adapter(&self, py: Python<'_>) -> PyResult<Option<(String, String)>> {
-        self.with(|m| Ok(m.adapter())).map_err(raised(py))
+    fn adapter(&self) -> Option<(String, String)> {
+        self.adapter.clone()
     }
 
-    /// What the compiler remarked on (with `remarks=True`: the device
+    /// What the compiler remarked on (with remarks=True: the device
     /// profile chosen and why, layouts, ...), as `--remarks` prints it.
     #[getter]
-    fn remarks(&self, py: Python<'_>) -> PyResult<String> {
-        self.with(|m| Ok(m.remarks().to_string()))
-            .map_err(raised(py))
+    fn remarks(&self) -> String {
+        self.remarks.clone()
     }
 
     /// Frees the device's buffers and pipelines; the model cannot run
     /// after. Closing twice does nothing.
     fn close(&self, py: Python<'_>) {
         let taken = py.detach(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).take());
-        drop(taken);
+        self.release(taken);
     }
 
     fn __enter__(slf: Py<Self>) -> Py<Self> {
@@ -327,56 +422,31 @@ impl Model {
     }
 
     fn __repr__(&self) -> String {
-        let guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
-        match guard.as_ref() {
-            None => "<ircc.Model (closed)>".to_string(),
-            Some(m) => {
-                let ins: Vec<String> = m
-                    .inputs()
-                    .iter()
-                    .map(|(n, t)| format!("{n}: {t}"))
-                    .collect();
-                let device = m
-                    .device()
-                    .map_or(String::new(), |(d, _)| format!(", device {d}"));
-                format!(
-                    "<ircc.Model ({}) on {:?}{device}>",
-                    ins.join(", "),
-                    m.backend()
-                )
-            }
-        }
+        let closed = self.inner.try_lock().is_ok_and(|g| g.is_none());
+        let ins: Vec<String> = self
+            .inputs
+            .iter()
+            .map(|(n, t)| format!("{n}: {t}"))
+            .collect();
+        let device = self
+            .device
+            .as_ref()
+            .map_or(String::new(), |d| format!(", device {d}"));
+        let state = if closed { ", closed" } else { "" };
+        format!(
+            "<ircc.Model ({}) on {}{device}{state}>",
+            ins.join(", "),
+            backend_name(self.backend)
+        )
     }
 }
 
-/// `run`'s inputs as (name, tensor) pairs, named where given by name.
-fn given_inputs(inputs: &Bound<'_, PyAny>) -> PyResult<Vec<(Option<String>, ircc_core::Tensor)>> {
-    if let Ok(dict) = inputs.cast::<PyDict>() {
-        return dict
-            .iter()
-            .map(|(k, v)| {
-                let name: String = k
-                    .extract()
-                    .map_err(|_| PyTypeError::new_err("input names must be strings"))?;
-                let t = arrays::to_tensor(&v, &format!("input '{name}'"))?;
-                Ok((Some(name), t))
-            })
-            .collect();
+fn backend_name(backend: Backend) -> &'static str {
+    match backend {
+        Backend::Reference => "reference",
+        Backend::Wgpu => "wgpu",
+        Backend::Opencl => "opencl",
     }
-    if inputs.cast::<numpy::PyUntypedArray>().is_ok() {
-        return Ok(vec![(None, arrays::to_tensor(inputs, "the input")?)]);
-    }
-    if inputs.cast::<PyList>().is_ok() || inputs.cast::<PyTuple>().is_ok() {
-        return inputs
-            .try_iter()?
-            .enumerate()
-            .map(|(i, v)| Ok((None, arrays::to_tensor(&v?, &format!("input {i}"))?)))
-            .collect();
-    }
-    Err(PyTypeError::new_err(format!(
-        "inputs must be a dict of name to numpy.ndarray, a list of arrays or one array, not {}",
-        inputs.get_type().name()?
-    )))
 }
 
 /// The native half of `ircc.compile`: `path` names the model (an .onnx
@@ -426,7 +496,7 @@ fn compile(
 /// Opens the bundle in the folder `path` (written by `ircc compile -o`
 /// or `Model.save`) on the device its kernels are for.
 #[pyfunction]
-#[pyo3(signature = (path, *, cl_options = String::new()))]
+#[pyo3(signature = (path, *, cl_options = String::new()), text_signature = "(path, *, cl_options='')")]
 fn load(py: Python<'_>, path: PathBuf, cl_options: String) -> PyResult<Model> {
     let model = py
         .detach(|| guarded(ErrorKind::Compile, || api::Model::load(&path, &cl_options)))
@@ -496,19 +566,18 @@ struct Module {
 #[pymethods]
 impl Module {
     /// Runs a pipeline over the module in place, as `ircc FILE --pipeline
-    /// NAME` (or `--passes`) does, and returns the module; what passes
-    /// remark on (with remarks=True) is returned by `remarks`.
-    #[pyo3(signature = (pipeline = None, *, passes = None, device = None, spec_dir = None, remarks = false))]
+    /// NAME` (or `--passes`) does, and returns the module. Where a pass
+    /// fails, the module is left as that pass left it.
+    #[pyo3(signature = (pipeline = None, *, passes = None, device = None, spec_dir = None))]
     fn run_pipeline(
         slf: Bound<'_, Self>,
         pipeline: Option<String>,
         passes: Option<String>,
         device: Option<String>,
         spec_dir: Option<PathBuf>,
-        remarks: bool,
     ) -> PyResult<Bound<'_, Self>> {
         let py = slf.py();
-        let args = pipeline_args(pipeline, passes, device, spec_dir, None, remarks)?;
+        let args = pipeline_args(pipeline, passes, device, spec_dir, None, false)?;
         let this = slf.get();
         py.detach(|| {
             guarded(ErrorKind::Compile, || {

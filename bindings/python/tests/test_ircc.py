@@ -8,6 +8,7 @@ import os
 import re
 import subprocess
 import threading
+import time
 from pathlib import Path
 
 import numpy as np
@@ -200,11 +201,19 @@ def test_bad_models_raise_compile_errors_with_where_and_what(tmp_path):
     with pytest.raises(ircc.CompileError, match="reference backend"):
         ircc.compile(MLP, backend="reference", precision="f16")
     with pytest.raises(ircc.CompileError, match="unknown pass"):
-        ircc.compile(MLP, pipeline=None, passes="canonicalize,no-such-pass")
+        ircc.compile(MLP, passes="canonicalize,no-such-pass")
     with pytest.raises(ircc.CompileError, match=r"<string>:1:\d+"):
         ircc.parse("func.func @main(")
     with pytest.raises(TypeError):
         ircc.compile(42)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(ircc.CompileError, match="not a regular file"):
+        ircc.compile(fifo)  # not a read that waits forever for a writer
+    with pytest.raises(ValueError, match="ircc.parse"):
+        ircc.compile(MLP.read_text())
+    with pytest.raises(ValueError, match="backend='opencl'"):
+        ircc.compile(MLP, cl_options="-cl-opt-disable")
 
 
 def test_bad_inputs_raise_clear_errors_and_crash_nothing():
@@ -228,6 +237,10 @@ def test_bad_inputs_raise_clear_errors_and_crash_nothing():
         model.run({name: np.zeros((*shape, 1), np.float32)})
     with pytest.raises(TypeError, match="inputs must be"):
         model.run(7)
+    with pytest.raises(ValueError, match="runs must be at least 1"):
+        model.bench(runs=0)
+    with pytest.raises(ValueError, match="runs must be at least 1"):
+        model.bench(runs=-1)
     assert model.run({name: good})  # still runs after every refusal
     model.close()
     model.close()
@@ -280,3 +293,55 @@ def test_the_readme_example_runs():
         exec(compile(example, "README.md", "exec"), {})
     finally:
         os.chdir(cwd)
+
+
+def test_outputs_of_one_name_each_get_a_key():
+    text = """func.func @main(%x: tensor<2xf32>) -> (tensor<2xf32> {ircc.name = "y"}, tensor<2xf32> {ircc.name = "y"}) {
+  %0 = graph.relu %x : tensor<2xf32> -> tensor<2xf32>
+  %1 = graph.neg %x : tensor<2xf32> -> tensor<2xf32>
+  func.return %0, %1 : tensor<2xf32>, tensor<2xf32>
+}
+"""
+    x = np.array([-1.5, 2], np.float32)
+    for backend in ["reference", "wgpu"]:
+        model = ircc.compile(ircc.parse(text), backend=backend)
+        assert [o["name"] for o in model.outputs] == ["y", "y_1"]
+        out = model.run(x)
+        np.testing.assert_array_equal(out["y"], [0, 2])
+        np.testing.assert_array_equal(out["y_1"], [1.5, -2])
+
+
+def test_a_model_keeps_its_weights_when_its_file_changes(tmp_path):
+    x, want = reference("convnext_w16")
+    path = tmp_path / "m.onnx"
+    path.write_bytes((MODELS / "convnext_w16.onnx").read_bytes())
+    model = ircc.compile(path, backend="reference")
+    path.write_bytes(b"")  # exported again, say: the model read it once
+    (out,) = model.run(x).values()
+    assert relative(out, want) < 1e-4
+
+
+def test_a_forked_child_is_told_to_compile_its_own_model():
+    model = ircc.compile(MLP, backend="wgpu")
+    (spec,) = model.inputs
+    x = np.zeros(spec["shape"], np.float32)
+    pid = os.fork()
+    if pid == 0:
+        try:
+            model.run(x)
+            code = 1
+        except ircc.RunError as e:
+            code = 0 if "forked" in str(e) else 2
+        except BaseException:
+            code = 3
+        os._exit(code)
+    for _ in range(600):
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        time.sleep(0.1)
+    else:
+        os.kill(pid, 9)
+        pytest.fail("the forked child hung")
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert model.run(x)  # the parent's model still runs

@@ -44,6 +44,16 @@ impl StoredTensor {
         Ok(StoredTensor { ty, bytes })
     }
 
+    /// The tensor with its bytes copied out of any file they are mapped
+    /// from, for a holder that outlives the file's contents (a model a
+    /// program keeps while the file may be rewritten).
+    pub fn detached(&self) -> StoredTensor {
+        StoredTensor {
+            ty: self.ty.clone(),
+            bytes: Bytes::copy_from_slice(&self.bytes),
+        }
+    }
+
     /// `t`'s values stored in its own type.
     pub fn from_tensor(t: &Tensor) -> StoredTensor {
         let storage = byte_storage(t.elem);

@@ -52,7 +52,10 @@ def _model_file(model):
     ircc.Module), and the temporary folder it was written to where it was
     no file (None for a path)."""
     if isinstance(model, (str, os.PathLike)):
-        return os.fspath(model), None
+        path = os.fspath(model)
+        if isinstance(path, str) and not os.path.exists(path) and "func.func" in path:
+            raise ValueError("a str model names a file, and none is named this; for IR text, compile ircc.parse(text)")
+        return path, None
     keep = tempfile.TemporaryDirectory(prefix="ircc-")
     if isinstance(model, Module):
         path = os.path.join(keep.name, "model.ir")
@@ -73,7 +76,7 @@ def _model_file(model):
     )
 
 
-def compile(model, *, pipeline="smartmem", passes=None, backend="wgpu", device=None,
+def compile(model, *, pipeline=None, passes=None, backend="wgpu", device=None,
             precision=None, attention=None, input_shapes=None, spec_dir=None,
             tuning_db=None, cl_options="", remarks=False):
     """Compiles `model` and sets up its device; returns a ``Model`` to run.
@@ -82,7 +85,8 @@ def compile(model, *, pipeline="smartmem", passes=None, backend="wgpu", device=N
         bytes, an ``onnx.ModelProto`` or an ``ircc.Module``.
     pipeline: a named pipeline (``none``, ``canonicalize``, ``dnnfusion``,
         ``smartmem``, ``smartmem-gpu``) or the path of a ``.pipeline`` file;
-        or ``passes``, a pass list as ``--passes`` takes it (then pipeline=None).
+        ``smartmem`` unless ``passes`` is given, a pass list as
+        ``--passes`` takes it.
     backend: ``wgpu`` (WGSL through Vulkan or another API wgpu finds),
         ``opencl``, or ``reference`` (the CPU interpreter).
     device: the device profile kernels are made for (``ircc.devices()``), or
@@ -96,32 +100,48 @@ def compile(model, *, pipeline="smartmem", passes=None, backend="wgpu", device=N
         (the remarks are in ``Model.remarks``).
 
     Raises ``CompileError`` with the compiler's diagnostic. The GIL is
-    released while compiling.
+    released while compiling. A model in a file is read once: the file may
+    change after. A Model cannot run in a process forked from the one that
+    compiled it.
     """
     if pipeline is not None and passes is not None:
         raise ValueError("give pipeline or passes, not both")
-    # A model given as data is read from its temporary file for as long
-    # as the Model lives (its weights are mapped from it).
+    if pipeline is None and passes is None:
+        pipeline = "smartmem"
+    if cl_options and backend != "opencl":
+        raise ValueError("cl_options go to the OpenCL compiler: give them with backend='opencl'")
+    # A model given as data is written to a temporary file, kept for as
+    # long as the Model lives.
     path, keep = _model_file(model)
-    return _ircc.compile(
-        path, backend=backend, pipeline=pipeline, passes=passes, device=device,
-        precision=precision, attention=attention, input_shapes=input_shapes,
-        spec_dir=None if spec_dir is None else os.fspath(spec_dir),
-        tuning_db=None if tuning_db is None else os.fspath(tuning_db),
-        cl_options=cl_options, remarks=remarks, keep=keep)
+    try:
+        return _ircc.compile(
+            path, backend=backend, pipeline=pipeline, passes=passes, device=device,
+            precision=precision, attention=attention, input_shapes=input_shapes,
+            spec_dir=None if spec_dir is None else os.fspath(spec_dir),
+            tuning_db=None if tuning_db is None else os.fspath(tuning_db),
+            cl_options=cl_options, remarks=remarks, keep=keep)
+    except BaseException:
+        if keep is not None:
+            keep.cleanup()
+        raise
 
 
-def check(model, *, pipeline="smartmem", passes=None, device=None, input_shapes=None,
+def check(model, *, pipeline=None, passes=None, device=None, input_shapes=None,
           spec_dir=None, seed=0, rtol=1e-4):
     """Translation validation, as ``ircc check``: runs the interpreter on
     seeded random inputs before and after every pass of the pipeline.
 
-    Returns a list of (pass, relative difference); raises ``CheckError``
+    `pipeline` is ``smartmem`` unless ``passes`` is given. Returns a list
+    of (pass, relative difference); raises ``CheckError``
     naming the first pass that changed the results by more than `rtol`
     (``CompileError`` where the model does not compile).
     """
     if pipeline is not None and passes is not None:
         raise ValueError("give pipeline or passes, not both")
+    if pipeline is None and passes is None:
+        pipeline = "smartmem"
+    if not rtol >= 0:
+        raise ValueError(f"rtol must be a number of 0 or more, not {rtol}")
     path, keep = _model_file(model)
     try:
         return _check(path, pipeline=pipeline, passes=passes, device=device,

@@ -17,8 +17,9 @@ class InputError(RunError, ValueError): ...
 class CheckError(Error): ...
 
 class Model:
-    """A model compiled for a backend, its device set up once. Safe to share
-    between threads: runs take the device in turn."""
+    """A model compiled for a backend, its device set up once (by compile or
+    load). Safe to share between threads: runs take the device in turn. It
+    cannot run in a process forked from the one that made it."""
 
     def run(self, inputs: Inputs) -> dict[str, np.ndarray]:
         """Runs the model once; a dict of output name to array."""
@@ -60,7 +61,6 @@ class Module:
         passes: Optional[str] = None,
         device: Optional[str] = None,
         spec_dir: Optional[Union[str, os.PathLike]] = None,
-        remarks: bool = False,
     ) -> "Module":
         """Runs a pipeline (or a pass list) over the module in place; returns it."""
     def generic(self) -> str:
@@ -69,7 +69,7 @@ class Module:
 def compile(
     model: ModelSource,
     *,
-    pipeline: Optional[str] = "smartmem",
+    pipeline: Optional[str] = None,
     passes: Optional[str] = None,
     backend: str = "wgpu",
     device: Optional[str] = None,
@@ -89,7 +89,7 @@ def load(path: Union[str, os.PathLike], *, cl_options: str = "") -> Model:
 def check(
     model: ModelSource,
     *,
-    pipeline: Optional[str] = "smartmem",
+    pipeline: Optional[str] = None,
     passes: Optional[str] = None,
     device: Optional[str] = None,
     input_shapes: Optional[Mapping[str, Sequence[int]]] = None,
