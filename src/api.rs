@@ -100,7 +100,32 @@ impl Model {
     /// `options` say and sets up `backend`'s device: `ircc run`'s work
     /// before the run.
     pub fn compile(path: &Path, backend: Backend, options: Options) -> Result<Model, Error> {
+        regular_file(path)?;
         let driver = driver()?;
+        let loaded = driver
+            .load_or_fail(
+                path,
+                &options.onnx,
+                options.pipeline.allow_unregistered_dialect,
+            )
+            .map_err(failed(ErrorKind::Compile))?;
+        Model::compile_loaded(&driver, loaded, backend, options)
+    }
+
+    /// [`Model::compile`] of IR held in memory ([`Ir::parse`]'s, perhaps
+    /// transformed since): its name is the file its diagnostics and its
+    /// weights file (`ircc.weights`, relative to it) refer to.
+    pub fn compile_ir(ir: &Ir, backend: Backend, options: Options) -> Result<Model, Error> {
+        let driver = driver()?;
+        Model::compile_loaded(&driver, ir.loaded.copy_without_weights(), backend, options)
+    }
+
+    fn compile_loaded(
+        driver: &Driver,
+        mut loaded: Loaded,
+        backend: Backend,
+        options: Options,
+    ) -> Result<Model, Error> {
         if let (None, Some(p)) = (backend.device(), options.kernel.precision) {
             return Err(error(
                 ErrorKind::Compile,
@@ -111,14 +136,6 @@ impl Model {
             ));
         }
         let compile = failed(ErrorKind::Compile);
-        regular_file(path)?;
-        let mut loaded = driver
-            .load_or_fail(
-                path,
-                &options.onnx,
-                options.pipeline.allow_unregistered_dialect,
-            )
-            .map_err(&compile)?;
         let read = loaded.copy_without_weights();
         let device = backend.device();
         let mut remarks = Vec::new();
@@ -144,7 +161,7 @@ impl Model {
             }
         }
         let session = device
-            .map(|d| crate::gpu::session(&driver, &loaded, d, &options.cl_options))
+            .map(|d| crate::gpu::session(driver, &loaded, d, &options.cl_options))
             .transpose()
             .map_err(&compile)?;
         Ok(Model {

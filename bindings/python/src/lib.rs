@@ -449,14 +449,14 @@ fn backend_name(backend: Backend) -> &'static str {
     }
 }
 
-/// The native half of `ircc.compile`: `path` names the model (an .onnx
-/// file or IR text); `keep` lives as long as the model.
+/// The native half of `ircc.compile`: `model` is a path (an .onnx file
+/// or IR text) or an `ircc.Module`; `keep` lives as long as the model.
 #[pyfunction]
-#[pyo3(signature = (path, *, backend, pipeline, passes, device, precision, attention, input_shapes, spec_dir, tuning_db, cl_options, remarks, keep))]
+#[pyo3(signature = (model, *, backend, pipeline, passes, device, precision, attention, input_shapes, spec_dir, tuning_db, cl_options, remarks, keep))]
 #[allow(clippy::too_many_arguments)]
 fn compile(
     py: Python<'_>,
-    path: PathBuf,
+    model: &Bound<'_, PyAny>,
     backend: &str,
     pipeline: Option<String>,
     passes: Option<String>,
@@ -483,14 +483,27 @@ fn compile(
         },
         cl_options,
     };
-    let model = py
-        .detach(|| {
-            guarded(ErrorKind::Compile, || {
-                api::Model::compile(&path, backend, options)
+    let compiled = match model.cast::<Module>() {
+        Ok(module) => {
+            let module = module.get();
+            py.detach(|| {
+                guarded(ErrorKind::Compile, || {
+                    let ir = module.ir.lock().unwrap_or_else(|p| p.into_inner());
+                    api::Model::compile_ir(&ir, backend, options)
+                })
             })
-        })
-        .map_err(raised(py))?;
-    Ok(Model::new(model, keep))
+        }
+        Err(_) => {
+            let path: PathBuf = model.extract()?;
+            py.detach(|| {
+                guarded(ErrorKind::Compile, || {
+                    api::Model::compile(&path, backend, options)
+                })
+            })
+        }
+    }
+    .map_err(raised(py))?;
+    Ok(Model::new(compiled, keep))
 }
 
 /// Opens the bundle in the folder `path` (written by `ircc compile -o`

@@ -345,3 +345,21 @@ def test_a_forked_child_is_told_to_compile_its_own_model():
         pytest.fail("the forked child hung")
     assert os.waitstatus_to_exitcode(status) == 0
     assert model.run(x)  # the parent's model still runs
+
+
+def test_a_module_compiles_as_it_is_and_its_errors_name_its_text():
+    text = """func.func @main(%x: tensor<1x32x9x9xf32>, %w: tensor<32x16x3x3xf32>) -> tensor<1x32x9x9xf32> {
+  %0 = graph.conv %x, %w {group = 2, pads = array<i64: 1, 1, 1, 1>, kernel.schedule = {template = "matmul", workgroup = array<i64: 8, 8>, register_tile = array<i64: 2, 2>, k_step = 16, splits = 1, local_memory = true, sum_in_consumers = false, tuned = false}} : tensor<1x32x9x9xf32>, tensor<32x16x3x3xf32> -> tensor<1x32x9x9xf32>
+  func.return %0 : tensor<1x32x9x9xf32>
+}
+"""
+    # Groups of 16 channels run per element: the schedule is refused,
+    # at the op's place in the module's own text.
+    with pytest.raises(ircc.CompileError, match=r"^mine\.ir:2:8: error: kernel\.lower"):
+        ircc.compile(ircc.parse(text, "mine.ir"), passes="kernel.lower", backend="reference")
+
+
+def test_onnx_bytes_with_external_data_say_to_pass_the_path():
+    data = (MODELS / "vit_l4_w64_dynamo.onnx").read_bytes()
+    with pytest.raises(ircc.CompileError, match="pass the path of its .onnx file"):
+        ircc.compile(data, backend="reference")

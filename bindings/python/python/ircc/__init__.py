@@ -58,6 +58,7 @@ def _model_file(model):
         return path, None
     keep = tempfile.TemporaryDirectory(prefix="ircc-")
     if isinstance(model, Module):
+        # Written out for ircc.check, which reads its model from a file.
         path = os.path.join(keep.name, "model.ir")
         with open(path, "w", encoding="utf-8") as f:
             f.write(str(model))
@@ -110,9 +111,10 @@ def compile(model, *, pipeline=None, passes=None, backend="wgpu", device=None,
         pipeline = "smartmem"
     if cl_options and backend != "opencl":
         raise ValueError("cl_options go to the OpenCL compiler: give them with backend='opencl'")
-    # A model given as data is written to a temporary file, kept for as
-    # long as the Model lives.
-    path, keep = _model_file(model)
+    # A module is compiled as it is in memory (its errors name its own
+    # text); a model given as bytes is written to a temporary file, kept
+    # for as long as the Model lives.
+    path, keep = (model, None) if isinstance(model, Module) else _model_file(model)
     try:
         return _ircc.compile(
             path, backend=backend, pipeline=pipeline, passes=passes, device=device,
@@ -120,6 +122,15 @@ def compile(model, *, pipeline=None, passes=None, backend="wgpu", device=None,
             spec_dir=None if spec_dir is None else os.fspath(spec_dir),
             tuning_db=None if tuning_db is None else os.fspath(tuning_db),
             cl_options=cl_options, remarks=remarks, keep=keep)
+    except CompileError as e:
+        if keep is None:
+            raise
+        keep.cleanup()
+        if "external data" not in str(e):
+            raise
+        raise CompileError(
+            f"{e}\n(a model with external data files is read from its path: pass the path of its .onnx file)"
+        ) from None
     except BaseException:
         if keep is not None:
             keep.cleanup()
