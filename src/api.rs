@@ -243,7 +243,7 @@ impl Model {
     }
 
     /// The device profile compiled for and why (`--remarks`), where
-    /// kernels were made; the adapter and API the session runs on.
+    /// kernels were made.
     pub fn device(&self) -> Option<(String, String)> {
         self.session
             .as_ref()?
@@ -547,6 +547,13 @@ impl Ir {
                 remarks: Vec::new(),
             },
         })
+    }
+
+    /// A copy of the module, to work on apart from this one.
+    pub fn copy(&self) -> Ir {
+        Ir {
+            loaded: self.loaded.copy_without_weights(),
+        }
     }
 
     /// Runs `pipeline` (its `pipeline` or `passes`) over the module; what

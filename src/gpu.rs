@@ -120,7 +120,7 @@ impl Driver {
 
     /// How many kernels a run of `module` dispatches on a GPU: its
     /// `kernel.launch`es once `kernel.schedule` (unless the pipeline ran
-    /// it) and `kernel.lower` have run for its target (a fused group can
+    /// it), `kernel.lower` and `kernel.ace` have run for its target (a fused group can
     /// take more than one: a product split along
     /// K, an output outside the anchor's iteration space), and how many of
     /// its kernels took their parameters from `--tuning-db`. `None` where

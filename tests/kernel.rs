@@ -470,6 +470,35 @@ fn grouped_convolutions_match_the_interpreter() {
     let passes = "graph.eliminate-layout-ops,kernel.lower,kernel.ace";
     let kernels = checked_kernels(common::GROUPED_CONV.file, passes, "1e-4", "matmul_tiled");
     assert_eq!(kernels, 2);
+    // For a texture profile the first product writes texels, four
+    // channels of its second group at a time (once written into the
+    // first group's texels), which the second reads.
+    let dir = common::scratch_dir("grouped_texels");
+    let file = dir.join("g.ir");
+    let conv = "graph.conv %IN, %w, %b {group = 2, pads = array<i64: 1, 1, 1, 1>} : tensor<1x64x9x9xf32>, tensor<64x32x3x3xf32>, tensor<64xf32> -> tensor<1x64x9x9xf32>";
+    std::fs::write(
+        &file,
+        format!(
+            "func.func @main(%x: tensor<1x64x9x9xf32>, %w: tensor<64x32x3x3xf32>, %b: tensor<64xf32>) -> tensor<1x64x9x9xf32> {{\n\
+             %0 = {}\n\
+             %1 = graph.relu %0 : tensor<1x64x9x9xf32> -> tensor<1x64x9x9xf32>\n\
+             %2 = {}\n\
+             func.return %2 : tensor<1x64x9x9xf32>\n}}\n",
+            conv.replace("%IN", "%x"),
+            conv.replace("%IN", "%1")
+        ),
+    )
+    .unwrap();
+    let model = [
+        file.to_str().unwrap(),
+        "--pipeline",
+        "smartmem-gpu",
+        "--device",
+        "adreno740",
+    ];
+    let out = ircc(&[&["check"][..], &model].concat());
+    assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    assert!(ircc(&model).stdout.contains("kernel.texture_store"));
 }
 
 /// A kernel's FLOP count is not bounded like a dimension: attention over

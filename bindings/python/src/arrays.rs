@@ -110,9 +110,15 @@ pub fn to_tensor(array: &Bound<'_, PyUntypedArray>, elem: ElemType) -> PyResult<
         ElemType::U32 => Tensor::int(elem, ints(array, |x: u32| i64::from(x))?),
         ElemType::U16 => Tensor::int(elem, ints(array, |x: u16| i64::from(x))?),
         ElemType::U8 => Tensor::int(elem, ints(array, |x: u8| i64::from(x))?),
-        _ => {
+        ElemType::I1 => {
             let v = array.cast::<PyArrayDyn<bool>>()?.readonly();
             Tensor::bool(v.as_array().to_owned())
+        }
+        other => {
+            return Err(PyTypeError::new_err(format!(
+                "numpy has no dtype for {}",
+                other.name()
+            )));
         }
     })
 }

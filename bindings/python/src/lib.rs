@@ -39,18 +39,24 @@ fn raised(py: Python<'_>) -> impl Fn(api::Error) -> PyErr + '_ {
     move |e| raise(py, e.kind, e.to_string())
 }
 
+/// What a panic said.
+fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| p.downcast_ref::<&str>().copied())
+        .unwrap_or("a panic")
+}
+
 /// Runs `f`, turning a panic into an error of `kind` so that none reaches
 /// Python (a panic is a bug of ircc's).
 fn guarded<T>(kind: ErrorKind, f: impl FnOnce() -> Result<T, api::Error>) -> Result<T, api::Error> {
     std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).unwrap_or_else(|p| {
-        let what = p
-            .downcast_ref::<String>()
-            .map(String::as_str)
-            .or_else(|| p.downcast_ref::<&str>().copied())
-            .unwrap_or("a panic");
         Err(api::Error {
             kind,
-            message: format!("ircc failed ({what}); this is a bug of ircc's, please report it"),
+            message: format!(
+                "ircc failed ({}); this is a bug of ircc's, please report it",
+                panic_message(p.as_ref())
+            ),
         })
     })
 }
@@ -183,9 +189,8 @@ impl Model {
 
     /// Runs `f` on the model, locked; an error once closed, or in a
     /// forked child (a device's queues do not survive a fork: a run there
-    /// would wait forever). A lock a panic left poisoned is taken as it
-    /// is: a panic is turned into an error before it could leave the
-    /// model half changed.
+    /// would wait forever). A panic in `f` (a bug of ircc's) may have left
+    /// the model half changed: it is closed, and the error says so.
     fn with<T>(
         &self,
         f: impl FnOnce(&mut api::Model) -> Result<T, api::Error>,
@@ -200,11 +205,23 @@ impl Model {
                 self.pid
             )));
         }
+        // A lock poisoned by a panic is taken as it is: the panic closed
+        // the model.
         let mut guard = self.inner.lock().unwrap_or_else(|p| p.into_inner());
         let model = guard
             .as_mut()
             .ok_or_else(|| run("the model is closed".into()))?;
-        guarded(ErrorKind::Run, || f(model))
+        match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f(model))) {
+            Ok(result) => result,
+            Err(p) => {
+                // Not dropped: freeing what a panic left may panic again.
+                std::mem::forget(guard.take());
+                Err(run(format!(
+                    "ircc failed ({}); this is a bug of ircc's, please report it. The model is closed",
+                    panic_message(p.as_ref())
+                )))
+            }
+        }
     }
 
     fn tensors<'py>(
@@ -408,6 +425,11 @@ impl Model {
     /// Frees the device's buffers and pipelines; the model cannot run
     /// after. Closing twice does nothing.
     fn close(&self, py: Python<'_>) {
+        // In a forked child the lock may be held by a thread the fork left
+        // behind; the model is left to the process's end there.
+        if std::process::id() != self.pid {
+            return;
+        }
         let taken = py.detach(|| self.inner.lock().unwrap_or_else(|p| p.into_inner()).take());
         self.release(taken);
     }
@@ -488,7 +510,8 @@ fn compile(
             let module = module.get();
             py.detach(|| {
                 guarded(ErrorKind::Compile, || {
-                    let ir = module.ir.lock().unwrap_or_else(|p| p.into_inner());
+                    // Copied, so that the module is not locked while compiling.
+                    let ir = module.ir.lock().unwrap_or_else(|p| p.into_inner()).copy();
                     api::Model::compile_ir(&ir, backend, options)
                 })
             })
@@ -605,14 +628,23 @@ impl Module {
     }
 
     /// The module in MLIR's generic form, which mlir-opt reads.
-    fn generic(&self) -> String {
-        let ir = self.ir.lock().unwrap_or_else(|p| p.into_inner());
-        ir.print(ircc_core::Form::Generic)
+    fn generic(&self, py: Python<'_>) -> String {
+        self.print(py, ircc_core::Form::Generic)
     }
 
-    fn __str__(&self) -> String {
-        let ir = self.ir.lock().unwrap_or_else(|p| p.into_inner());
-        ir.print(ircc_core::Form::Pretty)
+    fn __str__(&self, py: Python<'_>) -> String {
+        self.print(py, ircc_core::Form::Pretty)
+    }
+}
+
+impl Module {
+    /// The module's text, waiting without the GIL for a pipeline another
+    /// thread runs over it.
+    fn print(&self, py: Python<'_>, form: ircc_core::Form) -> String {
+        py.detach(|| {
+            let ir = self.ir.lock().unwrap_or_else(|p| p.into_inner());
+            ir.print(form)
+        })
     }
 }
 

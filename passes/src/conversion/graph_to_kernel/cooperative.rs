@@ -72,7 +72,8 @@ pub(super) fn choose(
         .find(|s| workgroups(s) >= wanted)
         .or_else(|| {
             let wide = with([2, 4], [1, 1]);
-            (workgroups(&wide) >= i64::from(device.compute_units)).then_some(wide)
+            let fills = workgroups(&wide) >= i64::from(device.compute_units);
+            (fills && invalid(&wide, device).is_none()).then_some(wide)
         })
         .unwrap_or_else(|| with([2, 2], [1, 1]));
     // A grid that leaves compute units idle even so (Swin-T's last stage,

@@ -671,7 +671,10 @@ impl TexelTile<'_> {
                     let mut idx = self
                         .product
                         .result_index(self.batch, row.clone(), col.clone());
-                    idx[self.columns] = col.clone().floor_div(Ix::constant(LANES));
+                    // The texel of four neighbouring columns: of the result's
+                    // column, which for a grouped convolution counts its
+                    // group's first (a multiple of four) beside `col`.
+                    idx[self.columns] = idx[self.columns].clone().floor_div(Ix::constant(LANES));
                     let offset = r.clone() * Ix::constant(tile_n) + q.clone() * Ix::constant(LANES);
                     for (&(_, host), &stage) in texels.iter().zip(staging) {
                         let mut lanes = kb.load4(stage, &offset);

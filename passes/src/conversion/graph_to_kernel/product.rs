@@ -45,7 +45,8 @@ pub(super) enum Product {
         ks: Vec<i64>,
         window: Window,
         /// The output channels of a group: the columns of each product of
-        /// the batch, which is the groups (none for one group).
+        /// the batch, which is the groups (all the channels, and no batch,
+        /// for one group).
         columns: i64,
     },
 }
