@@ -498,7 +498,8 @@ fn grouped_convolutions_match_the_interpreter() {
     ];
     let out = ircc(&[&["check"][..], &model].concat());
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
-    assert!(ircc(&model).stdout.contains("kernel.texture_store"));
+    let stores = ircc_dialects::kernel::KernelOp::TextureStore.name();
+    assert!(ircc(&model).stdout.contains(stores));
 }
 
 /// A kernel's FLOP count is not bounded like a dimension: attention over

@@ -283,12 +283,12 @@ const PRODUCT_GROUP_CHANNELS: i64 = 32;
 
 /// Whether convolution `op` runs as an implicit GEMM (see [`kind_of`]).
 fn conv_is_product(m: &Module, op: OpId) -> bool {
-    let Some(conv) = graph::ops::Conv::new(m, op) else {
+    if graph::ops::Conv::new(m, op).is_none() {
         return false;
-    };
-    let groups = conv.group();
-    let channels = shape_of(m, m.op(op).operands[1])[0] / groups.max(1);
-    groups == 1 || (channels >= PRODUCT_GROUP_CHANNELS && channels % 4 == 0)
+    }
+    // The groups are the product's batch, a group's channels its columns.
+    let (_, channels, _, groups) = product_dims(m, op);
+    groups.is_empty() || (channels >= PRODUCT_GROUP_CHANNELS && channels % 4 == 0)
 }
 
 /// Whether every kernel that reads lone product `group`'s result can sum
