@@ -39,7 +39,9 @@ impl Tiling {
     /// even so the grid cannot fill the device and each workgroup would
     /// walk a long K (Swin's and ViT's products of 49 or 197 rows), the
     /// full register tile is kept and K is split over enough workgroups to
-    /// fill it, each taking at least `matmul_split_min_steps` steps.
+    /// fill it, each taking at least `matmul_split_min_steps` steps; also
+    /// where the grid would be filled only by tiles of one result an
+    /// invocation.
     ///
     /// Unless `sum_in_consumers` (the kernels reading the product sum its
     /// partials where they read them), a kernel of its own sums the
@@ -84,9 +86,19 @@ impl Tiling {
             .min(t.max_workgroups_per_dimension / batches.max(1));
         // Splits that divide the steps evenly, so that every split takes
         // as many; only worth it where the grid grows beyond the unsplit
-        // one (K's steps may have no divisor in range, or a small one).
+        // one (K's steps may have no divisor in range, or a small one), or
+        // where the unsplit tile is one result an invocation (a multiply-add
+        // for every two words read from workgroup memory) and the split
+        // still gives matmul_min_workgroups: Swin-T's stage-3 second MLP
+        // product (196 x 1536 x 384) took 44 us so on an H200, 29 split 12
+        // ways.
         let splits = match (2..=most).rev().find(|s| steps(full) % s == 0) {
-            Some(splits) if splits * tiles > workgroups(reg, side) => splits,
+            Some(splits)
+                if splits * tiles > workgroups(reg, side)
+                    || (reg == 1 && splits * tiles >= t.matmul_min_workgroups) =>
+            {
+                splits
+            }
             _ => return unsplit,
         };
         let half = side / 2;
@@ -775,7 +787,17 @@ mod tests {
     }
 
     #[test]
-    fn a_split_divides_the_k_steps_and_only_ever_grows_the_grid() {
+    fn tiles_of_one_result_give_way_to_a_split_that_keeps_the_units_busy() {
+        // Swin-T stage 3's second MLP product: 312 tiles of 16 x 16 fill
+        // the grid, but 24 of 64 x 64 split 12 ways give 288 workgroups
+        // of sixteen results an invocation.
+        assert_eq!(tiling(196, 384, 1536, 1, H100_UNITS), (4, 12));
+        // Its projection's K of 384 gives too few steps to split so.
+        assert_eq!(tiling(196, 384, 384, 1, H100_UNITS), (1, 1));
+    }
+
+    #[test]
+    fn a_split_divides_the_k_steps_and_grows_the_grid_or_replaces_tiles_of_one_result() {
         let target = super::target();
         let workgroups = |m: i64, n: i64, batches: i64, reg: i64| {
             let tile = target.matmul_workgroup * reg;
@@ -797,9 +819,11 @@ mod tests {
             if t.splits > 1 {
                 assert!(steps / t.splits >= target.matmul_split_min_steps);
                 let unsplit = Tiling::choose(m, n, k, batches, 1, true);
+                let split_grid = workgroups(m, n, batches, t.register_tile) * t.splits;
                 assert!(
-                    workgroups(m, n, batches, t.register_tile) * t.splits
-                        > workgroups(m, n, batches, unsplit.register_tile),
+                    split_grid > workgroups(m, n, batches, unsplit.register_tile)
+                        || (unsplit.register_tile == 1
+                            && split_grid >= target.matmul_min_workgroups),
                     "{m}x{n}x{k}: {t:?}"
                 );
             }

@@ -261,11 +261,12 @@ impl Product {
         Ok(kb.ir.cast(v, Type::Scalar(elem)))
     }
 
-    /// Operand `which` of a matmul or gemm and the axes of its graph
-    /// value that the product's rows and columns run along. `None` for a
-    /// convolution (im2col) and for A of a folded batch (its rows are
-    /// delinearized).
-    fn matrix_operand(&self, m: &Module, which: usize) -> Option<(ValueId, [usize; 2])> {
+    /// Operand `which` of a matmul or gemm, the axes of its graph value
+    /// that the product's rows and columns run along, and whether its rows
+    /// are a folded batch (A of a batch against one matrix, whose row
+    /// index is delinearized over every axis but the last). `None` for a
+    /// convolution (im2col).
+    fn matrix_operand(&self, m: &Module, which: usize) -> Option<(ValueId, [usize; 2], bool)> {
         match self {
             Product::Gemm { op } => {
                 let gemm = graph::ops::Gemm::new(m, *op)?;
@@ -277,30 +278,31 @@ impl Product {
                 Some((
                     m.op(*op).operands[which],
                     if trans { [1, 0] } else { [0, 1] },
+                    false,
                 ))
             }
             Product::Matmul {
                 a, b, sa, sb, fold, ..
             } => {
-                if *fold && which == 0 {
-                    return None;
-                }
                 let (x, rank) = if which == 0 {
                     (*a, sa.len())
                 } else {
                     (*b, sb.len())
                 };
-                Some((x, [rank - 2, rank - 1]))
+                Some((x, [rank - 2, rank - 1], *fold && which == 0))
             }
             Product::Conv { .. } => None,
         }
     }
 
     /// Whether [`Product::operand4_as`] reads operand `which` four
-    /// elements at a time, down its rows (`along_rows`) or along them.
+    /// elements at a time, down its rows (`along_rows`) or along them; a
+    /// folded batch's rows step across its axes, so only along them.
     pub fn vector_operand(&self, kb: &KernelBuilder, which: usize, along_rows: bool) -> bool {
         self.matrix_operand(kb.m(), which)
-            .is_some_and(|(x, axes)| kb.vector_readable(x, axes[usize::from(!along_rows)]))
+            .is_some_and(|(x, axes, folded)| {
+                !(folded && along_rows) && kb.vector_readable(x, axes[usize::from(!along_rows)])
+            })
     }
 
     /// Elements `(row + j, col)` (`along_rows`) or `(row, col + j)`, j < 4,
@@ -316,14 +318,21 @@ impl Product {
         along_rows: bool,
         elem: ElemType,
     ) -> R<[ValueId; 4]> {
-        let (x, axes) = self
+        let (x, axes, folded) = self
             .matrix_operand(kb.m(), which)
             .ok_or("a vector read of a convolution's operand")?;
         let shape = tensor_shape(kb, x);
-        let mut idx = broadcast_index(batch, &shape[..shape.len() - 2]);
-        idx.extend([Ix::constant(0), Ix::constant(0)]);
-        idx[axes[0]] = row;
-        idx[axes[1]] = col;
+        let idx = if folded {
+            let mut idx = delinearize(&row, &shape[..shape.len() - 1]);
+            idx.push(col);
+            idx
+        } else {
+            let mut idx = broadcast_index(batch, &shape[..shape.len() - 2]);
+            idx.extend([Ix::constant(0), Ix::constant(0)]);
+            idx[axes[0]] = row;
+            idx[axes[1]] = col;
+            idx
+        };
         let lanes = kb.vector_at(x, &idx, axes[usize::from(!along_rows)])?;
         Ok(lanes.map(|v| kb.ir.cast(v, Type::Scalar(elem))))
     }
