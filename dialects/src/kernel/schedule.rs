@@ -47,7 +47,11 @@ pub struct MatmulSchedule {
 /// columns) subgroups of `subgroup_size` invocations, each computing
 /// `matrices` (rows, columns) matrices of `side` x `side` results on the
 /// matrix units from f16 operands, accumulating in f32; K walked `k_step`
-/// at a time through operand tiles in workgroup memory.
+/// at a time through operand tiles in workgroup memory, and split over
+/// `splits` workgroups a tile as the tiled template's is (its partial
+/// products summed by a kernel of their own, or by the product's readers
+/// where `sum_in_consumers`). `splits` and `sum_in_consumers` are printed
+/// only where K is split.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct CooperativeSchedule {
     pub subgroups: [i64; 2],
@@ -55,6 +59,8 @@ pub struct CooperativeSchedule {
     pub side: i64,
     pub k_step: i64,
     pub subgroup_size: i64,
+    pub splits: i64,
+    pub sum_in_consumers: bool,
 }
 
 impl CooperativeSchedule {
@@ -195,6 +201,13 @@ impl Schedule {
                 int(&mut d, "side", s.side);
                 int(&mut d, "k_step", s.k_step);
                 int(&mut d, "subgroup_size", s.subgroup_size);
+                if s.splits > 1 {
+                    int(&mut d, "splits", s.splits);
+                    d.insert(
+                        "sum_in_consumers".into(),
+                        Attribute::Bool(s.sum_in_consumers),
+                    );
+                }
             }
             Schedule::AttentionRows(s) => {
                 int(&mut d, "rows", s.rows);
@@ -238,7 +251,15 @@ impl Schedule {
                 "tuned",
                 "normalizes",
             ],
-            "matmul_cooperative" => &["subgroups", "matrices", "side", "k_step", "subgroup_size"],
+            "matmul_cooperative" => &[
+                "subgroups",
+                "matrices",
+                "side",
+                "k_step",
+                "subgroup_size",
+                "splits",
+                "sum_in_consumers",
+            ],
             "attention_rows" => &["rows", "lanes", "keys", "splits"],
             "attention_cooperative" => {
                 &["subgroups", "keys", "side", "subgroup_size", "read_ahead"]
@@ -291,6 +312,12 @@ impl Schedule {
                 side: int("side")?,
                 k_step: int("k_step")?,
                 subgroup_size: int("subgroup_size")?,
+                splits: if d.contains_key("splits") {
+                    int("splits")?
+                } else {
+                    1
+                },
+                sum_in_consumers: d.contains_key("sum_in_consumers") && flag("sum_in_consumers")?,
             }),
             "attention_rows" => Schedule::AttentionRows(AttentionRowsSchedule {
                 rows: int("rows")?,
@@ -379,6 +406,17 @@ mod tests {
                 side: 16,
                 k_step: 32,
                 subgroup_size: 32,
+                splits: 1,
+                sum_in_consumers: false,
+            }),
+            Schedule::MatmulCooperative(CooperativeSchedule {
+                subgroups: [2, 2],
+                matrices: [2, 2],
+                side: 16,
+                k_step: 64,
+                subgroup_size: 32,
+                splits: 4,
+                sum_in_consumers: true,
             }),
             Schedule::AttentionCooperative(AttentionCooperativeSchedule {
                 subgroups: 4,

@@ -11,7 +11,8 @@ use ircc_core::{ElemType, Type, ValueId};
 use ircc_dialects::kernel::ops::{FuncTemplate, IdKind};
 use ircc_dialects::kernel::{CooperativeSchedule, DeviceProfile, MatrixRole, MatrixType};
 
-use super::lowering::{Ix, KernelBuilder, delinearize, guarded, store_outputs, target};
+use super::lowering::tensor_shape;
+use super::lowering::{ArgRole, Ix, KernelBuilder, delinearize, guarded, store_outputs, target};
 use super::matmul::{inside_product, zero_beyond};
 use super::product::{Product, product_dims};
 
@@ -23,6 +24,14 @@ type R<T> = Result<T, String>;
 const OPERAND_PAD: i64 = 8;
 /// The same for the f32 tile of results.
 const RESULT_PAD: i64 = 4;
+
+/// K steps a split of a product walks at least.
+const SPLIT_MIN_STEPS: i64 = 4;
+/// K steps a product walks before it is split: on the H200, ViT-B/16's
+/// products walking 12 ran faster unsplit (its qkv 15.6 us, against 22.8
+/// split with a kernel summing), those walking 24 or 48 faster split
+/// (its second MLP product 33.6 -> 23.7 us, Swin-T stage 3's 28.7 -> 14.0).
+const SPLIT_FROM_STEPS: i64 = 16;
 
 /// The schedule for an `m` x `n` product over `k`, `batches` times, on
 /// `device`, or `None` where its matrix units cannot take it: the device
@@ -37,13 +46,17 @@ const RESULT_PAD: i64 = 4;
 /// of A staged once serves twice the columns (on the H200, ViT-B/16's
 /// products of 197 rows together 1.46 -> 1.29 ms). K steps of 64 where K is at
 /// least 128, halving the waits (alone on the H100, ViT's MLP products and
-/// a 3136 x 768 x 3072 one ran 5-10% faster so).
+/// a 3136 x 768 x 3072 one ran 5-10% faster so). Products that walk a long
+/// K split it rather than leave units short of workgroups, their partial
+/// products summed by their readers where `sum_in_consumers`, else by a
+/// kernel of their own.
 pub(super) fn choose(
     m: i64,
     n: i64,
     k: i64,
     batches: i64,
     device: &DeviceProfile,
+    sum_in_consumers: bool,
 ) -> Option<CooperativeSchedule> {
     let side = 16;
     let config = ircc_dialects::kernel::CooperativeMatrix::f16_f32(side as u32);
@@ -60,6 +73,8 @@ pub(super) fn choose(
         side,
         k_step: if k >= 8 * side { 4 * side } else { 2 * side },
         subgroup_size: i64::from(device.subgroup_size),
+        splits: 1,
+        sum_in_consumers,
     };
     let workgroups = |s: &CooperativeSchedule| {
         let [tm, tn] = s.tile();
@@ -76,8 +91,26 @@ pub(super) fn choose(
             (fills && invalid(&wide, device).is_none()).then_some(wide)
         })
         .unwrap_or_else(|| with([2, 2], [1, 1]));
-    // A grid that leaves compute units idle even so (Swin-T's last stage,
-    // of 49 rows) goes to the FMA template, which splits K to fill them.
+    // Short of four workgroups a unit, a product walking a long K splits
+    // it over workgroups of 32 x 64 tiles instead, enough to give every
+    // unit four where K's steps allow.
+    let base = with([2, 4], [1, 1]);
+    let steps = ceil_div(k, base.k_step);
+    if workgroups(&s) < wanted && steps >= SPLIT_FROM_STEPS {
+        let tiles = workgroups(&base);
+        let most = ceil_div(wanted, tiles)
+            .min(steps / SPLIT_MIN_STEPS)
+            .min(target().max_workgroups_per_dimension / batches.max(1));
+        if let Some(splits) = (2..=most).rev().find(|d| steps % d == 0) {
+            let split = CooperativeSchedule { splits, ..base };
+            if splits * tiles > workgroups(&s) && invalid(&split, device).is_none() {
+                return Some(split);
+            }
+        }
+    }
+    // A grid that leaves compute units idle even so (Swin-T's last-stage
+    // projection, of 49 rows and a K of 768) goes to the FMA template,
+    // whose smaller tiles and splits fill them.
     if workgroups(&s) < i64::from(device.compute_units) {
         return None;
     }
@@ -104,9 +137,10 @@ pub(super) fn invalid(s: &CooperativeSchedule, device: &DeviceProfile) -> Option
     let small = |v: i64, most: i64| (1..=most).contains(&v);
     if !(s.subgroups.iter().all(|&v| small(v, 16))
         && s.matrices.iter().all(|&v| small(v, 8))
-        && small(s.k_step, 256))
+        && small(s.k_step, 256)
+        && small(s.splits, 1024))
     {
-        return Some("its subgroups (at most 16 a side), matrices (at most 8) or k_step (at most 256) are out of range".to_string());
+        return Some("its subgroups (at most 16 a side), matrices (at most 8), k_step (at most 256) or splits (at most 1024) are out of range".to_string());
     }
     if s.k_step % s.side != 0 {
         return Some(format!(
@@ -182,20 +216,42 @@ pub(super) fn lower(
     let batches: i64 = batch_shape.iter().product();
     let [tile_m, tile_n] = s.tile();
     let (gx, gy) = (ceil_div(nn, tile_n), ceil_div(mm, tile_m));
+    let (side, bk, threads, splits) = (s.side, s.k_step, s.invocations(), s.splits);
     let most = target().max_workgroups_per_dimension;
-    if gx > most || gy > most || batches > most {
+    if gx > most || gy > most || batches.saturating_mul(splits) > most {
         return Err("the product is too large for one grid".to_string());
     }
-    let (side, bk, threads) = (s.side, s.k_step, s.invocations());
+    let k_tiles = ceil_div(kk, bk);
+    if k_tiles % splits != 0 {
+        return Err(format!(
+            "its matmul_cooperative schedule splits K's {k_tiles} steps {splits} ways, unevenly"
+        ));
+    }
     let tid = kb.id(IdKind::Local, 0, threads);
     let wx = kb.id(IdKind::Workgroup, 0, gx);
     let wy = kb.id(IdKind::Workgroup, 1, gy);
-    let wz = if batches > 1 {
-        kb.id(IdKind::Workgroup, 2, batches)
+    let wz = if batches * splits > 1 {
+        kb.id(IdKind::Workgroup, 2, batches * splits)
     } else {
         Ix::constant(0)
     };
-    let batch = delinearize(&wz, &batch_shape);
+    // Along z, the batch and then the split of K, as in the tiled
+    // template: a split's workgroups walk its share of K's steps and
+    // write their partial products, which a kernel of their own or the
+    // product's readers sum.
+    let (batch, split) = if splits > 1 {
+        let mut shape = vec![splits];
+        shape.extend(tensor_shape(kb, c));
+        kb.partials = Some(Type::tensor(shape, ElemType::F32));
+        (
+            delinearize(&wz.clone().floor_div(Ix::constant(splits)), &batch_shape),
+            wz.modulo(Ix::constant(splits)),
+        )
+    } else {
+        (delinearize(&wz, &batch_shape), Ix::constant(0))
+    };
+    let k_tiles = k_tiles / splits;
+    let first_tile = split.clone() * Ix::constant(k_tiles);
     // Invocations form subgroups in order of their index, as the drivers
     // of the GPUs with matrix units do (NVIDIA, AMD, Intel).
     let subgroup = tid.clone().floor_div(Ix::constant(s.subgroup_size));
@@ -312,18 +368,17 @@ pub(super) fn lower(
     // Software pipelining as in the FMA template: step kt + 1's words are
     // loaded before step kt's products (the last step fetches one past K,
     // never stored).
-    let first = fetch(kb, Ix::constant(0))?;
+    let first = fetch(kb, first_tile.clone())?;
     let places: Vec<(ValueId, Ix)> = first.iter().map(|(t, at, _)| (*t, at.clone())).collect();
     let mut init: Vec<ValueId> = (0..accs).map(|_| kb.ir.matrix_zero(c_type)).collect();
     init.extend(first.iter().map(|(_, _, v)| *v));
-    let k_tiles = ceil_div(kk, bk);
     let carried = kb.for_loop(k_tiles, init, &mut |kb, kt, carried| {
         let (acc, words) = carried.split_at(accs);
         for ((tile, at), &word) in places.iter().zip(words) {
             kb.store(word, *tile, at);
         }
         kb.ir.barrier();
-        let prefetched = fetch(kb, kt + Ix::constant(1))?;
+        let prefetched = fetch(kb, first_tile.clone() + kt + Ix::constant(1))?;
         let mut acc = acc.to_vec();
         for step in 0..bk / side {
             let k = Ix::constant(step * side);
@@ -383,6 +438,12 @@ pub(super) fn lower(
         let cond = inside_product(kb, (&row, mm, tile_m), (&colg, nn, tile_n));
         let idx = product.result_index(&batch, row, colg);
         guarded(kb, cond, &mut |kb| {
+            if splits > 1 {
+                let mut at = vec![split.clone()];
+                at.extend(idx.iter().cloned());
+                kb.store_output(ArgRole::Partials, &at, acc);
+                return Ok(());
+            }
             let y = kb.ir.cast(acc, Type::Scalar(kb.float));
             let y = product.epilogue(kb, y, &idx)?;
             kb.memo_put(c, &idx, y);
@@ -390,12 +451,16 @@ pub(super) fn lower(
         })?;
         Ok(Vec::new())
     })?;
+    let mut tile_parameters = vec![tile_m, tile_n, bk, side];
+    if splits > 1 {
+        tile_parameters.push(splits);
+    }
     kb.flops = Some(2 * mm * nn * kk * batches);
     kb.finish(
         [threads, 1, 1],
-        [gx, gy, batches],
+        [gx, gy, batches * splits],
         FuncTemplate::MatmulCooperative,
-        Some(vec![tile_m, tile_n, bk, side]),
+        Some(tile_parameters),
     );
     Ok(())
 }
@@ -455,7 +520,7 @@ mod tests {
     #[test]
     fn tiles_shrink_until_every_unit_has_four_workgroups() {
         let tiles = |m, n, k| {
-            let s = choose(m, n, k, 1, &h100()).unwrap();
+            let s = choose(m, n, k, 1, &h100(), true).unwrap();
             (s.tile(), s.k_step)
         };
         // ViT-B/16's qkv product: 144 tiles of 64x64 and 288 of 64x32 for
@@ -467,7 +532,7 @@ mod tests {
         // with 64x64 tiles.
         assert_eq!(tiles(3136, 768, 3072), ([64, 64], 64));
         assert_eq!(tiles(3136, 384, 96), ([64, 32], 32));
-        let s = choose(3136, 768, 3072, 1, &h100()).unwrap();
+        let s = choose(3136, 768, 3072, 1, &h100(), true).unwrap();
         assert_eq!(invalid(&s, &h100()), None);
         let huge = CooperativeSchedule {
             subgroups: [1 << 32, 1 << 32],
@@ -489,22 +554,40 @@ mod tests {
     }
 
     #[test]
-    fn grids_that_leave_units_idle_go_to_the_fma_template() {
-        // Swin-T's last stage: 2 x 24 tiles of 32x32 for 132 units; the
-        // FMA template splits its K of 3072 instead.
-        assert_eq!(choose(49, 768, 3072, 1, &h100()), None);
+    fn long_walks_split_k_and_short_grids_of_short_walks_go_to_the_fma_template() {
+        let split = |m, n, k| {
+            let s = choose(m, n, k, 1, &h100(), false).unwrap();
+            assert_eq!(invalid(&s, &h100()), None);
+            (s.tile(), s.splits)
+        };
+        // ViT-B/16's second MLP product: 7 x 12 tiles of 32x64, its 48
+        // steps of K split 6 ways (504 workgroups for 132 units).
+        assert_eq!(split(197, 768, 3072), ([32, 64], 6));
+        // Swin-T stage 3's: 7 x 6 tiles, 24 steps in 6 splits of four.
+        assert_eq!(split(196, 384, 1536), ([32, 64], 6));
+        // Swin-T's last stage: 2 x 12 tiles, 48 steps in 12 splits.
+        assert_eq!(split(49, 768, 3072), ([32, 64], 12));
+        // Walks of 12 steps stay whole: ViT-B/16's qkv product.
+        assert_eq!(split(197, 2304, 768), ([32, 64], 1));
+        // Swin-T's last-stage projection: 2 x 24 tiles of 32x32 for 132
+        // units, and too short a walk to split.
+        assert_eq!(choose(49, 768, 768, 1, &h100(), true), None);
         // ViT-B/16's projection: 7 x 24 = 168 tiles, enough.
-        assert!(choose(197, 768, 768, 1, &h100()).is_some());
+        assert!(choose(197, 768, 768, 1, &h100(), true).is_some());
+        let s = choose(197, 768, 3072, 1, &h100(), true).unwrap();
+        assert!(s.sum_in_consumers);
+        let uneven = CooperativeSchedule { splits: 5000, ..s };
+        assert!(invalid(&uneven, &h100()).unwrap().contains("splits"));
     }
 
     #[test]
     fn devices_without_the_matrices_get_none() {
         for name in ["adreno740", "lavapipe", "nvidia_h100_probed"] {
             let device = DeviceProfile::named(name).unwrap();
-            assert_eq!(choose(197, 2304, 768, 1, &device), None, "{name}");
+            assert_eq!(choose(197, 2304, 768, 1, &device, true), None, "{name}");
         }
         let mut small = h100();
         small.local_memory_bytes = Some(16384);
-        assert_eq!(choose(3136, 768, 3072, 1, &small), None);
+        assert_eq!(choose(3136, 768, 3072, 1, &small, true), None);
     }
 }

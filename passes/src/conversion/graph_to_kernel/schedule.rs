@@ -114,7 +114,14 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
                     Schedule::Matmul(schedule_of(config, sum_in_consumers, true))
                 }
                 None if c.float == ElemType::F16 => {
-                    match cooperative::choose(shape.m, shape.n, shape.k, shape.batches, c.device) {
+                    match cooperative::choose(
+                        shape.m,
+                        shape.n,
+                        shape.k,
+                        shape.batches,
+                        c.device,
+                        sum_in_consumers,
+                    ) {
                         Some(s) => Schedule::MatmulCooperative(s),
                         None => fma(&shape, c.compute_units, sum_in_consumers),
                     }

@@ -124,7 +124,11 @@ pub(crate) fn lower_group(
             schedule.template()
         ));
     }
-    let sum_in_consumers = matches!(template, Template::Matmul(s) if s.sum_in_consumers);
+    let sum_in_consumers = match template {
+        Template::Matmul(s) => s.sum_in_consumers,
+        Template::Cooperative(s) => s.sum_in_consumers,
+        _ => false,
+    };
     if sum_in_consumers && !consumers_sum_partials(m, group) {
         return Err(format!(
             "its {SCHEDULE_ATTR} has its readers sum its partial products, which they cannot (run kernel.schedule again after changing them)"
@@ -263,6 +267,7 @@ pub(crate) fn result_writer(m: &Module, op: OpId, k: usize) -> Writer {
     match schedule {
         Schedule::Elementwise => Writer::Texels,
         Schedule::Matmul(s) if s.splits > 1 && !s.sum_in_consumers => Writer::Texels,
+        Schedule::MatmulCooperative(s) if s.splits > 1 && !s.sum_in_consumers => Writer::Texels,
         Schedule::Matmul(s) => {
             let results = group
                 .outputs
