@@ -86,12 +86,13 @@ impl Criterion {
             }
             Criterion::Warp => invocations < i64::from(d.subgroup_size),
             // Romou prunes loads narrower than the width of the best cache
-            // bandwidth. The template reads buffers a word at a time at
-            // every point; where an invocation loads its own operands,
-            // those reads are its inner loop's, and go. Where the tiles are
-            // shared, the buffer reads only fill them, once a step, and the
-            // inner loop reads workgroup memory, which is no cache: the
-            // search decides between its vec4 and word reads.
+            // bandwidth. Where an invocation loads its own operands, the
+            // template reads buffers a word at a time in its inner loop,
+            // and those points go. Where the tiles are shared, the buffer
+            // reads (four words a load where the operand lies so) only
+            // fill them, once a step, and the inner loop reads workgroup
+            // memory, which is no cache: the search decides between its
+            // vec4 and word reads.
             Criterion::AccessWidth => !c.local_memory && d.load_width.is_some_and(|w| w > 1),
             Criterion::Fill => {
                 let workgroups: i64 = c.grid(&k.shape).iter().product();

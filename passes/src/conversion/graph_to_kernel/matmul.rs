@@ -426,32 +426,75 @@ pub(super) fn matmul(
         let threads = config.invocations();
         let slot = |l: i64| tid.clone() + Ix::constant(l * threads);
         let (a_loads, b_loads) = config.loads_per_invocation();
+        // Four neighbouring words a load (A's along K, B's along its
+        // columns) where the operand is stored so in a buffer and not
+        // normalized on the way, and every invocation loads whole fours:
+        // a quarter of the loads, as in the cooperative template.
+        let a_width = if moments.is_none()
+            && bk % 4 == 0
+            && a_loads % 4 == 0
+            && product.vector_operand(kb, 0, false)
+        {
+            4
+        } else {
+            1
+        };
+        let b_width = if tile_n % 4 == 0 && b_loads % 4 == 0 && product.vector_operand(kb, 1, false)
+        {
+            4
+        } else {
+            1
+        };
         // The words this invocation loads into the tiles at K step `kt`,
         // A's and B's interleaved: (which tile, its slot, the word).
         let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<(usize, Ix, ValueId)>> {
             let k0 = step_k(kt);
             let mut words = Vec::new();
-            for l in 0..a_loads.max(b_loads) {
-                let e = slot(l);
-                if l < a_loads {
+            let (a_count, b_count) = (a_loads / a_width, b_loads / b_width);
+            for l in 0..a_count.max(b_count) {
+                // The first of the load's words in its tile.
+                let first = |width: i64| slot(l) * Ix::constant(width);
+                if l < a_count {
+                    let e = first(a_width);
                     let (ar, ac) = (
                         e.clone().floor_div(Ix::constant(bk)),
                         e.clone().modulo(Ix::constant(bk)),
                     );
                     let k = k0.clone() + ac;
                     let row = wy.clone() * Ix::constant(tile_m) + ar.clone();
-                    let v = a_at(kb, (row, ar), k.clone())?;
-                    words.push((0, a_slot(e.clone()), zero_beyond(kb, v, &k, kk, bk)));
+                    let values = if a_width == 4 {
+                        let batch = &batch;
+                        product
+                            .operand4_as(kb, 0, batch, (row, k.clone()), false, ElemType::F32)?
+                            .to_vec()
+                    } else {
+                        vec![a_at(kb, (row, ar), k.clone())?]
+                    };
+                    for (j, v) in values.into_iter().enumerate() {
+                        let step = Ix::constant(j as i64);
+                        let v = zero_beyond(kb, v, &(k.clone() + step.clone()), kk, bk);
+                        words.push((0, a_slot(e.clone() + step), v));
+                    }
                 }
-                if l < b_loads {
+                if l < b_count {
+                    let e = first(b_width);
                     let (br, bc) = (
                         e.clone().floor_div(Ix::constant(tile_n)),
                         e.clone().modulo(Ix::constant(tile_n)),
                     );
                     let k = k0.clone() + br;
                     let col = wx.clone() * Ix::constant(tile_n) + bc;
-                    let v = b_at(kb, k.clone(), col)?;
-                    words.push((1, e, zero_beyond(kb, v, &k, kk, bk)));
+                    let values = if b_width == 4 {
+                        product
+                            .operand4_as(kb, 1, &batch, (k.clone(), col), false, ElemType::F32)?
+                            .to_vec()
+                    } else {
+                        vec![b_at(kb, k.clone(), col)?]
+                    };
+                    for (j, v) in values.into_iter().enumerate() {
+                        let v = zero_beyond(kb, v, &k, kk, bk);
+                        words.push((1, e.clone() + Ix::constant(j as i64), v));
+                    }
                 }
             }
             Ok(words)
