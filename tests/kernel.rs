@@ -373,7 +373,8 @@ fn attention_checks_in_the_kernel_interpreter() {
 /// The cooperative-matrix template in the kernel interpreter, beside the
 /// graph interpreter (`ircc check`): a batched matmul, a padded
 /// convolution, a gemm, 64x32 tiles, ragged rows and K, a transposed B
-/// and a fused bias and relu, with the schedules kernel.schedule gives
+/// and a fused bias and relu, K split (summed by a kernel, by a reader,
+/// and into a texture), with the schedules kernel.schedule gives
 /// (`tests/ir/kernel.schedule/cooperative.ir` shows which it gives;
 /// products small enough for the interpreter leave the H100 idle, so it
 /// gives them the FMA template). Within f16's rounding of the operands:
@@ -390,6 +391,10 @@ fn cooperative_products_match_the_interpreter() {
         let kernels = checked_kernels(file, passes, "2e-3", "matmul_cooperative");
         assert!(kernels >= 2, "{file}: {kernels} cooperative kernels");
     }
+    let file = "tests/data/cooperative_split_texture.ir";
+    let passes = "texture.map,kernel.lower,kernel.ace";
+    let kernels = checked_kernels(file, passes, "2e-3", "matmul_cooperative");
+    assert_eq!(kernels, 1, "{file}");
 }
 
 /// The cooperative attention template in the kernel interpreter, beside

@@ -306,19 +306,25 @@ impl Schedule {
                 normalizes: d.contains_key("normalizes") && flag("normalizes")?,
                 tuned: flag("tuned")?,
             }),
-            "matmul_cooperative" => Schedule::MatmulCooperative(CooperativeSchedule {
-                subgroups: pair("subgroups")?,
-                matrices: pair("matrices")?,
-                side: int("side")?,
-                k_step: int("k_step")?,
-                subgroup_size: int("subgroup_size")?,
-                splits: if d.contains_key("splits") {
+            "matmul_cooperative" => {
+                let splits = if d.contains_key("splits") {
                     int("splits")?
                 } else {
                     1
-                },
-                sum_in_consumers: d.contains_key("sum_in_consumers") && flag("sum_in_consumers")?,
-            }),
+                };
+                Schedule::MatmulCooperative(CooperativeSchedule {
+                    subgroups: pair("subgroups")?,
+                    matrices: pair("matrices")?,
+                    side: int("side")?,
+                    k_step: int("k_step")?,
+                    subgroup_size: int("subgroup_size")?,
+                    splits,
+                    // Readers sum partial products only where K is split.
+                    sum_in_consumers: splits > 1
+                        && d.contains_key("sum_in_consumers")
+                        && flag("sum_in_consumers")?,
+                })
+            }
             "attention_rows" => Schedule::AttentionRows(AttentionRowsSchedule {
                 rows: int("rows")?,
                 lanes: int("lanes")?,
@@ -448,5 +454,21 @@ mod tests {
         d.insert("template".into(), Attribute::String("matmul".into()));
         let err = Schedule::from_attr(&Attribute::Dict(d)).unwrap_err();
         assert!(err.contains("needs 'workgroup'"), "{err}");
+        // A cooperative product's readers sum partials only where K is
+        // split, as its printed form says.
+        let unsplit = Schedule::MatmulCooperative(CooperativeSchedule {
+            subgroups: [2, 2],
+            matrices: [1, 1],
+            side: 16,
+            k_step: 32,
+            subgroup_size: 32,
+            splits: 1,
+            sum_in_consumers: false,
+        });
+        let Attribute::Dict(mut d) = unsplit.to_attr() else {
+            unreachable!()
+        };
+        d.insert("sum_in_consumers".into(), Attribute::Bool(true));
+        assert_eq!(Schedule::from_attr(&Attribute::Dict(d)), Ok(unsplit));
     }
 }

@@ -36,8 +36,9 @@ const SPLIT_FROM_STEPS: i64 = 16;
 /// The schedule for an `m` x `n` product over `k`, `batches` times, on
 /// `device`, or `None` where its matrix units cannot take it: the device
 /// lists no 16 x 16 x 16 multiply of f16 into f32, the tiles would not fit
-/// its workgroup memory, or the grid would leave compute units idle (the
-/// FMA template splits K there). Workgroups of 2 x 2 subgroups, each
+/// its workgroup memory, or the grid would leave compute units idle and K
+/// is too short to split (the FMA template's smaller tiles fill them
+/// there). Workgroups of 2 x 2 subgroups, each
 /// taking 2 x 2 matrices (64 x 64 tiles), fewer while the grid would give
 /// a compute unit fewer than four workgroups: every K step waits for its
 /// loads, so a unit needs several workgroups to keep loads in flight.
@@ -74,7 +75,7 @@ pub(super) fn choose(
         k_step: if k >= 8 * side { 4 * side } else { 2 * side },
         subgroup_size: i64::from(device.subgroup_size),
         splits: 1,
-        sum_in_consumers,
+        sum_in_consumers: false,
     };
     let workgroups = |s: &CooperativeSchedule| {
         let [tm, tn] = s.tile();
@@ -102,7 +103,11 @@ pub(super) fn choose(
             .min(steps / SPLIT_MIN_STEPS)
             .min(target().max_workgroups_per_dimension / batches.max(1));
         if let Some(splits) = (2..=most).rev().find(|d| steps % d == 0) {
-            let split = CooperativeSchedule { splits, ..base };
+            let split = CooperativeSchedule {
+                splits,
+                sum_in_consumers,
+                ..base
+            };
             if splits * tiles > workgroups(&s) && invalid(&split, device).is_none() {
                 return Some(split);
             }
@@ -366,8 +371,8 @@ pub(super) fn lower(
     let first_row = sub_row * Ix::constant(fm * side);
     let first_col = sub_col * Ix::constant(fn_ * side);
     // Software pipelining as in the FMA template: step kt + 1's words are
-    // loaded before step kt's products (the last step fetches one past K,
-    // never stored).
+    // loaded before step kt's products (the last step fetches one step
+    // past the split's share of K, never stored).
     let first = fetch(kb, first_tile.clone())?;
     let places: Vec<(ValueId, Ix)> = first.iter().map(|(t, at, _)| (*t, at.clone())).collect();
     let mut init: Vec<ValueId> = (0..accs).map(|_| kb.ir.matrix_zero(c_type)).collect();
@@ -576,8 +581,8 @@ mod tests {
         assert!(choose(197, 768, 768, 1, &h100(), true).is_some());
         let s = choose(197, 768, 3072, 1, &h100(), true).unwrap();
         assert!(s.sum_in_consumers);
-        let uneven = CooperativeSchedule { splits: 5000, ..s };
-        assert!(invalid(&uneven, &h100()).unwrap().contains("splits"));
+        let too_many = CooperativeSchedule { splits: 5000, ..s };
+        assert!(invalid(&too_many, &h100()).unwrap().contains("splits"));
     }
 
     #[test]

@@ -312,11 +312,16 @@ fn build(
     outputs: &[(ValueId, ValueId)],
 ) -> R<Built> {
     let in_texture = |&(_, host): &(ValueId, ValueId)| lowering.textures.contains_key(&host);
-    if !matches!(template, Template::Elementwise | Template::Matmul(_))
-        && outputs.iter().any(in_texture)
-    {
+    // A split product writes its partials, and the kernel summing them
+    // the results.
+    let writes_texels = match &template {
+        Template::Elementwise | Template::Matmul(_) => true,
+        Template::Cooperative(s) => s.splits > 1,
+        _ => false,
+    };
+    if !writes_texels && outputs.iter().any(in_texture) {
         return Err(
-            "only element-wise kernels and tiled products write textures, and this result is placed in one (texture.map copies such results first)"
+            "only element-wise kernels and tiled or split products write textures, and this result is placed in one (texture.map copies such results first)"
                 .to_string(),
         );
     }
