@@ -11,9 +11,8 @@ use ircc_core::{ElemType, Type, ValueId};
 use ircc_dialects::kernel::ops::{FuncTemplate, IdKind};
 use ircc_dialects::kernel::{CooperativeSchedule, DeviceProfile, MatrixRole, MatrixType};
 
-use super::lowering::tensor_shape;
-use super::lowering::{ArgRole, Ix, KernelBuilder, delinearize, guarded, store_outputs, target};
-use super::matmul::{inside_product, zero_beyond};
+use super::lowering::{ArgRole, Ix, KernelBuilder, guarded, store_outputs, target};
+use super::matmul::{batch_and_split, inside_product, zero_beyond};
 use super::product::{Product, product_dims};
 
 type R<T> = Result<T, String>;
@@ -235,26 +234,8 @@ pub(super) fn lower(
     let tid = kb.id(IdKind::Local, 0, threads);
     let wx = kb.id(IdKind::Workgroup, 0, gx);
     let wy = kb.id(IdKind::Workgroup, 1, gy);
-    let wz = if batches * splits > 1 {
-        kb.id(IdKind::Workgroup, 2, batches * splits)
-    } else {
-        Ix::constant(0)
-    };
-    // Along z, the batch and then the split of K, as in the tiled
-    // template: a split's workgroups walk its share of K's steps and
-    // write their partial products, which a kernel of their own or the
-    // product's readers sum.
-    let (batch, split) = if splits > 1 {
-        let mut shape = vec![splits];
-        shape.extend(tensor_shape(kb, c));
-        kb.partials = Some(Type::tensor(shape, ElemType::F32));
-        (
-            delinearize(&wz.clone().floor_div(Ix::constant(splits)), &batch_shape),
-            wz.modulo(Ix::constant(splits)),
-        )
-    } else {
-        (delinearize(&wz, &batch_shape), Ix::constant(0))
-    };
+    // A split's workgroups walk its share of K's steps.
+    let (batch, split) = batch_and_split(kb, c, &batch_shape, splits);
     let k_tiles = k_tiles / splits;
     let first_tile = split.clone() * Ix::constant(k_tiles);
     // Invocations form subgroups in order of their index, as the drivers

@@ -312,23 +312,7 @@ pub(super) fn matmul(
     let ly = kb.id(IdKind::Local, 1, wgy);
     let wx = kb.id(IdKind::Workgroup, 0, gx);
     let wy = kb.id(IdKind::Workgroup, 1, gy);
-    let wz = if batches * splits > 1 {
-        kb.id(IdKind::Workgroup, 2, batches * splits)
-    } else {
-        Ix::constant(0)
-    };
-    // Along z, the batch and then the split of K.
-    let (batch, split) = if splits > 1 {
-        let mut shape = vec![splits];
-        shape.extend(tensor_shape(kb, c));
-        kb.partials = Some(Type::tensor(shape, ElemType::F32));
-        (
-            delinearize(&wz.clone().floor_div(Ix::constant(splits)), &batch_shape),
-            wz.modulo(Ix::constant(splits)),
-        )
-    } else {
-        (delinearize(&wz, &batch_shape), Ix::constant(0))
-    };
+    let (batch, split) = batch_and_split(kb, c, &batch_shape, splits);
     let tid = ly.clone() * Ix::constant(wgx) + lx.clone();
     let moments = if schedule.normalizes {
         RowMoments::stage(
@@ -635,6 +619,34 @@ pub(super) fn matmul(
         Some(tile_parameters),
     );
     Ok(key)
+}
+
+/// A product's batch index and split of K from the grid's z, the batch
+/// and then the split (both templates lay them so): where K is split,
+/// the kernel writes f32 partial products of `c`, one a split, which a
+/// kernel of their own or the product's readers sum.
+pub(super) fn batch_and_split(
+    kb: &mut KernelBuilder,
+    c: ValueId,
+    batch_shape: &[i64],
+    splits: i64,
+) -> (Vec<Ix>, Ix) {
+    let batches: i64 = batch_shape.iter().product();
+    let wz = if batches * splits > 1 {
+        kb.id(IdKind::Workgroup, 2, batches * splits)
+    } else {
+        Ix::constant(0)
+    };
+    if splits == 1 {
+        return (delinearize(&wz, batch_shape), Ix::constant(0));
+    }
+    let mut shape = vec![splits];
+    shape.extend(tensor_shape(kb, c));
+    kb.partials = Some(Type::tensor(shape, ElemType::F32));
+    (
+        delinearize(&wz.clone().floor_div(Ix::constant(splits)), batch_shape),
+        wz.modulo(Ix::constant(splits)),
+    )
 }
 
 /// The workgroup arrays, one per result in `texels`, in which a row of
