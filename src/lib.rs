@@ -21,6 +21,7 @@ mod probe;
 mod progress;
 mod roofline;
 mod simulate;
+mod stdout;
 mod tune;
 
 pub use gpu::{Device, GpuError};
@@ -229,7 +230,7 @@ impl Driver {
     pub fn main(mut self) -> ExitCode {
         self.color = stderr_wants_color();
         let mut stderr = std::io::stderr().lock();
-        let mut stdout = CheckedWriter::new(std::io::stdout().lock());
+        let mut stdout = stdout::CheckedWriter::of_process();
         let mut code = self.run_cli(std::env::args_os(), &mut stdout, &mut stderr);
         // Output that never arrived fails a command that thought it had
         // succeeded (`ircc stats m.ir > /dev/full`; one that failed said
@@ -1023,48 +1024,5 @@ pub(crate) fn set_tuning_db(specs: &mut [PassOptions], db: &Path) -> Result<(), 
             "--tuning-db {path} does nothing: the pipeline does not schedule kernels (name one with {}, such as smartmem, or run on a device: --backend wgpu, ircc bench, ircc compile)",
             KernelScheduleOptions::NAME
         )))
-    }
-}
-
-/// A writer that remembers the first error of its writes and flushes, so
-/// that one a command ignored (a `let _ = writeln!`) still fails the
-/// command: [`CheckedWriter::finish`] flushes and returns it.
-struct CheckedWriter<W: Write> {
-    inner: W,
-    error: Option<std::io::Error>,
-}
-
-impl<W: Write> CheckedWriter<W> {
-    fn new(inner: W) -> Self {
-        CheckedWriter { inner, error: None }
-    }
-
-    fn keep<T>(&mut self, r: std::io::Result<T>) -> std::io::Result<T> {
-        if let Err(e) = &r
-            && self.error.is_none()
-        {
-            self.error = Some(std::io::Error::new(e.kind(), e.to_string()));
-        }
-        r
-    }
-
-    fn finish(mut self) -> std::io::Result<()> {
-        let flushed = self.inner.flush();
-        match self.error.take() {
-            Some(e) => Err(e),
-            None => flushed,
-        }
-    }
-}
-
-impl<W: Write> Write for CheckedWriter<W> {
-    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        let r = self.inner.write(buf);
-        self.keep(r)
-    }
-
-    fn flush(&mut self) -> std::io::Result<()> {
-        let r = self.inner.flush();
-        self.keep(r)
     }
 }

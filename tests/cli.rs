@@ -724,6 +724,37 @@ fn commands_fail_where_their_output_cannot_be_written() {
     }
 }
 
+/// A standard output closed by the shell (`>&-`) fails a command that
+/// prints, as a full one does, though Rust's runtime reopens it on
+/// /dev/null before `main`; a command that prints nothing succeeds.
+#[cfg(target_os = "linux")]
+#[test]
+fn commands_fail_where_stdout_is_closed() {
+    let mlp = example();
+    let out_dir = scratch_dir("closed-stdout");
+    let out = out_dir.join("out.ir");
+    let out = out.to_str().unwrap();
+    let cases: [(&[&str], i32); 4] = [
+        (&["stats", &mlp], 1),
+        (&["--version"], 1),
+        (&[&mlp, "--pipeline", "canonicalize"], 1),
+        (&[&mlp, "--pipeline", "canonicalize", "-o", out], 0),
+    ];
+    for (args, code) in cases {
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg("exec \"$0\" \"$@\" >&-")
+            .arg(env!("CARGO_BIN_EXE_ircc"))
+            .args(args)
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(code), "{args:?}: {stderr}");
+        let said = stderr.contains("cannot write the output: standard output is closed");
+        assert_eq!(said, code == 1, "{args:?}: {stderr}");
+    }
+}
+
 /// Links already in an output folder (to a file outside it, symbolic or
 /// hard) are replaced by what ircc writes, never written through: a
 /// bundle (`compile -o`, `--emit wgsl -o`), `run --output-dir`'s results
