@@ -251,3 +251,14 @@ fn nan_and_infinities_give_onnx_answers_on_wgpu() {
         common::special::special_values_match("wgpu");
     }
 }
+
+/// Row kernels (held in registers, or read in a loop) beside the
+/// interpreter, at f32 and f16.
+#[test]
+fn row_kernels_match_the_interpreter_on_wgpu() {
+    if !common::gpu_available() {
+        eprintln!("0 passed, 0 failed, 2 skipped (no GPU adapter)");
+        return;
+    }
+    common::assert_lowered_matches(&common::ROWS, &["--backend", "wgpu"]);
+}

@@ -455,6 +455,20 @@ fn cooperative_attention_matches_the_interpreter() {
     );
 }
 
+/// Row kernels in the kernel interpreter, beside the graph interpreter: a
+/// layer norm held in registers (its fused add computed once), a softmax
+/// too long for them, read in a loop, and short rows sharing workgroups.
+#[test]
+fn row_kernels_match_the_interpreter() {
+    let kernels = checked_kernels(
+        common::ROWS.file,
+        "kernel.lower,kernel.ace",
+        "1e-4",
+        "row_reduction",
+    );
+    assert_eq!(kernels, 3);
+}
+
 /// The depthwise convolution template in the kernel interpreter, beside
 /// the graph interpreter: the schedules of its kernel.lower filetest
 /// (ragged blocks of outputs and channels, padding, stride, dilation, two

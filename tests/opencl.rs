@@ -355,3 +355,17 @@ fn nan_and_infinities_give_onnx_answers_on_opencl() {
         common::special::special_values_match("opencl");
     }
 }
+
+/// Row kernels (held in registers, or read in a loop) beside the
+/// interpreter, at f32 and f16.
+#[test]
+fn row_kernels_match_the_interpreter_on_opencl() {
+    if !common::opencl_available() {
+        eprintln!("0 passed, 0 failed, 2 skipped (no OpenCL device)");
+        return;
+    }
+    common::assert_lowered_matches(
+        &common::ROWS,
+        &["--backend", "opencl", "--cl-options", "-cl-opt-disable"],
+    );
+}

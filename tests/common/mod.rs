@@ -398,6 +398,21 @@ pub const VECTOR_LOAD: TemplateCase = TemplateCase {
     results: 1,
 };
 
+/// Row kernels holding their rows in registers, or reading them again in
+/// a loop where they are long.
+pub const ROWS: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel.lower/row_registers.ir",
+    inputs: &[
+        ("x", &[5, 700]),
+        ("r", &[5, 700]),
+        ("g", &[700]),
+        ("b", &[700]),
+        ("y", &[3, 2600]),
+        ("z", &[40, 16]),
+    ],
+    results: 3,
+};
+
 /// Products whose A is a layer_norm fused in as their prologue.
 pub const NORM_PROLOGUE: TemplateCase = TemplateCase {
     file: "tests/ir/kernel.lower/matmul_norm_prologue.ir",

@@ -639,6 +639,22 @@ fn elementwise_texels(
 /// How a row pass folds a value into its accumulator.
 type Combine<'a> = &'a dyn Fn(&mut FuncBuilder, ValueId, ValueId) -> ValueId;
 
+/// What a row pass does at one element of the invocation's (its index in
+/// the row), given and giving the values it carries.
+type ElementStep<'a> = &'a mut dyn FnMut(&mut KernelBuilder, Ix, &[ValueId]) -> R<Vec<ValueId>>;
+
+/// Partials one invocation combines at each level of a row's tree: a
+/// level costs a barrier, which the workgroup waits on, while the reads of
+/// workgroup memory it adds go out together (256 invocations take 2
+/// levels, not the 8 of a halving tree).
+const TREE_FAN_IN: i64 = 16;
+
+/// Elements an invocation holds of its row, at most: a row that gives
+/// each invocation no more is read from memory once, into registers,
+/// which every pass over it and the write read again; a longer one is
+/// read by each pass.
+const ROW_REGISTER_STEPS: i64 = 8;
+
 /// `f` of the `partial` (f32) of the `threads` invocations of one row,
 /// through a tree in workgroup memory from `base`; each gets the result.
 fn workgroup_reduce(
@@ -652,18 +668,28 @@ fn workgroup_reduce(
 ) -> R<ValueId> {
     kb.store(partial, shared, &(base.clone() + t.clone()));
     kb.ir.barrier();
-    let mut s = threads / 2;
-    while s >= 1 {
-        let active = kb.index_cmp(CmpPred::Lt, t, s);
+    let mut n = threads;
+    while n > 1 {
+        // The most partials up to the fan-in that share the level's out
+        // evenly.
+        let fan = (2..=n.min(TREE_FAN_IN))
+            .rev()
+            .find(|f| n % f == 0)
+            .unwrap_or(n);
+        let stride = n / fan;
+        let active = kb.index_cmp(CmpPred::Lt, t, stride);
         kb.if_then(active, &mut |kb| {
-            let x = kb.load(shared, &(base.clone() + t.clone()));
-            let y = kb.load(shared, &(base.clone() + t.clone() + Ix::constant(s)));
-            let z = f(&mut kb.ir, x, y);
-            kb.store(z, shared, &(base.clone() + t.clone()));
+            let mut x = kb.load(shared, &(base.clone() + t.clone()));
+            for i in 1..fan {
+                let at = base.clone() + t.clone() + Ix::constant(i * stride);
+                let y = kb.load(shared, &at);
+                x = f(&mut kb.ir, x, y);
+            }
+            kb.store(x, shared, &(base.clone() + t.clone()));
             Ok(())
         })?;
         kb.ir.barrier();
-        s /= 2;
+        n = stride;
     }
     let r = kb.load(shared, base);
     kb.ir.barrier();
@@ -750,6 +776,22 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
     let shared = kb.ir.alloc(threads * per_group, ElemType::F32);
     let steps = (len + threads - 1) / threads;
     let exact = len % threads == 0;
+    // Each pass visits the invocation's elements of the row in a loop,
+    // or where the row is held in registers unrolled, at indices every
+    // pass writes alike: later passes find the elements the first read
+    // (and their fused producers computed) in the memo.
+    let in_registers = steps <= ROW_REGISTER_STEPS;
+    let each_element =
+        |kb: &mut KernelBuilder, carried: Vec<ValueId>, body: ElementStep| -> R<Vec<ValueId>> {
+            if !in_registers {
+                return kb.for_loop(steps, carried, &mut |kb, j, c| {
+                    body(kb, j * Ix::constant(threads) + t.clone(), c)
+                });
+            }
+            (0..steps).try_fold(carried, |c, j| {
+                body(kb, Ix::constant(j * threads) + t.clone(), &c)
+            })
+        };
     // One pass over the row: `combine(acc, x)` of every element, then
     // across the workgroup.
     let pass = |kb: &mut KernelBuilder,
@@ -758,8 +800,7 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
                 term: &mut dyn FnMut(&mut KernelBuilder, ValueId) -> ValueId|
      -> R<ValueId> {
         let init_v = kb.ir.constant(init, ElemType::F32);
-        let acc = kb.for_loop(steps, vec![init_v], &mut |kb, j, acc| {
-            let r = j * Ix::constant(threads) + t.clone();
+        let acc = each_element(kb, vec![init_v], &mut |kb, r, acc| {
             let v = kb.value_at(x, &full(&r))?;
             let v = kb.ir.cast(v, Type::Scalar(ElemType::F32));
             let v = term(kb, v);
@@ -775,8 +816,7 @@ fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> 
     let write_rows = |kb: &mut KernelBuilder,
                       value: &mut dyn FnMut(&mut KernelBuilder, &[Ix]) -> R<ValueId>|
      -> R<()> {
-        kb.for_loop(steps, Vec::new(), &mut |kb, j, _| {
-            let r = j * Ix::constant(threads) + t.clone();
+        each_element(kb, Vec::new(), &mut |kb, r, _| {
             let idx = full(&r);
             let cond = below(kb, &r, len, exact);
             guarded(kb, cond, &mut |kb| {
