@@ -92,8 +92,9 @@ impl MatmulConfig {
         (self.workgroup_words() + other) * 4 <= t.max_workgroup_storage_bytes
     }
 
-    /// Words of workgroup memory: A's tile (transposed and padded by four
-    /// words a row where read by vec4) and B's.
+    /// Words of workgroup memory, at most: A's tile (transposed where
+    /// read by vec4) and B's, their rows padded where the operand is
+    /// staged across them (by four words where read by vec4, else one).
     pub fn workgroup_words(&self) -> i64 {
         if !self.local_memory {
             return 0;
@@ -101,9 +102,10 @@ impl MatmulConfig {
         let a = if self.vec4_rows() {
             self.k_step * (self.tile_m() + 4)
         } else {
-            self.tile_m() * self.k_step
+            self.tile_m() * (self.k_step + 1)
         };
-        a + self.k_step * self.tile_n()
+        let b_pad = if self.vec4_cols() { 4 } else { 1 };
+        a + self.k_step * (self.tile_n() + b_pad)
     }
 
     /// Words of A's and B's tiles each invocation loads per step into

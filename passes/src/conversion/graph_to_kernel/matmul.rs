@@ -386,25 +386,43 @@ pub(super) fn matmul(
     };
     let accs_len = (rows * cols) as usize;
     let carried = if local_memory {
+        // Neighbouring invocations stage neighbouring words of an operand
+        // (so their loads coalesce): along K in A and along N in B, or
+        // along the other axis where the operand is stored transposed to
+        // the product (a convolution's input at unit stride, its weights,
+        // a gemm's transposed operand).
+        let a_down_rows = product.rows_adjacent(kb.m(), 0);
+        let b_down_rows = product.rows_adjacent(kb.m(), 1);
         // B's tile is [k][column]; A's is [row][k], or where its rows are
-        // read as vec4s, [k][row] with rows padded by four words so the
-        // transposing stores spread over the banks.
-        let a_row = if vec4_rows { tile_m + 4 } else { bk };
+        // read as vec4s, [k][row]. Rows are padded where stores walk down
+        // them, so that they spread over the banks: by four words where
+        // the tile is read as vec4s along its rows, else by one.
+        let pad = |down: bool, vec4: bool| match (down, vec4) {
+            (false, _) => 0,
+            (true, true) => 4,
+            (true, false) => 1,
+        };
+        let a_row = if vec4_rows {
+            tile_m + pad(!a_down_rows, true)
+        } else {
+            bk + pad(a_down_rows, false)
+        };
         let a_tile = kb.ir.alloc(
-            if vec4_rows { bk * a_row } else { tile_m * bk },
+            if vec4_rows {
+                bk * a_row
+            } else {
+                tile_m * a_row
+            },
             ElemType::F32,
         );
-        let b_tile = kb.ir.alloc(bk * tile_n, ElemType::F32);
+        let b_row = tile_n + pad(b_down_rows, vec4_cols);
+        let b_tile = kb.ir.alloc(bk * b_row, ElemType::F32);
         let zero = kb.ir.constant(0.0, ElemType::F32);
-        let a_slot = |e: Ix| {
+        let a_slot = |row: Ix, k: Ix| {
             if vec4_rows {
-                let (row, k) = (
-                    e.clone().floor_div(Ix::constant(bk)),
-                    e.modulo(Ix::constant(bk)),
-                );
                 k * Ix::constant(a_row) + row
             } else {
-                e
+                row * Ix::constant(a_row) + k
             }
         };
         let threads = config.invocations();
@@ -415,6 +433,7 @@ pub(super) fn matmul(
         // normalized on the way, and every invocation loads whole fours:
         // a quarter of the loads, as in the cooperative template.
         let a_width = if moments.is_none()
+            && !a_down_rows
             && bk % 4 == 0
             && a_loads % 4 == 0
             && product.vector_operand(kb, 0, false)
@@ -423,11 +442,27 @@ pub(super) fn matmul(
         } else {
             1
         };
-        let b_width = if tile_n % 4 == 0 && b_loads % 4 == 0 && product.vector_operand(kb, 1, false)
-        {
-            4
-        } else {
-            1
+        let b_along = if b_down_rows { bk } else { tile_n };
+        let b_width =
+            if b_along % 4 == 0 && b_loads % 4 == 0 && product.vector_operand(kb, 1, b_down_rows) {
+                4
+            } else {
+                1
+            };
+        // The (row, column) in a tile of `rows` x `cols` of its `e`th word,
+        // in the order the invocations stage them.
+        let position = |e: &Ix, (rows, cols): (i64, i64), down_rows: bool| {
+            if down_rows {
+                (
+                    e.clone().modulo(Ix::constant(rows)),
+                    e.clone().floor_div(Ix::constant(rows)),
+                )
+            } else {
+                (
+                    e.clone().floor_div(Ix::constant(cols)),
+                    e.clone().modulo(Ix::constant(cols)),
+                )
+            }
         };
         // The words this invocation loads into the tiles at K step `kt`,
         // A's and B's interleaved: (which tile, its slot, the word).
@@ -440,11 +475,8 @@ pub(super) fn matmul(
                 let first = |width: i64| slot(l) * Ix::constant(width);
                 if l < a_count {
                     let e = first(a_width);
-                    let (ar, ac) = (
-                        e.clone().floor_div(Ix::constant(bk)),
-                        e.clone().modulo(Ix::constant(bk)),
-                    );
-                    let k = k0.clone() + ac;
+                    let (ar, ac) = position(&e, (tile_m, bk), a_down_rows);
+                    let k = k0.clone() + ac.clone();
                     let row = wy.clone() * Ix::constant(tile_m) + ar.clone();
                     let values = if a_width == 4 {
                         let batch = &batch;
@@ -452,32 +484,39 @@ pub(super) fn matmul(
                             .operand4_as(kb, 0, batch, (row, k.clone()), false, ElemType::F32)?
                             .to_vec()
                     } else {
-                        vec![a_at(kb, (row, ar), k.clone())?]
+                        vec![a_at(kb, (row, ar.clone()), k.clone())?]
                     };
+                    // A's vectors lie along K.
                     for (j, v) in values.into_iter().enumerate() {
                         let step = Ix::constant(j as i64);
                         let v = zero_beyond(kb, v, &(k.clone() + step.clone()), kk, bk);
-                        words.push((0, a_slot(e.clone() + step), v));
+                        words.push((0, a_slot(ar.clone(), ac.clone() + step), v));
                     }
                 }
                 if l < b_count {
                     let e = first(b_width);
-                    let (br, bc) = (
-                        e.clone().floor_div(Ix::constant(tile_n)),
-                        e.clone().modulo(Ix::constant(tile_n)),
-                    );
-                    let k = k0.clone() + br;
-                    let col = wx.clone() * Ix::constant(tile_n) + bc;
+                    let (br, bc) = position(&e, (bk, tile_n), b_down_rows);
+                    let k = k0.clone() + br.clone();
+                    let col = wx.clone() * Ix::constant(tile_n) + bc.clone();
                     let values = if b_width == 4 {
+                        let at = (k.clone(), col);
                         product
-                            .operand4_as(kb, 1, &batch, (k.clone(), col), false, ElemType::F32)?
+                            .operand4_as(kb, 1, &batch, at, b_down_rows, ElemType::F32)?
                             .to_vec()
                     } else {
                         vec![b_at(kb, k.clone(), col)?]
                     };
+                    // B's vectors lie along K where it is staged down its
+                    // rows, else along N.
                     for (j, v) in values.into_iter().enumerate() {
+                        let step = Ix::constant(j as i64);
+                        let (r, c, k) = if b_down_rows {
+                            (br.clone() + step.clone(), bc.clone(), k.clone() + step)
+                        } else {
+                            (br.clone(), bc.clone() + step, k.clone())
+                        };
                         let v = zero_beyond(kb, v, &k, kk, bk);
-                        words.push((1, e.clone() + Ix::constant(j as i64), v));
+                        words.push((1, r * Ix::constant(b_row) + c, v));
                     }
                 }
             }
@@ -507,19 +546,19 @@ pub(super) fn matmul(
                         .collect()
                 } else {
                     (0..rows)
-                        .map(|i| kb.load(a_tile, &(row_of(i) * Ix::constant(bk) + k.clone())))
+                        .map(|i| kb.load(a_tile, &(row_of(i) * Ix::constant(a_row) + k.clone())))
                         .collect()
                 };
                 let ys: Vec<ValueId> = if vec4_cols {
                     (0..cols / 4)
                         .flat_map(|q| {
-                            let b = k.clone() * Ix::constant(tile_n) + col_of(4 * q);
+                            let b = k.clone() * Ix::constant(b_row) + col_of(4 * q);
                             kb.load4(b_tile, &b)
                         })
                         .collect()
                 } else {
                     (0..cols)
-                        .map(|j| kb.load(b_tile, &(k.clone() * Ix::constant(tile_n) + col_of(j))))
+                        .map(|j| kb.load(b_tile, &(k.clone() * Ix::constant(b_row) + col_of(j))))
                         .collect()
                 };
                 Ok(fma(kb, acc, &xs, &ys))
