@@ -449,21 +449,6 @@ pub(super) fn matmul(
             } else {
                 1
             };
-        // The (row, column) in a tile of `rows` x `cols` of its `e`th word,
-        // in the order the invocations stage them.
-        let position = |e: &Ix, (rows, cols): (i64, i64), down_rows: bool| {
-            if down_rows {
-                (
-                    e.clone().modulo(Ix::constant(rows)),
-                    e.clone().floor_div(Ix::constant(rows)),
-                )
-            } else {
-                (
-                    e.clone().floor_div(Ix::constant(cols)),
-                    e.clone().modulo(Ix::constant(cols)),
-                )
-            }
-        };
         // The words this invocation loads into the tiles at K step `kt`,
         // A's and B's interleaved: (which tile, its slot, the word).
         let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<(usize, Ix, ValueId)>> {
@@ -475,7 +460,7 @@ pub(super) fn matmul(
                 let first = |width: i64| slot(l) * Ix::constant(width);
                 if l < a_count {
                     let e = first(a_width);
-                    let (ar, ac) = position(&e, (tile_m, bk), a_down_rows);
+                    let (ar, ac) = super::attention::split(&e, tile_m, bk, a_down_rows);
                     let k = k0.clone() + ac.clone();
                     let row = wy.clone() * Ix::constant(tile_m) + ar.clone();
                     let values = if a_width == 4 {
@@ -495,7 +480,7 @@ pub(super) fn matmul(
                 }
                 if l < b_count {
                     let e = first(b_width);
-                    let (br, bc) = position(&e, (bk, tile_n), b_down_rows);
+                    let (br, bc) = super::attention::split(&e, bk, tile_n, b_down_rows);
                     let k = k0.clone() + br.clone();
                     let col = wx.clone() * Ix::constant(tile_n) + bc.clone();
                     let values = if b_width == 4 {

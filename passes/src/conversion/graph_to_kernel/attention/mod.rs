@@ -525,7 +525,7 @@ impl Tile {
 /// Element `e` of a tile of `rows` by `columns` as (row, column): along
 /// the rows where the operand lies in memory that way, so that
 /// neighbouring invocations read neighbouring words.
-fn split(e: &Ix, rows: i64, columns: i64, by_row: bool) -> (Ix, Ix) {
+pub(super) fn split(e: &Ix, rows: i64, columns: i64, by_row: bool) -> (Ix, Ix) {
     if by_row {
         (
             e.clone().modulo(Ix::constant(rows)),
