@@ -39,6 +39,28 @@ pub struct Memory {
     pub len: i64,
 }
 
+/// A memory operand's offset as printed: in elements, and where the
+/// printer knows it exactly as a multiple of four plus a constant lane,
+/// as that vector's index and the lane. A language that indexes memory by
+/// vectors prints the latter where given, instead of dividing the former
+/// (a signed division and remainder per access, in a product's innermost
+/// loop).
+#[derive(Clone, Copy, Debug)]
+pub struct Offset<'a> {
+    pub words: &'a str,
+    pub vectors: Option<(&'a str, i64)>,
+}
+
+impl<'a> Offset<'a> {
+    /// An offset known in elements only.
+    pub fn words(words: &'a str) -> Offset<'a> {
+        Offset {
+            words,
+            vectors: None,
+        }
+    }
+}
+
 /// Choices the device makes for every language.
 #[derive(Clone, Copy, Debug)]
 pub struct Options {
@@ -77,11 +99,11 @@ pub trait Language {
     /// what they read (a padded convolution's border, a matmul's last
     /// tile), which Vulkan's robust buffer access makes safe and OpenCL
     /// does not.
-    fn load(&mut self, memory: &Memory, offset: &str, in_bounds: bool) -> String;
-    fn store(&mut self, memory: &Memory, offset: &str, value: &str) -> String;
+    fn load(&mut self, memory: &Memory, offset: Offset, in_bounds: bool) -> String;
+    fn store(&mut self, memory: &Memory, offset: Offset, value: &str) -> String;
     /// The four elements of workgroup memory or a buffer from `offset`
     /// (a multiple of four) on, as a vector.
-    fn load4(&mut self, memory: &Memory, offset: &str) -> String;
+    fn load4(&mut self, memory: &Memory, offset: Offset) -> String;
     /// The type of [`Language::load4`]'s vector of `ty`.
     fn vec4_type(&self, ty: &str) -> String;
     /// The vector of four `x` of type `ty`.
@@ -143,6 +165,7 @@ pub fn body<L: Language>(
         memories,
         names: HashMap::new(),
         ranges: HashMap::new(),
+        quarters: HashMap::new(),
         workgroup: kernel.workgroup_size(),
         grid: kernel.grid(),
         options,
@@ -152,6 +175,14 @@ pub fn body<L: Language>(
     };
     p.block(block, 1)?;
     Ok(p.out)
+}
+
+/// An [`Offset`] from its printed parts.
+fn offset_of<'a>(words: &'a str, vectors: &'a Option<(String, i64)>) -> Offset<'a> {
+    Offset {
+        words,
+        vectors: vectors.as_ref().map(|(q, r)| (q.as_str(), *r)),
+    }
 }
 
 /// The tensor arguments of a kernel that `load4` reads.
@@ -207,6 +238,8 @@ struct Printer<'m, 'l, L> {
     names: HashMap<ValueId, String>,
     /// What each index value may be, inclusive, where known.
     ranges: HashMap<ValueId, (i64, i64)>,
+    /// Index values known as `4 * q + r`: q as printed, and r in 0..4.
+    quarters: HashMap<ValueId, (String, i64)>,
     /// The kernel's workgroup size and grid, for the ids' ranges.
     workgroup: Vec<i64>,
     grid: Vec<i64>,
@@ -376,6 +409,80 @@ impl<L: Language> Printer<'_, '_, L> {
         Ok(self.map_exprs(op, first)?.swap_remove(0))
     }
 
+    /// The op's first map result over its operands from `first` as
+    /// `4 * q + r`, where [`Printer::quarter`] knows it.
+    fn map_quarter(&self, op: OpId, first: usize) -> R<Option<(String, i64)>> {
+        let o = self.m.op(op);
+        let Some(Attribute::AffineMap(map)) = o.attr("map") else {
+            return Err(format!("'{}' lacks its map", o.name));
+        };
+        let Some(e) = map.results.first() else {
+            return Ok(None);
+        };
+        self.quarter(e, &o.operands[first..])
+    }
+
+    /// `e` as `4 * q + r`, q printed and r in 0..4: where each term is a
+    /// constant, a multiple of four by its coefficient, or such an
+    /// expression already known, remainders of multiples of four too;
+    /// `None` where one is not (a floor division, an invocation's id).
+    /// Exact for any sign: nothing is divided.
+    fn quarter(&self, e: &AffineExpr, operands: &[ValueId]) -> R<Option<(String, i64)>> {
+        use AffineExpr as E;
+        let int = |c: i64| match c {
+            c if c < 0 => format!("({})", self.lang.int(c)),
+            c => self.lang.int(c),
+        };
+        let zero = self.lang.int(0);
+        // Sums and products of printed quotients, without `+ 0` or `* 1`.
+        let add = |a: String, b: String| match (a == zero, b == zero) {
+            (true, _) => b,
+            (_, true) => a,
+            _ => format!("({a} + {b})"),
+        };
+        let scale = |x: String, c: i64| match c {
+            1 => x,
+            c => format!("({x} * {})", int(c)),
+        };
+        // `4 * q + r` from a printed q and any r.
+        let normal = |q: String, r: i64| (add(q, int(r.div_euclid(4))), r.rem_euclid(4));
+        let constant = |e: &E| match e {
+            E::Const(c) => Some(*c),
+            _ => None,
+        };
+        Ok(match e {
+            E::Const(c) => Some((int(c.div_euclid(4)), c.rem_euclid(4))),
+            E::Dim(i) => self.quarters.get(&operands[*i as usize]).cloned(),
+            E::Sym(_) => None,
+            E::Add(a, b) => match (self.quarter(a, operands)?, self.quarter(b, operands)?) {
+                (Some((qa, ra)), Some((qb, rb))) => Some(normal(add(qa, qb), ra + rb)),
+                _ => None,
+            },
+            E::Mul(a, b) => {
+                let (x, c) = match (constant(a), constant(b)) {
+                    (_, Some(c)) => (a, c),
+                    (Some(c), _) => (b, c),
+                    _ => return Ok(None),
+                };
+                if c % 4 == 0 {
+                    Some((scale(self.expr(x, operands)?, c / 4), 0))
+                } else {
+                    self.quarter(x, operands)?
+                        .map(|(q, r)| normal(scale(q, c), r * c))
+                }
+            }
+            // (4q) mod 4d = 4 (q mod d): kernel.lower keeps a mod's left
+            // side non-negative, so q is too.
+            E::Mod(a, b) => match (self.quarter(a, operands)?, constant(b)) {
+                (Some((q, 0)), Some(d)) if d > 0 && d % 4 == 0 => {
+                    Some((format!("({q} % {})", int(d / 4)), 0))
+                }
+                _ => None,
+            },
+            E::FloorDiv(..) | E::CeilDiv(..) => None,
+        })
+    }
+
     fn block(&mut self, block: BlockId, indent: usize) -> R<()> {
         self.find_products(block);
         for &op in &self.m.blocks[block].ops.clone() {
@@ -478,23 +585,38 @@ impl<L: Language> Printer<'_, '_, L> {
             }
             K::Constant => match o.attr("value") {
                 Some(Attribute::Float(x, _)) => self.lang.float(*x, ty),
-                Some(Attribute::Int(x, _)) => self.lang.int(*x),
+                Some(Attribute::Int(x, _)) => {
+                    let q = (self.lang.int(x.div_euclid(4)), x.rem_euclid(4));
+                    self.quarters.insert(result.ok_or_else(malformed)?, q);
+                    self.lang.int(*x)
+                }
                 Some(Attribute::Bool(b)) => b.to_string(),
                 _ => return Err("a kernel.constant lacks its value".to_string()),
             },
-            K::Apply => self.map_expr(op, 0)?,
+            K::Apply => {
+                if let Some(q) = self.map_quarter(op, 0)? {
+                    self.quarters.insert(result.ok_or_else(malformed)?, q);
+                }
+                self.map_expr(op, 0)?
+            }
             K::Load => {
                 let memory = self.memory(o.operands[0])?;
                 let offset = self.map_expr(op, 1)?;
+                let vectors = self.map_quarter(op, 1)?;
                 let in_bounds = self
                     .map_range(op, 1, 0)
                     .is_some_and(|(lo, hi)| lo >= 0 && hi < memory.len);
-                self.lang.load(&memory, &offset, in_bounds)
+                self.lang
+                    .load(&memory, offset_of(&offset, &vectors), in_bounds)
             }
             K::Store => {
                 let memory = self.memory(o.operands[1])?;
                 let offset = self.map_expr(op, 2)?;
-                let line = self.lang.store(&memory, &offset, &arg(0)?);
+                let vectors = self.map_quarter(op, 2)?;
+                let value = arg(0)?;
+                let line = self
+                    .lang
+                    .store(&memory, offset_of(&offset, &vectors), &value);
                 self.line(indent, &line);
                 return Ok(());
             }
@@ -504,9 +626,10 @@ impl<L: Language> Printer<'_, '_, L> {
                     return Err("load4 cannot read a texture".to_string());
                 }
                 let offset = self.map_expr(op, 1)?;
+                let vectors = self.map_quarter(op, 1)?;
                 let name = format!("v{}", self.next);
                 self.next += 1;
-                let vector = self.lang.load4(&memory, &offset);
+                let vector = self.lang.load4(&memory, offset_of(&offset, &vectors));
                 let line = self.lang.declare(&name, &self.lang.vec4_type(ty), &vector);
                 self.line(indent, &line);
                 for (&r, lane) in o.results.iter().zip(["x", "y", "z", "w"]) {

@@ -13,7 +13,7 @@
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::fmt::Write;
 
-use ircc_codegen::{Language, Memory, Options, R, Space, workgroup_arrays};
+use ircc_codegen::{Language, Memory, Offset, Options, R, Space, workgroup_arrays};
 use ircc_core::{ElemType, Module, OpId, Type};
 use ircc_dialects::kernel::ops::{self, BinaryFn, IdKind, UnaryFn};
 use ircc_dialects::kernel::{MatrixType, Target, texture_args};
@@ -170,8 +170,8 @@ impl Language for OpenCl {
     /// A read that may fall outside its buffer is clamped into it: what
     /// it reads there is discarded, and OpenCL, unlike Vulkan, has no
     /// robust buffer access to make the read itself safe.
-    fn load(&mut self, memory: &Memory, offset: &str, in_bounds: bool) -> String {
-        let m = &memory.name;
+    fn load(&mut self, memory: &Memory, offset: Offset, in_bounds: bool) -> String {
+        let (m, offset) = (&memory.name, offset.words);
         let clamped;
         let offset = if in_bounds || !matches!(memory.space, Space::Buffer { .. }) {
             offset
@@ -187,8 +187,8 @@ impl Language for OpenCl {
         }
     }
 
-    fn store(&mut self, memory: &Memory, offset: &str, value: &str) -> String {
-        let m = &memory.name;
+    fn store(&mut self, memory: &Memory, offset: Offset, value: &str) -> String {
+        let (m, offset) = (&memory.name, offset.words);
         if matches!(memory.space, Space::Buffer { .. }) && memory.elem == ElemType::F16 {
             format!("vstore_half({value}, {offset}, {m});")
         } else {
@@ -198,12 +198,13 @@ impl Language for OpenCl {
 
     /// From a buffer, four loads each clamped as [`Language::load`]
     /// clamps (a product's last tile reads past its operand).
-    fn load4(&mut self, memory: &Memory, offset: &str) -> String {
+    fn load4(&mut self, memory: &Memory, offset: Offset) -> String {
+        let offset = offset.words;
         if matches!(memory.space, Space::Buffer { .. }) {
             let lanes: Vec<String> = (0..4)
                 .map(|k| match k {
-                    0 => self.load(memory, offset, false),
-                    k => self.load(memory, &format!("{offset} + {k}"), false),
+                    0 => self.load(memory, Offset::words(offset), false),
+                    k => self.load(memory, Offset::words(&format!("{offset} + {k}")), false),
                 })
                 .collect();
             let ty = scalar(&Type::Scalar(memory.elem)).unwrap_or("float");

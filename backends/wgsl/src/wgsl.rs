@@ -7,7 +7,9 @@
 use std::collections::{BTreeSet, HashMap};
 use std::fmt::Write;
 
-use ircc_codegen::{Language, Memory, Options, R, Space, vector_arguments, workgroup_arrays};
+use ircc_codegen::{
+    Language, Memory, Offset, Options, R, Space, vector_arguments, workgroup_arrays,
+};
 use ircc_core::{ElemType, Module, OpId, Type};
 use ircc_dialects::kernel::ops::{self, BinaryFn, IdKind, UnaryFn};
 use ircc_dialects::kernel::{MatrixRole, MatrixType, Target, texture_args};
@@ -200,37 +202,50 @@ impl Language for Wgsl {
     /// Memory that `load4` reads is an array of vec4, indexed by vector
     /// and lane. Reads outside a buffer are left to Vulkan's robust buffer
     /// access, which wgpu turns on.
-    fn load(&mut self, memory: &Memory, offset: &str, _in_bounds: bool) -> String {
+    fn load(&mut self, memory: &Memory, offset: Offset, _in_bounds: bool) -> String {
         let m = &memory.name;
-        let word = || format!("{m}[({offset}) / 4]");
-        let shift = || format!("u32(8 * (({offset}) % 4))");
+        let (vector, lane) = match offset.vectors {
+            Some((q, r)) => (q.to_string(), r.to_string()),
+            None => (
+                format!("({}) / 4", offset.words),
+                format!("({}) % 4", offset.words),
+            ),
+        };
+        let shift = || match offset.vectors {
+            Some((_, r)) => format!("{}u", 8 * r),
+            None => format!("u32(8 * (({}) % 4))", offset.words),
+        };
+        let word = format!("{m}[{vector}]");
         let buffer = matches!(memory.space, Space::Buffer { .. });
         match memory.elem {
-            _ if vectors(memory) => format!("{m}[({offset}) / 4][({offset}) % 4]"),
+            _ if vectors(memory) => format!("{m}[{vector}][{lane}]"),
             // Byte k of a little-endian word, moved to the top and back
             // down with the sign, or masked.
             ElemType::I8 if buffer => {
-                format!("(bitcast<i32>({} << (24u - {})) >> 24u)", word(), shift())
+                format!("(bitcast<i32>({word} << (24u - {})) >> 24u)", shift())
             }
             ElemType::U8 if buffer => {
-                format!("i32(({} >> {}) & 255u)", word(), shift())
+                format!("i32(({word} >> {}) & 255u)", shift())
             }
-            _ => format!("{m}[{offset}]"),
+            _ => format!("{m}[{}]", offset.words),
         }
     }
 
-    fn store(&mut self, memory: &Memory, offset: &str, value: &str) -> String {
+    fn store(&mut self, memory: &Memory, offset: Offset, value: &str) -> String {
         format!("{} = {value};", self.load(memory, offset, true))
     }
 
-    fn load4(&mut self, memory: &Memory, offset: &str) -> String {
+    fn load4(&mut self, memory: &Memory, offset: Offset) -> String {
         let m = &memory.name;
         if vectors(memory) {
-            return format!("{m}[({offset}) / 4]");
+            return match offset.vectors {
+                Some((q, 0)) => format!("{m}[{q}]"),
+                _ => format!("{m}[({}) / 4]", offset.words),
+            };
         }
         let at = |k: i64| match k {
-            0 => format!("{m}[{offset}]"),
-            k => format!("{m}[{offset} + {k}]"),
+            0 => format!("{m}[{}]", offset.words),
+            k => format!("{m}[{} + {k}]", offset.words),
         };
         format!("vec4({}, {}, {}, {})", at(0), at(1), at(2), at(3))
     }
