@@ -61,7 +61,20 @@ fn float_literal(x: f64, ty: &str) -> String {
     if ty == "f16" {
         format!("{:?}{suffix}", half::f16::from_f64(x).to_f32())
     } else {
-        format!("{:?}{suffix}", x as f32)
+        // The shortest decimal that rounds to the f32 may lie past f32's
+        // largest value (3.4028235e38), which Tint, the browsers' WGSL
+        // compiler, refuses as not representable: there, the f32's exact
+        // value.
+        let x = x as f32;
+        let shortest = format!("{x:?}");
+        if shortest
+            .parse::<f64>()
+            .is_ok_and(|d| d.abs() > f32::MAX as f64)
+        {
+            format!("{:?}{suffix}", x as f64)
+        } else {
+            format!("{shortest}{suffix}")
+        }
     }
 }
 
@@ -589,4 +602,34 @@ pub fn kernels(m: &Module) -> Vec<(String, OpId)> {
         .iter()
         .filter_map(|&op| ops::Func::new(m, op).map(|k| (k.sym_name().to_string(), op)))
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::float_literal;
+
+    /// Every f32 literal, read back as a real number, lies within f32's
+    /// range (Tint refuses one past it) and rounds to the value printed.
+    #[test]
+    fn f32_literals_stay_within_the_range_of_f32() {
+        for x in [
+            f64::from(f32::MAX),
+            f64::from(f32::MIN),
+            1e39,
+            -1e39,
+            0.1,
+            3.0,
+            -2.5e-38,
+        ] {
+            let text = float_literal(x, "f32");
+            let value: f64 = text.trim_end_matches('f').parse().unwrap();
+            assert!(value.abs() <= f64::from(f32::MAX), "{text}");
+            assert_eq!(
+                value as f32,
+                x.clamp(f32::MIN.into(), f32::MAX.into()) as f32,
+                "{text}"
+            );
+        }
+        assert_eq!(float_literal(0.1, "f32"), "0.1f");
+    }
 }
