@@ -433,7 +433,7 @@ pub struct PipelineArgs {
     #[arg(long, value_name = "FILE")]
     pub load_rules: Vec<PathBuf>,
     /// The device profile the module is compiled for (its ircc.target,
-    /// which kernel.schedule, layout.select, texture.map and the printers
+    /// which graph.fuse, kernel.schedule, layout.select, texture.map and the printers
     /// read; ircc --list-devices), or auto: the profile matching the
     /// adapter the command opens. Default: auto for commands that open a
     /// device (run on wgpu or opencl, bench, tune), else the module's own

@@ -214,6 +214,37 @@ fn ir_bundle(scratch: &Path, ir: &str, language: &str) -> (PathBuf, PathBuf, com
     (file, dir, out)
 }
 
+/// A WGSL bundle's plan says what it asks of a WebGPU device beyond the
+/// defaults: f16 shaders need `shader-f16`, a concat of nine tensors binds
+/// ten storage buffers; an OpenCL plan says nothing of WebGPU.
+#[test]
+fn a_wgsl_plan_says_what_it_asks_of_webgpu() {
+    let scratch = scratch_dir("bundle-webgpu");
+    let dir = scratch.join("f16");
+    bundle(BERT, &dir, &["--precision", "f16"]);
+    assert_eq!(
+        plan(&dir)["webgpu"],
+        serde_json::json!({"features": ["shader-f16"], "limits": {}})
+    );
+    let dir = scratch.join("opencl");
+    bundle(BERT, &dir, &["--backend", "opencl"]);
+    assert!(plan(&dir).get("webgpu").is_none());
+    let args: Vec<String> = (0..9).map(|i| format!("%x{i}: tensor<4xf32>")).collect();
+    let operands: Vec<String> = (0..9).map(|i| format!("%x{i}")).collect();
+    let ir = format!(
+        "func.func @main({}) -> tensor<36xf32> {{\n  %y = graph.concat {} {{axis = 0}} : {} -> tensor<36xf32>\n  func.return %y : tensor<36xf32>\n}}\n",
+        args.join(", "),
+        operands.join(", "),
+        ["tensor<4xf32>"; 9].join(", ")
+    );
+    let (_, dir, out) = ir_bundle(&scratch, &ir, "wgsl");
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert_eq!(
+        plan(&dir)["webgpu"],
+        serde_json::json!({"features": [], "limits": {"maxStorageBuffersPerShaderStage": 10}})
+    );
+}
+
 /// The BERT bundle, written once, copied for each damage done to it.
 fn damaged(name: &str, damage: impl FnOnce(&Path, &mut Value)) -> (common::Scratch, PathBuf) {
     let scratch = scratch_dir(&format!("bundle-damaged-{name}"));
@@ -358,6 +389,11 @@ fn a_damaged_or_hostile_bundle_is_refused_with_what_is_wrong() {
                 p["dispatches"][0]["shader"] = "k.wgsl".into();
             }),
             "k.wgsl:1:1: a control character (U+0000)",
+        ),
+        (
+            "webgpu-needs",
+            Box::new(|_, p| p["webgpu"]["features"] = serde_json::json!(["subgroups"])),
+            "plan.json: 'webgpu' says the plan needs {\"features\":[\"subgroups\"],\"limits\":{}}; its dispatches and shaders need {\"features\":[],\"limits\":{}}",
         ),
         (
             "escaped-control",

@@ -244,7 +244,7 @@ fn spec_dir_device_profiles_are_read_at_run_time() {
             "name = \"adreno740\"",
             "name = \"tiny\"\nmax_texture_extent = 4",
         )
-        .replace(", \"max_texture_extent\"]", "]");
+        .replace(", \"max_texture_extent\"", "");
     std::fs::write(dir.join("devices/tiny.toml"), profile).unwrap();
     let model = common::root().join("examples/conv_block.ir");
     let smartmem = |extra: &[&str]| {

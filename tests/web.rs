@@ -161,9 +161,10 @@ fn browser_run(
     Some(report)
 }
 
-/// `name`'s bundle (reduced, from tests/models) in `dir/name`, and the
-/// outputs `ircc run` gives it on `name.input.npy`, in `dir/name.out`.
-fn bundle(dir: &Path, name: &str) -> PathBuf {
+/// `name`'s bundle (reduced, from tests/models) for `device` in
+/// `dir/name`, and the outputs `ircc run` gives it on `name.input.npy`, in
+/// `dir/name.out`.
+fn bundle(dir: &Path, name: &str, device: &str) -> PathBuf {
     let model = find_model(name).unwrap();
     let out = dir.join(name);
     let compiled = ircc(&[
@@ -171,6 +172,8 @@ fn bundle(dir: &Path, name: &str) -> PathBuf {
         model.to_str().unwrap(),
         "--pipeline",
         "smartmem",
+        "--device",
+        device,
         "-o",
         out.to_str().unwrap(),
     ]);
@@ -189,15 +192,26 @@ fn bundle(dir: &Path, name: &str) -> PathBuf {
     out
 }
 
-/// The reduced Swin-T and BERT run in the browser as `ircc run` runs
-/// them, and a second run creates no GPU object.
+/// The reduced Swin-T (compiled for any WebGPU device) and BERT (for the
+/// default device) run in the browser as `ircc run` runs them, a second
+/// run creates no GPU object, and each kernel is timed.
 #[test]
 fn reduced_models_run_in_the_browser_as_ircc_runs_them() {
     let scratch = scratch_dir("web-models");
     let (port, reports) = serve(scratch.to_path_buf());
-    for name in ["swin_t_w24", "bert_l2_w64"] {
-        bundle(&scratch, name);
-        let query = format!("bundle=/b/{name}/&input=input=/b/{name}/input.npy");
+    for (name, device) in [("swin_t_w24", "webgpu"), ("bert_l2_w64", "adreno740")] {
+        let dir = bundle(&scratch, name, device);
+        let plan: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(dir.join("plan.json")).unwrap()).unwrap();
+        if device == "webgpu" {
+            // Within WebGPU's defaults, so any browser's adapter runs it.
+            assert_eq!(
+                plan["webgpu"],
+                serde_json::json!({"features": [], "limits": {}}),
+                "{name}"
+            );
+        }
+        let query = format!("bundle=/b/{name}/&input=input=/b/{name}/input.npy&profile");
         let Some(report) = browser_run(port, &reports, &query, &scratch) else {
             return;
         };
@@ -207,6 +221,20 @@ fn reduced_models_run_in_the_browser_as_ircc_runs_them() {
             "{name}: a run created GPU objects"
         );
         assert_eq!(report["runs_agree"], true, "{name}: two runs differ");
+        let kernels = report["kernels"].as_array().expect("the kernels' times");
+        assert_eq!(kernels.len(), plan["dispatches"].as_array().unwrap().len());
+        for (k, d) in kernels.iter().zip(plan["dispatches"].as_array().unwrap()) {
+            assert_eq!(k["kernel"], d["kernel"], "{name}");
+            let us = k["us"].as_f64().unwrap_or(f64::NAN);
+            assert!(us.is_finite() && us >= 0.0, "{name}: {k}");
+        }
+        let total: f64 = kernels.iter().filter_map(|k| k["us"].as_f64()).sum();
+        assert!(total > 0.0, "{name}: no kernel took any time");
+        eprintln!(
+            "{name} ({device}): {} kernels, {:.0} us in all (Model.profile)",
+            kernels.len(),
+            total
+        );
         let outputs = common::files_under(&scratch.join(format!("{name}.out")));
         let [output] = &outputs[..] else {
             panic!("{name}: ircc run wrote {outputs:?}");
@@ -247,11 +275,11 @@ fn reduced_models_run_in_the_browser_as_ircc_runs_them() {
 fn damaged_bundles_are_refused_with_a_message() {
     let scratch = scratch_dir("web-damaged");
     let (port, reports) = serve(scratch.to_path_buf());
-    let good = bundle(&scratch, "swin_t_w24");
+    let good = bundle(&scratch, "swin_t_w24", "adreno740");
     let plan: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(good.join("plan.json")).unwrap()).unwrap();
     type Damage = fn(&Path, &mut serde_json::Value);
-    let cases: [(&str, Damage, &str); 4] = [
+    let cases: [(&str, Damage, &str); 5] = [
         (
             "version",
             |_, p| p["version"] = 2.into(),
@@ -261,6 +289,11 @@ fn damaged_bundles_are_refused_with_a_message() {
             "lying-size",
             |_, p| p["buffers"][1]["bytes"] = 4.into(),
             "plan.json: buffers[1].bytes: 4, where its shape and dtype take",
+        ),
+        (
+            "lying-needs",
+            |_, p| p["webgpu"]["limits"]["maxBufferSize"] = 1.into(),
+            "plan.json: webgpu: says the plan needs {\"features\":[],\"limits\":{\"maxBufferSize\":1}}; its dispatches and shaders need {\"features\":[],\"limits\":{}}",
         ),
         (
             "missing-weights",

@@ -114,7 +114,11 @@ export async function load(baseUrl, options = {}) {
   for (const d of plan.dispatches) {
     if (!sources.has(d.shader)) sources.set(d.shader, await fetched(d.shader, "text", MAX_SOURCE_BYTES));
   }
-  const device = options.device ?? (await requestDevice(plan, [...sources.values()]));
+  const needs = webgpuNeeds(plan, [...sources.values()]);
+  if (plan.webgpu !== undefined && canonical(plan.webgpu) !== canonical(needs)) {
+    throw new BundleError("plan.json: webgpu", `says the plan needs ${canonical(plan.webgpu)}; its dispatches and shaders need ${canonical(needs)}`);
+  }
+  const device = options.device ?? (await requestDevice(needs));
   device.pushErrorScope("out-of-memory");
   device.pushErrorScope("validation");
   let model;
@@ -152,7 +156,7 @@ export function checkPlan(plan) {
   };
   if (typeof plan !== "object" || plan === null) fail("the plan", "not an object");
   if (plan.version !== 1) fail("version", `version ${show(plan.version)} of the plan format; this runtime reads version 1`);
-  only("the plan", plan, ["version", "language", "weights", "precision", "target", "pool_bytes",
+  only("the plan", plan, ["version", "language", "weights", "precision", "target", "webgpu", "pool_bytes",
     "buffers", "inputs", "outputs", "output_names", "dispatches"]);
   // No string holds a control character, even escaped: names are echoed.
   const strings = (where, v) => {
@@ -313,47 +317,93 @@ export function readSafetensors(bytes, name) {
   return tensors;
 }
 
-/** The device, with the features and limits the bundle's shaders need. */
-async function requestDevice(plan, sources) {
-  if (!globalThis.navigator?.gpu) throw new BundleError("WebGPU", "this browser has no navigator.gpu");
-  const adapter = await navigator.gpu.requestAdapter();
-  if (!adapter) throw new BundleError("WebGPU", "no adapter");
-  const features = [];
-  const need = (feature, why) => {
-    if (!adapter.features.has(feature)) throw new BundleError("WebGPU", `the adapter lacks '${feature}', which ${why}`);
-    features.push(feature);
-  };
-  if (sources.some((s) => /^\s*enable\s+wgpu_cooperative_matrix\s*;/m.test(s))) {
-    throw new BundleError("WebGPU", "the bundle's shaders use cooperative matrices, which WebGPU lacks: compile it for a device without them");
+/**
+ * The WebGPU specification's default limits that a plan can pass: every
+ * adapter gives these without being asked (backends/plan/src/webgpu.rs).
+ */
+export const DEFAULT_LIMITS = {
+  maxStorageBuffersPerShaderStage: 8, maxStorageTexturesPerShaderStage: 4,
+  maxSampledTexturesPerShaderStage: 16, maxBindingsPerBindGroup: 1000,
+  maxStorageBufferBindingSize: 134217728, maxBufferSize: 268435456, maxTextureDimension2D: 8192,
+  maxComputeWorkgroupSizeX: 256, maxComputeWorkgroupSizeY: 256, maxComputeWorkgroupSizeZ: 64,
+  maxComputeInvocationsPerWorkgroup: 256, maxComputeWorkgroupsPerDimension: 65535,
+};
+/** The WGSL extensions ircc's shaders enable, and WebGPU's feature for each (none: no WebGPU device has it). */
+const EXTENSIONS = [["f16", "shader-f16"], ["subgroups", "subgroups"], ["wgpu_cooperative_matrix", null]];
+
+/**
+ * What a plan asks of a WebGPU device beyond the defaults, as plan.json's
+ * `webgpu` says it (spec/plan.md): the features its shaders' `enable`
+ * directives need, the limits above the defaults with the values needed,
+ * and the extensions no WebGPU device has.
+ */
+export function webgpuNeeds(plan, sources) {
+  const enables = (text, name) => text.split("\n").some((line) => {
+    const list = /^enable (.*);$/.exec(line.trim().replace(/\s+;$/, ";"));
+    return list !== null && list[1].split(",").some((e) => e.trim() === name);
+  });
+  const needs = { features: [], limits: {} };
+  const unavailable = [];
+  for (const [extension, feature] of EXTENSIONS) {
+    if (!sources.some((s) => enables(s, extension))) continue;
+    if (feature) needs.features.push(feature);
+    else unavailable.push(extension);
   }
-  if (sources.some((s) => /^\s*enable\s+f16\s*;/m.test(s))) need("shader-f16", "the bundle's f16 shaders use");
-  if (sources.some((s) => /^\s*enable\s+subgroups\s*;/m.test(s))) need("subgroups", "the bundle's shaders use");
+  needs.features.sort();
   const most = (values) => values.reduce((a, b) => Math.max(a, b), 0);
   const ds = plan.dispatches;
   const buffers = plan.buffers.filter((b) => b.kind !== "texture");
-  const textures = plan.buffers.filter((b) => b.kind === "texture");
-  const requiredLimits = {};
-  const limit = (name, wanted) => {
-    if (wanted > adapter.limits[name]) {
-      throw new BundleError("WebGPU", `the bundle needs ${name} ${wanted}; the adapter's is ${adapter.limits[name]}`);
-    }
-    requiredLimits[name] = Math.max(wanted, 1);
+  const bound = (accesses) => most(ds.map((d) => d.bindings.filter((b) => accesses.includes(b.access)).length));
+  const wanted = {
+    maxStorageBuffersPerShaderStage: bound(["read", "read_write"]),
+    maxStorageTexturesPerShaderStage: bound(["storage_texture"]),
+    maxSampledTexturesPerShaderStage: bound(["texture"]),
+    maxBindingsPerBindGroup: most(ds.flatMap((d) => d.bindings.map((b) => b.binding + 1))),
+    maxStorageBufferBindingSize: most(buffers.map((b) => b.bytes)),
+    maxBufferSize: most([plan.pool_bytes, ...buffers.map((b) => b.bytes)]),
+    maxTextureDimension2D: most(plan.buffers.flatMap((b) => b.texels ?? [])),
+    maxComputeWorkgroupSizeX: most(ds.map((d) => d.workgroup_size[0])),
+    maxComputeWorkgroupSizeY: most(ds.map((d) => d.workgroup_size[1])),
+    maxComputeWorkgroupSizeZ: most(ds.map((d) => d.workgroup_size[2])),
+    maxComputeInvocationsPerWorkgroup: most(ds.map((d) => d.workgroup_size.reduce((a, b) => a * b, 1))),
+    maxComputeWorkgroupsPerDimension: most(ds.flatMap((d) => d.workgroups)),
   };
-  const bound = (d, accesses) => d.bindings.filter((b) => accesses.includes(b.access)).length;
-  limit("maxStorageBuffersPerShaderStage", most(ds.map((d) => bound(d, ["read", "read_write"]))));
-  limit("maxStorageTexturesPerShaderStage", most(ds.map((d) => bound(d, ["storage_texture"]))));
-  limit("maxSampledTexturesPerShaderStage", most(ds.map((d) => bound(d, ["texture"]))));
-  limit("maxBindingsPerBindGroup", most(ds.flatMap((d) => d.bindings.map((b) => b.binding + 1))));
-  limit("maxStorageBufferBindingSize", most(buffers.map((b) => b.bytes)));
-  limit("maxBufferSize", most([plan.pool_bytes, ...buffers.map((b) => b.bytes)]));
-  limit("maxTextureDimension2D", most(textures.flatMap((b) => b.texels)));
-  limit("maxComputeWorkgroupSizeX", most(ds.map((d) => d.workgroup_size[0])));
-  limit("maxComputeWorkgroupSizeY", most(ds.map((d) => d.workgroup_size[1])));
-  limit("maxComputeWorkgroupSizeZ", most(ds.map((d) => d.workgroup_size[2])));
-  limit("maxComputeInvocationsPerWorkgroup", most(ds.map((d) => d.workgroup_size.reduce((a, b) => a * b, 1))));
-  limit("maxComputeWorkgroupsPerDimension", most(ds.flatMap((d) => d.workgroups)));
-  limit("maxComputeWorkgroupStorageSize", adapter.limits.maxComputeWorkgroupStorageSize);
-  return adapter.requestDevice({ requiredFeatures: features, requiredLimits });
+  for (const name of Object.keys(wanted).sort()) {
+    if (wanted[name] > DEFAULT_LIMITS[name]) needs.limits[name] = wanted[name];
+  }
+  if (unavailable.length) needs.unavailable = unavailable;
+  return needs;
+}
+
+/** JSON with each object's keys sorted, to compare two values. */
+function canonical(v) {
+  if (Array.isArray(v)) return `[${v.map(canonical).join(",")}]`;
+  if (typeof v === "object" && v !== null) {
+    return `{${Object.keys(v).sort().map((k) => `${JSON.stringify(k)}:${canonical(v[k])}`).join(",")}}`;
+  }
+  return JSON.stringify(v);
+}
+
+/**
+ * A device with what `needs` (webgpuNeeds) asks for; refused by name
+ * where the adapter lacks a feature or limit.
+ */
+async function requestDevice(needs) {
+  if (!globalThis.navigator?.gpu) throw new BundleError("WebGPU", "this browser has no navigator.gpu");
+  if (needs.unavailable) {
+    throw new BundleError("WebGPU", `the bundle's shaders enable ${needs.unavailable.join(", ")}, which WebGPU lacks: compile it with --device webgpu`);
+  }
+  const adapter = await navigator.gpu.requestAdapter();
+  if (!adapter) throw new BundleError("WebGPU", "no adapter");
+  for (const feature of needs.features) {
+    if (!adapter.features.has(feature)) throw new BundleError("WebGPU", `the adapter lacks '${feature}', which the bundle's shaders use`);
+  }
+  for (const [name, value] of Object.entries(needs.limits)) {
+    if (value > adapter.limits[name]) {
+      throw new BundleError("WebGPU", `the bundle needs ${name} ${value}; the adapter's is ${adapter.limits[name]} (WebGPU's default ${DEFAULT_LIMITS[name]}: compile with --device webgpu to stay within it)`);
+    }
+  }
+  return adapter.requestDevice({ requiredFeatures: needs.features, requiredLimits: needs.limits });
 }
 
 /** A loaded bundle: its GPU objects, made once. */
@@ -473,17 +523,22 @@ export class Model {
     device.queue.submit([encoder.finish()]);
   }
 
-  /**
-   * Times `runs` runs after one to warm up, on zero inputs unless given:
-   * their median and fastest wall clock in milliseconds.
-   */
-  async bench(runs = 20, inputs = undefined) {
-    const given = inputs ?? Object.fromEntries(this.plan.inputs.map((id) => {
+  /** `inputs`, or zeros of every input's shape and type. */
+  inputsOrZeros(inputs) {
+    return inputs ?? Object.fromEntries(this.plan.inputs.map((id) => {
       const b = this.plan.buffers[id];
       const n = b.shape.reduce((a, d) => a * d, 1);
       const Kind = { f32: Float32Array, f16: Float32Array, i32: Int32Array, i8: Int8Array, ui8: Uint8Array }[b.dtype];
       return [b.name, new Kind(n)];
     }));
+  }
+
+  /**
+   * Times `runs` runs after one to warm up, on zero inputs unless given:
+   * their median and fastest wall clock in milliseconds.
+   */
+  async bench(runs = 20, inputs = undefined) {
+    const given = this.inputsOrZeros(inputs);
     await this.run(given);
     const times = [];
     for (let i = 0; i < runs; i++) {
@@ -493,6 +548,49 @@ export class Model {
     }
     times.sort((a, b) => a - b);
     return { median_ms: times[Math.floor(times.length / 2)], min_ms: times[0], runs };
+  }
+
+  /**
+   * Each dispatch's time in microseconds, after a run on `inputs` (zeros
+   * unless given): the wall clock of the dispatch repeated back to back
+   * in one compute pass, for at least `spanMs` milliseconds, less an empty
+   * submission's, per repeat. Timestamp queries would time a dispatch
+   * alone, but browsers round them to 100 us unless told otherwise: a
+   * kernel of a few microseconds needs repeats either way. Repeating a
+   * kernel rewrites what it wrote already (no kernel adds to its output),
+   * and the next `run` computes everything afresh.
+   * @returns {Promise<{kernel: string, template: string, us: number}[]>}
+   */
+  async profile(inputs = undefined, spanMs = 4) {
+    await this.run(this.inputsOrZeros(inputs));
+    const { device } = this;
+    const submit = async (step, repeats) => {
+      const start = performance.now();
+      const encoder = device.createCommandEncoder();
+      const pass = encoder.beginComputePass();
+      if (step) {
+        pass.setPipeline(step.pipeline);
+        pass.setBindGroup(0, step.group);
+        for (let r = 0; r < repeats; r++) pass.dispatchWorkgroups(...step.workgroups);
+      }
+      pass.end();
+      device.queue.submit([encoder.finish()]);
+      await device.queue.onSubmittedWorkDone();
+      return performance.now() - start;
+    };
+    const median = (xs) => xs.sort((a, b) => a - b)[Math.floor(xs.length / 2)];
+    const empties = [];
+    for (let i = 0; i < 5; i++) empties.push(await submit(null, 0));
+    const empty = median(empties);
+    const times = [];
+    for (const [i, step] of this.steps.entries()) {
+      const once = Math.max(await submit(step, 1) - empty, 1e-3);
+      const repeats = Math.min(Math.ceil(spanMs / once), 4096);
+      const spent = median([await submit(step, repeats), await submit(step, repeats), await submit(step, repeats)]);
+      const d = this.plan.dispatches[i];
+      times.push({ kernel: d.kernel, template: d.template, us: (Math.max(spent - empty, 0) / repeats) * 1000 });
+    }
+    return times;
   }
 }
 

@@ -19,7 +19,8 @@ use decl::*;
 
 /// The passes that read the module's target (`ircc.target`): the driver
 /// attaches one before a pipeline that runs any of them.
-pub const READS_TARGET: [&str; 3] = [
+pub const READS_TARGET: [&str; 4] = [
+    GraphFuseOptions::NAME,
     KernelScheduleOptions::NAME,
     LayoutSelectOptions::NAME,
     TextureMapOptions::NAME,

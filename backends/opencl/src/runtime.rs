@@ -124,6 +124,9 @@ pub fn adapter() -> R<ircc_dialects::kernel::Adapter> {
             .ok()
             .filter(|&w| w > 0)
             .map(|w| w.min(1 << 30) as u32),
+        // A kernel's buffers are its arguments, which OpenCL bounds by
+        // their bytes, not their number.
+        max_storage_buffers: None,
         // OpenCL C has no cooperative matrices.
         cooperative_matrix: Vec::new(),
     })

@@ -13,6 +13,7 @@ use safetensors::Dtype;
 use safetensors::tensor::TensorView;
 
 use crate::host::{dtype_size, from_bytes, stored_bytes};
+use crate::webgpu::WebGpuNeeds;
 use crate::{Access, BufferKind, Language, PLAN_VERSION, Plan, TexelFormat};
 
 type R<T> = Result<T, String>;
@@ -112,6 +113,8 @@ pub fn write(dir: &Path, plan: &mut Plan, weight: &dyn Fn(&str) -> R<StoredTenso
     safetensors::serialize_to_file(views, None, &path)
         .map_err(|e| format!("cannot write {}: {e}", path.display()))?;
     plan.weights = Some(WEIGHTS_FILE.to_string());
+    plan.webgpu =
+        (plan.language == Some(Language::Wgsl)).then(|| WebGpuNeeds::of(plan, &plan.sources));
     for (file, text) in &plan.sources {
         let path = dir.join(file);
         ircc_core::files::write_file(&path, text)?;
@@ -184,6 +187,16 @@ pub fn read(dir: &Path, max_text_bytes: u64) -> R<Bundle> {
         .iter()
         .map(|f| Ok((f.to_string(), read_text(dir, f, max_text_bytes)?)))
         .collect::<R<_>>()?;
+    if let Some(said) = &plan.webgpu {
+        let needs = WebGpuNeeds::of(&plan, &plan.sources);
+        if *said != needs {
+            return Err(format!(
+                "{PLAN_FILE}: 'webgpu' says the plan needs {}; its dispatches and shaders need {}",
+                serde_json::to_string(said).unwrap_or_default(),
+                serde_json::to_string(&needs).unwrap_or_default()
+            ));
+        }
+    }
     let weights = read_weights(dir, &mut plan)?;
     let output_elems = plan
         .outputs
@@ -378,6 +391,11 @@ impl Plan {
             return Err(format!("precision '{}' is not f32 or f16", self.precision));
         }
         let language = self.language.ok_or("the plan names no source language")?;
+        if language != Language::Wgsl && self.webgpu.is_some() {
+            return Err(format!(
+                "'webgpu' describes WGSL plans; this one is {language}"
+            ));
+        }
         for (i, b) in self.buffers.iter().enumerate() {
             let at = |e: String| format!("buffer {i} ('{}'): {e}", b.name);
             if b.id != i {

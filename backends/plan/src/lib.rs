@@ -10,6 +10,7 @@
 
 pub mod bundle;
 pub mod host;
+pub mod webgpu;
 
 use std::collections::{BTreeMap, HashMap};
 
@@ -159,6 +160,10 @@ pub struct Plan {
     /// chosen (the module's `ircc.target`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub target: Option<PlanTarget>,
+    /// What a WGSL plan asks of a WebGPU device beyond every one's
+    /// defaults ([`webgpu::WebGpuNeeds`]); a bundle's reader checks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub webgpu: Option<webgpu::WebGpuNeeds>,
     pub pool_bytes: u64,
     pub buffers: Vec<BufferPlan>,
     pub inputs: Vec<usize>,
@@ -573,6 +578,7 @@ pub fn plan(m: &Module, func: OpId) -> R<Plan> {
                 device: t.profile.name,
                 reason: t.reason,
             }),
+        webgpu: None,
         pool_bytes,
         buffers,
         inputs,
@@ -622,6 +628,7 @@ mod tests {
             weights: None,
             precision: "f32".into(),
             target: None,
+            webgpu: None,
             pool_bytes: 0,
             buffers: buffers
                 .iter()

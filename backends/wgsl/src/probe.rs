@@ -47,7 +47,7 @@ pub struct Probe {
 const FIELDS: &str = "compute_units alus_per_unit subgroup_size max_workgroup_invocations \
     registers_per_unit l1_bytes l1_line_bytes l1_serves_buffers autobroadcast l2_bytes \
     l2_line_bytes local_memory_bytes load_width memory_bandwidth_gbs texture_bandwidth_gbs peak_f32_gflops \
-    peak_f16_gflops max_texture_extent";
+    peak_f16_gflops max_texture_extent max_storage_buffers";
 const FLAGS: [&str; 2] = ["l1_serves_buffers", "autobroadcast"];
 
 fn kib(bytes: u64) -> String {
@@ -545,6 +545,7 @@ pub fn probe(quick: bool) -> R<Probe> {
     );
     queried!("local_memory_bytes", max_compute_workgroup_storage_size);
     queried!("max_texture_extent", max_texture_dimension_2d);
+    queried!("max_storage_buffers", max_storage_buffers_per_shader_stage);
     subgroup(&gpu, &mut out, &info)?;
     bandwidth(&gpu, &mut out, quick)?;
     load_width(&gpu, &mut out, quick)?;

@@ -106,6 +106,7 @@ pub fn adapter() -> R<ircc_dialects::kernel::Adapter> {
         max_workgroup_invocations: Some(limits.max_compute_invocations_per_workgroup),
         local_memory_bytes: Some(u64::from(limits.max_compute_workgroup_storage_size)),
         max_texture_extent: Some(limits.max_texture_dimension_2d),
+        max_storage_buffers: Some(limits.max_storage_buffers_per_shader_stage),
         cooperative_matrix: cooperative_matrices(&adapter),
     })
 }

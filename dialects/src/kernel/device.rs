@@ -11,7 +11,7 @@ use serde::{Deserialize, Serialize};
 use super::module_target::Adapter;
 
 /// The embedded profiles, by name.
-pub const PROFILES: [(&str, &str); 7] = [
+pub const PROFILES: [(&str, &str); 8] = [
     (
         "adreno640",
         include_str!("../../../spec/devices/adreno640.toml"),
@@ -40,6 +40,7 @@ pub const PROFILES: [(&str, &str); 7] = [
         "nvidia_vulkan",
         include_str!("../../../spec/devices/nvidia_vulkan.toml"),
     ),
+    ("webgpu", include_str!("../../../spec/devices/webgpu.toml")),
 ];
 
 /// See `spec/devices/*.toml` for the source of each figure.
@@ -74,6 +75,12 @@ pub struct DeviceProfile {
     pub peak_f32_gflops: Option<f64>,
     pub peak_f16_gflops: Option<f64>,
     pub max_texture_extent: Option<u32>,
+    /// The storage buffers one kernel may bind (WebGPU's
+    /// maxStorageBuffersPerShaderStage, Vulkan's
+    /// maxPerStageDescriptorStorageBuffers): graph.fuse keeps each group
+    /// within it, where it is known, as well as within the target's
+    /// `max_kernel_buffers`.
+    pub max_storage_buffers: Option<u32>,
     /// Texel formats kernels may read and write (`rgba32f`, `rgba16f`).
     pub texture_formats: Vec<String>,
     /// The optional figures no source gave.
@@ -169,7 +176,7 @@ impl AdapterPattern {
 }
 
 /// The optional figures, with whether a profile has each.
-fn optional_figures(p: &DeviceProfile) -> [(&'static str, bool); 14] {
+fn optional_figures(p: &DeviceProfile) -> [(&'static str, bool); 15] {
     [
         ("alus_per_unit", p.alus_per_unit.is_some()),
         (
@@ -187,6 +194,7 @@ fn optional_figures(p: &DeviceProfile) -> [(&'static str, bool); 14] {
         ("peak_f32_gflops", p.peak_f32_gflops.is_some()),
         ("peak_f16_gflops", p.peak_f16_gflops.is_some()),
         ("max_texture_extent", p.max_texture_extent.is_some()),
+        ("max_storage_buffers", p.max_storage_buffers.is_some()),
         ("texture_formats", !p.texture_formats.is_empty()),
     ]
 }
@@ -259,6 +267,7 @@ impl DeviceProfile {
             p.local_memory_bytes,
             p.load_width.map(u64::from),
             p.max_texture_extent.map(u64::from),
+            p.max_storage_buffers.map(u64::from),
         ];
         let rates = [
             Some(p.memory_bandwidth_gbs),

@@ -39,6 +39,7 @@ pub struct Adapter {
     pub max_workgroup_invocations: Option<u32>,
     pub local_memory_bytes: Option<u64>,
     pub max_texture_extent: Option<u32>,
+    pub max_storage_buffers: Option<u32>,
     /// The cooperative-matrix configurations the API reports (none
     /// through OpenCL, which has no cooperative matrices).
     pub cooperative_matrix: Vec<CooperativeMatrix>,
@@ -225,6 +226,10 @@ fn built_profile(adapter: &Adapter, base: DeviceProfile) -> Result<DeviceProfile
         p.max_texture_extent = Some(n);
         known(&mut p, "max_texture_extent");
     }
+    if let Some(n) = adapter.max_storage_buffers {
+        p.max_storage_buffers = Some(n);
+        known(&mut p, "max_storage_buffers");
+    }
     // The template maps invocations to subgroups by the profile's subgroup
     // size, which a built profile borrows: its matrices wait for a probed
     // profile (ircc probe), which measures both.
@@ -280,6 +285,7 @@ mod tests {
             max_workgroup_invocations: Some(512),
             local_memory_bytes: Some(49152),
             max_texture_extent: None,
+            max_storage_buffers: Some(16),
             cooperative_matrix: Vec::new(),
         }
     }

@@ -17,6 +17,7 @@ use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};
 
 use crate::decl::GraphFuseOptions;
+use ircc_core::diag::{Diagnostic, Diagnostics};
 use ircc_core::ir::{BlockId, OpBuilder, ValueId};
 use ircc_core::pass::{FunctionPass, PassContext, PassResult};
 use ircc_core::registry::MappingType;
@@ -53,6 +54,8 @@ struct Group {
 /// The fusion state of one block.
 struct Plan<'a> {
     module: &'a Module,
+    /// The most buffers one group's kernel may bind ([`buffer_limit`]).
+    max_buffers: i64,
     position: HashMap<OpId, usize>,
     mapping: HashMap<OpId, MappingType>,
     group_of: HashMap<OpId, usize>,
@@ -219,8 +222,7 @@ impl Fuse {
         members.insert(op);
         // A kernel binds a buffer per tensor it reads and writes, within
         // the target's limit (GridSample's taps read many).
-        let limit = ircc_dialects::kernel::Target::webgpu().max_kernel_buffers;
-        if !plan.convex(&members) || plan.bindings(&members) as i64 > limit {
+        if !plan.convex(&members) || plan.bindings(&members) as i64 > plan.max_buffers {
             return false;
         }
         group.ops.push(op);
@@ -295,10 +297,17 @@ impl Fuse {
             })
     }
 
-    fn plan(&self, module: &Module, ctx: &PassContext, block: BlockId) -> Vec<Group> {
+    fn plan(
+        &self,
+        module: &Module,
+        ctx: &PassContext,
+        block: BlockId,
+        max_buffers: i64,
+    ) -> Vec<Group> {
         let ops = &module.blocks[block].ops;
         let mut plan = Plan {
             module,
+            max_buffers,
             position: HashMap::new(),
             mapping: HashMap::new(),
             group_of: HashMap::new(),
@@ -392,8 +401,7 @@ impl Fuse {
                 continue;
             }
             let members: HashSet<OpId> = groups[group].ops.iter().copied().chain([op]).collect();
-            let limit = ircc_dialects::kernel::Target::webgpu().max_kernel_buffers;
-            if plan.convex(&members) && plan.bindings(&members) as i64 <= limit {
+            if plan.convex(&members) && plan.bindings(&members) as i64 <= plan.max_buffers {
                 groups[group].ops.push(op);
                 plan.group_of.insert(op, group);
             }
@@ -401,6 +409,20 @@ impl Fuse {
         groups.retain(|g| g.ops.len() > 1);
         groups
     }
+}
+
+/// The most buffers one group's kernel may bind: the target's
+/// `max_kernel_buffers`, and the device's `max_storage_buffers` where its
+/// profile knows it. A group's count takes in the tensors that will be
+/// textures, which WebGPU bounds apart; what kernel.lower adds (a split
+/// product's partials, a stored anchor) may pass it, and a bundle's plan
+/// says so (`webgpu.limits`).
+fn buffer_limit(m: &Module) -> Result<i64, String> {
+    let target = ircc_dialects::kernel::Target::webgpu().max_kernel_buffers;
+    let device = ircc_dialects::kernel::target_profile(m)?;
+    Ok(device
+        .max_storage_buffers
+        .map_or(target, |n| target.min(i64::from(n))))
 }
 
 /// Turns one group into a `graph.fused` op, to be placed at its last
@@ -674,7 +696,13 @@ impl FunctionPass for Fuse {
     }
 
     fn run_on_body(&mut self, module: &mut Module, body: BlockId, ctx: &PassContext) -> PassResult {
-        let groups = without_cycles(module, body, self.plan(module, ctx, body));
+        let max_buffers = buffer_limit(module).map_err(|e| {
+            Diagnostics(vec![Diagnostic::plain(format!(
+                "{}: {e}",
+                GraphFuseOptions::NAME
+            ))])
+        })?;
+        let groups = without_cycles(module, body, self.plan(module, ctx, body, max_buffers));
         let position: HashMap<OpId, usize> = module.blocks[body]
             .ops
             .iter()
