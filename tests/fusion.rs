@@ -277,3 +277,101 @@ fn spec_dir_device_profiles_are_read_at_run_time() {
     assert_eq!(r.code, 1);
     assert!(r.stderr.contains("unknown device 'tiny'"), "{}", r.stderr);
 }
+
+/// GroupNormalization fuses as LayerNormalization does: a block of either
+/// over the same tensor, read by a 1x1 convolution and a ReLU, takes as
+/// many kernels (the normalization's statistics, then the product that
+/// normalizes its operand as it reads it) on a GPU target and a texture
+/// one.
+#[test]
+fn group_norm_takes_no_more_kernels_than_layer_norm() {
+    use common::onnx::{model, node, value_info};
+    use ircc_onnx::proto::{AttributeProto, ModelProto, TensorProto, attr_type, data_type};
+    use prost::Message;
+
+    let floats = |name: &str, dims: &[i64], value: f32| TensorProto {
+        dims: dims.to_vec(),
+        data_type: data_type::FLOAT,
+        float_data: vec![value; dims.iter().product::<i64>() as usize],
+        name: name.into(),
+        ..Default::default()
+    };
+    let int_attr = |name: &str, v: i64| AttributeProto {
+        name: name.into(),
+        i: v,
+        r#type: attr_type::INT,
+        ..Default::default()
+    };
+    let (c, side) = (32, 16);
+    let block = |norm: ircc_onnx::proto::NodeProto, scale: &[i64]| -> Vec<u8> {
+        let nodes = vec![
+            norm,
+            node("conv", "Conv", &["n", "w"], "c", vec![]),
+            node("relu", "Relu", &["c"], "y", vec![]),
+        ];
+        let mut m =
+            ModelProto::decode(&model(nodes, vec![value_info("x", &[1, c, side, side])], "y")[..])
+                .unwrap();
+        m.opset_import[0].version = 21;
+        m.graph.as_mut().unwrap().initializer = vec![
+            floats("s", scale, 1.0),
+            floats("b", scale, 0.0),
+            floats("w", &[c, c, 1, 1], 0.01),
+        ];
+        m.encode_to_vec()
+    };
+    let group = block(
+        node(
+            "gn",
+            "GroupNormalization",
+            &["x", "s", "b"],
+            "n",
+            vec![int_attr("num_groups", 8)],
+        ),
+        &[c],
+    );
+    let layer = block(
+        node(
+            "ln",
+            "LayerNormalization",
+            &["x", "s", "b"],
+            "n",
+            vec![int_attr("axis", 1)],
+        ),
+        &[c, side, side],
+    );
+    let dir = common::scratch_dir("group-norm-fusion");
+    let dispatches = |name: &str, bytes: &[u8], device: &str| -> usize {
+        let file = dir.join(format!("{name}.onnx"));
+        std::fs::write(&file, bytes).unwrap();
+        let out = dir.join(format!("{name}-{device}"));
+        let compiled = common::ircc(&[
+            "compile",
+            file.to_str().unwrap(),
+            "--pipeline",
+            "smartmem",
+            "--device",
+            device,
+            "-o",
+            out.to_str().unwrap(),
+        ]);
+        assert_eq!(compiled.code, 0, "{name}: {}", compiled.stderr);
+        let plan: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(out.join("plan.json")).unwrap()).unwrap();
+        plan["dispatches"].as_array().unwrap().len()
+    };
+    for device in ["nvidia_vulkan", "adreno740"] {
+        let (g, l) = (
+            dispatches("group", &group, device),
+            dispatches("layer", &layer, device),
+        );
+        assert!(
+            g <= l,
+            "{device}: GroupNormalization {g} kernels, LayerNormalization {l}"
+        );
+        assert_eq!(
+            l, 2,
+            "{device}: the layer norm block fuses into statistics and a product"
+        );
+    }
+}

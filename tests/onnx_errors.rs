@@ -737,3 +737,64 @@ fn packed_tensors_are_checked() {
         "{err}"
     );
 }
+
+/// A value computed from bound inputs and constants alone is known too:
+/// a Reshape's shape that is the Abs of an input is bound through it, and
+/// the remark names the input.
+#[test]
+fn values_computed_from_bound_inputs_are_known() {
+    let nodes = vec![
+        node("a", "Abs", &["shape"], "d", vec![]),
+        node("r", "Reshape", &["x", "d"], "y", vec![]),
+    ];
+    let mut shape = value_info("shape", &[2]);
+    if let Some(t) = shape.r#type.as_mut().and_then(|t| t.tensor_type.as_mut()) {
+        t.elem_type = data_type::INT64;
+    }
+    let dir = scratch_dir("bind-through");
+    let path = dir.join("m.onnx");
+    std::fs::write(
+        &path,
+        model(nodes, vec![value_info("x", &[2, 3]), shape], "y"),
+    )
+    .unwrap();
+    let x = dir.join("x.npy");
+    ircc_reference::write_npy(
+        &x,
+        &ircc_core::Tensor::float(
+            ircc_core::ElemType::F32,
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[2, 3]), vec![0.0; 6]).unwrap(),
+        ),
+    )
+    .unwrap();
+    let s = dir.join("s.npy");
+    ircc_reference::write_npy(
+        &s,
+        &ircc_core::Tensor::int(
+            ircc_core::ElemType::I64,
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[2]), vec![-3, -2]).unwrap(),
+        ),
+    )
+    .unwrap();
+    let out = dir.join("out");
+    let r = ircc(&[
+        "run",
+        path.to_str().unwrap(),
+        "--input",
+        &format!("x={}", x.display()),
+        "--input",
+        &format!("shape={}", s.display()),
+        "--output-dir",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    assert!(
+        r.stderr.contains(
+            "remark: input 'shape' is bound to the value given for it: it feeds Reshape's shape"
+        ),
+        "{}",
+        r.stderr
+    );
+    let y = ircc_reference::read_npy(&out.join("y.npy")).unwrap();
+    assert_eq!(y.shape(), &[3, 2]);
+}

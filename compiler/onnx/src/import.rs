@@ -89,8 +89,11 @@ pub struct Importer<'r> {
     pub block: BlockId,
     pub opset: i64,
     values: HashMap<String, Val>,
-    /// Input values to specialize on (see `ImportOptions::known_inputs`).
+    /// Input values to specialize on (see `ImportOptions::known_inputs`),
+    /// and the values of ops computed from them and constants alone.
     known: HashMap<ValueId, Tensor>,
+    /// The known inputs each computed known value came from.
+    known_from: HashMap<ValueId, Vec<ValueId>>,
     /// The known inputs specialized on, with the first operand each fed.
     bound: std::cell::RefCell<Vec<(String, String)>>,
     remarks: std::cell::RefCell<Vec<String>>,
@@ -196,6 +199,7 @@ pub(crate) fn import_bytes(
         opset,
         values: HashMap::new(),
         known: HashMap::new(),
+        known_from: HashMap::new(),
         bound: Default::default(),
         remarks: Default::default(),
         placed: HashMap::new(),
@@ -457,13 +461,40 @@ impl Importer<'_> {
         self.remarks.borrow_mut().push(text);
     }
 
-    /// Records that the module was specialized on known input `v`.
+    /// Records that the module was specialized on known value `v`: on the
+    /// inputs it was computed from.
     fn bind(&self, v: ValueId, what: &str) {
-        let name = self.module.value(v).name.clone().unwrap_or_default();
+        let inputs = self.known_from.get(&v).cloned().unwrap_or_else(|| vec![v]);
         let mut bound = self.bound.borrow_mut();
-        if !bound.iter().any(|(n, _)| *n == name) {
-            bound.push((name, what.to_string()));
+        for input in inputs {
+            let name = self.module.value(input).name.clone().unwrap_or_default();
+            if !bound.iter().any(|(n, _)| *n == name) {
+                bound.push((name, what.to_string()));
+            }
         }
+    }
+
+    /// The values of `operands` where each is a constant or known, and the
+    /// known inputs they come from; `None` where one is neither, or where
+    /// all are constants (the op is evaluated then, not emitted).
+    fn known_operands(&self, operands: &[Val]) -> Option<(Vec<Tensor>, Vec<ValueId>)> {
+        let mut from: Vec<ValueId> = Vec::new();
+        let values = operands
+            .iter()
+            .map(|v| match v {
+                Val::Const(t) => Some(t.value()),
+                Val::Dyn(id) => {
+                    let t = self.known.get(id)?.clone();
+                    for input in self.known_from.get(id).map_or(&[*id][..], |f| &f[..]) {
+                        if !from.contains(input) {
+                            from.push(*input);
+                        }
+                    }
+                    Some(t)
+                }
+            })
+            .collect::<Option<Vec<Tensor>>>()?;
+        (!from.is_empty()).then_some((values, from))
     }
 
     /// Input `i` as a constant, for shape-like inputs.
@@ -619,25 +650,34 @@ impl Importer<'_> {
                 return Ok(ts.into_iter().map(Val::constant).collect());
             }
         }
+        // An op of known inputs (and constants) stays in the IR, computed
+        // from its inputs as they are given, but its values are known too,
+        // for an op downstream that needs a constant (a window's size
+        // through a Cast, a Range's limit through a Sub).
+        let known = self.known_operands(&operands);
+        let kind = op;
         let mut ids = Vec::new();
         for v in operands {
             ids.push(self.materialize(v)?);
         }
         let op = self.module.create_op(
-            OpBuilder::new(op.name())
+            OpBuilder::new(kind.name())
                 .operands(ids)
-                .attrs(attrs)
+                .attrs(attrs.clone())
                 .results(vec![Type::Index; results]),
         );
         infer(&mut self.module, self.registry, op)?;
         self.module.append_op(self.block, op);
-        Ok(self
-            .module
-            .op(op)
-            .results
-            .iter()
-            .map(|&r| Val::Dyn(r))
-            .collect())
+        let out = self.module.op(op).results.clone();
+        if let Some((args, from)) = known
+            && let Ok(Some(values)) = self.evaluate(kind, args, attrs, results)
+        {
+            for (r, t) in out.iter().zip(values) {
+                self.known.insert(*r, t);
+                self.known_from.insert(*r, from.clone());
+            }
+        }
+        Ok(out.into_iter().map(Val::Dyn).collect())
     }
 
     /// Runs a graph op on constants through its interpret hook; `None`

@@ -15,6 +15,7 @@ mod control_flow;
 mod data_dependent;
 mod einsum;
 mod fold;
+mod gated;
 mod grid_sample;
 mod import;
 mod loss;
@@ -28,6 +29,7 @@ mod recurrent;
 mod resize;
 mod rotary;
 mod scan;
+mod signal;
 pub mod tensor;
 
 use std::collections::HashMap;
@@ -90,8 +92,10 @@ pub struct ImportOptions {
     pub inline_limit: usize,
     /// Values of inputs to specialize on (`--bind`): where an operator
     /// needs a constant (a Reshape's shape, a Slice's bounds) and gets one
-    /// of these inputs, the value is used. Elsewhere the input stays an
-    /// argument. Each must have its input's type.
+    /// of these inputs, or a value computed from them and constants alone
+    /// (a window's size through a Cast, a Range's limit through a Sub),
+    /// the value is used. Elsewhere the input stays an argument. Each must
+    /// have its input's type.
     pub known_inputs: HashMap<String, Tensor>,
     /// The values a run is given (`ircc run --input`), by name and by
     /// position (None where a file's values need the model's type to be

@@ -1,6 +1,7 @@
 //! Normalizations imported as compositions of graph ops:
 //! GroupNormalization as a layer norm over each group, LRN as a sum of
-//! shifted squares across channels.
+//! shifted squares across channels, MeanVarianceNormalization as ONNX's
+//! function body.
 
 use ircc_core::{Attribute, Tensor};
 use ircc_dialects::graph::GraphOp;
@@ -116,5 +117,42 @@ impl Importer<'_> {
         let beta = self.scalar_like(&x, a.f("beta", 0.75) as f64);
         let denominator = self.bin(GraphOp::Pow, base, beta)?;
         Ok(vec![self.bin(GraphOp::Div, x, denominator)?])
+    }
+
+    /// MeanVarianceNormalization: `(x - E[x]) / (sqrt(E[x^2] - E[x]^2) +
+    /// 1e-9)` over `axes` (default [0, 2, 3]), as ONNX's function body
+    /// computes it.
+    pub(crate) fn mean_variance_normalization(
+        &mut self,
+        n: &NodeProto,
+        a: &Attrs,
+    ) -> Result<Vec<Val>> {
+        a.only(&["axes"])?;
+        let x = self.required(n, 0)?;
+        let ty = self.type_of(&x);
+        if !ty.elem.is_float() {
+            return Err(ImportError::invalid(format!(
+                "MeanVarianceNormalization of {ty}: a float tensor is needed"
+            )));
+        }
+        let axes = a.ints("axes").unwrap_or_else(|| vec![0, 2, 3]);
+        let at = attrs(vec![
+            ("axes", ints_attr(axes)),
+            ("keepdims", Attribute::i64(1)),
+        ]);
+        let mean = self
+            .emit(GraphOp::ReduceMean, vec![x.clone()], at.clone(), 1)?
+            .remove(0);
+        let square = self.bin(GraphOp::Mul, x.clone(), x.clone())?;
+        let mean_square = self
+            .emit(GraphOp::ReduceMean, vec![square], at, 1)?
+            .remove(0);
+        let squared_mean = self.bin(GraphOp::Mul, mean.clone(), mean.clone())?;
+        let variance = self.bin(GraphOp::Sub, mean_square, squared_mean)?;
+        let deviation = self.un(GraphOp::Sqrt, variance)?;
+        let epsilon = self.scalar_like(&x, 1e-9);
+        let deviation = self.bin(GraphOp::Add, deviation, epsilon)?;
+        let centered = self.bin(GraphOp::Sub, x, mean)?;
+        Ok(vec![self.bin(GraphOp::Div, centered, deviation)?])
     }
 }

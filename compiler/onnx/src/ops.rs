@@ -680,6 +680,16 @@ impl Importer<'_> {
             "Upsample" => self.upsample(n, a)?,
             "GroupNormalization" => self.group_normalization(n, a)?,
             "LRN" => self.lrn(n, a)?,
+            "DFT" => self.dft(n, a)?,
+            "SwiGLU" => self.swiglu(n, a)?,
+            "LinearAttention" => self.linear_attention(n, a)?,
+            "CausalConvWithState" => self.causal_conv_with_state(n, a)?,
+            "MeanVarianceNormalization" => self.mean_variance_normalization(n, a)?,
+            "Col2Im" => self.col2im(n, a)?,
+            "TensorScatter" => self.tensor_scatter(n, a)?,
+            "STFT" => self.stft(n, a)?,
+            "HannWindow" | "HammingWindow" | "BlackmanWindow" => self.window(n, a)?,
+            "MelWeightMatrix" => self.mel_weight_matrix(n, a)?,
             "Resize" => self.resize(n, a)?,
             "Constant" => {
                 a.only(&[

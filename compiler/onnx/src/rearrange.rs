@@ -1,7 +1,9 @@
 //! Operators that move or make data, imported as compositions of graph
 //! ops: EyeLike as a constant, ReverseSequence and Pad's `wrap` mode as
 //! gathers of known indices, SpaceToDepth's CRD mode as a reshape and a
-//! transpose, and the old Upsample as the Resize it equals.
+//! transpose, the old Upsample as the Resize it equals, Col2Im as the
+//! transposed convolution it is, and TensorScatter as a gather of known
+//! indices from the cache and the update.
 
 use ircc_core::{Attribute, ElemType, Tensor};
 use ircc_dialects::graph::GraphOp;
@@ -9,7 +11,7 @@ use ndarray::{ArrayD, IxDyn};
 
 use crate::attrs::Attrs;
 use crate::import::{Importer, Val, i64s};
-use crate::ops::{attrs, rank_axis};
+use crate::ops::{attrs, ints_attr, rank_axis};
 use crate::proto::{AttributeProto, NodeProto, attr_type};
 use crate::tensor::elem_type;
 use crate::{ImportError, Result};
@@ -206,5 +208,138 @@ impl Importer<'_> {
         let out = self.resize(&resize, &ra)?;
         ra.check()?;
         Ok(out)
+    }
+
+    /// Col2Im: the columns [N, C * block, blocks] summed back into an
+    /// image [N, C, ...image_shape]. A transposed convolution does just
+    /// that: the blocks laid out as their grid, C groups of `block`
+    /// channels, each group's weights one at the column's place in the
+    /// block and zero elsewhere, with Col2Im's strides, dilations and pads.
+    pub(crate) fn col2im(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["dilations", "pads", "strides"])?;
+        let x = self.required(n, 0)?;
+        let ty = self.type_of(&x);
+        let known = |imp: &Self, i: usize, what: &str| -> Result<Vec<i64>> {
+            imp.constant_input(n, i, what)?
+                .map(|t| i64s(&t))
+                .ok_or_else(|| ImportError::invalid(format!("missing {what}")))
+        };
+        let image = known(self, 1, "image_shape")?;
+        let block = known(self, 2, "block_shape")?;
+        let dims = image.len();
+        let strides = a.ints("strides").unwrap_or_else(|| vec![1; dims]);
+        let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; dims]);
+        let pads = a.ints("pads").unwrap_or_else(|| vec![0; 2 * dims]);
+        let per_block: i64 = block.iter().product();
+        let sizes_fit = block.len() == dims
+            && strides.len() == dims
+            && dilations.len() == dims
+            && pads.len() == 2 * dims
+            && block
+                .iter()
+                .chain(&strides)
+                .chain(&dilations)
+                .all(|&v| v >= 1)
+            && pads.iter().all(|&p| p >= 0);
+        if ty.rank() != 3 || dims == 0 || !sizes_fit || ty.shape[1] % per_block != 0 {
+            return Err(ImportError::invalid(format!(
+                "Col2Im of {ty} into an image {image:?} by blocks {block:?}: the input is [N, C * blocks, L] with one block, stride, dilation and two pads an image axis"
+            )));
+        }
+        // The blocks along each image axis, which together must be L.
+        let grid: Vec<i64> = (0..dims)
+            .map(|i| {
+                (image[i] + pads[i] + pads[dims + i] - dilations[i] * (block[i] - 1) - 1)
+                    / strides[i]
+                    + 1
+            })
+            .collect();
+        if grid.iter().any(|&g| g < 1) || grid.iter().product::<i64>() != ty.shape[2] {
+            return Err(ImportError::invalid(format!(
+                "Col2Im: {} columns, where an image {image:?} takes {grid:?} blocks",
+                ty.shape[2]
+            )));
+        }
+        let channels = ty.shape[1] / per_block;
+        let mut shape = vec![ty.shape[0], ty.shape[1]];
+        shape.extend(&grid);
+        let x = self.reshape(x, shape)?;
+        let mut wshape = vec![ty.shape[1] as usize, 1];
+        wshape.extend(block.iter().map(|&b| b as usize));
+        let weight = ArrayD::from_shape_fn(IxDyn(&wshape), |i| {
+            // Column c * per_block + k holds element k of the block, in
+            // row-major order.
+            let k = (0..dims).fold(0, |k, d| k * block[d] as usize + i[2 + d]);
+            f64::from(u8::from(i[0] % per_block as usize == k))
+        });
+        let weight = Val::constant(Tensor::float(ty.elem, weight));
+        let at = attrs(vec![
+            ("strides", ints_attr(strides)),
+            ("dilations", ints_attr(dilations)),
+            ("group", Attribute::i64(channels)),
+            ("pads", ints_attr(pads)),
+            ("output_padding", ints_attr(vec![0; dims])),
+        ]);
+        self.emit(GraphOp::ConvTranspose, vec![x, weight], at, 1)
+    }
+
+    /// TensorScatter: `update` written into `past_cache` along `axis`,
+    /// each batch's steps from its `write_indices` on (wrapping around in
+    /// `circular` mode). With the indices known, each element of the result
+    /// is one of the cache or the update: a gather of known indices from
+    /// the two joined along the axis.
+    pub(crate) fn tensor_scatter(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["axis", "mode"])?;
+        let (cache, update) = (self.required(n, 0)?, self.required(n, 1)?);
+        let (ct, ut) = (self.type_of(&cache), self.type_of(&update));
+        let rank = ct.rank();
+        let axis = rank_axis(a.i("axis", -2), rank)?;
+        let mode = a.s("mode", "linear");
+        let fits = rank >= 2
+            && axis >= 1
+            && ut.rank() == rank
+            && ut.elem == ct.elem
+            && (0..rank).all(|d| d == axis || ct.shape[d] == ut.shape[d])
+            && ut.shape[axis] <= ct.shape[axis];
+        if !fits || !matches!(mode.as_str(), "linear" | "circular") {
+            return Err(ImportError::invalid(format!(
+                "TensorScatter of {ut} into {ct} along axis {axis} in mode '{mode}': the update matches the cache but along the axis (after the batch), where it is no longer; modes are linear and circular"
+            )));
+        }
+        let (batches, length, written) = (ct.shape[0], ct.shape[axis], ut.shape[axis]);
+        let starts = match self.constant_input(n, 2, "write_indices")? {
+            Some(t) => i64s(&t),
+            None => vec![0; batches as usize],
+        };
+        let circular = mode == "circular";
+        if starts.len() as i64 != batches
+            || starts
+                .iter()
+                .any(|&w| w < 0 || (!circular && w + written > length) || w >= length.max(1))
+        {
+            return Err(ImportError::invalid(format!(
+                "write_indices {starts:?}: each of the {batches} batches' {written} steps must start inside the cache's {length}{}",
+                if circular { "" } else { " and end there" }
+            )));
+        }
+        let shape: Vec<usize> = ct.shape.iter().map(|&d| d as usize).collect();
+        let index = ArrayD::from_shape_fn(IxDyn(&shape), |i| {
+            let (s, w) = (i[axis] as i64, starts[i[0]]);
+            // Step j of the update lands at (w + j), mod the length if circular.
+            let j = if circular {
+                (s - w).rem_euclid(length)
+            } else {
+                s - w
+            };
+            if (0..written).contains(&j) {
+                length + j
+            } else {
+                s
+            }
+        });
+        let joined = self.concat(vec![cache, update], axis as i64)?;
+        let index = Val::constant(Tensor::int(ElemType::I64, index));
+        let at = attrs(vec![("axis", Attribute::i64(axis as i64))]);
+        self.emit(GraphOp::GatherElements, vec![joined, index], at, 1)
     }
 }
