@@ -5,10 +5,13 @@
 //! part of each head through slices and concatenations, attention and MLP
 //! in parallel), a Conformer speech encoder (conv1d, GLU, depthwise conv),
 //! MobileNetV3 (hard-swish, squeeze-excite), EfficientNet (depthwise, SiLU),
-//! RegNetX (grouped convolutions) and a detection head ending in
-//! NonMaxSuppression. Each runs through every pipeline on the interpreter
-//! and on wgpu, as a user runs it (`ircc run`), and matches onnxruntime:
-//! f32 within 1e-4 and f16 within 1e-2 of the output's scale.
+//! RegNetX (grouped convolutions), a detection head ending in
+//! NonMaxSuppression and a Whisper-style log-mel front end (STFT, the mel
+//! filter bank, log). Each runs through every pipeline on the interpreter
+//! and on wgpu, as a user runs it (`ircc run`), and matches onnxruntime
+//! (the front end: ONNX's reference implementation, which onnxruntime's
+//! f32 FFT is 4.6e-4 of the scale from; `scripts/make_log_mel.py`): f32
+//! within 1e-4 and f16 within 1e-2 of the output's scale.
 //!
 //! The detection head's output is the boxes NonMaxSuppression keeps, with
 //! rows of -1 after each class's kept boxes (`graph.non_max_suppression`):
@@ -25,7 +28,7 @@ use std::path::Path;
 use common::{find_model, gpu_available, max_relative, run, scratch_dir};
 use ircc_reference::read_npy;
 
-const WIDER_MODELS: [&str; 8] = [
+const WIDER_MODELS: [&str; 9] = [
     "llama_block_w64",
     "gpt_neox_l2_w64",
     "gpt_neox_l2_w64_dynamo",
@@ -34,6 +37,7 @@ const WIDER_MODELS: [&str; 8] = [
     "efficientnet_b0_w025",
     "regnet_x_w8",
     DETECTION,
+    "log_mel_whisper",
 ];
 
 /// The model whose output is box indices, compared exactly.

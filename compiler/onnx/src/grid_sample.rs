@@ -5,13 +5,14 @@
 //! with `graph.gather_elements` and weighted. The arithmetic follows
 //! ONNX's reference: denormalized coordinates, out-of-range coordinates
 //! clamped (border) or reflected (reflection), taps outside read as zero
-//! (zeros).
+//! (zeros). AffineGrid, which makes the grids spatial transformers sample,
+//! is a product of a constant grid with the transforms.
 
-use ircc_core::{Attribute, ElemType};
+use ircc_core::{Attribute, ElemType, Tensor};
 use ircc_dialects::graph::GraphOp;
 
 use crate::attrs::Attrs;
-use crate::import::{Importer, Val};
+use crate::import::{Importer, Val, i64s};
 use crate::ops::{attrs, ints_attr};
 use crate::proto::NodeProto;
 use crate::{ImportError, Result};
@@ -41,6 +42,77 @@ struct Tap {
 }
 
 impl Importer<'_> {
+    /// AffineGrid: for transforms `theta` [N, 2, 3] (or [N, 3, 4]) and
+    /// `size` [N, C, H, W] (or [N, C, D, H, W]), each output point's
+    /// normalized coordinates (x, y[, z], 1) times its batch's transform:
+    /// [N, H, W, 2] (or [N, D, H, W, 3]). The coordinates, -1 to 1 across
+    /// each axis (at the corner pixels' centres, or at their outer edges
+    /// without `align_corners`), are a constant; `size` must be known.
+    pub(crate) fn affine_grid(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
+        a.only(&["align_corners"])?;
+        let theta = self.required(n, 0)?;
+        let tt = self.type_of(&theta);
+        let size = i64s(
+            &self
+                .constant_input(n, 1, "size")?
+                .ok_or_else(|| ImportError::invalid("missing size"))?,
+        );
+        let spatial = size.len().saturating_sub(2);
+        let fits = matches!(spatial, 2 | 3)
+            && tt.elem.is_float()
+            && tt.shape == [size[0], spatial as i64, spatial as i64 + 1]
+            && size[2..]
+                .iter()
+                .all(|&d| (1..=ircc_core::limits::MAX_DIM).contains(&d));
+        if !fits {
+            return Err(ImportError::invalid(format!(
+                "AffineGrid takes theta [N, 2, 3] with size [N, C, H, W], or [N, 3, 4] with [N, C, D, H, W], not {tt} with {size:?}"
+            )));
+        }
+        let dims = &size[2..];
+        let points: i64 = dims.iter().product();
+        // The coordinates are a constant computed here.
+        let limit = ircc_core::limits::MAX_FOLDED_ELEMENTS;
+        if points > limit / 4 {
+            return Err(ImportError::invalid(format!(
+                "AffineGrid of {dims:?} points: its coordinates would take more than the {limit} elements a constant computed while importing may"
+            )));
+        }
+        let corners = a.i("align_corners", 0) != 0;
+        let coordinate = |i: i64, extent: i64| -> f64 {
+            match (corners, extent) {
+                (true, 1) => -1.0,
+                (true, _) => -1.0 + 2.0 * i as f64 / (extent - 1) as f64,
+                (false, _) => -1.0 + (2 * i + 1) as f64 / extent as f64,
+            }
+        };
+        // Row p: the point's coordinates, innermost axis (x) first, then 1.
+        let homogeneous = spatial + 1;
+        let base = ndarray::ArrayD::from_shape_fn(
+            ndarray::IxDyn(&[1, points as usize, homogeneous]),
+            |i| {
+                let k = i[2];
+                if k == spatial {
+                    return 1.0;
+                }
+                // Axis `spatial - 1 - k` of the point's index, row-major.
+                let axis = spatial - 1 - k;
+                let inner: i64 = dims[axis + 1..].iter().product();
+                let at = (i[1] as i64 / inner) % dims[axis];
+                coordinate(at, dims[axis])
+            },
+        );
+        let base = Val::constant(Tensor::float(tt.elem, base));
+        let transposed = self.transpose(theta, vec![0, 2, 1])?;
+        let grid = self
+            .emit(GraphOp::Matmul, vec![base, transposed], attrs(vec![]), 1)?
+            .remove(0);
+        let mut shape = vec![size[0]];
+        shape.extend(dims);
+        shape.push(spatial as i64);
+        Ok(vec![self.reshape(grid, shape)?])
+    }
+
     /// GridSample (opset 16; `linear`/`cubic` are opset 20's names for
     /// `bilinear`/`bicubic`, and opset 20 takes any number of spatial axes).
     pub(crate) fn grid_sample(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {

@@ -45,6 +45,7 @@ pub const OPERATORS: &[Operator] = &[
     op("Acos", 7, Kernels),
     op("Acosh", 9, Kernels),
     op("Add", 1, Kernels),
+    op("AffineGrid", 20, Kernels),
     op("And", 1, Kernels),
     op("ArgMax", 1, Kernels),
     op("ArgMin", 1, Kernels),

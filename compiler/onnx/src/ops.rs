@@ -686,6 +686,7 @@ impl Importer<'_> {
             "CausalConvWithState" => self.causal_conv_with_state(n, a)?,
             "MeanVarianceNormalization" => self.mean_variance_normalization(n, a)?,
             "Col2Im" => self.col2im(n, a)?,
+            "AffineGrid" => self.affine_grid(n, a)?,
             "TensorScatter" => self.tensor_scatter(n, a)?,
             "STFT" => self.stft(n, a)?,
             "HannWindow" | "HammingWindow" | "BlackmanWindow" => self.window(n, a)?,
