@@ -115,8 +115,14 @@ export async function load(baseUrl, options = {}) {
     if (!sources.has(d.shader)) sources.set(d.shader, await fetched(d.shader, "text", MAX_SOURCE_BYTES));
   }
   const needs = webgpuNeeds(plan, [...sources.values()]);
-  if (plan.webgpu !== undefined && canonical(plan.webgpu) !== canonical(needs)) {
-    throw new BundleError("plan.json: webgpu", `says the plan needs ${canonical(plan.webgpu)}; its dispatches and shaders need ${canonical(needs)}`);
+  // As ircc's reader: null is no field, and an empty `unavailable` none.
+  const said = plan.webgpu === null ? undefined : plan.webgpu;
+  if (said !== undefined) {
+    const { unavailable, ...rest } = said ?? {};
+    const stated = Array.isArray(unavailable) && unavailable.length === 0 ? rest : said;
+    if (canonical(stated) !== canonical(needs)) {
+      throw new BundleError("plan.json: webgpu", `says the plan needs ${canonical(said)}; its dispatches and shaders need ${canonical(needs)}`);
+    }
   }
   const device = options.device ?? (await requestDevice(needs));
   device.pushErrorScope("out-of-memory");
@@ -558,7 +564,10 @@ export class Model {
    * alone, but browsers round them to 100 us unless told otherwise: a
    * kernel of a few microseconds needs repeats either way. Repeating a
    * kernel rewrites what it wrote already (no kernel adds to its output),
-   * and the next `run` computes everything afresh.
+   * and the next `run` computes everything afresh. A kernel reads what
+   * the whole run left, where later kernels may have reused its inputs'
+   * pool bytes: one whose work depends on values (a gather, a
+   * suppression) is timed on those.
    * @returns {Promise<{kernel: string, template: string, us: number}[]>}
    */
   async profile(inputs = undefined, spanMs = 4) {

@@ -680,7 +680,7 @@ mod tests {
         assert_eq!((profile.compute_units, profile.l1_bytes), (2, Some(32768)));
         assert_eq!(profile.memory_bandwidth_gbs, 22.2);
         assert!(!profile.l1_serves_buffers && profile.autobroadcast);
-        assert_eq!(profile.unknown.len(), 13);
+        assert_eq!(profile.unknown.len(), 14);
         assert!(text.contains("# l2_bytes: left out (no level)"));
         assert_eq!(profile.cooperative_matrix, p.cooperative_matrix);
     }

@@ -16,6 +16,9 @@ use crate::{ImportError, Result};
 /// The most steps LinearAttention's recurrence is unrolled over: each
 /// step is a dozen graph ops.
 const MAX_LINEAR_ATTENTION_STEPS: i64 = 256;
+/// The most query heads LinearAttention takes: each step joins that many
+/// copies of a key/value head's state.
+const MAX_HEADS: i64 = 4096;
 
 impl Importer<'_> {
     /// SwiGLU: `a * sigmoid(alpha * a) * b`, of two tensors of one shape.
@@ -157,12 +160,14 @@ impl Importer<'_> {
             .all(|t| t.rank() == 3 && t.elem.is_float())
             && kv_heads > 0
             && q_heads > 0
+            && q_heads <= qt.shape[2].min(MAX_HEADS)
+            && kv_heads <= vt.shape[2]
             && q_heads % kv_heads == 0
             && qt.shape[2] % q_heads == 0
             && vt.shape[2] % kv_heads == 0
             && kt.shape[..2] == qt.shape[..2]
             && vt.shape[..2] == qt.shape[..2]
-            && kt.shape[2] * q_heads == qt.shape[2] * kv_heads;
+            && kt.shape[2].checked_mul(q_heads) == qt.shape[2].checked_mul(kv_heads);
         if !shapes_fit {
             return Err(ImportError::invalid(format!(
                 "LinearAttention takes query, key and value [B, T, heads * size] of {q_heads} query and {kv_heads} key/value heads, not {qt}, {kt} and {vt}"
@@ -222,10 +227,8 @@ impl Importer<'_> {
                 (self.cast_if_other(p, f32)?, pt.elem)
             }
             None => {
-                let zeros = ndarray::ArrayD::zeros(ndarray::IxDyn(
-                    &state_shape.iter().map(|&d| d as usize).collect::<Vec<_>>(),
-                ));
-                (Val::constant(ircc_core::Tensor::float(f32, zeros)), qt.elem)
+                let zero = ircc_core::Tensor::float(f32, ndarray::arr0(0.0).into_dyn());
+                (self.splat(&zero, state_shape)?, qt.elem)
             }
         };
         let scale = match a.f("scale", 0.0) {

@@ -70,7 +70,7 @@ impl Importer<'_> {
             )));
         }
         let dims = &size[2..];
-        let points: i64 = dims.iter().product();
+        let points = dims.iter().fold(1i64, |n, &d| n.saturating_mul(d));
         // The coordinates are a constant computed here.
         let limit = ircc_core::limits::MAX_FOLDED_ELEMENTS;
         if points > limit / 4 {

@@ -83,6 +83,12 @@ fn key(t: &Arc<Constant>) -> usize {
     Arc::as_ptr(t) as usize
 }
 
+/// The most elements a value computed from known inputs may have to be
+/// known itself: shapes, sizes and indices, as integer constants are
+/// inlined up to (a run's inputs are known, and the network is not to be
+/// evaluated while importing it).
+const MAX_KNOWN_ELEMENTS: i64 = 4096;
+
 pub struct Importer<'r> {
     pub registry: &'r Registry,
     pub module: Module,
@@ -478,6 +484,14 @@ impl Importer<'_> {
     /// known inputs they come from; `None` where one is neither, or where
     /// all are constants (the op is evaluated then, not emitted).
     fn known_operands(&self, operands: &[Val]) -> Option<(Vec<Tensor>, Vec<ValueId>)> {
+        // Shape-like values only: a run's inputs are known too, and the
+        // network itself is not to be evaluated while importing it.
+        if operands
+            .iter()
+            .any(|v| self.type_of(v).num_elements() > MAX_KNOWN_ELEMENTS)
+        {
+            return None;
+        }
         let mut from: Vec<ValueId> = Vec::new();
         let values = operands
             .iter()
@@ -669,7 +683,13 @@ impl Importer<'_> {
         infer(&mut self.module, self.registry, op)?;
         self.module.append_op(self.block, op);
         let out = self.module.op(op).results.clone();
-        if let Some((args, from)) = known
+        let small = out.iter().all(|&r| {
+            self.module
+                .value_type(r)
+                .as_tensor()
+                .is_some_and(|t| t.num_elements() <= MAX_KNOWN_ELEMENTS)
+        });
+        if let Some((args, from)) = known.filter(|_| small)
             && let Ok(Some(values)) = self.evaluate(kind, args, attrs, results)
         {
             for (r, t) in out.iter().zip(values) {

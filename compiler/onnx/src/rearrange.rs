@@ -230,8 +230,15 @@ impl Importer<'_> {
         let strides = a.ints("strides").unwrap_or_else(|| vec![1; dims]);
         let dilations = a.ints("dilations").unwrap_or_else(|| vec![1; dims]);
         let pads = a.ints("pads").unwrap_or_else(|| vec![0; 2 * dims]);
-        let per_block: i64 = block.iter().product();
+        let max = ircc_core::limits::MAX_DIM;
+        let per_block = block
+            .iter()
+            .try_fold(1i64, |n, &b| n.checked_mul(b))
+            .filter(|&n| n >= 1)
+            .unwrap_or(0);
         let sizes_fit = block.len() == dims
+            && per_block >= 1
+            && image.iter().all(|&d| (1..=max).contains(&d))
             && strides.len() == dims
             && dilations.len() == dims
             && pads.len() == 2 * dims
@@ -239,8 +246,8 @@ impl Importer<'_> {
                 .iter()
                 .chain(&strides)
                 .chain(&dilations)
-                .all(|&v| v >= 1)
-            && pads.iter().all(|&p| p >= 0);
+                .all(|&v| (1..=max).contains(&v))
+            && pads.iter().all(|&p| (0..=max).contains(&p));
         if ty.rank() != 3 || dims == 0 || !sizes_fit || ty.shape[1] % per_block != 0 {
             return Err(ImportError::invalid(format!(
                 "Col2Im of {ty} into an image {image:?} by blocks {block:?}: the input is [N, C * blocks, L] with one block, stride, dilation and two pads an image axis"
@@ -254,13 +261,29 @@ impl Importer<'_> {
                     + 1
             })
             .collect();
-        if grid.iter().any(|&g| g < 1) || grid.iter().product::<i64>() != ty.shape[2] {
+        let blocks = grid.iter().try_fold(1i64, |n, &g| n.checked_mul(g));
+        if grid.iter().any(|&g| g < 1) || blocks != Some(ty.shape[2]) {
             return Err(ImportError::invalid(format!(
                 "Col2Im: {} columns, where an image {image:?} takes {grid:?} blocks",
                 ty.shape[2]
             )));
         }
         let channels = ty.shape[1] / per_block;
+        let limit = ircc_core::limits::MAX_FOLDED_ELEMENTS;
+        if ty.shape[1].saturating_mul(per_block) > limit {
+            return Err(ImportError::invalid(format!(
+                "Col2Im's weights would be {} x {per_block} elements, more than the {limit} a constant computed while importing may hold",
+                ty.shape[1]
+            )));
+        }
+        // Where the blocks do not reach the image's end, the rest is
+        // padding the transposed convolution adds there.
+        let short: Vec<i64> = (0..dims)
+            .map(|i| {
+                (image[i] + pads[i] + pads[dims + i] - dilations[i] * (block[i] - 1) - 1)
+                    % strides[i]
+            })
+            .collect();
         let mut shape = vec![ty.shape[0], ty.shape[1]];
         shape.extend(&grid);
         let x = self.reshape(x, shape)?;
@@ -278,7 +301,7 @@ impl Importer<'_> {
             ("dilations", ints_attr(dilations)),
             ("group", Attribute::i64(channels)),
             ("pads", ints_attr(pads)),
-            ("output_padding", ints_attr(vec![0; dims])),
+            ("output_padding", ints_attr(short)),
         ]);
         self.emit(GraphOp::ConvTranspose, vec![x, weight], at, 1)
     }
@@ -315,11 +338,17 @@ impl Importer<'_> {
         if starts.len() as i64 != batches
             || starts
                 .iter()
-                .any(|&w| w < 0 || (!circular && w + written > length) || w >= length.max(1))
+                .any(|&w| w < 0 || w >= length.max(1) || (!circular && w + written > length))
         {
             return Err(ImportError::invalid(format!(
                 "write_indices {starts:?}: each of the {batches} batches' {written} steps must start inside the cache's {length}{}",
                 if circular { "" } else { " and end there" }
+            )));
+        }
+        let limit = ircc_core::limits::MAX_FOLDED_ELEMENTS;
+        if ct.num_elements() > limit {
+            return Err(ImportError::unsupported(format!(
+                "TensorScatter into {ct}: its index would take more than the {limit} elements a constant computed while importing may hold"
             )));
         }
         let shape: Vec<usize> = ct.shape.iter().map(|&d| d as usize).collect();

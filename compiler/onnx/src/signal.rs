@@ -19,8 +19,11 @@ use crate::proto::NodeProto;
 use crate::tensor::elem_type;
 use crate::{ImportError, Result};
 
-/// The longest transform imported: its matrices take `4 * n * n` elements.
-const MAX_DFT_LENGTH: i64 = 1 << 13;
+use ircc_core::limits::MAX_FOLDED_ELEMENTS;
+
+/// The longest transform imported, whose two matrices (each at most
+/// `n * n` elements) stay within a constant computed while importing.
+const MAX_DFT_LENGTH: i64 = 1 << 11;
 
 /// How one transform along an axis goes.
 struct Transform {
@@ -110,6 +113,11 @@ impl Importer<'_> {
             }
         }
         let frames = 1 + (steps - length) / step;
+        if frames * length > MAX_FOLDED_ELEMENTS || length > MAX_DFT_LENGTH {
+            return Err(ImportError::invalid(format!(
+                "STFT of {frames} frames of {length} steps: its frame index and transform would pass what a constant computed while importing may hold (frames of up to {MAX_DFT_LENGTH} steps)"
+            )));
+        }
         // [batch, frames * length, c] gathered along the steps, then
         // [batch, frames, length, c].
         let index = ArrayD::from_shape_fn(IxDyn(&[(frames * length) as usize]), |i| {
@@ -188,10 +196,15 @@ impl Importer<'_> {
         let re = fit(self, re)?;
         let im = im.map(|v| fit(self, v)).transpose()?;
         let (cos, sin) = matrices(t, ty.elem);
-        let product = |imp: &mut Self, v: &Val, m: &Tensor| -> Result<Val> {
-            let m = Val::constant(m.clone());
+        let (cos, sin) = (Val::constant(cos), Val::constant(sin));
+        let product = |imp: &mut Self, v: &Val, m: &Val| -> Result<Val> {
             Ok(imp
-                .emit(GraphOp::Matmul, vec![v.clone(), m], attrs(vec![]), 1)?
+                .emit(
+                    GraphOp::Matmul,
+                    vec![v.clone(), m.clone()],
+                    attrs(vec![]),
+                    1,
+                )?
                 .remove(0))
         };
         // (re + i im) times (cos + i sin), sin carrying the sign: the
@@ -237,8 +250,10 @@ impl Importer<'_> {
             Some(t) => scalar_of(&t, "size")?,
             None => return Err(ImportError::invalid("missing size")),
         };
-        if !(0..=ircc_core::limits::MAX_DIM).contains(&size) {
-            return Err(ImportError::invalid(format!("a window of {size} elements")));
+        if !(0..=MAX_FOLDED_ELEMENTS).contains(&size) {
+            return Err(ImportError::invalid(format!(
+                "a window of {size} elements (0 to {MAX_FOLDED_ELEMENTS}, a constant computed while importing)"
+            )));
         }
         let elem = elem_type(a.i("output_datatype", 1) as i32)?;
         let span = if a.i("periodic", 1) != 0 {
@@ -286,7 +301,9 @@ impl Importer<'_> {
             unreachable!("five inputs");
         };
         let (mels, dft_length) = (mels as i64, dft_length as i64);
-        if !(1..=4096).contains(&mels) || !(1..=MAX_DFT_LENGTH).contains(&dft_length) || rate <= 0.0
+        if !(1..=4096).contains(&mels)
+            || !(1..=MAX_DFT_LENGTH).contains(&dft_length)
+            || !(rate > 0.0 && rate.is_finite())
         {
             return Err(ImportError::invalid(format!(
                 "MelWeightMatrix of {mels} bins, a DFT of {dft_length} and a sample rate of {rate}"
@@ -295,10 +312,13 @@ impl Importer<'_> {
         let spectrum = (dft_length / 2 + 1) as usize;
         let mel = |hz: f64| 2595.0 * (hz / 700.0).ln_1p() / 10f64.ln();
         let step = (mel(high) - mel(low)) / (mels + 2) as f64;
+        // Bins outside the spectrum set nothing: clamped just past it, so
+        // that no loop runs far.
         let edges: Vec<i64> = (0..mels + 2)
             .map(|i| {
                 let hz = 700.0 * ((i as f64 * step + mel(low)) / 2595.0 * 10f64.ln()).exp_m1();
-                ((dft_length + 1) as f64 * hz / rate).floor() as i64
+                let bin = ((dft_length + 1) as f64 * hz / rate).floor();
+                bin.clamp(-1.0, spectrum as f64) as i64
             })
             .collect();
         let mut out = ArrayD::<f64>::zeros(IxDyn(&[spectrum, mels as usize]));
