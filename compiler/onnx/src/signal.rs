@@ -303,7 +303,8 @@ impl Importer<'_> {
         let (mels, dft_length) = (mels as i64, dft_length as i64);
         if !(1..=4096).contains(&mels)
             || !(1..=MAX_DFT_LENGTH).contains(&dft_length)
-            || !(rate > 0.0 && rate.is_finite())
+            || rate <= 0.0
+            || !rate.is_finite()
         {
             return Err(ImportError::invalid(format!(
                 "MelWeightMatrix of {mels} bins, a DFT of {dft_length} and a sample rate of {rate}"
