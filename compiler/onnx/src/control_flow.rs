@@ -8,7 +8,7 @@ use ircc_core::{ElemType, Tensor};
 use ndarray::arr0;
 
 use crate::attrs::Attrs;
-use crate::import::{Importer, Val, i64s};
+use crate::import::{Importer, Val, scalar_i64};
 use crate::ops::rank_axis;
 use crate::proto::{GraphProto, NodeProto};
 use crate::{ImportError, Result};
@@ -282,16 +282,6 @@ fn formal_inputs(g: &GraphProto) -> Vec<&str> {
         .map(|i| i.name.as_str())
         .filter(|name| !g.initializer.iter().any(|t| t.name == *name))
         .collect()
-}
-
-fn scalar_i64(t: &Tensor, what: &str) -> Result<i64> {
-    match i64s(t)[..] {
-        [v] => Ok(v),
-        _ => Err(ImportError::invalid(format!(
-            "{what} must hold one value, not {}",
-            t.len()
-        ))),
-    }
 }
 
 impl Importer<'_> {

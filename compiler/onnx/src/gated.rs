@@ -108,9 +108,9 @@ impl Importer<'_> {
             if xt.elem == ElemType::F64 {
                 y = self.swish(y, 1.0)?;
             } else {
-                y = self.cast_if_other(y, ElemType::F32)?;
+                y = self.cast_to(y, ElemType::F32)?;
                 y = self.swish(y, 1.0)?;
-                y = self.cast_if_other(y, xt.elem)?;
+                y = self.cast_to(y, xt.elem)?;
             }
         }
         let total = steps + k - 1;
@@ -191,7 +191,7 @@ impl Importer<'_> {
         let f32 = ElemType::F32;
         // [B, T, heads * size] as [B, heads, T, size], in f32.
         let heads_first = |imp: &mut Self, v: Val, heads: i64, size: i64| -> Result<Val> {
-            let v = imp.cast_if_other(v, f32)?;
+            let v = imp.cast_to(v, f32)?;
             let v = imp.reshape(v, vec![batch, steps, heads, size])?;
             imp.transpose(v, vec![0, 2, 1, 3])
         };
@@ -224,7 +224,7 @@ impl Importer<'_> {
                         "past_state is {pt}, where {state_shape:?} is needed"
                     )));
                 }
-                (self.cast_if_other(p, f32)?, pt.elem)
+                (self.cast_to(p, f32)?, pt.elem)
             }
             None => {
                 let zero = ircc_core::Tensor::float(f32, ndarray::arr0(0.0).into_dyn());
@@ -234,11 +234,6 @@ impl Importer<'_> {
         let scale = match a.f("scale", 0.0) {
             0.0 => 1.0 / (dk as f64).sqrt(),
             s => f64::from(s),
-        };
-        let matmul = |imp: &mut Self, x: Val, y: Val| -> Result<Val> {
-            Ok(imp
-                .emit(GraphOp::Matmul, vec![x, y], attrs(vec![]), 1)?
-                .remove(0))
         };
         let group = q_heads / kv_heads;
         let mut outputs = Vec::new();
@@ -255,7 +250,7 @@ impl Importer<'_> {
                 state = self.bin(GraphOp::Mul, state, g)?;
             }
             if let Some(b) = &beta4 {
-                let retrieved = matmul(self, k.clone(), state.clone())?;
+                let retrieved = self.bin(GraphOp::Matmul, k.clone(), state.clone())?;
                 let missing = self.bin(GraphOp::Sub, v, retrieved)?;
                 let b = at(self, b)?;
                 v = self.bin(GraphOp::Mul, b, missing)?;
@@ -270,7 +265,7 @@ impl Importer<'_> {
                 let copies = self.concat(vec![s; group as usize], 2)?;
                 self.reshape(copies, vec![batch, q_heads, dk, dv])?
             };
-            let o = matmul(self, q, read)?;
+            let o = self.bin(GraphOp::Matmul, q, read)?;
             let s = self.scalar_like(&o, scale);
             outputs.push(self.bin(GraphOp::Mul, o, s)?);
         }
@@ -278,17 +273,8 @@ impl Importer<'_> {
         let out = self.transpose(out, vec![0, 2, 1, 3])?;
         let out = self.reshape(out, vec![batch, steps, q_heads * dv])?;
         Ok(vec![
-            self.cast_if_other(out, qt.elem)?,
-            self.cast_if_other(state, state_elem)?,
+            self.cast_to(out, qt.elem)?,
+            self.cast_to(state, state_elem)?,
         ])
-    }
-
-    /// `v` cast to `elem`, unless it is of `elem` already.
-    fn cast_if_other(&mut self, v: Val, elem: ElemType) -> Result<Val> {
-        if self.type_of(&v).elem == elem {
-            Ok(v)
-        } else {
-            self.cast(v, elem)
-        }
     }
 }

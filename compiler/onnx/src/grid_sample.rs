@@ -104,9 +104,7 @@ impl Importer<'_> {
         );
         let base = Val::constant(Tensor::float(tt.elem, base));
         let transposed = self.transpose(theta, vec![0, 2, 1])?;
-        let grid = self
-            .emit(GraphOp::Matmul, vec![base, transposed], attrs(vec![]), 1)?
-            .remove(0);
+        let grid = self.bin(GraphOp::Matmul, base, transposed)?;
         let mut shape = vec![size[0]];
         shape.extend(dims);
         shape.push(spatial as i64);

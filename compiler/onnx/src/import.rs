@@ -801,6 +801,17 @@ pub fn i64s(t: &Tensor) -> Vec<i64> {
     t.to_i64().iter().copied().collect()
 }
 
+/// A one-element tensor's value as an integer, or an error naming `what`.
+pub fn scalar_i64(t: &Tensor, what: &str) -> Result<i64> {
+    match i64s(t)[..] {
+        [v] => Ok(v),
+        _ => Err(ImportError::invalid(format!(
+            "{what} must hold one value, not {}",
+            t.len()
+        ))),
+    }
+}
+
 pub fn scalar_f64(t: &Tensor) -> Option<f64> {
     t.to_f64().iter().next().copied()
 }

@@ -754,6 +754,15 @@ impl Importer<'_> {
         )
     }
 
+    /// `v` cast to `to`, unless it is of `to` already.
+    pub(crate) fn cast_to(&mut self, v: Val, to: ElemType) -> Result<Val> {
+        if self.type_of(&v).elem == to {
+            Ok(v)
+        } else {
+            self.cast(v, to)
+        }
+    }
+
     pub fn cast(&mut self, v: Val, to: ElemType) -> Result<Val> {
         let at = attrs(vec![("to", Attribute::Type(Type::Scalar(to)))]);
         Ok(self.emit(GraphOp::Cast, vec![v], at, 1)?.remove(0))

@@ -445,14 +445,6 @@ impl Importer<'_> {
             }
         }
     }
-
-    fn cast_to(&mut self, v: Val, to: ElemType) -> Result<Val> {
-        if self.type_of(&v).elem == to {
-            Ok(v)
-        } else {
-            self.cast(v, to)
-        }
-    }
 }
 
 /// How finely a scale or zero point varies over its input.

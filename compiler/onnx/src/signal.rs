@@ -13,7 +13,7 @@ use ircc_dialects::graph::GraphOp;
 use ndarray::{ArrayD, IxDyn};
 
 use crate::attrs::Attrs;
-use crate::import::{Importer, Val, i64s};
+use crate::import::{Importer, Val, scalar_f64, scalar_i64};
 use crate::ops::{attrs, ints_attr, rank_axis};
 use crate::proto::NodeProto;
 use crate::tensor::elem_type;
@@ -46,7 +46,7 @@ impl Importer<'_> {
         let rank = ty.rank();
         let axis = if self.opset >= 20 {
             match self.constant_input(n, 2, "axis")? {
-                Some(t) => scalar_of(&t, "axis")?,
+                Some(t) => scalar_i64(&t, "axis")?,
                 None => -2,
             }
         } else {
@@ -64,7 +64,7 @@ impl Importer<'_> {
         }
         let (inverse, onesided) = (a.i("inverse", 0) != 0, a.i("onesided", 0) != 0);
         let length = match self.constant_input(n, 1, "dft_length")? {
-            Some(t) => scalar_of(&t, "dft_length")?,
+            Some(t) => scalar_i64(&t, "dft_length")?,
             None if inverse && onesided => 2 * (ty.shape[axis] - 1),
             None => ty.shape[axis],
         };
@@ -89,12 +89,12 @@ impl Importer<'_> {
             )));
         }
         let step = match self.constant_input(n, 1, "frame_step")? {
-            Some(t) => scalar_of(&t, "frame_step")?,
+            Some(t) => scalar_i64(&t, "frame_step")?,
             None => return Err(ImportError::invalid("missing frame_step")),
         };
         let window = self.input(n, 2)?;
         let length = match (self.constant_input(n, 3, "frame_length")?, &window) {
-            (Some(t), _) => scalar_of(&t, "frame_length")?,
+            (Some(t), _) => scalar_i64(&t, "frame_length")?,
             (None, Some(w)) => self.type_of(w).shape.first().copied().unwrap_or(0),
             (None, None) => ty.shape[1],
         };
@@ -197,16 +197,8 @@ impl Importer<'_> {
         let im = im.map(|v| fit(self, v)).transpose()?;
         let (cos, sin) = matrices(t, ty.elem);
         let (cos, sin) = (Val::constant(cos), Val::constant(sin));
-        let product = |imp: &mut Self, v: &Val, m: &Val| -> Result<Val> {
-            Ok(imp
-                .emit(
-                    GraphOp::Matmul,
-                    vec![v.clone(), m.clone()],
-                    attrs(vec![]),
-                    1,
-                )?
-                .remove(0))
-        };
+        let product =
+            |imp: &mut Self, v: &Val, m: &Val| imp.bin(GraphOp::Matmul, v.clone(), m.clone());
         // (re + i im) times (cos + i sin), sin carrying the sign: the
         // forward transform's e^-i, the inverse's e^+i.
         let mut out_re = product(self, &re, &cos)?;
@@ -247,7 +239,7 @@ impl Importer<'_> {
     pub(crate) fn window(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
         a.only(&["output_datatype", "periodic"])?;
         let size = match self.constant_input(n, 0, "size")? {
-            Some(t) => scalar_of(&t, "size")?,
+            Some(t) => scalar_i64(&t, "size")?,
             None => return Err(ImportError::invalid("missing size")),
         };
         if !(0..=MAX_FOLDED_ELEMENTS).contains(&size) {
@@ -292,10 +284,9 @@ impl Importer<'_> {
             let t = self
                 .constant_input(n, i, what)?
                 .ok_or_else(|| ImportError::invalid(format!("missing {what}")))?;
-            if t.len() != 1 {
-                return Err(ImportError::invalid(format!("{what} is not a scalar")));
-            }
-            given.push(t.to_f64().iter().copied().next().unwrap_or(0.0));
+            // One value, checked as the integer inputs are.
+            scalar_i64(&t, what)?;
+            given.push(scalar_f64(&t).unwrap_or(0.0));
         }
         let [mels, dft_length, rate, low, high] = given[..] else {
             unreachable!("five inputs");
@@ -379,14 +370,6 @@ fn matrices(t: &Transform, elem: ElemType) -> (Tensor, Tensor) {
         sign * scale * weight(i[0] as i64) * angle(&i).sin()
     });
     (Tensor::float(elem, cos), Tensor::float(elem, sin))
-}
-
-/// A one-element tensor's value as an integer.
-fn scalar_of(t: &Tensor, what: &str) -> Result<i64> {
-    match i64s(t)[..] {
-        [v] => Ok(v),
-        _ => Err(ImportError::invalid(format!("{what} is not a scalar"))),
-    }
 }
 
 /// `values` as a tensor of `elem`, rounded where it is an integer type.
