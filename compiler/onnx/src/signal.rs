@@ -79,13 +79,19 @@ impl Importer<'_> {
     /// STFT: the DFT of each frame of `frame_length` steps, `frame_step`
     /// apart, of a signal `[batch, steps, 1 or 2]`, each weighted by
     /// `window` (ones where none is given): `[batch, frames, bins, 2]`.
+    /// A real signal may also come as `[batch, steps]`: PyTorch's exporter
+    /// writes `torch.stft` so, and onnxruntime takes it.
     pub(crate) fn stft(&mut self, n: &NodeProto, a: &Attrs) -> Result<Vec<Val>> {
         a.only(&["onesided"])?;
-        let signal = self.required(n, 0)?;
-        let ty = self.type_of(&signal);
+        let mut signal = self.required(n, 0)?;
+        let mut ty = self.type_of(&signal);
+        if ty.elem.is_float() && ty.rank() == 2 {
+            signal = self.reshape(signal, vec![ty.shape[0], ty.shape[1], 1])?;
+            ty = self.type_of(&signal);
+        }
         if !ty.elem.is_float() || ty.rank() != 3 || !matches!(ty.shape[2], 1 | 2) {
             return Err(ImportError::invalid(format!(
-                "STFT takes a float signal [batch, steps, 1 or 2], not {ty}"
+                "STFT takes a float signal [batch, steps, 1 or 2] or [batch, steps], not {ty}"
             )));
         }
         let step = match self.constant_input(n, 1, "frame_step")? {
