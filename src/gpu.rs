@@ -24,12 +24,16 @@ const KERNEL_SCHEDULE: &str = ircc_passes::decl::KernelScheduleOptions::NAME;
 const KERNEL_LOWER: &str = ircc_passes::decl::KernelLowerOptions::NAME;
 const KERNEL_ACE: &str = ircc_passes::decl::KernelAceOptions::NAME;
 
-/// Ends `specs` with `kernel.schedule` (where the pipeline has none),
-/// `kernel.lower` and `kernel.ace` for a backend that runs kernels, unless
-/// `module` is already kernel IR; `--precision` and `--attention` set
-/// the schedule's options. A pipeline that schedules itself keeps its
-/// options; the command line fills in those it leaves out and may not
-/// contradict them.
+/// Ends `specs` with `kernel.schedule` (where the pipeline has none and
+/// the module's ops have no schedules yet), `kernel.lower` and
+/// `kernel.ace` for a backend that runs kernels, unless `module` is
+/// already kernel IR; `--precision` and `--attention` set the schedule's
+/// options. A pipeline that schedules itself keeps its options; the
+/// command line fills in those it leaves out and may not contradict them.
+/// A module scheduled already (IR printed after `kernel.schedule`, its
+/// schedules perhaps edited by hand, as IREE's `lowering_config` may be)
+/// is lowered as its schedules say, at the precision it was scheduled for
+/// ([`give_precision`] gives one written by hand `--precision`).
 pub(crate) fn lower_for_gpu(
     specs: &mut Vec<PassOptions>,
     kernel: &KernelArgs,
@@ -38,8 +42,12 @@ pub(crate) fn lower_for_gpu(
     if is_lowered(module) {
         return Ok(());
     }
+    let scheduled = is_scheduled(module) && !specs.iter().any(|s| s.pass == KERNEL_SCHEDULE);
+    if scheduled {
+        keeps_schedules(kernel, module)?;
+    }
     if !specs.iter().any(|s| s.pass == KERNEL_LOWER) {
-        let schedule = !specs.iter().any(|s| s.pass == KERNEL_SCHEDULE);
+        let schedule = !scheduled && !specs.iter().any(|s| s.pass == KERNEL_SCHEDULE);
         // Lowering as smartmem-gpu does: schedules, kernels, then their
         // addresses computed once.
         for pass in [KERNEL_SCHEDULE, KERNEL_LOWER, KERNEL_ACE] {
@@ -70,6 +78,54 @@ pub(crate) fn lower_for_gpu(
     };
     set("precision", kernel.precision.map(|p| p.name().to_string()))?;
     set("attention", kernel.attention.map(|a| a.name().to_string()))
+}
+
+/// An error where the command line asks of a module scheduled already
+/// what its schedules do not say: another precision than the one it was
+/// scheduled for, or an attention template (each attention op's schedule
+/// names its own).
+fn keeps_schedules(kernel: &KernelArgs, module: &Module) -> Result<(), Diagnostic> {
+    let ours = ircc_dialects::kernel::precision(module).map_err(Diagnostic::plain)?;
+    let scheduled = |what: String| {
+        Diagnostic::plain(format!(
+            "{what}: the module's ops have their {KERNEL_SCHEDULE} already, which lowering follows (name {KERNEL_SCHEDULE} in --passes to schedule them again)"
+        ))
+    };
+    let recorded = module
+        .attrs
+        .contains_key(ircc_dialects::kernel::PRECISION_ATTR);
+    if let Some(p) = kernel.precision
+        && recorded
+        && p.name() != ours.to_string()
+    {
+        return Err(scheduled(format!(
+            "--precision {} contradicts the module's kernel.precision {ours}",
+            p.name()
+        )));
+    }
+    if let Some(a) = kernel.attention {
+        return Err(scheduled(format!("--attention {} has no effect", a.name())));
+    }
+    Ok(())
+}
+
+/// Gives a module scheduled by hand (its ops' `kernel.schedule` written,
+/// no `kernel.precision`, as the kernel.lower filetests are) the precision
+/// `--precision` names, which `kernel.schedule` would have recorded, where
+/// `specs` do not schedule it again.
+pub(crate) fn give_precision(specs: &[PassOptions], kernel: &KernelArgs, module: &mut Module) {
+    let attr = ircc_dialects::kernel::PRECISION_ATTR;
+    if specs.iter().any(|s| s.pass == KERNEL_SCHEDULE)
+        || !is_scheduled(module)
+        || module.attrs.contains_key(attr)
+    {
+        return;
+    }
+    if let Some(p) = kernel.precision {
+        module
+            .attrs
+            .insert(attr.into(), ircc_core::Attribute::String(p.name().into()));
+    }
 }
 
 /// Whether a compute op of `m` has a `kernel.schedule`.

@@ -662,6 +662,9 @@ impl Driver {
             let _ = writeln!(stderr, "remark: {remark}");
         }
         let specs = self.device_pipeline_specs(args, gpu.map(|kernel| (kernel, &loaded.module)))?;
+        if let Some(kernel) = gpu {
+            gpu::give_precision(&specs, kernel, &mut loaded.module);
+        }
         let reads_target = specs
             .iter()
             .any(|s| ircc_passes::READS_TARGET.contains(&s.pass.as_str()));

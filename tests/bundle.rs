@@ -157,16 +157,24 @@ fn a_bundle_is_written_byte_for_byte_the_same_twice() {
 }
 
 /// `ircc run DIR` on a bundle gives what `ircc run MODEL --backend B`
-/// gives, bit for bit: the same kernels on the same device.
+/// gives, bit for bit: the same kernels (both compiled for Adreno 740's
+/// profile, textures and all) on the same device.
 fn bundle_runs_as_the_model(backend: &str) {
     let scratch = scratch_dir(&format!("bundle-run-{backend}"));
     let dir = scratch.join("bundle");
-    bundle(SWIN, &dir, &["--backend", backend]);
+    bundle(SWIN, &dir, &["--backend", backend, "--device", "adreno740"]);
     let input = root().join("tests/models/swin_t_w24_dynamo.input.npy");
     let (by_bundle, by_model) = (scratch.join("o1"), scratch.join("o2"));
     let out = run(&dir, &input, &by_bundle, &[]);
     assert_eq!(out.code, 0, "{}", out.stderr);
-    let model_args = ["--pipeline", "smartmem", "--backend", backend];
+    let model_args = [
+        "--pipeline",
+        "smartmem",
+        "--backend",
+        backend,
+        "--device",
+        "adreno740",
+    ];
     let out = run(&root().join(SWIN), &input, &by_model, &model_args);
     assert_eq!(out.code, 0, "{}", out.stderr);
     let names = common::files_under(&by_model);

@@ -252,13 +252,89 @@ fn nan_and_infinities_give_onnx_answers_on_wgpu() {
     }
 }
 
-/// Row kernels (held in registers, or read in a loop) beside the
-/// interpreter, at f32 and f16.
+/// Row kernels (held in registers, or read in a loop, or writing texels)
+/// beside the interpreter, at f32 and f16.
 #[test]
 fn row_kernels_match_the_interpreter_on_wgpu() {
     if !common::gpu_available() {
-        eprintln!("0 passed, 0 failed, 2 skipped (no GPU adapter)");
+        eprintln!("0 passed, 0 failed, 4 skipped (no GPU adapter)");
         return;
     }
-    common::assert_lowered_matches(&common::ROWS, &["--backend", "wgpu"]);
+    for case in [&common::ROWS, &common::ROW_TEXELS] {
+        common::assert_lowered_matches(case, &["--backend", "wgpu"]);
+    }
+}
+
+/// A module printed after `kernel.schedule` runs as its schedules say,
+/// edited or not, the way IREE lowers a hand-set `lowering_config`: BERT's
+/// products given register tiles of 2 x 2 by hand lower to kernels of
+/// those tiles (not the heuristic's 1 x 1 again) and match the unedited
+/// module; a `--precision` other than the one it was scheduled for is
+/// refused, not silently taken or dropped.
+#[test]
+fn a_module_scheduled_already_runs_as_its_schedules_say() {
+    if !common::gpu_available() {
+        eprintln!("0 passed, 0 failed, 1 skipped (no GPU adapter)");
+        return;
+    }
+    let model = root().join("tests/models/bert_l2_w64.onnx");
+    let input = model.with_extension("input.npy");
+    let dir = scratch_dir("scheduled");
+    let scheduled = dir.join("scheduled.ir");
+    let passes = "canonicalize,graph.fold-attention,graph.math-rewrite,canonicalize,\
+                  graph.eliminate-layout-ops,index.simplify,canonicalize,graph.fuse,kernel.schedule";
+    let r = ircc(&[
+        model.to_str().unwrap(),
+        "--passes",
+        passes,
+        "--device",
+        "lavapipe",
+        "-o",
+        scheduled.to_str().unwrap(),
+    ]);
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    let text = std::fs::read_to_string(&scheduled).unwrap();
+    let heuristic = "register_tile = array<i64: 1, 1>, k_step = 64";
+    assert!(text.contains(heuristic), "the heuristic's tiles changed");
+    let edited = dir.join("edited.ir");
+    std::fs::write(
+        &edited,
+        text.replace(heuristic, "register_tile = array<i64: 2, 2>, k_step = 32"),
+    )
+    .unwrap();
+    let lowered = |file: &std::path::Path, name: &str| {
+        let out = dir.join(name);
+        let dump = dir.join(format!("{name}-dump"));
+        let r = common::run(
+            file,
+            &input,
+            &out,
+            &["--backend", "wgpu", "--dump-dir", dump.to_str().unwrap()],
+        );
+        assert_eq!(r.code, 0, "{name}: {}", r.stderr);
+        let kernels = std::fs::read_to_string(dump.join("01-kernel.lower.ir")).unwrap();
+        (out.join("output.npy"), kernels)
+    };
+    let (ours, ours_kernels) = lowered(&scheduled, "heuristic");
+    let (theirs, their_kernels) = lowered(&edited, "edited");
+    let two_by_two = "tile = array<i64: 32, 32, 32, 2, 2>";
+    assert!(
+        their_kernels.contains(two_by_two),
+        "the edited tiles were not lowered"
+    );
+    assert!(!ours_kernels.contains(two_by_two));
+    assert!(common::max_relative(&theirs, &ours) <= 1e-5);
+    let r = common::run(
+        &edited,
+        &input,
+        &dir.join("f16"),
+        &["--backend", "wgpu", "--precision", "f16"],
+    );
+    assert_ne!(r.code, 0);
+    assert!(
+        r.stderr
+            .contains("--precision f16 contradicts the module's kernel.precision f32"),
+        "{}",
+        r.stderr
+    );
 }

@@ -469,6 +469,20 @@ fn row_kernels_match_the_interpreter() {
     assert_eq!(kernels, 3);
 }
 
+/// Row kernels writing texels (lanes along the row, the last texel of a
+/// row of 30 padded) in the kernel interpreter, beside the graph
+/// interpreter.
+#[test]
+fn row_kernels_writing_texels_match_the_interpreter() {
+    let kernels = checked_kernels(
+        common::ROW_TEXELS.file,
+        "kernel.lower,kernel.ace",
+        "1e-4",
+        "row_reduction",
+    );
+    assert_eq!(kernels, 3);
+}
+
 /// The depthwise convolution template in the kernel interpreter, beside
 /// the graph interpreter: the schedules of its kernel.lower filetest
 /// (ragged blocks of outputs and channels, padding, stride, dilation, two

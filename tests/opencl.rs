@@ -356,16 +356,18 @@ fn nan_and_infinities_give_onnx_answers_on_opencl() {
     }
 }
 
-/// Row kernels (held in registers, or read in a loop) beside the
-/// interpreter, at f32 and f16.
+/// Row kernels (held in registers, or read in a loop, or writing texels)
+/// beside the interpreter, at f32 and f16.
 #[test]
 fn row_kernels_match_the_interpreter_on_opencl() {
     if !common::opencl_available() {
-        eprintln!("0 passed, 0 failed, 2 skipped (no OpenCL device)");
+        eprintln!("0 passed, 0 failed, 4 skipped (no OpenCL device)");
         return;
     }
-    common::assert_lowered_matches(
-        &common::ROWS,
-        &["--backend", "opencl", "--cl-options", "-cl-opt-disable"],
-    );
+    for case in [&common::ROWS, &common::ROW_TEXELS] {
+        common::assert_lowered_matches(
+            case,
+            &["--backend", "opencl", "--cl-options", "-cl-opt-disable"],
+        );
+    }
 }

@@ -413,6 +413,22 @@ pub const ROWS: TemplateCase = TemplateCase {
     results: 3,
 };
 
+/// Row kernels (two layer norms, a softmax along a middle axis) writing
+/// their results as texels, lanes along the row.
+pub const ROW_TEXELS: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel.lower/row_texels.ir",
+    inputs: &[
+        ("x", &[3, 5, 40]),
+        ("r", &[3, 5, 40]),
+        ("g", &[40]),
+        ("b", &[40]),
+        ("y", &[4, 30]),
+        ("g2", &[30]),
+        ("z", &[2, 12, 6]),
+    ],
+    results: 3,
+};
+
 /// Products whose A is a layer_norm fused in as their prologue.
 pub const NORM_PROLOGUE: TemplateCase = TemplateCase {
     file: "tests/ir/kernel.lower/matmul_norm_prologue.ir",

@@ -34,6 +34,7 @@ pub struct Target {
     pub matmul_tuned_max_splits: i64,
     pub attention_max_register_words: i64,
     pub attention_unit_invocations: i64,
+    pub attention_rows_min_keys: i64,
     pub attention_max_key_lanes: i64,
     pub attention_rows_queries: i64,
     pub attention_rows_max_threads: i64,

@@ -40,10 +40,12 @@ pub enum Writer {
     /// A tiled kernel that writes a row-major buffer; a texture layout
     /// costs a copy.
     Buffer,
-    /// A tiled product, which stages its results in workgroup memory and
-    /// writes texels of four neighbouring columns (axis `columns` of the
-    /// tensor): a texture with its lanes along another axis costs a copy.
-    Product { columns: usize },
+    /// A kernel that writes texels of four neighbours along one axis of
+    /// the tensor only: a tiled product's columns (it stages its results
+    /// in workgroup memory), a row kernel's row (a softmax's or a norm's,
+    /// along the one axis it reduces). A texture with its lanes along
+    /// another axis costs a copy.
+    TexelsAlong { axis: usize },
     /// The host (a function input).
     Host,
 }
@@ -53,7 +55,7 @@ impl Writer {
     pub fn writes(self, choice: Choice) -> bool {
         match (self, choice) {
             (_, Choice::Buffer) | (Writer::Texels, _) => true,
-            (Writer::Product { columns }, Choice::Texture { lanes, .. }) => lanes == columns,
+            (Writer::TexelsAlong { axis }, Choice::Texture { lanes, .. }) => lanes == axis,
             (Writer::Buffer | Writer::Host, Choice::Texture { .. }) => false,
         }
     }

@@ -31,6 +31,7 @@ mod matmul;
 mod nms;
 mod product;
 mod prologue;
+mod row;
 mod schedule;
 mod templates;
 mod upsample;

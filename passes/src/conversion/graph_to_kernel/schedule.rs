@@ -150,7 +150,7 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
 /// Whether `device` runs the workgroups of a kernel side by side (a GPU's
 /// [`PARALLEL_LANES`] or more ALU lanes, or lanes not given), rather than
 /// one after another.
-fn gpu_lanes(device: &DeviceProfile) -> bool {
+pub(super) fn gpu_lanes(device: &DeviceProfile) -> bool {
     let lanes = device.alus_per_unit.map(|a| a * device.compute_units);
     lanes.is_none_or(|l| l >= PARALLEL_LANES)
 }

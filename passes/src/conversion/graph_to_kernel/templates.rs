@@ -9,9 +9,8 @@ use egg::Rewrite;
 use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
 use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
-use ircc_dialects::graph::{GraphOp, shape};
-use ircc_dialects::kernel::builder::FuncBuilder;
-use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
+use ircc_dialects::graph::GraphOp;
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind};
 use ircc_dialects::kernel::{
     CooperativeSchedule, DepthwiseSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
 };
@@ -26,7 +25,7 @@ use super::lowering::{
 use super::matmul::config_of;
 use super::product::column_axis;
 use super::schedule::{Kind, consumers_sum_partials, kind_of};
-use super::values::{Reduction, is_pointwise};
+use super::values::is_pointwise;
 use crate::index::simplify::{Idx, Ranges};
 use crate::layout::problem::Writer;
 use crate::tuning::SharedTuning;
@@ -281,13 +280,17 @@ pub(crate) fn result_writer(m: &Module, op: OpId, k: usize) -> Writer {
                 0
             };
             if config.writes_texels(results, moments, target()) {
-                Writer::Product {
-                    columns: column_axis(m, group.anchor),
+                Writer::TexelsAlong {
+                    axis: column_axis(m, group.anchor),
                 }
             } else {
                 Writer::Buffer
             }
         }
+        Schedule::Row => match super::row::texel_axis(m, group.anchor) {
+            Some(axis) => Writer::TexelsAlong { axis },
+            None => Writer::Buffer,
+        },
         _ => Writer::Buffer,
     }
 }
@@ -316,12 +319,13 @@ fn build(
     // the results.
     let writes_texels = match &template {
         Template::Elementwise | Template::Matmul(_) => true,
+        Template::Row => super::row::texel_axis(m, group.anchor).is_some(),
         Template::Cooperative(s) => s.splits > 1,
         _ => false,
     };
     if !writes_texels && outputs.iter().any(in_texture) {
         return Err(
-            "only element-wise kernels and tiled or split products write textures, and this result is placed in one (texture.map copies such results first)"
+            "only element-wise kernels, tiled or split products and softmaxes' and norms' rows write textures, and this result is placed in one (texture.map copies such results first)"
                 .to_string(),
         );
     }
@@ -398,7 +402,7 @@ fn build(
             Template::Cooperative(schedule) => {
                 super::cooperative::lower(&mut kb, group.anchor, outputs, schedule)?
             }
-            Template::Row => row(&mut kb, group.anchor, outputs)?,
+            Template::Row => super::row::lower(&mut kb, group.anchor, outputs)?,
             Template::NonMaxSuppression => super::nms::lower(&mut kb, group.anchor, outputs)?,
             Template::Attention(s) => attention::lower(&mut kb, group.anchor, outputs, s)?,
             Template::Depthwise(s) => super::depthwise::lower(&mut kb, group.anchor, outputs, s)?,
@@ -501,7 +505,7 @@ fn reads_in_place(m: &Module, v: ValueId, anchor: ValueId) -> bool {
 }
 
 /// `i < n` as a flag, or `None` when it always holds.
-fn below(kb: &mut KernelBuilder, i: &Ix, n: i64, always: bool) -> Option<ValueId> {
+pub(super) fn below(kb: &mut KernelBuilder, i: &Ix, n: i64, always: bool) -> Option<ValueId> {
     (!always).then(|| kb.index_cmp(CmpPred::Lt, i, n))
 }
 
@@ -580,52 +584,7 @@ fn elementwise_texels(
     }
     let extent = space[lanes];
     guarded(kb, cond, &mut |kb| {
-        let mut texels: Vec<(ValueId, Vec<ValueId>)> = Vec::new();
-        for lane in 0..LANES {
-            let c = texel[lanes].clone() * Ix::constant(LANES) + Ix::constant(lane);
-            let inside = below(kb, &c, extent, extent % LANES == 0);
-            let mut idx = texel.clone();
-            // A padding lane computes at the last real index (and is then
-            // replaced by zero): its loads stay inside their tensors, which
-            // only Vulkan's robust buffer access would forgive.
-            idx[lanes] = match inside {
-                Some(_) => {
-                    let at = kb.apply(&c);
-                    let last = kb.ir.index_const(extent - 1);
-                    let clamped = kb.ir.binary(BinaryFn::Min, at, last);
-                    kb.var(clamped, extent)
-                }
-                None => c,
-            };
-            for &(inner, host) in outputs {
-                if !kb.textures.contains_key(&host) {
-                    guarded(kb, inside, &mut |kb| {
-                        store_outputs(kb, &[(inner, host)], &idx)
-                    })?;
-                    continue;
-                }
-                let v = kb.value_at(inner, &idx)?;
-                let v = kb.ir.cast(v, Type::Scalar(kb.float));
-                let v = match inside {
-                    Some(flag) => {
-                        let zero = kb.ir.constant(0.0, kb.float);
-                        kb.ir.select(flag, v, zero)
-                    }
-                    None => v,
-                };
-                match texels.iter_mut().find(|(h, _)| *h == host) {
-                    Some((_, lanes)) => lanes.push(v),
-                    None => texels.push((host, vec![v])),
-                }
-            }
-        }
-        for (host, lanes) in texels {
-            let memory = kb.arg(ArgRole::Output(host));
-            let lanes: [ValueId; 4] = lanes.try_into().map_err(|_| "a texel has four lanes")?;
-            let at = kb.textures[&host].texel(&texel);
-            kb.texture_store(lanes, memory, &at);
-        }
-        Ok(())
+        write_texel(kb, outputs, &texel, lanes, extent, &mut |_, _| Ok(()))
     })?;
     kb.finish(
         [target().elementwise_workgroup, 1, 1],
@@ -636,274 +595,65 @@ fn elementwise_texels(
     Ok(())
 }
 
-/// How a row pass folds a value into its accumulator.
-type Combine<'a> = &'a dyn Fn(&mut FuncBuilder, ValueId, ValueId) -> ValueId;
-
-/// What a row pass does at one element of the invocation's (its index in
-/// the row), given and giving the values it carries.
-type ElementStep<'a> = &'a mut dyn FnMut(&mut KernelBuilder, Ix, &[ValueId]) -> R<Vec<ValueId>>;
-
-/// Partials one invocation combines at each level of a row's tree: a
-/// level costs a barrier, which the workgroup waits on, while the reads of
-/// workgroup memory it adds go out together (256 invocations take 2
-/// levels, not the 8 of a halving tree).
-const TREE_FAN_IN: i64 = 16;
-
-/// Elements an invocation holds of its row, at most: a row that gives
-/// each invocation no more is read from memory once, into registers,
-/// which every pass over it and the write read again; a longer one is
-/// read by each pass.
-const ROW_REGISTER_STEPS: i64 = 8;
-
-/// `f` of the `partial` (f32) of the `threads` invocations of one row,
-/// through a tree in workgroup memory from `base`; each gets the result.
-fn workgroup_reduce(
+/// Writes the outputs at `texel`, an index into the texel grid of the
+/// texture outputs, whose lanes run along axis `lanes` of `extent`
+/// elements: each lane's element is computed at its index (`at_lane`
+/// first, where the caller computes it), texture outputs get the four as
+/// one texel, buffer outputs one by one. Lanes past the end of the axis
+/// hold zero.
+pub(super) fn write_texel(
     kb: &mut KernelBuilder,
-    partial: ValueId,
-    f: Combine,
-    t: &Ix,
-    threads: i64,
-    shared: ValueId,
-    base: &Ix,
-) -> R<ValueId> {
-    kb.store(partial, shared, &(base.clone() + t.clone()));
-    kb.ir.barrier();
-    let mut n = threads;
-    while n > 1 {
-        // The most partials up to the fan-in that share the level's out
-        // evenly.
-        let fan = (2..=n.min(TREE_FAN_IN))
-            .rev()
-            .find(|f| n % f == 0)
-            .unwrap_or(n);
-        let stride = n / fan;
-        let active = kb.index_cmp(CmpPred::Lt, t, stride);
-        kb.if_then(active, &mut |kb| {
-            let mut x = kb.load(shared, &(base.clone() + t.clone()));
-            for i in 1..fan {
-                let at = base.clone() + t.clone() + Ix::constant(i * stride);
-                let y = kb.load(shared, &at);
-                x = f(&mut kb.ir, x, y);
+    outputs: &[(ValueId, ValueId)],
+    texel: &[Ix],
+    lanes: usize,
+    extent: i64,
+    at_lane: &mut dyn FnMut(&mut KernelBuilder, &[Ix]) -> R<()>,
+) -> R<()> {
+    let mut texels: Vec<(ValueId, Vec<ValueId>)> = Vec::new();
+    for lane in 0..LANES {
+        let c = texel[lanes].clone() * Ix::constant(LANES) + Ix::constant(lane);
+        let inside = below(kb, &c, extent, extent % LANES == 0);
+        let mut idx = texel.to_vec();
+        // A padding lane computes at the last real index (and is then
+        // replaced by zero): its loads stay inside their tensors, which
+        // only Vulkan's robust buffer access would forgive.
+        idx[lanes] = match inside {
+            Some(_) => {
+                let at = kb.apply(&c);
+                let last = kb.ir.index_const(extent - 1);
+                let clamped = kb.ir.binary(BinaryFn::Min, at, last);
+                kb.var(clamped, extent)
             }
-            kb.store(x, shared, &(base.clone() + t.clone()));
-            Ok(())
-        })?;
-        kb.ir.barrier();
-        n = stride;
-    }
-    let r = kb.load(shared, base);
-    kb.ir.barrier();
-    Ok(r)
-}
-
-/// A softmax, normalization or reduction: `threads` invocations per row,
-/// one or more rows per workgroup.
-fn row(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> R<()> {
-    let kind = GraphOp::of(kb.m(), anchor).ok_or("a graph op anchors a row")?;
-    let x = kb.m().op(anchor).operands[0];
-    let y = kb.m().op(anchor).results[0];
-    let sx = tensor_shape(kb, x);
-    let view = kb
-        .ctx
-        .registry
-        .view(kb.m(), anchor)
-        .ok_or("unregistered anchor")?;
-    let (axes, keep): (Vec<usize>, bool) = match kind {
-        GraphOp::Softmax => (vec![shape::axis(view.i64("axis")?, sx.len())?], true),
-        GraphOp::GlobalAveragePool => ((2..sx.len()).collect(), true),
-        GraphOp::LayerNorm | GraphOp::InstanceNorm => {
-            (kb.norm_axes(anchor, kind == GraphOp::LayerNorm)?, true)
-        }
-        _ => (
-            shape::reduce_axes(&view, sx.len())?,
-            view.i64("keepdims")? != 0,
-        ),
-    };
-    let kept: Vec<usize> = (0..sx.len()).filter(|d| !axes.contains(d)).collect();
-    let kept_shape: Vec<i64> = kept.iter().map(|&d| sx[d]).collect();
-    let red_shape: Vec<i64> = axes.iter().map(|&d| sx[d]).collect();
-    let rows: i64 = kept_shape.iter().product();
-    let len: i64 = red_shape.iter().product();
-    if rows > target().max_workgroups_per_dimension * target().max_workgroups_per_dimension {
-        return Err(format!("{rows} rows exceed the grid"));
-    }
-    // A row gets the next power of two of its length in invocations, and
-    // short rows share a workgroup: a group of 256 takes 16 rows of 16
-    // (ConvNeXt's first stage) instead of leaving 240 invocations idle.
-    // Rows per group divide the row count, so the guard stays uniform.
-    let most = target().row_max_threads;
-    let threads = (len as u64).next_power_of_two().clamp(8, most as u64) as i64;
-    let mut per_group = 1;
-    while per_group * 2 * threads <= most && rows % (per_group * 2) == 0 {
-        per_group *= 2;
-    }
-    let groups = rows / per_group;
-    let gx = groups.min(target().max_workgroups_per_dimension);
-    let gy = (groups + gx - 1) / gx;
-    let t = kb.id(IdKind::Local, 0, threads);
-    let lane_row = if per_group > 1 {
-        kb.id(IdKind::Local, 1, per_group)
-    } else {
-        Ix::constant(0)
-    };
-    let wx = kb.id(IdKind::Workgroup, 0, gx);
-    let group_ix = if gy > 1 {
-        let wy = kb.id(IdKind::Workgroup, 1, gy);
-        wx + wy * Ix::constant(gx)
-    } else {
-        wx
-    };
-    let row_cond = below(kb, &group_ix, groups, gx * gy == groups);
-    let row_ix = group_ix * Ix::constant(per_group) + lane_row.clone();
-    let base = lane_row * Ix::constant(threads);
-    let kept_idx = delinearize(&row_ix, &kept_shape);
-    let reduced = axes.clone();
-    let rank = sx.len();
-    let full = move |r: &Ix| -> Vec<Ix> {
-        let red_idx = delinearize(r, &red_shape);
-        let (mut ki, mut ri) = (kept_idx.iter(), red_idx.iter());
-        (0..sx.len())
-            .map(|d| {
-                if axes.contains(&d) {
-                    ri.next().cloned()
-                } else {
-                    ki.next().cloned()
-                }
-                .unwrap_or(Ix::constant(0))
-            })
-            .collect()
-    };
-    let shared = kb.ir.alloc(threads * per_group, ElemType::F32);
-    let steps = (len + threads - 1) / threads;
-    let exact = len % threads == 0;
-    // Each pass visits the invocation's elements of the row in a loop,
-    // or where the row is held in registers unrolled, at indices every
-    // pass writes alike: later passes find the elements the first read
-    // (and their fused producers computed) in the memo.
-    let in_registers = steps <= ROW_REGISTER_STEPS;
-    let each_element =
-        |kb: &mut KernelBuilder, carried: Vec<ValueId>, body: ElementStep| -> R<Vec<ValueId>> {
-            if !in_registers {
-                return kb.for_loop(steps, carried, &mut |kb, j, c| {
-                    body(kb, j * Ix::constant(threads) + t.clone(), c)
-                });
-            }
-            (0..steps).try_fold(carried, |c, j| {
-                body(kb, Ix::constant(j * threads) + t.clone(), &c)
-            })
+            None => c,
         };
-    // One pass over the row: `combine(acc, x)` of every element, then
-    // across the workgroup.
-    let pass = |kb: &mut KernelBuilder,
-                init: f64,
-                f: Combine,
-                term: &mut dyn FnMut(&mut KernelBuilder, ValueId) -> ValueId|
-     -> R<ValueId> {
-        let init_v = kb.ir.constant(init, ElemType::F32);
-        let acc = each_element(kb, vec![init_v], &mut |kb, r, acc| {
-            let v = kb.value_at(x, &full(&r))?;
-            let v = kb.ir.cast(v, Type::Scalar(ElemType::F32));
-            let v = term(kb, v);
-            let merged = f(&mut kb.ir, acc[0], v);
-            Ok(vec![match below(kb, &r, len, exact) {
-                Some(inside) => kb.ir.select(inside, merged, acc[0]),
-                None => merged,
-            }])
-        })?[0];
-        workgroup_reduce(kb, acc, f, &t, threads, shared, &base)
-    };
-    let float = kb.float;
-    let write_rows = |kb: &mut KernelBuilder,
-                      value: &mut dyn FnMut(&mut KernelBuilder, &[Ix]) -> R<ValueId>|
-     -> R<()> {
-        each_element(kb, Vec::new(), &mut |kb, r, _| {
-            let idx = full(&r);
-            let cond = below(kb, &r, len, exact);
-            guarded(kb, cond, &mut |kb| {
-                let v = value(kb, &idx)?;
-                kb.memo_put(y, &idx, v);
-                store_outputs(kb, outputs, &idx)
-            })?;
-            Ok(Vec::new())
-        })?;
-        Ok(())
-    };
-    let add = |ir: &mut FuncBuilder, a, b| ir.binary(BinaryFn::Add, a, b);
-    let mut body = |kb: &mut KernelBuilder| -> R<()> {
-        match kind {
-            GraphOp::Softmax => {
-                // The maximum number: a NaN in the row makes every
-                // exp(x - max), and so the whole row, NaN either way.
-                let max_number = |ir: &mut FuncBuilder, a, b| ir.binary(BinaryFn::Max, a, b);
-                let max = pass(kb, f64::NEG_INFINITY, &max_number, &mut |_, v| v)?;
-                let sum = pass(kb, 0.0, &add, &mut |kb, v| {
-                    let d = kb.ir.binary(BinaryFn::Sub, v, max);
-                    kb.ir.unary(UnaryFn::Exp, d)
+        at_lane(kb, &idx)?;
+        for &(inner, host) in outputs {
+            if !kb.textures.contains_key(&host) {
+                guarded(kb, inside, &mut |kb| {
+                    store_outputs(kb, &[(inner, host)], &idx)
                 })?;
-                write_rows(kb, &mut |kb, idx| {
-                    let v = kb.value_at(x, idx)?;
-                    let v = kb.ir.cast(v, Type::Scalar(ElemType::F32));
-                    let d = kb.ir.binary(BinaryFn::Sub, v, max);
-                    let e = kb.ir.unary(UnaryFn::Exp, d);
-                    let q = kb.ir.binary(BinaryFn::Div, e, sum);
-                    Ok(kb.ir.cast(q, Type::Scalar(float)))
-                })
+                continue;
             }
-            GraphOp::LayerNorm | GraphOp::InstanceNorm => {
-                let n = len as f64;
-                let total = pass(kb, 0.0, &add, &mut |_, v| v)?;
-                let count = kb.ir.constant(n, ElemType::F32);
-                let mean = kb.ir.binary(BinaryFn::Div, total, count);
-                let squares = pass(kb, 0.0, &add, &mut |kb, v| {
-                    let d = kb.ir.binary(BinaryFn::Sub, v, mean);
-                    kb.ir.binary(BinaryFn::Mul, d, d)
-                })?;
-                let var = kb.ir.binary(BinaryFn::Div, squares, count);
-                let eps = kb
-                    .ctx
-                    .registry
-                    .view(kb.m(), anchor)
-                    .ok_or("unregistered anchor")?
-                    .f64("epsilon")?;
-                let e = kb.ir.constant(eps, ElemType::F32);
-                let var = kb.ir.binary(BinaryFn::Add, var, e);
-                let inv = kb.ir.unary(UnaryFn::Rsqrt, var);
-                let layer = kind == GraphOp::LayerNorm;
-                write_rows(kb, &mut |kb, idx| {
-                    kb.normalized(anchor, layer, idx, mean, inv)
-                })
-            }
-            reduce => {
-                let reduction = Reduction::of(reduce).ok_or("a row reduction")?;
-                let combine = |ir: &mut FuncBuilder, a, b| reduction.combine(ir, a, b);
-                let mut r = pass(kb, reduction.init(), &combine, &mut |_, v| v)?;
-                if reduction == Reduction::Mean {
-                    let n = kb.ir.constant(len as f64, ElemType::F32);
-                    r = kb.ir.binary(BinaryFn::Div, r, n);
+            let v = kb.value_at(inner, &idx)?;
+            let v = kb.ir.cast(v, Type::Scalar(kb.float));
+            let v = match inside {
+                Some(flag) => {
+                    let zero = kb.ir.constant(0.0, kb.float);
+                    kb.ir.select(flag, v, zero)
                 }
-                let r = kb.ir.cast(r, Type::Scalar(float));
-                let first = kb.index_cmp(CmpPred::Lt, &t, 1);
-                let out_idx: Vec<Ix> = {
-                    let zero = Ix::constant(0);
-                    let all = full(&zero);
-                    (0..rank)
-                        .filter(|d| keep || !reduced.contains(d))
-                        .map(|d| all[d].clone())
-                        .collect()
-                };
-                kb.if_then(first, &mut |kb| {
-                    kb.memo_put(y, &out_idx, r);
-                    store_outputs(kb, outputs, &out_idx)
-                })
+                None => v,
+            };
+            match texels.iter_mut().find(|(h, _)| *h == host) {
+                Some((_, lanes)) => lanes.push(v),
+                None => texels.push((host, vec![v])),
             }
         }
-    };
-    guarded(kb, row_cond, &mut body)?;
-    kb.finish(
-        [threads, per_group, 1],
-        [gx, gy, 1],
-        FuncTemplate::RowReduction,
-        None,
-    );
+    }
+    for (host, lanes) in texels {
+        let memory = kb.arg(ArgRole::Output(host));
+        let lanes: [ValueId; 4] = lanes.try_into().map_err(|_| "a texel has four lanes")?;
+        let at = kb.textures[&host].texel(texel);
+        kb.texture_store(lanes, memory, &at);
+    }
     Ok(())
 }

@@ -139,20 +139,17 @@ fn fills(s: &AttentionCooperativeSchedule, d: &Dims, units: i64) -> bool {
 }
 
 /// Whether schedule `s` runs attention op `op` faster than the other
-/// templates would, as measured: where its keys take several tiles, or its
-/// grid fills the units. Keys that fit one tile leave smaller blocks
-/// nothing to amortize their staging over (Swin-T's windows of 49 tokens
-/// on an H100: 18.6 us against 22.8 for the tiled template at 96 blocks of
-/// 64, 20.4 against 12.6 at 48 blocks of 32 for every other unit).
-pub(in super::super) fn pays_off(
-    m: &Module,
-    op: OpId,
-    s: &AttentionCooperativeSchedule,
-    units: i64,
-) -> bool {
+/// templates would, as measured: where its keys take several tiles. Keys
+/// that fit one tile leave its blocks nothing to amortize their staging
+/// over: Swin-T's windows of 49 tokens took its first two stages' four
+/// attention kernels 82.5 us on an H200 at f16, in the network, where the
+/// tiled template takes them 66.1 (whole kernels 1.219 -> 1.205 ms), though
+/// alone on an H100 it beat the tiled one at 96 blocks of 64 (18.6 us
+/// against 22.8).
+pub(in super::super) fn pays_off(m: &Module, op: OpId, s: &AttentionCooperativeSchedule) -> bool {
     graph::ops::Attention::new(m, op)
         .and_then(|a| Dims::of(m, &a))
-        .is_some_and(|d| d.keys > s.keys || (s.subgroups == 4 && fills(s, &d, units)))
+        .is_some_and(|d| d.keys > s.keys)
 }
 
 /// Why schedule `s` cannot compute attention of shapes `d` on `device`,

@@ -68,8 +68,10 @@ pub(super) fn fits(m: &Module, op: OpId, t: &Target) -> bool {
 /// on an H100, 12 heads of 64: faster than the unfused ops and the other
 /// templates at 197 to 4096 queries) or where no other fits, else the
 /// register template where it gives every unit the invocations the target
-/// asks, else the tiled one (the tiled template is the faster at 197
-/// queries, the register one at 512 and 2048).
+/// asks and its queries walk the target's `attention_rows_min_keys` (on a
+/// GPU; on a CPU whatever their length), else
+/// the tiled one (the tiled template is the faster at 49 and 197 keys, the
+/// register one at 512 and 2048).
 pub(super) fn schedule(
     m: &Module,
     op: OpId,
@@ -86,7 +88,7 @@ pub(super) fn schedule(
         let take = match choice {
             KernelScheduleAttention::Cooperative => true,
             KernelScheduleAttention::Auto => {
-                float == ElemType::F16 && cooperative::pays_off(m, op, &s, units) || !others
+                float == ElemType::F16 && cooperative::pays_off(m, op, &s) || !others
             }
             KernelScheduleAttention::Rows | KernelScheduleAttention::Tiled => !others,
         };
@@ -98,7 +100,15 @@ pub(super) fn schedule(
         KernelScheduleAttention::Rows => true,
         KernelScheduleAttention::Tiled => false,
         KernelScheduleAttention::Auto | KernelScheduleAttention::Cooperative => {
-            rows.is_some_and(|r| r.fills(m, op, units))
+            // A CPU's few lanes (lavapipe) run the tiled template's
+            // barriers one workgroup after another: the register one
+            // there (ViT's attentions of 197 keys, reduced: 128 ms a run,
+            // 162 tiled).
+            let long = graph::ops::Attention::new(m, op)
+                .and_then(|a| Dims::of(m, &a))
+                .is_some_and(|d| d.keys >= t.attention_rows_min_keys);
+            (long || !super::schedule::gpu_lanes(device))
+                && rows.is_some_and(|r| r.fills(m, op, units))
         }
     };
     match rows {
