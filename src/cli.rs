@@ -124,7 +124,8 @@ pub struct OpenClArgs {
 #[derive(Args, Clone, Copy, Debug, Default)]
 pub struct KernelArgs {
     /// Kernel precision (with --emit wgsl|opencl or --backend wgpu|opencl); f32 unless
-    /// the pipeline's kernel.schedule says otherwise.
+    /// the pipeline's kernel.schedule says otherwise, or a module scheduled already
+    /// records its own (kernel.precision).
     #[arg(long, value_enum)]
     pub precision: Option<Precision>,
     /// The fused attention template (with --emit wgsl|opencl or --backend

@@ -32,8 +32,10 @@ const KERNEL_ACE: &str = ircc_passes::decl::KernelAceOptions::NAME;
 /// command line fills in those it leaves out and may not contradict them.
 /// A module scheduled already (IR printed after `kernel.schedule`, its
 /// schedules perhaps edited by hand, as IREE's `lowering_config` may be)
-/// is lowered as its schedules say, at the precision it was scheduled for
-/// ([`give_precision`] gives one written by hand `--precision`).
+/// and given no pass that changes its compute ops is lowered as its
+/// schedules say, at the precision it was scheduled for
+/// ([`give_precision`] gives one written by hand `--precision`); a
+/// pipeline that may fuse or rewrite them schedules them again.
 pub(crate) fn lower_for_gpu(
     specs: &mut Vec<PassOptions>,
     kernel: &KernelArgs,
@@ -42,9 +44,9 @@ pub(crate) fn lower_for_gpu(
     if is_lowered(module) {
         return Ok(());
     }
-    let scheduled = is_scheduled(module) && !specs.iter().any(|s| s.pass == KERNEL_SCHEDULE);
+    let scheduled = keeps_its_schedules(specs, module);
     if scheduled {
-        keeps_schedules(kernel, module)?;
+        agrees_with_schedules(kernel, module)?;
     }
     if !specs.iter().any(|s| s.pass == KERNEL_LOWER) {
         let schedule = !scheduled && !specs.iter().any(|s| s.pass == KERNEL_SCHEDULE);
@@ -84,7 +86,7 @@ pub(crate) fn lower_for_gpu(
 /// what its schedules do not say: another precision than the one it was
 /// scheduled for, or an attention template (each attention op's schedule
 /// names its own).
-fn keeps_schedules(kernel: &KernelArgs, module: &Module) -> Result<(), Diagnostic> {
+fn agrees_with_schedules(kernel: &KernelArgs, module: &Module) -> Result<(), Diagnostic> {
     let ours = ircc_dialects::kernel::precision(module).map_err(Diagnostic::plain)?;
     let scheduled = |what: String| {
         Diagnostic::plain(format!(
@@ -109,16 +111,34 @@ fn keeps_schedules(kernel: &KernelArgs, module: &Module) -> Result<(), Diagnosti
     Ok(())
 }
 
+/// The passes that may run between `kernel.schedule` and `kernel.lower`
+/// without changing the compute ops it scheduled: the texture level.
+const AFTER_SCHEDULE: [&str; 3] = [
+    ircc_passes::decl::LayoutSelectOptions::NAME,
+    ircc_passes::decl::TextureMapOptions::NAME,
+    ircc_passes::decl::MemoryPlanOptions::NAME,
+];
+
+/// Whether `module`'s ops carry their `kernel.schedule` and `specs` (the
+/// pipeline so far) lower them as they are: they do not schedule them
+/// again, and either lower them themselves or change nothing they
+/// scheduled.
+fn keeps_its_schedules(specs: &[PassOptions], module: &Module) -> bool {
+    let has = |pass: &str| specs.iter().any(|s| s.pass == pass);
+    let unchanged = specs.iter().all(|s| {
+        AFTER_SCHEDULE.contains(&s.pass.as_str())
+            || [KERNEL_LOWER, KERNEL_ACE].contains(&s.pass.as_str())
+    });
+    is_scheduled(module) && !has(KERNEL_SCHEDULE) && (has(KERNEL_LOWER) || unchanged)
+}
+
 /// Gives a module scheduled by hand (its ops' `kernel.schedule` written,
 /// no `kernel.precision`, as the kernel.lower filetests are) the precision
 /// `--precision` names, which `kernel.schedule` would have recorded, where
 /// `specs` do not schedule it again.
 pub(crate) fn give_precision(specs: &[PassOptions], kernel: &KernelArgs, module: &mut Module) {
     let attr = ircc_dialects::kernel::PRECISION_ATTR;
-    if specs.iter().any(|s| s.pass == KERNEL_SCHEDULE)
-        || !is_scheduled(module)
-        || module.attrs.contains_key(attr)
-    {
+    if !keeps_its_schedules(specs, module) || module.attrs.contains_key(attr) {
         return;
     }
     if let Some(p) = kernel.precision {
@@ -129,7 +149,7 @@ pub(crate) fn give_precision(specs: &[PassOptions], kernel: &KernelArgs, module:
 }
 
 /// Whether a compute op of `m` has a `kernel.schedule`.
-fn is_scheduled(m: &Module) -> bool {
+pub(crate) fn is_scheduled(m: &Module) -> bool {
     let mut scheduled = false;
     m.walk(|op| {
         scheduled |= m
@@ -236,7 +256,7 @@ impl Driver {
 }
 
 /// Whether the module's functions launch kernels (it is kernel IR).
-fn is_lowered(m: &Module) -> bool {
+pub(crate) fn is_lowered(m: &Module) -> bool {
     m.functions().iter().any(|&f| {
         m.entry_block(f).is_some_and(|b| {
             m.blocks[b]
@@ -694,10 +714,13 @@ impl Driver {
         bar.finish_and_clear();
         let Bench { mut report, roofs } = measured?;
         let pipeline = args.model.pipeline.label();
-        let precision = args.kernel.precision.unwrap_or_default().name();
+        // The precision the kernels ran at: the schedule's, which a module
+        // scheduled already brings with it.
+        let precision = ircc_dialects::kernel::precision(&loaded.module)
+            .map_or_else(|_| "unknown".to_string(), |p| p.to_string());
         report["file"] = args.model.file.display().to_string().into();
         report["pipeline"] = pipeline.clone().into();
-        report["precision"] = precision.into();
+        report["precision"] = precision.clone().into();
         if args.json {
             let _ = writeln!(stdout, "{report}");
         } else {

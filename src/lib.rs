@@ -505,6 +505,17 @@ impl Driver {
         let mut specs = self.named_pipeline(args)?;
         if let Some((kernel, module)) = gpu {
             gpu::lower_for_gpu(&mut specs, kernel, module)?;
+            if let Some(db) = &args.tuning_db
+                && !specs
+                    .iter()
+                    .any(|s| s.pass == ircc_passes::decl::KernelScheduleOptions::NAME)
+                && !gpu::is_lowered(module)
+            {
+                return Err(Diagnostic::plain(format!(
+                    "--tuning-db {}: the module's ops have their kernel.schedule already, which lowering follows (name kernel.schedule in --passes to schedule them again, with the database)",
+                    db.display()
+                )));
+            }
         }
         if let Some(db) = &args.tuning_db {
             set_tuning_db(&mut specs, db)?;

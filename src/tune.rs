@@ -28,7 +28,7 @@ use ircc_dialects::kernel::Target;
 use ircc_passes::conversion::graph_to_kernel::KernelLower;
 #[cfg(feature = "wgpu")]
 use ircc_passes::decl::KernelAceOptions;
-use ircc_passes::decl::KernelLowerOptions;
+use ircc_passes::decl::{KernelLowerOptions, KernelScheduleOptions};
 #[cfg(feature = "wgpu")]
 use ircc_passes::tuning::database::Entry;
 use ircc_passes::tuning::database::TuningDb;
@@ -175,6 +175,13 @@ impl Driver {
         let mut pipeline = args.model.pipeline.clone();
         pipeline.tuning_db = None;
         let specs = self.device_pipeline_specs(&pipeline, Some((&args.kernel, &loaded.module)))?;
+        if crate::gpu::is_scheduled(&loaded.module)
+            && !specs.iter().any(|s| s.pass == KernelScheduleOptions::NAME)
+        {
+            return Err(plain(
+                "the module's ops have their kernel.schedule already: ircc tune searches the parameters kernel.schedule chooses, so give it the module before kernel.schedule, or a pipeline that schedules it again",
+            ));
+        }
         let at = specs
             .iter()
             .position(|s| s.pass == KernelLowerOptions::NAME)

@@ -269,14 +269,11 @@ fn row_kernels_match_the_interpreter_on_wgpu() {
 /// edited or not, the way IREE lowers a hand-set `lowering_config`: BERT's
 /// products given register tiles of 2 x 2 by hand lower to kernels of
 /// those tiles (not the heuristic's 1 x 1 again) and match the unedited
-/// module; a `--precision` other than the one it was scheduled for is
-/// refused, not silently taken or dropped.
+/// module; a `--precision` other than the one it was scheduled for, or a
+/// `--tuning-db`, is refused, not silently taken or dropped; a pipeline
+/// that may change its ops (dnnfusion) schedules them again.
 #[test]
 fn a_module_scheduled_already_runs_as_its_schedules_say() {
-    if !common::gpu_available() {
-        eprintln!("0 passed, 0 failed, 1 skipped (no GPU adapter)");
-        return;
-    }
     let model = root().join("tests/models/bert_l2_w64.onnx");
     let input = model.with_extension("input.npy");
     let dir = scratch_dir("scheduled");
@@ -302,6 +299,37 @@ fn a_module_scheduled_already_runs_as_its_schedules_say() {
         text.replace(heuristic, "register_tile = array<i64: 2, 2>, k_step = 32"),
     )
     .unwrap();
+    let compile = |extra: &[&str], name: &str| {
+        let out = dir.join(name);
+        let mut args = vec![
+            "compile",
+            edited.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        ircc(&args)
+    };
+    for (extra, refusal) in [
+        (
+            &["--precision", "f16"][..],
+            "--precision f16 contradicts the module's kernel.precision f32",
+        ),
+        (
+            &["--tuning-db", "db.json"][..],
+            "--tuning-db db.json: the module's ops have their kernel.schedule already",
+        ),
+    ] {
+        let r = compile(extra, "refused");
+        assert_ne!(r.code, 0, "{extra:?}");
+        assert!(r.stderr.contains(refusal), "{extra:?}: {}", r.stderr);
+    }
+    let r = compile(&["--pipeline", "dnnfusion"], "rescheduled");
+    assert_eq!(r.code, 0, "{}", r.stderr);
+    if !common::gpu_available() {
+        eprintln!("0 passed, 0 failed, 1 skipped (no GPU adapter)");
+        return;
+    }
     let lowered = |file: &std::path::Path, name: &str| {
         let out = dir.join(name);
         let dump = dir.join(format!("{name}-dump"));
@@ -324,17 +352,4 @@ fn a_module_scheduled_already_runs_as_its_schedules_say() {
     );
     assert!(!ours_kernels.contains(two_by_two));
     assert!(common::max_relative(&theirs, &ours) <= 1e-5);
-    let r = common::run(
-        &edited,
-        &input,
-        &dir.join("f16"),
-        &["--backend", "wgpu", "--precision", "f16"],
-    );
-    assert_ne!(r.code, 0);
-    assert!(
-        r.stderr
-            .contains("--precision f16 contradicts the module's kernel.precision f32"),
-        "{}",
-        r.stderr
-    );
 }

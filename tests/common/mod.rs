@@ -413,8 +413,8 @@ pub const ROWS: TemplateCase = TemplateCase {
     results: 3,
 };
 
-/// Row kernels (two layer norms, a softmax along a middle axis) writing
-/// their results as texels, lanes along the row.
+/// Row kernels (two layer norms, a softmax along a middle axis, a long
+/// softmax) writing their results as texels, lanes along the row.
 pub const ROW_TEXELS: TemplateCase = TemplateCase {
     file: "tests/ir/kernel.lower/row_texels.ir",
     inputs: &[
@@ -422,11 +422,12 @@ pub const ROW_TEXELS: TemplateCase = TemplateCase {
         ("r", &[3, 5, 40]),
         ("g", &[40]),
         ("b", &[40]),
-        ("y", &[4, 30]),
-        ("g2", &[30]),
+        ("y", &[4, 36]),
+        ("g2", &[36]),
         ("z", &[2, 12, 6]),
+        ("u", &[2, 2600]),
     ],
-    results: 3,
+    results: 4,
 };
 
 /// Products whose A is a layer_norm fused in as their prologue.

@@ -6,8 +6,9 @@
 //! - A write stores every byte of the layout once at the buffer bandwidth
 //!   (a texture's bytes include the unused lanes of its last texels).
 //!   A texture its kernel cannot write (a tiled product's with lanes
-//!   along another axis than its columns, a reduction's) costs the buffer
-//!   and a copy kernel into the texture besides.
+//!   along another axis than its columns, a softmax's or layer norm's
+//!   with lanes along another axis than its row, a reduction's) costs the
+//!   buffer and a copy kernel into the texture besides.
 //! - A read along the axis the layout keeps fastest (a buffer's last axis,
 //!   a texture's lane axis) fetches each byte once, at the buffer or the
 //!   texture bandwidth. A read along a texture's x axis uses one lane of

@@ -4,7 +4,8 @@
 //! the interpreter checks it. A tensor stays in a buffer, with a remark,
 //! where the device has no rgba32f textures or the layout exceeds its
 //! extent. A tensor whose kernel cannot write its layout (a reduction's,
-//! a tiled product's with lanes along another axis than its columns) is
+//! a tiled product's with lanes along another axis than its columns, a
+//! softmax's or layer norm's with lanes along another axis than its row) is
 //! copied into its texture by a `graph.identity`, as the cost model
 //! counted.
 

@@ -40,7 +40,9 @@ const ROW_REGISTER_STEPS: i64 = 8;
 /// The axis along which the row kernel of `anchor` writes texels where
 /// its result is placed in a texture: the one axis a softmax or a layer
 /// norm reduces, whose elements it writes (a reduction writes one per
-/// row; an instance norm reduces every spatial axis).
+/// row; an instance norm reduces every spatial axis), where its rows are
+/// whole texels (a ragged last texel would have its lanes computed at
+/// other indices than the passes read, and the row read twice).
 pub(super) fn texel_axis(m: &Module, anchor: OpId) -> Option<usize> {
     let (x, axis) = if let Some(s) = graph::ops::Softmax::new(m, anchor) {
         (s.x(), s.axis())
@@ -48,9 +50,10 @@ pub(super) fn texel_axis(m: &Module, anchor: OpId) -> Option<usize> {
         let n = graph::ops::LayerNorm::new(m, anchor)?;
         (n.x(), n.axis())
     };
-    let rank = m.value_type(x).as_tensor()?.rank();
-    let axis = shape::axis(axis, rank).ok()?;
-    (axis + 1 == rank || GraphOp::of(m, anchor) == Some(GraphOp::Softmax)).then_some(axis)
+    let shape = &m.value_type(x).as_tensor()?.shape;
+    let axis = shape::axis(axis, shape.len()).ok()?;
+    let one_axis = axis + 1 == shape.len() || GraphOp::of(m, anchor) == Some(GraphOp::Softmax);
+    (one_axis && shape[axis] % LANES == 0).then_some(axis)
 }
 
 /// `f` of the `partial` (f32) of the `threads` invocations of one row,
@@ -123,11 +126,11 @@ pub(super) fn lower(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, V
     // neighbours of its row where it would take every `threads`-th
     // element, and every pass visits them in that order, so that the
     // write finds the elements the first pass read.
-    let texel_axis = match outputs.iter().find_map(|(_, h)| kb.textures.get(h)) {
-        Some(l) if axes == [l.lanes()] => Some(l.lanes()),
+    let lane_axis = match outputs.iter().find_map(|(_, h)| kb.textures.get(h)) {
+        Some(l) if axes == [l.lanes()] && sx[l.lanes()] % LANES == 0 => Some(l.lanes()),
         Some(_) => {
             return Err(
-                "a row kernel writes texels only with their lanes along the one axis it reduces"
+                "a row kernel writes texels only with their lanes along the one axis it reduces, of whole texels"
                     .to_string(),
             );
         }
@@ -148,7 +151,7 @@ pub(super) fn lower(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, V
     // Rows per group divide the row count, so the guard stays uniform.
     let most = target().row_max_threads;
     // Elements an invocation takes at each step: one, or a texel's four.
-    let run = if texel_axis.is_some() { LANES } else { 1 };
+    let run = if lane_axis.is_some() { LANES } else { 1 };
     let visits = (len + run - 1) / run;
     let threads = (visits as u64).next_power_of_two().clamp(8, most as u64) as i64;
     let mut per_group = 1;
@@ -213,7 +216,7 @@ pub(super) fn lower(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, V
         |kb: &mut KernelBuilder, carried: Vec<ValueId>, body: ElementStep| -> R<Vec<ValueId>> {
             let mut visit = |kb: &mut KernelBuilder, j: Ix, c: &[ValueId]| {
                 let r = step(j);
-                let Some(axis) = texel_axis else {
+                let Some(axis) = lane_axis else {
                     return body(kb, &full(&r), &r, c);
                 };
                 (0..LANES).try_fold(c.to_vec(), |c, lane| {
@@ -250,7 +253,7 @@ pub(super) fn lower(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, V
     let write_rows = |kb: &mut KernelBuilder,
                       value: &mut dyn FnMut(&mut KernelBuilder, &[Ix]) -> R<ValueId>|
      -> R<()> {
-        let Some(axis) = texel_axis else {
+        let Some(axis) = lane_axis else {
             each_element(kb, Vec::new(), &mut |kb, idx, r, _| {
                 let cond = below(kb, r, len, exact);
                 guarded(kb, cond, &mut |kb| {

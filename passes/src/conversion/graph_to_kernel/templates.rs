@@ -249,8 +249,9 @@ fn computed_by_template(m: &Module, group: &Group, space: &[i64], inner: ValueId
 /// the texture level: an element-wise kernel writes any texture layout; a
 /// tiled product unsplit, texels along its columns (where its tiles and
 /// staging allow); a product split along K, through the element-wise
-/// kernel summing it, unless its readers sum it; any other template, rows
-/// of a buffer.
+/// kernel summing it, unless its readers sum it; a softmax's or layer
+/// norm's row kernel, texels along the row ([`super::row::texel_axis`]);
+/// any other template, rows of a buffer.
 pub(crate) fn result_writer(m: &Module, op: OpId, k: usize) -> Writer {
     let Ok(Some(schedule)) = Schedule::of(m, op) else {
         return Writer::Buffer;
@@ -596,7 +597,7 @@ fn elementwise_texels(
 }
 
 /// Writes the outputs at `texel`, an index into the texel grid of the
-/// texture outputs, whose lanes run along axis `lanes` of `extent`
+/// texture outputs, whose lanes run along axis `axis` of `extent`
 /// elements: each lane's element is computed at its index (`at_lane`
 /// first, where the caller computes it), texture outputs get the four as
 /// one texel, buffer outputs one by one. Lanes past the end of the axis
@@ -605,19 +606,19 @@ pub(super) fn write_texel(
     kb: &mut KernelBuilder,
     outputs: &[(ValueId, ValueId)],
     texel: &[Ix],
-    lanes: usize,
+    axis: usize,
     extent: i64,
     at_lane: &mut dyn FnMut(&mut KernelBuilder, &[Ix]) -> R<()>,
 ) -> R<()> {
     let mut texels: Vec<(ValueId, Vec<ValueId>)> = Vec::new();
     for lane in 0..LANES {
-        let c = texel[lanes].clone() * Ix::constant(LANES) + Ix::constant(lane);
+        let c = texel[axis].clone() * Ix::constant(LANES) + Ix::constant(lane);
         let inside = below(kb, &c, extent, extent % LANES == 0);
         let mut idx = texel.to_vec();
         // A padding lane computes at the last real index (and is then
         // replaced by zero): its loads stay inside their tensors, which
         // only Vulkan's robust buffer access would forgive.
-        idx[lanes] = match inside {
+        idx[axis] = match inside {
             Some(_) => {
                 let at = kb.apply(&c);
                 let last = kb.ir.index_const(extent - 1);

@@ -143,9 +143,9 @@ fn fills(s: &AttentionCooperativeSchedule, d: &Dims, units: i64) -> bool {
 /// that fit one tile leave its blocks nothing to amortize their staging
 /// over: Swin-T's windows of 49 tokens took its first two stages' four
 /// attention kernels 82.5 us on an H200 at f16, in the network, where the
-/// tiled template takes them 66.1 (whole kernels 1.219 -> 1.205 ms), though
-/// alone on an H100 it beat the tiled one at 96 blocks of 64 (18.6 us
-/// against 22.8).
+/// tiled template takes them 66.1 (all its kernels: 1.219 ms so, 1.205 with
+/// the tiled template there), though alone on an H100 it beat the tiled
+/// one at 96 blocks of 64 (18.6 us against 22.8).
 pub(in super::super) fn pays_off(m: &Module, op: OpId, s: &AttentionCooperativeSchedule) -> bool {
     graph::ops::Attention::new(m, op)
         .and_then(|a| Dims::of(m, &a))
