@@ -88,11 +88,7 @@ pub(crate) fn lower_for_gpu(
 /// names its own).
 fn agrees_with_schedules(kernel: &KernelArgs, module: &Module) -> Result<(), Diagnostic> {
     let ours = ircc_dialects::kernel::precision(module).map_err(Diagnostic::plain)?;
-    let scheduled = |what: String| {
-        Diagnostic::plain(format!(
-            "{what}: the module's ops have their {KERNEL_SCHEDULE} already, which lowering follows (name {KERNEL_SCHEDULE} in --passes to schedule them again)"
-        ))
-    };
+    let scheduled = |what: String| already_scheduled(&what);
     let recorded = module
         .attrs
         .contains_key(ircc_dialects::kernel::PRECISION_ATTR);
@@ -130,6 +126,14 @@ fn keeps_its_schedules(specs: &[PassOptions], module: &Module) -> bool {
             || [KERNEL_LOWER, KERNEL_ACE].contains(&s.pass.as_str())
     });
     is_scheduled(module) && !has(KERNEL_SCHEDULE) && (has(KERNEL_LOWER) || unchanged)
+}
+
+/// The error where a command asks `what` of a module whose ops have their
+/// schedules already.
+pub(crate) fn already_scheduled(what: &str) -> Diagnostic {
+    Diagnostic::plain(format!(
+        "{what}: the module's ops have their {KERNEL_SCHEDULE} already, which lowering follows (name {KERNEL_SCHEDULE} in --passes to schedule them again)"
+    ))
 }
 
 /// Gives a module scheduled by hand (its ops' `kernel.schedule` written,

@@ -511,8 +511,8 @@ impl Driver {
                     .any(|s| s.pass == ircc_passes::decl::KernelScheduleOptions::NAME)
                 && !gpu::is_lowered(module)
             {
-                return Err(Diagnostic::plain(format!(
-                    "--tuning-db {}: the module's ops have their kernel.schedule already, which lowering follows (name kernel.schedule in --passes to schedule them again, with the database)",
+                return Err(gpu::already_scheduled(&format!(
+                    "--tuning-db {}",
                     db.display()
                 )));
             }

@@ -178,9 +178,10 @@ impl Driver {
         if crate::gpu::is_scheduled(&loaded.module)
             && !specs.iter().any(|s| s.pass == KernelScheduleOptions::NAME)
         {
-            return Err(plain(
-                "the module's ops have their kernel.schedule already: ircc tune searches the parameters kernel.schedule chooses, so give it the module before kernel.schedule, or a pipeline that schedules it again",
-            ));
+            return Err(crate::gpu::already_scheduled(
+                "ircc tune searches the parameters kernel.schedule chooses",
+            )
+            .into());
         }
         let at = specs
             .iter()

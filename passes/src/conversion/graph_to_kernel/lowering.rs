@@ -18,7 +18,7 @@ use ircc_core::pass::PassContext;
 use ircc_core::{AffineExpr, AffineMap, ElemType, Module, OpId, TensorType, Type, ValueId};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::kernel::builder::{FuncBuilder, Launch};
-use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
+use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind};
 use ircc_dialects::kernel::{MatrixType, Target, TextureArg, storage};
 
 pub use super::address::{Ix, delinearize, linearize};
@@ -164,6 +164,16 @@ impl<'a> KernelBuilder<'a> {
         self.vars.push(v);
         self.extents.push(extent.max(1));
         Ix::dim(self.vars.len() as u32 - 1)
+    }
+
+    /// `at`, past `extent - 1` held at it: a variable known to lie in
+    /// `[0, extent)`, whose loads stay inside the tensor where `at` runs
+    /// past its end (a padding lane, a row beyond a tile's product).
+    pub fn clamped(&mut self, at: &Ix, extent: i64) -> Ix {
+        let at = self.apply(at);
+        let last = self.ir.index_const(extent - 1);
+        let clamped = self.ir.binary(BinaryFn::Min, at, last);
+        self.var(clamped, extent)
     }
 
     /// An invocation id along `axis`, known to lie in `[0, extent)`.

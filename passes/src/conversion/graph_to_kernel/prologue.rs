@@ -115,12 +115,7 @@ impl RowMoments {
             let local = r.clone() + Ix::constant(first);
             // Rows past the product's end repeat its last, so every read
             // stays inside A; their results are never stored.
-            let row = {
-                let at = kb.apply(&(tile.first.clone() + local.clone()));
-                let last = kb.ir.index_const(tile.extent - 1);
-                let clamped = kb.ir.binary(BinaryFn::Min, at, last);
-                kb.var(clamped, tile.extent)
-            };
+            let row = kb.clamped(&(tile.first.clone() + local.clone()), tile.extent);
             let mut flags = Vec::new();
             if first + at_once > tile.rows {
                 flags.push(kb.index_cmp(CmpPred::Lt, &r, tile.rows - first));
@@ -184,12 +179,7 @@ impl RowMoments {
             let at = lane.clone() + s * Ix::constant(lanes);
             let inside = (k % lanes != 0).then(|| kb.index_cmp(CmpPred::Lt, &at, k));
             let at = match inside {
-                Some(_) => {
-                    let i = kb.apply(&at);
-                    let last = kb.ir.index_const(k - 1);
-                    let clamped = kb.ir.binary(BinaryFn::Min, i, last);
-                    kb.var(clamped, k)
-                }
+                Some(_) => kb.clamped(&at, k),
                 None => at,
             };
             kb.norm_rows = Some((self.norm, NormRows::Input));

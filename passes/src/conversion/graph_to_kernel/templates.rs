@@ -10,7 +10,7 @@ use ircc_core::ir::OpBuilder;
 use ircc_core::pass::PassContext;
 use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::GraphOp;
-use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind};
+use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
 use ircc_dialects::kernel::{
     CooperativeSchedule, DepthwiseSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
 };
@@ -619,12 +619,7 @@ pub(super) fn write_texel(
         // replaced by zero): its loads stay inside their tensors, which
         // only Vulkan's robust buffer access would forgive.
         idx[axis] = match inside {
-            Some(_) => {
-                let at = kb.apply(&c);
-                let last = kb.ir.index_const(extent - 1);
-                let clamped = kb.ir.binary(BinaryFn::Min, at, last);
-                kb.var(clamped, extent)
-            }
+            Some(_) => kb.clamped(&c, extent),
             None => c,
         };
         at_lane(kb, &idx)?;
