@@ -119,6 +119,16 @@ fn products_split_along_k_check_in_the_kernel_interpreter() {
     assert!(diff <= 1e-5, "{diff:e}");
 }
 
+/// A product normalizing rows that lie far from their deviation from zero
+/// (tests/ir/kernel.lower/matmul_norm_far.ir) in the kernel interpreter:
+/// its moments, summed in one pass about each row's first word, keep the
+/// deviation that sums about zero would cancel.
+#[test]
+fn normalizing_products_keep_the_deviation_of_rows_far_from_zero() {
+    let diff = common::norm_far_difference(&[]);
+    assert!(diff <= 1e-5, "{diff:e}");
+}
+
 /// `ircc stats` reports the fused groups (`kernels`) and the kernels a GPU
 /// run dispatches (`dispatches`), the number the plan holds: a split
 /// product adds the kernel that sums its partials, where its readers do

@@ -281,7 +281,7 @@ fn products_split_along_k_match_the_interpreter_on_opencl() {
 fn products_writing_texels_normalizing_depthwise_or_grouped_convolutions_match_the_interpreter_on_opencl()
  {
     if !common::opencl_available() {
-        eprintln!("0 passed, 0 failed, 8 skipped (no OpenCL device)");
+        eprintln!("0 passed, 0 failed, 9 skipped (no OpenCL device)");
         return;
     }
     for case in [
@@ -295,6 +295,9 @@ fn products_writing_texels_normalizing_depthwise_or_grouped_convolutions_match_t
             &["--backend", "opencl", "--cl-options", "-cl-opt-disable"],
         );
     }
+    let far =
+        common::norm_far_difference(&["--backend", "opencl", "--cl-options", "-cl-opt-disable"]);
+    assert!(far <= 1e-4, "{}: {far:e}", common::NORM_FAR.file);
 }
 
 #[test]

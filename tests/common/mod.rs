@@ -452,6 +452,22 @@ pub const NORM_PROLOGUE: TemplateCase = TemplateCase {
     results: 5,
 };
 
+/// A normalizing product whose rows lie far from zero: f32 only.
+pub const NORM_FAR: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel.lower/matmul_norm_far.ir",
+    inputs: &[("y", &[37, 41]), ("g2", &[41]), ("w2", &[41, 24])],
+    results: 1,
+};
+
+/// [`NORM_FAR`] on `backend` (none: the kernel interpreter) beside the
+/// reference interpreter, in f32 (the default): the largest relative
+/// difference.
+pub fn norm_far_difference(backend: &[&str]) -> f64 {
+    let mut args = vec!["--passes", "graph.eliminate-layout-ops,kernel.lower"];
+    args.extend_from_slice(backend);
+    template_difference_on(&NORM_FAR, "", &args)
+}
+
 /// Depthwise convolutions by the template that stages their input window.
 pub const DEPTHWISE: TemplateCase = TemplateCase {
     file: "tests/ir/kernel.lower/conv_depthwise.ir",
@@ -514,7 +530,8 @@ pub fn template_difference(case: &TemplateCase, extra: &[&str]) -> f64 {
     template_difference_on(case, "nvidia_vulkan", extra)
 }
 
-/// [`template_difference`] for the profile `device`.
+/// [`template_difference`] for the profile `device` (none where empty:
+/// the module's own).
 pub fn template_difference_on(case: &TemplateCase, device: &str, extra: &[&str]) -> f64 {
     let file = root().join(case.file);
     let dir = scratch_dir("template");
@@ -549,7 +566,11 @@ pub fn template_difference_on(case: &TemplateCase, device: &str, extra: &[&str])
     };
     let (want, got) = (dir.join("want"), dir.join("got"));
     run(&want, &[]);
-    let mut args = vec!["--device", device];
+    let mut args = if device.is_empty() {
+        Vec::new()
+    } else {
+        vec!["--device", device]
+    };
     args.extend_from_slice(extra);
     run(&got, &args);
     (0..case.results)

@@ -385,10 +385,15 @@ impl Session {
     }
 
     /// Enqueues every dispatch and waits for them; with `profile`, the
-    /// time of each in microseconds.
+    /// time of each in microseconds. The queue is flushed at the end of
+    /// each chunk of [`ircc_plan::submission_ends`], so that the device
+    /// starts on the first while the rest are enqueued.
     fn submit(&self, profile: bool) -> R<Vec<f64>> {
         let mut events = Vec::new();
-        for (d, kernel) in self.plan.dispatches.iter().zip(&self.kernels) {
+        let count = self.kernels.len();
+        let mut flushes = ircc_plan::submission_ends(count).filter(|&end| end < count);
+        let mut flush_at = flushes.next();
+        for (i, (d, kernel)) in self.plan.dispatches.iter().zip(&self.kernels).enumerate() {
             let local: Vec<usize> = d.workgroup_size.iter().map(|&w| w as usize).collect();
             let global: Vec<usize> = d
                 .workgroups
@@ -411,6 +416,10 @@ impl Session {
             .map_err(|e| format!("kernel {}: {e}", d.kernel))?;
             if profile {
                 events.push(event);
+            }
+            if flush_at == Some(i + 1) {
+                self.queue.flush().map_err(cl_err("while running"))?;
+                flush_at = flushes.next();
             }
         }
         self.queue.finish().map_err(cl_err("while running"))?;

@@ -609,21 +609,35 @@ impl Session {
         Ok(())
     }
 
-    /// Records every dispatch (and, when asked, the output copies) into one
-    /// command buffer and submits it. An untimed run is one compute pass:
-    /// WebGPU synchronises the dispatches of a pass (each is its own usage
-    /// scope), and a pass per dispatch cost the CPU more to encode than
-    /// many of the kernels take. A timed run gives each dispatch a pass of
-    /// its own, whose timestamps bracket it.
+    /// Records every dispatch (and, when asked, the output copies) and
+    /// submits them. An untimed run records a compute pass per chunk of
+    /// dispatches: WebGPU synchronises the dispatches of a pass (each is
+    /// its own usage scope), and a pass per dispatch cost the CPU more to
+    /// encode than many of the kernels take. The chunks are submitted as
+    /// they are recorded ([`ircc_plan::submission_ends`]), so that the GPU
+    /// runs the first while the CPU records the rest. A timed run gives
+    /// each dispatch a pass of its own, whose timestamps bracket it, in one
+    /// submission.
     fn submit(&self, read_outputs: bool, timed: bool) -> R<()> {
-        let mut enc = self.gpu.device.create_command_encoder(&Default::default());
+        let encoder = || self.gpu.device.create_command_encoder(&Default::default());
+        let mut enc = encoder();
         let timestamps = self.timestamps.as_ref().filter(|_| timed);
         let dispatches = self.pipelines.iter().zip(&self.bind_groups).enumerate();
         match timestamps {
             None => {
-                let mut pass = enc.begin_compute_pass(&Default::default());
-                for (i, (p, g)) in dispatches {
-                    self.dispatch(&mut pass, i, p, g);
+                let count = self.pipelines.len();
+                let mut first = 0;
+                for end in ircc_plan::submission_ends(count) {
+                    let mut pass = enc.begin_compute_pass(&Default::default());
+                    for (i, (p, g)) in dispatches.clone().take(end).skip(first) {
+                        self.dispatch(&mut pass, i, p, g);
+                    }
+                    drop(pass);
+                    if end < count {
+                        let recorded = std::mem::replace(&mut enc, encoder());
+                        self.gpu.queue.submit([recorded.finish()]);
+                    }
+                    first = end;
                 }
             }
             Some(t) => {
