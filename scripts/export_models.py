@@ -208,18 +208,18 @@ def wider():
 
 def full():
     for name in ["swin_t", "vit_b_16", "convnext_tiny", "regnet_x_3_2gf", "resnext50_32x4d"]:
-        model = getattr(torchvision.models, name)()
-        randomize_zero_weights(model)
-        yield name, model, (1, 3, 224, 224)
+        yield name, getattr(torchvision.models, name)(), (1, 3, 224, 224)
 
 
 def randomize_zero_weights(model):
     """Give weights initialized to zero random values: torchvision zeroes
-    ViT-B/16's classifier, whose output would then be zero whatever the
-    network computes, and a comparison of outputs would check nothing."""
+    ViT's classifier, whose output would then be zero whatever the network
+    computes, and a comparison of outputs would check nothing. A generator
+    of its own, so that the other networks' weights stay as they were."""
+    g = torch.Generator().manual_seed(0)
     for m in model.modules():
         if isinstance(m, (torch.nn.Linear, torch.nn.Conv2d)) and not m.weight.data.any():
-            torch.nn.init.normal_(m.weight, std=0.02)
+            m.weight.data.normal_(0.0, 0.02, generator=g)
 
 
 def with_nms(path):
@@ -273,6 +273,7 @@ def damp_residual_branches(model, gain=0.2):
 
 
 def export(name, model, shape, out, exporter, reference):
+    randomize_zero_weights(model)
     calibrate_batchnorm(model, shape)
     damp_residual_branches(model)
     model.eval()

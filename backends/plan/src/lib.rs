@@ -26,19 +26,20 @@ type R<T> = Result<T, String>;
 /// refuses any other. Raise it with every change a reader would misread.
 pub const PLAN_VERSION: u32 = 1;
 
-/// The dispatches of a run's first submission. A host submits (wgpu) or
-/// flushes (OpenCL) a run's dispatches in chunks, this many and then
+/// The dispatches in the first chunk of a run. ircc's hosts submit (wgpu)
+/// or flush (OpenCL) a run's dispatches in chunks, this many and then
 /// twice as many each time, so that the device starts on the first while
 /// the CPU records the rest: recording ViT-B/16's 87 dispatches took the
 /// CPU 0.1-0.3 ms a run, which the GPU otherwise waited out (on an H200,
 /// the five torchvision networks ran 5-16% faster so).
-pub const FIRST_SUBMISSION: usize = 4;
+pub const FIRST_CHUNK: usize = 4;
 
-/// Where the chunks a host submits a run of `count` dispatches in end
-/// ([`FIRST_SUBMISSION`]), the last at `count`.
+/// The exclusive end of each chunk of a run of `count` dispatches:
+/// [`FIRST_CHUNK`], then each chunk twice the one before, the last ending
+/// at `count` (`[0]` for none).
 pub fn submission_ends(count: usize) -> impl Iterator<Item = usize> {
-    std::iter::successors(Some(FIRST_SUBMISSION.min(count)), move |&end| {
-        (end < count).then(|| (2 * end + FIRST_SUBMISSION).min(count))
+    std::iter::successors(Some(FIRST_CHUNK.min(count)), move |&end| {
+        (end < count).then(|| (2 * end + FIRST_CHUNK).min(count))
     })
 }
 

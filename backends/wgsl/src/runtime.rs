@@ -1,6 +1,7 @@
 //! The wgpu runtime: a [`Session`] compiles a plan once (shader modules,
 //! pipelines, bind groups, the pooled allocation, weights uploaded once)
-//! and runs it many times, all dispatches recorded in one command buffer.
+//! and runs it many times, each run's dispatches submitted in chunks as
+//! they are recorded ([`ircc_plan::submission_ends`]).
 //! Every wgpu error (validation, out of memory, device lost) is caught in
 //! an error scope or the uncaptured-error handler and returned as an ircc
 //! error naming the kernel.
@@ -629,7 +630,7 @@ impl Session {
                 let mut first = 0;
                 for end in ircc_plan::submission_ends(count) {
                     let mut pass = enc.begin_compute_pass(&Default::default());
-                    for (i, (p, g)) in dispatches.clone().take(end).skip(first) {
+                    for (i, (p, g)) in dispatches.clone().skip(first).take(end - first) {
                         self.dispatch(&mut pass, i, p, g);
                     }
                     drop(pass);

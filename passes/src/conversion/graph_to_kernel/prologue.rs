@@ -2,7 +2,7 @@
 //! `[prologues]`, `graph::fusion::row_norm_prologue`): each row of A is one
 //! row of a layer_norm. Before walking K, the product's workgroup computes
 //! the mean and inverse deviation of the rows of its tile into workgroup
-//! memory (one pass over each row, the invocations sharing the rows);
+//! memory (two passes over each row, the invocations sharing the rows);
 //! A's words are then normalized with them as they are staged, where each
 //! element would otherwise reduce its whole row.
 
@@ -28,10 +28,9 @@ pub(super) fn normalization(m: &Module, group: &Group) -> Option<OpId> {
 }
 
 /// Words of workgroup memory the moments of `rows` rows take, computed by
-/// `threads` invocations: a mean and an inverse deviation a row, two
-/// partial sums an invocation.
+/// `threads` invocations.
 pub(super) fn moments_words(rows: i64, threads: i64) -> i64 {
-    2 * rows + 2 * threads
+    2 * rows + threads
 }
 
 /// How `values.rs` computes normalization `op` for the operand being read
@@ -91,7 +90,7 @@ impl RowMoments {
         let at_once = tile.threads / lanes;
         let mean = kb.ir.alloc(tile.rows, ACC);
         let inv = kb.ir.alloc(tile.rows, ACC);
-        let partial = kb.ir.alloc(2 * tile.threads, ACC);
+        let partial = kb.ir.alloc(tile.threads, ACC);
         let staged = RowMoments { norm, mean, inv };
         // Neighbouring invocations take neighbouring rows where A's rows lie
         // next to each other in memory (ConvNeXt's channels-last view of a
@@ -125,76 +124,58 @@ impl RowMoments {
                 flags.push(kb.index_cmp(CmpPred::Lt, &tile.tid, at_once * lanes));
             }
             let busy = (!flags.is_empty()).then(|| kb.ir.all(flags));
-            // One walk sums each word's distance from the row's first
-            // word, and its square: the moments follow from the two sums,
-            // and the shift keeps them from cancelling where the mean is
-            // large beside the deviation. (Against two walks, the second
-            // about the mean: ConvNeXt-T's kernels 1.44 -> 1.42 ms on an
-            // H200, its stage-three products 38.3 -> 37.4 us each.)
-            kb.norm_rows = Some((staged.norm, NormRows::Input));
-            let first_word = Ix::constant(0);
-            let shift = product.operand_as(kb, 0, batch, row.clone(), first_word, ACC);
-            kb.norm_rows = None;
-            let shift = shift?;
-            let second = Ix::constant(tile.threads) + slot.clone();
-            guarded(kb, busy, &mut |kb| {
-                let [s1, s2] =
-                    staged.row_sums(kb, product, batch, (&row, &lane, lanes), tile.k, shift)?;
-                kb.store(s1, partial, &slot);
-                kb.store(s2, partial, &second);
-                Ok(())
-            })?;
-            kb.ir.barrier();
-            guarded(kb, busy, &mut |kb| {
-                let zero = kb.ir.index_const(0);
-                let l = kb.apply(&lane);
-                let leader = kb.ir.cmp(CmpPred::Eq, l, zero);
-                kb.if_then(leader, &mut |kb| {
-                    let mut totals = [kb.ir.constant(0.0, ACC); 2];
-                    for j in 0..lanes {
-                        for (t, total) in totals.iter_mut().enumerate() {
-                            let at =
-                                Ix::constant(t as i64 * tile.threads + j * at_once) + r.clone();
-                            let x = kb.load(partial, &at);
-                            *total = kb.ir.binary(BinaryFn::Add, *total, x);
-                        }
-                    }
-                    // mean = shift + s1 / n; variance = s2 / n - (s1 / n)^2,
-                    // never below zero.
-                    let [offset, square] = totals.map(|t| kb.ir.binary(BinaryFn::Div, t, count));
-                    let mean_value = kb.ir.binary(BinaryFn::Add, shift, offset);
-                    kb.store(mean_value, mean, &local);
-                    let offset_sq = kb.ir.binary(BinaryFn::Mul, offset, offset);
-                    let var = kb.ir.binary(BinaryFn::Sub, square, offset_sq);
-                    let none = kb.ir.constant(0.0, ACC);
-                    let var = kb.ir.binary(BinaryFn::Max, var, none);
-                    let e = kb.ir.constant(epsilon, ACC);
-                    let var = kb.ir.binary(BinaryFn::Add, var, e);
-                    let r = kb.ir.unary(UnaryFn::Rsqrt, var);
-                    kb.store(r, inv, &local);
+            for pass in 0..2 {
+                guarded(kb, busy, &mut |kb| {
+                    let centre = (pass == 1).then(|| kb.load(mean, &local));
+                    let sum =
+                        staged.row_sum(kb, product, batch, (&row, &lane, lanes), tile.k, centre)?;
+                    kb.store(sum, partial, &slot);
                     Ok(())
-                })
-            })?;
-            kb.ir.barrier();
+                })?;
+                kb.ir.barrier();
+                guarded(kb, busy, &mut |kb| {
+                    let zero = kb.ir.index_const(0);
+                    let l = kb.apply(&lane);
+                    let leader = kb.ir.cmp(CmpPred::Eq, l, zero);
+                    kb.if_then(leader, &mut |kb| {
+                        let mut total = kb.ir.constant(0.0, ACC);
+                        for j in 0..lanes {
+                            let x = kb.load(partial, &(r.clone() + Ix::constant(j * at_once)));
+                            total = kb.ir.binary(BinaryFn::Add, total, x);
+                        }
+                        let moment = kb.ir.binary(BinaryFn::Div, total, count);
+                        if pass == 0 {
+                            kb.store(moment, mean, &local);
+                        } else {
+                            let e = kb.ir.constant(epsilon, ACC);
+                            let var = kb.ir.binary(BinaryFn::Add, moment, e);
+                            let r = kb.ir.unary(UnaryFn::Rsqrt, var);
+                            kb.store(r, inv, &local);
+                        }
+                        Ok(())
+                    })
+                })?;
+                kb.ir.barrier();
+            }
         }
         Ok(Some(staged))
     }
 
-    /// This invocation's shares of row `row`'s sums over K (every
-    /// `lanes`th word from `lane`) of A's unnormalized words less `shift`,
-    /// and of their squares.
-    fn row_sums(
+    /// This invocation's share of row `row`'s sum over K (every `lanes`th
+    /// word from `lane`): of A's unnormalized words, or where `centre` is
+    /// given, of their squared distances from it.
+    fn row_sum(
         &self,
         kb: &mut KernelBuilder,
         product: &Product,
         batch: &[Ix],
         (row, lane, lanes): (&Ix, &Ix, i64),
         k: i64,
-        shift: ValueId,
-    ) -> R<[ValueId; 2]> {
+        centre: Option<ValueId>,
+    ) -> R<ValueId> {
         let zero = kb.ir.constant(0.0, ACC);
         let steps = (k + lanes - 1) / lanes;
-        let sums = kb.for_loop(steps, vec![zero, zero], &mut |kb, s, acc| {
+        let sum = kb.for_loop(steps, vec![zero], &mut |kb, s, acc| {
             let at = lane.clone() + s * Ix::constant(lanes);
             let inside = (k % lanes != 0).then(|| kb.index_cmp(CmpPred::Lt, &at, k));
             let at = match inside {
@@ -204,17 +185,17 @@ impl RowMoments {
             kb.norm_rows = Some((self.norm, NormRows::Input));
             let x = product.operand_as(kb, 0, batch, row.clone(), at, ACC);
             kb.norm_rows = None;
-            let mut d = kb.ir.binary(BinaryFn::Sub, x?, shift);
-            if let Some(flag) = inside {
-                d = kb.ir.select(flag, d, zero);
+            let mut x = x?;
+            if let Some(c) = centre {
+                let d = kb.ir.binary(BinaryFn::Sub, x, c);
+                x = kb.ir.binary(BinaryFn::Mul, d, d);
             }
-            let square = kb.ir.binary(BinaryFn::Mul, d, d);
-            Ok(vec![
-                kb.ir.binary(BinaryFn::Add, acc[0], d),
-                kb.ir.binary(BinaryFn::Add, acc[1], square),
-            ])
+            if let Some(flag) = inside {
+                x = kb.ir.select(flag, x, zero);
+            }
+            Ok(vec![kb.ir.binary(BinaryFn::Add, acc[0], x)])
         })?;
-        Ok([sums[0], sums[1]])
+        Ok(sum[0])
     }
 
     /// A's word at (`row`, `k`) as f32, `row` being row `local` of the
