@@ -49,7 +49,7 @@ pub(crate) fn lower_for_gpu(
         agrees_with_schedules(kernel, module)?;
     }
     if !specs.iter().any(|s| s.pass == KERNEL_LOWER) {
-        let schedule = !scheduled && !specs.iter().any(|s| s.pass == KERNEL_SCHEDULE);
+        let schedule = !scheduled && !schedules(specs);
         // Lowering as smartmem-gpu does: schedules, kernels, then their
         // addresses computed once.
         for pass in [KERNEL_SCHEDULE, KERNEL_LOWER, KERNEL_ACE] {
@@ -125,7 +125,12 @@ fn keeps_its_schedules(specs: &[PassOptions], module: &Module) -> bool {
         AFTER_SCHEDULE.contains(&s.pass.as_str())
             || [KERNEL_LOWER, KERNEL_ACE].contains(&s.pass.as_str())
     });
-    is_scheduled(module) && !has(KERNEL_SCHEDULE) && (has(KERNEL_LOWER) || unchanged)
+    is_scheduled(module) && !schedules(specs) && (has(KERNEL_LOWER) || unchanged)
+}
+
+/// Whether `specs` (a pipeline) schedule the module's ops themselves.
+pub(crate) fn schedules(specs: &[PassOptions]) -> bool {
+    specs.iter().any(|s| s.pass == KERNEL_SCHEDULE)
 }
 
 /// The error where a command asks `what` of a module whose ops have their

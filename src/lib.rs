@@ -506,9 +506,7 @@ impl Driver {
         if let Some((kernel, module)) = gpu {
             gpu::lower_for_gpu(&mut specs, kernel, module)?;
             if let Some(db) = &args.tuning_db
-                && !specs
-                    .iter()
-                    .any(|s| s.pass == ircc_passes::decl::KernelScheduleOptions::NAME)
+                && !gpu::schedules(&specs)
                 && !gpu::is_lowered(module)
             {
                 return Err(gpu::already_scheduled(&format!(

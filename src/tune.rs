@@ -28,7 +28,7 @@ use ircc_dialects::kernel::Target;
 use ircc_passes::conversion::graph_to_kernel::KernelLower;
 #[cfg(feature = "wgpu")]
 use ircc_passes::decl::KernelAceOptions;
-use ircc_passes::decl::{KernelLowerOptions, KernelScheduleOptions};
+use ircc_passes::decl::KernelLowerOptions;
 #[cfg(feature = "wgpu")]
 use ircc_passes::tuning::database::Entry;
 use ircc_passes::tuning::database::TuningDb;
@@ -175,9 +175,7 @@ impl Driver {
         let mut pipeline = args.model.pipeline.clone();
         pipeline.tuning_db = None;
         let specs = self.device_pipeline_specs(&pipeline, Some((&args.kernel, &loaded.module)))?;
-        if crate::gpu::is_scheduled(&loaded.module)
-            && !specs.iter().any(|s| s.pass == KernelScheduleOptions::NAME)
-        {
+        if crate::gpu::is_scheduled(&loaded.module) && !crate::gpu::schedules(&specs) {
             return Err(crate::gpu::already_scheduled(
                 "ircc tune searches the parameters kernel.schedule chooses",
             )

@@ -465,7 +465,7 @@ pub const NORM_FAR: TemplateCase = TemplateCase {
 pub fn norm_far_difference(backend: &[&str]) -> f64 {
     let mut args = vec!["--passes", "graph.eliminate-layout-ops,kernel.lower"];
     args.extend_from_slice(backend);
-    template_difference_on(&NORM_FAR, "", &args)
+    template_difference_on(&NORM_FAR, None, &args)
 }
 
 /// Depthwise convolutions by the template that stages their input window.
@@ -514,7 +514,7 @@ pub fn assert_lowered_matches(case: &TemplateCase, backend: &[&str]) {
             precision,
         ];
         args.extend_from_slice(backend);
-        let diff = template_difference_on(case, "adreno740", &args);
+        let diff = template_difference_on(case, Some("adreno740"), &args);
         assert!(
             diff <= tolerance,
             "{} {backend:?} {precision}: {diff:e}",
@@ -527,12 +527,12 @@ pub fn assert_lowered_matches(case: &TemplateCase, backend: &[&str]) {
 /// backend, a precision), beside the reference interpreter on the same
 /// inputs: the largest relative difference of its results.
 pub fn template_difference(case: &TemplateCase, extra: &[&str]) -> f64 {
-    template_difference_on(case, "nvidia_vulkan", extra)
+    template_difference_on(case, Some("nvidia_vulkan"), extra)
 }
 
-/// [`template_difference`] for the profile `device` (none where empty:
-/// the module's own).
-pub fn template_difference_on(case: &TemplateCase, device: &str, extra: &[&str]) -> f64 {
+/// [`template_difference`] for the profile `device` (none: the module's
+/// own).
+pub fn template_difference_on(case: &TemplateCase, device: Option<&str>, extra: &[&str]) -> f64 {
     let file = root().join(case.file);
     let dir = scratch_dir("template");
     let mut inputs = Vec::new();
@@ -566,10 +566,9 @@ pub fn template_difference_on(case: &TemplateCase, device: &str, extra: &[&str])
     };
     let (want, got) = (dir.join("want"), dir.join("got"));
     run(&want, &[]);
-    let mut args = if device.is_empty() {
-        Vec::new()
-    } else {
-        vec!["--device", device]
+    let mut args = match device {
+        Some(device) => vec!["--device", device],
+        None => Vec::new(),
     };
     args.extend_from_slice(extra);
     run(&got, &args);
@@ -592,7 +591,7 @@ pub fn assert_template_matches(case: &TemplateCase, backend: &[&str]) {
     for (precision, tolerance) in [("f32", 1e-4), ("f16", 1e-2)] {
         let mut args = vec!["--pipeline", "smartmem", "--precision", precision];
         args.extend_from_slice(backend);
-        let diff = template_difference_on(case, "nvidia_h100_probed", &args);
+        let diff = template_difference_on(case, Some("nvidia_h100_probed"), &args);
         assert!(
             diff <= tolerance,
             "{} {backend:?} {precision}: {diff:e}",

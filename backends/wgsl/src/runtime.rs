@@ -623,15 +623,14 @@ impl Session {
         let encoder = || self.gpu.device.create_command_encoder(&Default::default());
         let mut enc = encoder();
         let timestamps = self.timestamps.as_ref().filter(|_| timed);
-        let dispatches = self.pipelines.iter().zip(&self.bind_groups).enumerate();
         match timestamps {
             None => {
                 let count = self.pipelines.len();
                 let mut first = 0;
                 for end in ircc_plan::submission_ends(count) {
                     let mut pass = enc.begin_compute_pass(&Default::default());
-                    for (i, (p, g)) in dispatches.clone().skip(first).take(end - first) {
-                        self.dispatch(&mut pass, i, p, g);
+                    for i in first..end {
+                        self.dispatch(&mut pass, i, &self.pipelines[i], &self.bind_groups[i]);
                     }
                     drop(pass);
                     if end < count {
@@ -642,7 +641,8 @@ impl Session {
                 }
             }
             Some(t) => {
-                for (i, (p, g)) in dispatches {
+                let dispatches = self.pipelines.iter().zip(&self.bind_groups);
+                for (i, (p, g)) in dispatches.enumerate() {
                     let (set, first) = t.queries_of(i);
                     let mut pass = enc.begin_compute_pass(&wgpu::ComputePassDescriptor {
                         label: None,
