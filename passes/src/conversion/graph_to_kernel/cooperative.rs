@@ -42,9 +42,12 @@ const SPLIT_FROM_STEPS: i64 = 16;
 /// a compute unit fewer than four workgroups: every K step waits for its
 /// loads, so a unit needs several workgroups to keep loads in flight.
 /// Short of that, 2 x 4 subgroups of one matrix each (32 x 64 tiles)
-/// where every unit still gets a workgroup, else 2 x 2 (32 x 32): a row
-/// of A staged once serves twice the columns (on the H200, ViT-B/16's
-/// products of 197 rows together 1.46 -> 1.29 ms). K steps of 64 where K is at
+/// where every other unit still gets a workgroup, else 2 x 2 (32 x 32): a
+/// row of A staged once serves twice the columns (on the H200, ViT-B/16's
+/// products of 197 rows together 1.46 -> 1.29 ms), and a workgroup of 256
+/// invocations hides more of each step's waits than two of 128 (its
+/// projection, 197 x 768 x 768: 11.0 us in 84 tiles of 32 x 64, 12.8 in
+/// 168 of 32 x 32, each run after the other). K steps of 64 where K is at
 /// least 128, halving the waits (alone on the H100, ViT's MLP products and
 /// a 3136 x 768 x 3072 one ran 5-10% faster so). Products that walk a long
 /// K split it rather than leave units short of workgroups, their partial
@@ -87,7 +90,7 @@ pub(super) fn choose(
         .find(|s| workgroups(s) >= wanted)
         .or_else(|| {
             let wide = with([2, 4], [1, 1]);
-            let fills = workgroups(&wide) >= i64::from(device.compute_units);
+            let fills = 2 * workgroups(&wide) >= i64::from(device.compute_units);
             (fills && invalid(&wide, device).is_none()).then_some(wide)
         })
         .unwrap_or_else(|| with([2, 2], [1, 1]));
@@ -112,10 +115,10 @@ pub(super) fn choose(
             }
         }
     }
-    // A grid that leaves compute units idle even so (Swin-T's last-stage
-    // projection, of 49 rows and a K of 768) goes to the FMA template,
-    // whose smaller tiles and splits fill them.
-    if workgroups(&s) < i64::from(device.compute_units) {
+    // A grid of 32 x 32 tiles that leaves compute units idle even so
+    // (Swin-T's last-stage projection, of 49 rows and a K of 768) goes to
+    // the FMA template, whose smaller tiles and splits fill them.
+    if workgroups(&with([2, 2], [1, 1])) < i64::from(device.compute_units) {
         return None;
     }
     invalid(&s, device).is_none().then_some(s)
@@ -512,8 +515,8 @@ mod tests {
         // ViT-B/16's qkv product: 144 tiles of 64x64 and 288 of 64x32 for
         // 132 units, so 252 of 32x64.
         assert_eq!(tiles(197, 2304, 768), ([32, 64], 64));
-        // Its projection: 84 tiles of 32x64 would leave units idle.
-        assert_eq!(tiles(197, 768, 768), ([32, 32], 64));
+        // Its projection: 84 tiles of 32x64, for every other unit.
+        assert_eq!(tiles(197, 768, 768), ([32, 64], 64));
         // A stage-one ConvNeXt-T product of 3136 rows fills the device
         // with 64x64 tiles.
         assert_eq!(tiles(3136, 768, 3072), ([64, 64], 64));
@@ -558,7 +561,7 @@ mod tests {
         // Swin-T's last-stage projection: 2 x 24 tiles of 32x32 for 132
         // units, and too short a walk to split.
         assert_eq!(choose(49, 768, 768, 1, &h100(), true), None);
-        // ViT-B/16's projection: 7 x 24 = 168 tiles, enough.
+        // ViT-B/16's projection: 7 x 24 = 168 tiles of 32x32, enough.
         assert!(choose(197, 768, 768, 1, &h100(), true).is_some());
         let s = choose(197, 768, 3072, 1, &h100(), true).unwrap();
         assert!(s.sum_in_consumers);
