@@ -193,8 +193,9 @@ fn bundle(dir: &Path, name: &str, device: &str) -> PathBuf {
 }
 
 /// The reduced Swin-T (compiled for any WebGPU device) and BERT (for the
-/// default device) run in the browser as `ircc run` runs them, a second
-/// run creates no GPU object, and each kernel is timed.
+/// default device) run in the browser as `ircc run` runs them, in the
+/// chunks `ircc run` submits, a second run creates no GPU object, and each
+/// kernel is timed.
 #[test]
 fn reduced_models_run_in_the_browser_as_ircc_runs_them() {
     let scratch = scratch_dir("web-models");
@@ -221,6 +222,11 @@ fn reduced_models_run_in_the_browser_as_ircc_runs_them() {
             "{name}: a run created GPU objects"
         );
         assert_eq!(report["runs_agree"], true, "{name}: two runs differ");
+        let count = plan["dispatches"].as_array().unwrap().len();
+        let ends: Vec<usize> = ircc_plan::submission_ends(count).collect();
+        assert!(ends.len() > 2, "{name}: {count} dispatches in {ends:?}");
+        assert_eq!(report["chunks"], serde_json::json!(ends), "{name}");
+        assert_eq!(report["submissions_a_run"], ends.len(), "{name}");
         let kernels = report["kernels"].as_array().expect("the kernels' times");
         assert_eq!(kernels.len(), plan["dispatches"].as_array().unwrap().len());
         for (k, d) in kernels.iter().zip(plan["dispatches"].as_array().unwrap()) {

@@ -8,8 +8,25 @@
 // `load` fetches plan.json, weights.safetensors and the WGSL modules, checks
 // them as `ircc run DIR` does (`Plan::check`) before allocating anything,
 // and creates every buffer, pipeline and bind group once; `run` writes the
-// inputs, encodes the plan's dispatches in one compute pass and reads the
-// outputs back, allocating no GPU object.
+// inputs, submits the plan's dispatches in chunks as it encodes them (as
+// `ircc run` does: the GPU starts on the first while the rest are encoded)
+// and reads the outputs back, allocating no GPU object.
+
+/** Dispatches in a run's first submission (ircc_plan::FIRST_CHUNK). */
+const FIRST_CHUNK = 4;
+
+/**
+ * The exclusive end of each chunk a run of `count` dispatches is submitted
+ * in, as ircc_plan::submission_ends gives them: FIRST_CHUNK, then each
+ * chunk twice the one before, the last ending at `count` ([0] for none).
+ * @param {number} count
+ * @returns {number[]}
+ */
+export function submissionEnds(count) {
+  const ends = [Math.min(FIRST_CHUNK, count)];
+  while (ends[ends.length - 1] < count) ends.push(Math.min(2 * ends[ends.length - 1] + FIRST_CHUNK, count));
+  return ends;
+}
 
 /** Bytes a dtype's element takes in memory (spec/plan.md). */
 const DTYPE_BYTES = { f32: 4, f16: 2, i32: 4, i8: 1, ui8: 1 };
@@ -511,22 +528,31 @@ export class Model {
     return outputs;
   }
 
-  /** Encodes the plan's dispatches and the outputs' copies, and submits them. */
+  /**
+   * Encodes the plan's dispatches, then the outputs' copies, submitting
+   * each chunk (submissionEnds) as soon as it is encoded.
+   */
   submit() {
     const { plan, device } = this;
-    const encoder = device.createCommandEncoder();
-    const pass = encoder.beginComputePass();
-    for (const step of this.steps) {
-      pass.setPipeline(step.pipeline);
-      pass.setBindGroup(0, step.group);
-      pass.dispatchWorkgroups(...step.workgroups);
+    let start = 0;
+    for (const end of submissionEnds(this.steps.length)) {
+      const encoder = device.createCommandEncoder();
+      const pass = encoder.beginComputePass();
+      for (const step of this.steps.slice(start, end)) {
+        pass.setPipeline(step.pipeline);
+        pass.setBindGroup(0, step.group);
+        pass.dispatchWorkgroups(...step.workgroups);
+      }
+      pass.end();
+      if (end === this.steps.length) {
+        plan.outputs.forEach((id, i) => {
+          const r = this.resources[id];
+          encoder.copyBufferToBuffer(r.buffer, r.offset, this.readback[i], 0, r.size);
+        });
+      }
+      device.queue.submit([encoder.finish()]);
+      start = end;
     }
-    pass.end();
-    plan.outputs.forEach((id, i) => {
-      const r = this.resources[id];
-      encoder.copyBufferToBuffer(r.buffer, r.offset, this.readback[i], 0, r.size);
-    });
-    device.queue.submit([encoder.finish()]);
   }
 
   /** `inputs`, or zeros of every input's shape and type. */
