@@ -49,6 +49,18 @@ impl Driver {
             )?;
             return self.emit_sources(&loaded, device, args.output.as_deref(), stdout);
         }
+        // Printing runs the pipeline as named, lowering to no kernels: a
+        // kernel option would change nothing printed.
+        let options = [
+            args.kernel.precision.map(|p| ("precision", p.name())),
+            args.kernel.attention.map(|a| ("attention", a.name())),
+        ];
+        if let Some((key, value)) = options.into_iter().flatten().next() {
+            return Err(Diagnostic::plain(format!(
+                "--{key} {value} chooses the GPU kernels --emit wgsl or opencl writes; printing IR lowers to none (to print the schedules it gives, name it in the pipeline: --passes '...,kernel.schedule{{{key}={value}}}')"
+            ))
+            .into());
+        }
         self.transform(&mut loaded, &args.pipeline, None, None, form, stderr)?;
         if matches!(args.emit, Emit::Ir | Emit::Generic) {
             self.name_weights(&mut loaded, args.output.as_deref())?;

@@ -434,6 +434,18 @@ fn options_that_would_do_nothing_are_refused() {
         1,
         &["--precision f16 sets the precision of GPU kernels"],
     );
+    // Printed IR lowers to no kernels: a kernel option is refused rather
+    // than ignored.
+    for (flag, value) in [("--precision", "f16"), ("--attention", "rows")] {
+        refused(
+            &[&example, "--pipeline", "smartmem", flag, value],
+            1,
+            &[
+                &format!("{flag} {value} chooses the GPU kernels"),
+                "kernel.schedule{",
+            ],
+        );
+    }
     // bench times a device: the interpreter is not among its backends.
     refused(
         &["bench", &example, "--backend", "reference"],
