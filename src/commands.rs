@@ -49,15 +49,16 @@ impl Driver {
             )?;
             return self.emit_sources(&loaded, device, args.output.as_deref(), stdout);
         }
-        // Printing runs the pipeline as named, lowering to no kernels: a
-        // kernel option would change nothing printed.
+        // Printing runs the pipeline as written (with its kernel.schedule's
+        // own options, where it has one): a kernel option given beside it
+        // would change nothing printed.
         let options = [
             args.kernel.precision.map(|p| ("precision", p.name())),
             args.kernel.attention.map(|a| ("attention", a.name())),
         ];
         if let Some((key, value)) = options.into_iter().flatten().next() {
             return Err(Diagnostic::plain(format!(
-                "--{key} {value} chooses the GPU kernels --emit wgsl or opencl writes; printing IR lowers to none (to print the schedules it gives, name it in the pipeline: --passes '...,kernel.schedule{{{key}={value}}}')"
+                "--{key} {value} is an option of the kernels a GPU backend runs (--emit wgsl|opencl, run or bench --backend, compile, stats); printing IR runs the pipeline as written, so give it to the pipeline's own scheduler instead: kernel.schedule{{{key}={value}}} in --passes"
             ))
             .into());
         }

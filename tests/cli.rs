@@ -434,15 +434,18 @@ fn options_that_would_do_nothing_are_refused() {
         1,
         &["--precision f16 sets the precision of GPU kernels"],
     );
-    // Printed IR lowers to no kernels: a kernel option is refused rather
-    // than ignored.
-    for (flag, value) in [("--precision", "f16"), ("--attention", "rows")] {
+    // Printing runs the pipeline as written, lowering or not: a kernel
+    // option beside it is refused rather than ignored.
+    for (pipeline, flag, value) in [
+        ("smartmem", "--precision", "f16"),
+        ("smartmem-gpu", "--attention", "rows"),
+    ] {
         refused(
-            &[&example, "--pipeline", "smartmem", flag, value],
+            &[&example, "--pipeline", pipeline, flag, value],
             1,
             &[
-                &format!("{flag} {value} chooses the GPU kernels"),
-                "kernel.schedule{",
+                &format!("{flag} {value} is an option of the kernels a GPU backend runs"),
+                &format!("kernel.schedule{{{}={value}}}", &flag[2..]),
             ],
         );
     }

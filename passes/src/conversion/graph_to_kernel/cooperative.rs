@@ -35,14 +35,16 @@ const SPLIT_FROM_STEPS: i64 = 16;
 /// The schedule for an `m` x `n` product over `k`, `batches` times, on
 /// `device`, or `None` where its matrix units cannot take it: the device
 /// lists no 16 x 16 x 16 multiply of f16 into f32, the tiles would not fit
-/// its workgroup memory, or the grid would leave compute units idle and K
-/// is too short to split (the FMA template's smaller tiles fill them
-/// there). Workgroups of 2 x 2 subgroups, each
+/// its workgroup memory, or a grid of 32 x 32 tiles would leave compute
+/// units idle and K is too short to split (the FMA template's smaller
+/// tiles fill them there). Workgroups of 2 x 2 subgroups, each
 /// taking 2 x 2 matrices (64 x 64 tiles), fewer while the grid would give
 /// a compute unit fewer than four workgroups: every K step waits for its
 /// loads, so a unit needs several workgroups to keep loads in flight.
 /// Short of that, 2 x 4 subgroups of one matrix each (32 x 64 tiles)
-/// where every other unit still gets a workgroup, else 2 x 2 (32 x 32): a
+/// where every other unit still gets a workgroup (so wherever 32 x 32
+/// tiles give every unit one) and the device runs workgroups of that
+/// many invocations, else 2 x 2 (32 x 32): a
 /// row of A staged once serves twice the columns (on the H200, ViT-B/16's
 /// products of 197 rows together 1.46 -> 1.29 ms), and a workgroup of 256
 /// invocations hides more of each step's waits than two of 128 (its
@@ -515,8 +517,13 @@ mod tests {
         // ViT-B/16's qkv product: 144 tiles of 64x64 and 288 of 64x32 for
         // 132 units, so 252 of 32x64.
         assert_eq!(tiles(197, 2304, 768), ([32, 64], 64));
-        // Its projection: 84 tiles of 32x64, for every other unit.
+        // Its projection: 84 tiles of 32x64, for every other unit; 168
+        // of 32x32 where the device runs no workgroup of 256 invocations.
         assert_eq!(tiles(197, 768, 768), ([32, 64], 64));
+        let mut narrow = h100();
+        narrow.max_workgroup_invocations = Some(128);
+        let s = choose(197, 768, 768, 1, &narrow, true).map(|s| s.tile());
+        assert_eq!(s, Some([32, 32]));
         // A stage-one ConvNeXt-T product of 3136 rows fills the device
         // with 64x64 tiles.
         assert_eq!(tiles(3136, 768, 3072), ([64, 64], 64));
