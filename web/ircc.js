@@ -538,7 +538,8 @@ export class Model {
     for (const end of submissionEnds(this.steps.length)) {
       const encoder = device.createCommandEncoder();
       const pass = encoder.beginComputePass();
-      for (const step of this.steps.slice(start, end)) {
+      for (let i = start; i < end; i++) {
+        const step = this.steps[i];
         pass.setPipeline(step.pipeline);
         pass.setBindGroup(0, step.group);
         pass.dispatchWorkgroups(...step.workgroups);
