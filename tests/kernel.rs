@@ -254,6 +254,74 @@ fn split_attention_matches_the_interpreter() {
     assert!(diff <= 1e-5, "{diff:e}");
 }
 
+/// Attention whose operands its kernel computes, as ViT-B/16's are (a
+/// bias added to the qkv product's result, its heads split out by views):
+/// each template reads the product's result and the bias four words a
+/// load (kernel.load4), through the add and the views, and matches the
+/// graph interpreter: the register and tiled templates at f32, the
+/// cooperative one at f16 (20 keys: ragged tiles).
+#[test]
+fn attention_reads_computed_operands_four_words_a_load() {
+    let dir = common::scratch_dir("attention_vectors");
+    let file = dir.join("biased.ir");
+    let x = "tensor<20x1x96xf32>";
+    let head = "tensor<1x2x20x16xf32>";
+    let view = |first: i64| {
+        format!(
+            "index.view %qkv by affine_map<(d0, d1, d2, d3) -> (d2, 0, {first} + (d1 * 16 + d3))> : {x} to {head}"
+        )
+    };
+    std::fs::write(
+        &file,
+        format!(
+            "func.func @main(%x: {x}, %b: tensor<96xf32>) -> {head} {{
+             %qkv = graph.add %x, %b : {x}, tensor<96xf32> -> {x}
+             %q = {}
+%k = {}
+%v = {}
+             %y = graph.attention %q, %k, %v {{scale = 0.25 : f32}} : {head}, {head}, {head} -> {head}
+             func.return %y : {head}
+}}
+",
+            view(0),
+            view(32),
+            view(64)
+        ),
+    )
+    .unwrap();
+    for (template, precision, rtol) in [
+        ("rows", "f32", "1e-5"),
+        ("tiled", "f32", "1e-5"),
+        ("cooperative", "f16", "2e-3"),
+    ] {
+        let passes = format!(
+            "graph.fuse,kernel.schedule{{attention={template},precision={precision}}},kernel.lower,kernel.ace"
+        );
+        let model = [
+            file.to_str().unwrap(),
+            "--passes",
+            &passes,
+            "--device",
+            "nvidia_vulkan",
+        ];
+        let out = ircc(&[&["check"][..], &model, &["--rtol", rtol]].concat());
+        assert_eq!(out.code, 0, "{template}: {}{}", out.stdout, out.stderr);
+        let lowered = ircc(&model).stdout;
+        assert!(
+            lowered.contains(&format!("template = \"attention_{template}\"")),
+            "{template}"
+        );
+        let vectors = |ty: &str| {
+            lowered
+                .lines()
+                .filter(|l| l.contains("kernel.load4") && l.contains(ty))
+                .count()
+        };
+        assert!(vectors("tensor<20x1x96x") > 0, "{template}: {lowered}");
+        assert!(vectors("tensor<96x") > 0, "{template}: the bias");
+    }
+}
+
 /// Where the template asked for does not fit, kernel.lower takes the
 /// other, and where neither does, a kernel per result element: a value
 /// size of 136 is nine columns an invocation for the tiled template (over

@@ -44,6 +44,7 @@ pub struct Target {
     pub attention_split_below: i64,
     pub attention_split_workgroups_per_unit: i64,
     pub attention_split_min_tiles: i64,
+    pub attention_gpu_least_splits: i64,
     pub attention_query_tile: i64,
     pub attention_key_tile: i64,
     pub attention_max_columns: i64,
@@ -93,5 +94,6 @@ mod tests {
         assert!(t.attention_load_batch >= 1);
         assert!(t.attention_split_below <= t.attention_split_workgroups_per_unit);
         assert!(t.attention_split_min_tiles >= 1);
+        assert!(t.attention_gpu_least_splits >= 1);
     }
 }

@@ -36,6 +36,7 @@ mod schedule;
 mod templates;
 mod upsample;
 mod values;
+mod vector;
 
 use crate::decl::KernelLowerOptions;
 use ircc_core::diag::{Diagnostic, Diagnostics};

@@ -32,10 +32,7 @@ use ircc_dialects::kernel::{
 
 use super::super::lowering::{Ix, KernelBuilder, guarded, target};
 use super::super::values::ACC;
-use super::{
-    Dims, R, Scorer, Team, Weight, kv_head, read_or_zero, rows_contiguous, split, store_result,
-    wrap,
-};
+use super::{Dims, R, Scorer, Team, Tile, Weight, kv_head, store_result, wrap};
 
 /// f16 words of padding after each row of an f16 tile (16 bytes): rows
 /// fall in different banks and stay 16-byte aligned for matrix loads.
@@ -294,20 +291,12 @@ pub(in super::super) fn attention_cooperative(
     );
     // The block's queries, once, through the weights' tile: each subgroup
     // keeps its rows as matrices.
-    let queries_by_row = rows_contiguous(kb, q);
-    team.spread(kb, rows * d.size, &mut |kb, e| {
-        let (r, c) = split(&e, rows, d.size, queries_by_row);
-        let query = first_query.clone() + r.clone();
-        let x = read_or_zero(
-            kb,
-            q,
-            [&b, &h, &query, &c],
-            (d.queries, ragged_queries),
-            ElemType::F16,
-        )?;
-        kb.store(x, weights, &(r * Ix::constant(l.weights_stride) + c));
-        Ok(())
-    })?;
+    let f16_tile = |kb: &KernelBuilder, operand, memory, shape, stride| Tile {
+        elem: ElemType::F16,
+        ..Tile::new(kb, operand, memory, shape, stride)
+    };
+    let queries = f16_tile(kb, q, weights, [rows, d.size], l.weights_stride);
+    team.load_tile(kb, &queries, [&b, &h], &first_query, rows, d.queries)?;
     kb.ir.barrier();
     // The subgroup's rows of the weights' tile (at first, the queries) as
     // `count` matrices along them.
@@ -339,30 +328,31 @@ pub(in super::super) fn attention_cooperative(
     let query_matrices = rows_of_weights(kb, d.size / side);
     let tiles = (d.keys + keys - 1) / keys;
     let ragged_keys = d.keys % keys != 0;
-    let (keys_by_row, values_by_row) = (rows_contiguous(kb, k), rows_contiguous(kb, v));
+    // The keys go in transposed. Each invocation takes an equal share of
+    // a tile's loads, a word a load where vectors would not share evenly.
+    let mut operands = [
+        Tile {
+            transposed: true,
+            ..f16_tile(kb, k, keys_t, [keys, d.size], l.keys_stride)
+        },
+        f16_tile(kb, v, values, [keys, d.value_size], l.values_stride),
+    ];
+    for t in &mut operands {
+        if t.loads(keys) % threads != 0 {
+            t.lanes = 1;
+        }
+    }
     // The words this invocation stages for key tile `tile`, as f16: (tile
-    // array, slot, word). The keys go in transposed.
+    // array, slot, word).
     let fetch = |kb: &mut KernelBuilder, tile: Ix| -> R<Vec<(ValueId, Ix, ValueId)>> {
         let first = tile * Ix::constant(keys);
         let mut words = Vec::new();
-        for (operand, width, by_row) in [(k, d.size, keys_by_row), (v, d.value_size, values_by_row)]
-        {
-            for n in 0..keys * width / threads {
+        for t in &operands {
+            for n in 0..t.loads(keys) / threads {
                 let e = tid.clone() + Ix::constant(n * threads);
-                let (jj, c) = split(&e, keys, width, by_row);
-                let j = first.clone() + jj.clone();
-                let x = read_or_zero(
-                    kb,
-                    operand,
-                    [&b, &g, &j, &c],
-                    (d.keys, ragged_keys),
-                    ElemType::F16,
-                )?;
-                words.push(if operand == k {
-                    (keys_t, c * Ix::constant(l.keys_stride) + jj, x)
-                } else {
-                    (values, jj * Ix::constant(l.values_stride) + c, x)
-                });
+                for (x, at) in t.element(kb, [&b, &g], &first, keys, d.keys, &e)? {
+                    words.push((t.memory, at, x));
+                }
             }
         }
         Ok(words)

@@ -58,7 +58,7 @@ pub(super) fn fits(m: &Module, op: OpId, t: &Target) -> bool {
             && ircc_dialects::kernel::target_profile(m)
                 .is_ok_and(|d| cooperative::choose(m, op, &d, 1).is_some())
     };
-    Rows::choose(m, op, t, 1).is_some() || tiled::fits(m, op, t) || cooperative()
+    Rows::choose(m, op, t, 1, false).is_some() || tiled::fits(m, op, t) || cooperative()
 }
 
 /// The schedule of attention op `op` (which one of the templates fits) on
@@ -81,7 +81,8 @@ pub(super) fn schedule(
     choice: KernelScheduleAttention,
 ) -> Schedule {
     let units = i64::from(device.compute_units);
-    let rows = Rows::choose(m, op, t, units);
+    let gpu = super::schedule::gpu_lanes(device);
+    let rows = Rows::choose(m, op, t, units, gpu);
     let tiled = tiled::fits(m, op, t);
     let others = rows.is_some() || tiled;
     if let Some(s) = cooperative::choose(m, op, device, units) {
@@ -107,8 +108,7 @@ pub(super) fn schedule(
             let long = graph::ops::Attention::new(m, op)
                 .and_then(|a| Dims::of(m, &a))
                 .is_some_and(|d| d.keys >= t.attention_rows_min_keys);
-            (long || !super::schedule::gpu_lanes(device))
-                && rows.is_some_and(|r| r.fills(m, op, units))
+            (long || !gpu) && rows.is_some_and(|r| r.fills(m, op, units))
         }
     };
     match rows {
@@ -443,19 +443,19 @@ impl Team {
         count: i64,
         total: i64,
     ) -> R<()> {
-        self.spread(kb, count * tile.width, &mut |kb, e| {
-            let (x, at) = tile.element(kb, [b, g], first, count, total, &e)?;
-            kb.store(x, tile.memory, &at);
+        self.spread(kb, tile.loads(count), &mut |kb, e| {
+            for (x, at) in tile.element(kb, [b, g], first, count, total, &e)? {
+                kb.store(x, tile.memory, &at);
+            }
             Ok(())
         })
     }
 
-    /// Whether [`Team::read_ahead`] can take a tile of `count` rows of
-    /// `width`: its elements go evenly over the workgroup, at most
-    /// `limit` to an invocation (each holds a register across the loop).
-    fn reads_ahead(&self, count: i64, width: i64, limit: i64) -> bool {
-        let n = count * width;
-        n % self.threads == 0 && n / self.threads <= limit
+    /// Whether [`Team::read_ahead`] can take `count` rows of `tile`: its
+    /// loads go evenly over the workgroup, at most `limit` words to an
+    /// invocation (each holds a register across the loop).
+    fn reads_ahead(&self, tile: &Tile, count: i64, limit: i64) -> bool {
+        tile.loads(count) % self.threads == 0 && count * tile.width / self.threads <= limit
     }
 
     /// Rows `first..first + count` of `tile.operand` read into registers,
@@ -470,16 +470,16 @@ impl Team {
         count: i64,
         total: i64,
     ) -> R<Prefetched> {
-        let rounds = count * tile.width / self.threads;
         let mut fetched = Prefetched {
-            values: Vec::with_capacity(rounds as usize),
-            slots: Vec::with_capacity(rounds as usize),
+            values: Vec::new(),
+            slots: Vec::new(),
         };
-        for l in 0..rounds {
+        for l in 0..tile.loads(count) / self.threads {
             let e = self.tid.clone() + Ix::constant(l * self.threads);
-            let (x, at) = tile.element(kb, [b, g], first, count, total, &e)?;
-            fetched.values.push(x);
-            fetched.slots.push(at);
+            for (x, at) in tile.element(kb, [b, g], first, count, total, &e)? {
+                fetched.values.push(x);
+                fetched.slots.push(at);
+            }
         }
         Ok(fetched)
     }
@@ -501,20 +501,61 @@ pub(super) struct Prefetched {
 }
 
 /// An operand's tile in workgroup memory: rows of `width` words, `stride`
-/// apart, read along the rows (`by_row`) where the operand lies in memory
-/// that way.
+/// apart (or its columns so, where `transposed`), read along the rows
+/// (`by_row`) where the operand lies in memory that way; `lanes` words
+/// (of a row, or of a column where `by_row`) in one load where the
+/// operand is stored in vectors of four that way, a quarter of the loads.
 struct Tile {
     operand: ValueId,
     memory: ValueId,
     width: i64,
     stride: i64,
     by_row: bool,
+    lanes: i64,
+    transposed: bool,
+    /// The type the words are stored in.
+    elem: ElemType,
 }
 
 impl Tile {
-    /// Element `e` of rows `first..first + count` of the operand (of head
-    /// `[b, g]`; rows past the last of `total` read as zeros) and where
-    /// in the workgroup array it goes.
+    /// The tile of `count` of `operand`'s rows of `width` words in
+    /// workgroup array `memory`, rows `stride` apart, read as f32.
+    fn new(
+        kb: &KernelBuilder,
+        operand: ValueId,
+        memory: ValueId,
+        [count, width]: [i64; 2],
+        stride: i64,
+    ) -> Tile {
+        let by_row = rows_contiguous(kb, operand);
+        // Four rows at a time only where the rows come in fours, so that
+        // the four of a load are all inside or all past the last.
+        let (along, axis, rows) = if by_row {
+            (count, 2, tensor_shape(kb, operand)[2])
+        } else {
+            (width, 3, 4)
+        };
+        let vector = along % 4 == 0 && rows % 4 == 0 && kb.vector_reachable(operand, axis);
+        Tile {
+            operand,
+            memory,
+            width,
+            stride,
+            by_row,
+            lanes: if vector { 4 } else { 1 },
+            transposed: false,
+            elem: ACC,
+        }
+    }
+
+    /// The loads that read `count` rows.
+    fn loads(&self, count: i64) -> i64 {
+        count * self.width / self.lanes
+    }
+
+    /// Load `e` of rows `first..first + count` of the operand (of head
+    /// `[b, g]`; rows past the last of `total` read as zeros): its words
+    /// and where in the workgroup array each goes.
     fn element(
         &self,
         kb: &mut KernelBuilder,
@@ -523,12 +564,51 @@ impl Tile {
         count: i64,
         total: i64,
         e: &Ix,
-    ) -> R<(ValueId, Ix)> {
-        let (jj, c) = split(e, count, self.width, self.by_row);
+    ) -> R<Vec<(ValueId, Ix)>> {
+        let (rows, columns) = if self.by_row {
+            (count / self.lanes, self.width)
+        } else {
+            (count, self.width / self.lanes)
+        };
+        let (jj, c) = split(e, rows, columns, self.by_row);
+        let (jj, c) = if self.by_row {
+            (jj * Ix::constant(self.lanes), c)
+        } else {
+            (jj, c * Ix::constant(self.lanes))
+        };
         let j = first.clone() + jj.clone();
         let ragged = total % count != 0;
-        let x = read_or_zero(kb, self.operand, [b, g, &j, &c], (total, ragged), ACC)?;
-        Ok((x, jj * Ix::constant(self.stride) + c))
+        let at = [b, g, &j, &c];
+        let words = if self.lanes == 4 {
+            let axis = if self.by_row { 2 } else { 3 };
+            read4_or_zero(kb, self.operand, at, (total, ragged), self.elem, axis)?.to_vec()
+        } else {
+            vec![read_or_zero(
+                kb,
+                self.operand,
+                at,
+                (total, ragged),
+                self.elem,
+            )?]
+        };
+        Ok(words
+            .into_iter()
+            .enumerate()
+            .map(|(l, x)| {
+                let l = Ix::constant(l as i64);
+                let (r, c) = if self.by_row {
+                    (jj.clone() + l, c.clone())
+                } else {
+                    (jj.clone(), c.clone() + l)
+                };
+                let at = if self.transposed {
+                    c * Ix::constant(self.stride) + r
+                } else {
+                    r * Ix::constant(self.stride) + c
+                };
+                (x, at)
+            })
+            .collect())
     }
 }
 
@@ -569,6 +649,34 @@ fn read_or_zero(
     let inside = kb.index_cmp(CmpPred::Lt, row, rows);
     let zero = kb.ir.constant(0.0, elem);
     Ok(kb.ir.select(inside, x, zero))
+}
+
+/// [`read_or_zero`] of four elements, from `[b, h, row, c]` on along
+/// `axis` (2, the rows, or 3), in one load of each buffer they are
+/// computed from where it is stored so ([`KernelBuilder::value4_at`]):
+/// the index along `axis` a multiple of four, and along the rows, `rows`
+/// too, so that the four are all inside or all past the last.
+fn read4_or_zero(
+    kb: &mut KernelBuilder,
+    operand: ValueId,
+    [b, h, row, c]: [&Ix; 4],
+    (rows, ragged): (i64, bool),
+    elem: ElemType,
+    axis: usize,
+) -> R<[ValueId; 4]> {
+    let at = [b.clone(), h.clone(), wrap(row, rows, ragged), c.clone()];
+    let mut words = kb.value4_at(operand, &at, axis)?;
+    for x in &mut words {
+        *x = kb.ir.cast(*x, ircc_core::Type::Scalar(elem));
+    }
+    if ragged {
+        let inside = kb.index_cmp(CmpPred::Lt, row, rows);
+        let zero = kb.ir.constant(0.0, elem);
+        for x in &mut words {
+            *x = kb.ir.select(inside, *x, zero);
+        }
+    }
+    Ok(words)
 }
 
 /// A query's total weight, whether any of its keys counted (`any`), and

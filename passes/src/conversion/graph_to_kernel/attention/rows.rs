@@ -24,8 +24,7 @@ use super::super::lowering::{ArgRole, Ix, KernelBuilder};
 use super::super::lowering::{guarded, target, tensor_shape};
 use super::super::values::ACC;
 use super::{
-    Dims, R, Scorer, Team, Tile, Weight, kv_head, padded_stride, round4, rows_contiguous,
-    store_result, wrap,
+    Dims, R, Scorer, Team, Tile, Weight, kv_head, padded_stride, round4, store_result, wrap,
 };
 
 /// The register template's tiles: a workgroup of `rows` queries by
@@ -61,24 +60,37 @@ impl Rows {
     }
 
     /// The tiles for the attention op `op` on target `t`, for a device of
-    /// `units` compute units; `None` where a query and its sum of values
-    /// exceed the target's registers, or a tile its workgroup memory, or
-    /// the heads its grid.
+    /// `units` compute units (a GPU where `gpu`); `None` where a query and
+    /// its sum of values exceed the target's registers, or a tile its
+    /// workgroup memory, or the heads its grid.
     ///
-    /// A query takes one invocation, or where that leaves the device
-    /// fewer than `attention_unit_invocations` per compute unit, up to
-    /// `attention_max_key_lanes`, which split its keys: a query's time is
-    /// its keys' chain of steps, and only splitting it shortens that. A
+    /// On a GPU a query takes `attention_max_key_lanes` invocations, which
+    /// split its keys: a query's time is its keys' chain of steps, and
+    /// only splitting it shortens that; and its key tiles are split over
+    /// at least `attention_gpu_least_splits` workgroups. On a CPU it takes
+    /// one, or where that leaves the device fewer than
+    /// `attention_unit_invocations` per compute unit, up to
+    /// `attention_max_key_lanes`. A
     /// workgroup takes `attention_rows_queries` queries, fewer where their
     /// lanes would pass `attention_rows_max_threads`, and a tile
     /// `attention_rows_tile_keys` keys, as workgroup memory allows; the
     /// tiles of a block are split over workgroups as [`splits`] says.
-    pub(in super::super) fn choose(m: &Module, op: OpId, t: &Target, units: i64) -> Option<Rows> {
+    pub(in super::super) fn choose(
+        m: &Module,
+        op: OpId,
+        t: &Target,
+        units: i64,
+        gpu: bool,
+    ) -> Option<Rows> {
         let d = graph::ops::Attention::new(m, op).and_then(|a| Dims::of(m, &a))?;
         if d.size + d.value_size > t.attention_max_register_words {
             return None;
         }
-        let mut lanes = 1;
+        // On a GPU the most lanes, even where fewer fill the units: each
+        // takes a share of the query's chain of steps (on an H200, 12
+        // heads of 64 and 4096 queries: 2559 us at one lane a query, 2057
+        // at two).
+        let mut lanes = if gpu { t.attention_max_key_lanes } else { 1 };
         while lanes * 2 <= t.attention_max_key_lanes && !fills(t, &d, lanes, units) {
             lanes *= 2;
         }
@@ -103,6 +115,7 @@ impl Rows {
                 d.batch * d.heads * blocks,
                 (d.keys + keys.max(1) - 1) / keys.max(1),
                 units,
+                if gpu { t.attention_gpu_least_splits } else { 1 },
             );
             let tiles = Rows {
                 rows,
@@ -206,17 +219,19 @@ impl Rows {
 }
 
 /// Workgroups to split each block's key tiles over, for a grid of `grid`
-/// workgroups and `key_tiles` tiles: where the grid gives the device's
-/// `units` fewer than `attention_split_below` workgroups apiece, as many
-/// as bring it to `attention_split_workgroups_per_unit`, each split
-/// taking at least `attention_split_min_tiles` tiles, and all as many
-/// (a split count dividing the tiles).
-fn splits(t: &Target, grid: i64, key_tiles: i64, units: i64) -> i64 {
-    if grid >= units * t.attention_split_below {
-        return 1;
-    }
-    let wanted = units * t.attention_split_workgroups_per_unit;
-    let most = ((wanted + grid - 1) / grid).min(key_tiles / t.attention_split_min_tiles);
+/// workgroups and `key_tiles` tiles: `least`, or where the grid gives the
+/// device's `units` fewer than `attention_split_below` workgroups
+/// apiece, as many as bring it to `attention_split_workgroups_per_unit`;
+/// each split taking at least `attention_split_min_tiles` tiles, and all
+/// as many (a split count dividing the tiles).
+fn splits(t: &Target, grid: i64, key_tiles: i64, units: i64, least: i64) -> i64 {
+    let wanted = if grid >= units * t.attention_split_below {
+        least
+    } else {
+        let bring = units * t.attention_split_workgroups_per_unit;
+        ((bring + grid - 1) / grid).max(least)
+    };
+    let most = wanted.min(key_tiles / t.attention_split_min_tiles);
     (1..=most.max(1))
         .rev()
         .find(|s| key_tiles % s == 0)
@@ -299,26 +314,13 @@ pub(super) fn attention_rows(
     // This workgroup's share of the key tiles.
     let split_tiles = (d.keys + tile - 1) / tile / splits;
     let first_tile = split.clone() * Ix::constant(split_tiles);
-    let (keys_by_row, values_by_row) = (rows_contiguous(kb, k), rows_contiguous(kb, v));
-    let keys_tile = Tile {
-        operand: k,
-        memory: keys,
-        width: d.size,
-        stride: k_row,
-        by_row: keys_by_row,
-    };
-    let values_tile = Tile {
-        operand: v,
-        memory: values,
-        width: d.value_size,
-        stride: v_row,
-        by_row: values_by_row,
-    };
+    let keys_tile = Tile::new(kb, k, keys, [tile, d.size], k_row);
+    let values_tile = Tile::new(kb, v, values, [tile, d.value_size], v_row);
     let state = init.len();
     let most_ahead = target().attention_read_ahead_words;
-    let ahead = [d.size, d.value_size]
+    let ahead = [&keys_tile, &values_tile]
         .iter()
-        .all(|&w| team.reads_ahead(tile, w, most_ahead));
+        .all(|t| team.reads_ahead(t, tile, most_ahead));
     let mut first_fetch = Vec::new();
     if ahead {
         for memory in [&keys_tile, &values_tile] {

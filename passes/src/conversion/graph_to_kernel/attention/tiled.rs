@@ -112,11 +112,7 @@ pub(super) fn attention_tiled(
         tid: tid.clone(),
         threads,
     };
-    let (queries_by_row, keys_by_row, values_by_row) = (
-        rows_contiguous(kb, q),
-        rows_contiguous(kb, k),
-        rows_contiguous(kb, v),
-    );
+    let queries_by_row = rows_contiguous(kb, q);
     let zero = kb.ir.constant(0.0, ACC);
     team.zero_padding(kb, queries, rows, q_row, size)?;
     team.zero_padding(kb, keys, lanes, k_row, size)?;
@@ -138,20 +134,8 @@ pub(super) fn attention_tiled(
     let carried = kb.for_loop(key_tiles, init, &mut |kb, tile, c| {
         let (max, total, acc) = (c[0], c[1], &c[2..]);
         let first_key = tile.clone() * Ix::constant(lanes);
-        let keys_tile = Tile {
-            operand: k,
-            memory: keys,
-            width: size,
-            stride: k_row,
-            by_row: keys_by_row,
-        };
-        let values_tile = Tile {
-            operand: v,
-            memory: values,
-            width: value_size,
-            stride: v_row,
-            by_row: values_by_row,
-        };
+        let keys_tile = Tile::new(kb, k, keys, [lanes, size], k_row);
+        let values_tile = Tile::new(kb, v, values, [lanes, value_size], v_row);
         for tile in [&keys_tile, &values_tile] {
             team.load_tile(kb, tile, [&b, &g], &first_key, lanes, d.keys)?;
         }
