@@ -256,10 +256,15 @@ fn split_attention_matches_the_interpreter() {
 
 /// Attention whose operands its kernel computes, as ViT-B/16's are (a
 /// bias added to the qkv product's result, its heads split out by views):
-/// each template reads the product's result and the bias four words a
-/// load (kernel.load4), through the add and the views, and matches the
-/// graph interpreter: the register and tiled templates at f32, the
-/// cooperative one at f16 (20 keys: ragged tiles).
+/// each template stages its tiles reading the product's result and the
+/// bias four words a load (kernel.load4), through the add and the views,
+/// with no word of them read again one by one (a vector load the
+/// element-wise code did not find would leave its words to scalar
+/// loads), and matches the graph interpreter: the register and tiled
+/// templates at f32, the cooperative one at f16 (20 keys: ragged tiles).
+/// Only the query is read a word a load where a template does not stage
+/// it: the register template holds its 16 words in registers, the tiled
+/// one reads them in a loop.
 #[test]
 fn attention_reads_computed_operands_four_words_a_load() {
     let dir = common::scratch_dir("attention_vectors");
@@ -289,10 +294,10 @@ fn attention_reads_computed_operands_four_words_a_load() {
         ),
     )
     .unwrap();
-    for (template, precision, rtol) in [
-        ("rows", "f32", "1e-5"),
-        ("tiled", "f32", "1e-5"),
-        ("cooperative", "f16", "2e-3"),
+    for (template, precision, rtol, query_words) in [
+        ("rows", "f32", "1e-5", 16),
+        ("tiled", "f32", "1e-5", 1),
+        ("cooperative", "f16", "2e-3", 0),
     ] {
         let passes = format!(
             "graph.fuse,kernel.schedule{{attention={template},precision={precision}}},kernel.lower,kernel.ace"
@@ -311,14 +316,23 @@ fn attention_reads_computed_operands_four_words_a_load() {
             lowered.contains(&format!("template = \"attention_{template}\"")),
             "{template}"
         );
-        let vectors = |ty: &str| {
+        let loads = |op: &str, ty: &str| {
             lowered
                 .lines()
-                .filter(|l| l.contains("kernel.load4") && l.contains(ty))
+                .filter(|l| l.contains(op) && l.contains(ty))
                 .count()
         };
-        assert!(vectors("tensor<20x1x96x") > 0, "{template}: {lowered}");
-        assert!(vectors("tensor<96x") > 0, "{template}: the bias");
+        for ty in ["tensor<20x1x96x", "tensor<96x"] {
+            assert!(
+                loads("kernel.load4 ", ty) > 0,
+                "{template}: {ty}: {lowered}"
+            );
+            let scalar = loads("kernel.load ", ty);
+            assert!(
+                scalar <= query_words,
+                "{template}: {ty}: {scalar} scalar loads"
+            );
+        }
     }
 }
 
@@ -484,8 +498,8 @@ fn cooperative_products_match_the_interpreter() {
 /// read ahead or not) and of the kernel.lower filetest, then attention as
 /// exporters write it (`q @ kt`, a scale, softmax, `@ v`), which smartmem
 /// folds and kernel.schedule gives the template at f16 on nvidia_vulkan
-/// (130 keys, three tiles): its keys are read through the transposed
-/// view. Within f16's rounding:
+/// (132 keys, three tiles, the last ragged): its keys are read through
+/// the transposed view, four keys a load. Within f16's rounding:
 /// scores and sums accumulate in f32, the weights are f16. lavapipe and
 /// PoCL have no cooperative matrices; the GPU machine checks the template
 /// against the FMA ones (`scripts/attention_bench.py --check`).
@@ -502,7 +516,7 @@ fn cooperative_attention_matches_the_interpreter() {
     let dir = common::scratch_dir("cooperative_attention");
     let file = dir.join("exported.ir");
     let t = |d: &str| format!("tensor<1x2x{d}xf32>");
-    let (q, kt, s) = (t("130x32"), t("32x130"), t("130x130"));
+    let (q, kt, s) = (t("132x32"), t("32x132"), t("132x132"));
     std::fs::write(
         &file,
         format!(
@@ -527,12 +541,16 @@ fn cooperative_attention_matches_the_interpreter() {
     ];
     let out = ircc(&[&["check"][..], &model, &["--rtol", "2e-3"]].concat());
     assert_eq!(out.code, 0, "{}{}", out.stdout, out.stderr);
+    let lowered = ircc(&model).stdout;
     assert!(
-        ircc(&model)
-            .stdout
-            .contains("template = \"attention_cooperative\""),
+        lowered.contains("template = \"attention_cooperative\""),
         "the exported form takes the cooperative template"
     );
+    // (The kernel's keys are f16: its tensor type without the element.)
+    let keys_in_vectors = lowered
+        .lines()
+        .any(|l| l.contains("kernel.load4 ") && l.contains("tensor<1x2x32x132x"));
+    assert!(keys_in_vectors, "four keys a load: {lowered}");
 }
 
 /// Row kernels in the kernel interpreter, beside the graph interpreter: a

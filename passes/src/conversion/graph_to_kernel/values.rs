@@ -332,14 +332,19 @@ impl KernelBuilder<'_> {
         self.m().op(op).operands[i]
     }
 
+    /// The map of the view `op` is, if it is one (an `index.view`, or a
+    /// layout op the group reads through).
+    pub(super) fn view_map(&self, op: OpId) -> Option<ircc_core::AffineMap> {
+        match index::ops::View::new(self.m(), op) {
+            Some(view) => Some(view.map().clone()),
+            None => super::group::layout_map(self.m(), self.ctx, op),
+        }
+    }
+
     fn op_value_at(&mut self, op: OpId, result: usize, idx: &[Ix]) -> R<ValueId> {
         let out = self.m().op(op).results[result];
         let out_elem = kernel_elem(graph_elem(self, out), self.float);
-        let view_map = match index::ops::View::new(self.m(), op) {
-            Some(view) => Some(view.map().clone()),
-            None => super::group::layout_map(self.m(), self.ctx, op),
-        };
-        if let Some(map) = view_map {
+        if let Some(map) = self.view_map(op) {
             let src = self.operand(op, 0);
             let idx: Vec<Ix> = map.results.iter().map(|e| e.substitute(idx, &[])).collect();
             return self.value_at(src, &idx);

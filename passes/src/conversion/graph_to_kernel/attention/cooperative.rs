@@ -296,7 +296,7 @@ pub(in super::super) fn attention_cooperative(
         ..Tile::new(kb, operand, memory, shape, stride)
     };
     let queries = f16_tile(kb, q, weights, [rows, d.size], l.weights_stride);
-    team.load_tile(kb, &queries, [&b, &h], &first_query, rows, d.queries)?;
+    team.load_tile(kb, &queries, [&b, &h], &first_query, d.queries)?;
     kb.ir.barrier();
     // The subgroup's rows of the weights' tile (at first, the queries) as
     // `count` matrices along them.
@@ -338,8 +338,8 @@ pub(in super::super) fn attention_cooperative(
         f16_tile(kb, v, values, [keys, d.value_size], l.values_stride),
     ];
     for t in &mut operands {
-        if t.loads(keys) % threads != 0 {
-            t.lanes = 1;
+        if t.loads() % threads != 0 {
+            t.words_a_load = 1;
         }
     }
     // The words this invocation stages for key tile `tile`, as f16: (tile
@@ -348,9 +348,9 @@ pub(in super::super) fn attention_cooperative(
         let first = tile * Ix::constant(keys);
         let mut words = Vec::new();
         for t in &operands {
-            for n in 0..t.loads(keys) / threads {
+            for n in 0..t.loads() / threads {
                 let e = tid.clone() + Ix::constant(n * threads);
-                for (x, at) in t.element(kb, [&b, &g], &first, keys, d.keys, &e)? {
+                for (x, at) in t.load(kb, [&b, &g], &first, d.keys, &e)? {
                     words.push((t.memory, at, x));
                 }
             }

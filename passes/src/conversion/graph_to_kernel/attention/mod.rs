@@ -440,22 +440,21 @@ impl Team {
         tile: &Tile,
         [b, g]: [&Ix; 2],
         first: &Ix,
-        count: i64,
         total: i64,
     ) -> R<()> {
-        self.spread(kb, tile.loads(count), &mut |kb, e| {
-            for (x, at) in tile.element(kb, [b, g], first, count, total, &e)? {
+        self.spread(kb, tile.loads(), &mut |kb, e| {
+            for (x, at) in tile.load(kb, [b, g], first, total, &e)? {
                 kb.store(x, tile.memory, &at);
             }
             Ok(())
         })
     }
 
-    /// Whether [`Team::read_ahead`] can take `count` rows of `tile`: its
-    /// loads go evenly over the workgroup, at most `limit` words to an
-    /// invocation (each holds a register across the loop).
-    fn reads_ahead(&self, tile: &Tile, count: i64, limit: i64) -> bool {
-        tile.loads(count) % self.threads == 0 && count * tile.width / self.threads <= limit
+    /// Whether [`Team::read_ahead`] can take `tile`: its loads go evenly
+    /// over the workgroup, at most `limit` words to an invocation (each
+    /// holds a register across the loop).
+    fn reads_ahead(&self, tile: &Tile, limit: i64) -> bool {
+        tile.loads() % self.threads == 0 && tile.count * tile.width / self.threads <= limit
     }
 
     /// Rows `first..first + count` of `tile.operand` read into registers,
@@ -467,16 +466,15 @@ impl Team {
         tile: &Tile,
         [b, g]: [&Ix; 2],
         first: &Ix,
-        count: i64,
         total: i64,
     ) -> R<Prefetched> {
         let mut fetched = Prefetched {
             values: Vec::new(),
             slots: Vec::new(),
         };
-        for l in 0..tile.loads(count) / self.threads {
+        for l in 0..tile.loads() / self.threads {
             let e = self.tid.clone() + Ix::constant(l * self.threads);
-            for (x, at) in tile.element(kb, [b, g], first, count, total, &e)? {
+            for (x, at) in tile.load(kb, [b, g], first, total, &e)? {
                 fetched.values.push(x);
                 fetched.slots.push(at);
             }
@@ -500,18 +498,20 @@ pub(super) struct Prefetched {
     slots: Vec<Ix>,
 }
 
-/// An operand's tile in workgroup memory: rows of `width` words, `stride`
-/// apart (or its columns so, where `transposed`), read along the rows
-/// (`by_row`) where the operand lies in memory that way; `lanes` words
-/// (of a row, or of a column where `by_row`) in one load where the
-/// operand is stored in vectors of four that way, a quarter of the loads.
+/// An operand's tile in workgroup memory: `count` rows of `width` words,
+/// `stride` apart (or its columns so, where `transposed`), read along the
+/// rows (`by_row`) where the operand lies in memory that way;
+/// `words_a_load` words (of a row, or of a column where `by_row`) in one
+/// load where the operand is stored in vectors of four that way, a
+/// quarter of the loads.
 struct Tile {
     operand: ValueId,
     memory: ValueId,
+    count: i64,
     width: i64,
     stride: i64,
     by_row: bool,
-    lanes: i64,
+    words_a_load: i64,
     transposed: bool,
     /// The type the words are stored in.
     elem: ElemType,
@@ -528,58 +528,56 @@ impl Tile {
         stride: i64,
     ) -> Tile {
         let by_row = rows_contiguous(kb, operand);
-        // Four rows at a time only where the rows come in fours, so that
-        // the four of a load are all inside or all past the last.
-        let (along, axis, rows) = if by_row {
-            (count, 2, tensor_shape(kb, operand)[2])
-        } else {
-            (width, 3, 4)
-        };
-        let vector = along % 4 == 0 && rows % 4 == 0 && kb.vector_reachable(operand, axis);
+        let (along, axis) = if by_row { (count, 2) } else { (width, 3) };
+        // Four rows a load only where the operand's rows come in fours, so
+        // that the four of a load are all inside or all past the last.
+        let rows_in_fours = !by_row || tensor_shape(kb, operand)[2] % 4 == 0;
+        let vector = along % 4 == 0 && rows_in_fours && kb.vector_reachable(operand, axis);
         Tile {
             operand,
             memory,
+            count,
             width,
             stride,
             by_row,
-            lanes: if vector { 4 } else { 1 },
+            words_a_load: if vector { 4 } else { 1 },
             transposed: false,
             elem: ACC,
         }
     }
 
-    /// The loads that read `count` rows.
-    fn loads(&self, count: i64) -> i64 {
-        count * self.width / self.lanes
+    /// The loads that read the tile.
+    fn loads(&self) -> i64 {
+        self.count * self.width / self.words_a_load
     }
 
-    /// Load `e` of rows `first..first + count` of the operand (of head
+    /// Load `e` of the tile of rows `first..` of the operand (of head
     /// `[b, g]`; rows past the last of `total` read as zeros): its words
     /// and where in the workgroup array each goes.
-    fn element(
+    fn load(
         &self,
         kb: &mut KernelBuilder,
         [b, g]: [&Ix; 2],
         first: &Ix,
-        count: i64,
         total: i64,
         e: &Ix,
     ) -> R<Vec<(ValueId, Ix)>> {
+        let (count, n) = (self.count, self.words_a_load);
         let (rows, columns) = if self.by_row {
-            (count / self.lanes, self.width)
+            (count / n, self.width)
         } else {
-            (count, self.width / self.lanes)
+            (count, self.width / n)
         };
         let (jj, c) = split(e, rows, columns, self.by_row);
         let (jj, c) = if self.by_row {
-            (jj * Ix::constant(self.lanes), c)
+            (jj * Ix::constant(n), c)
         } else {
-            (jj, c * Ix::constant(self.lanes))
+            (jj, c * Ix::constant(n))
         };
         let j = first.clone() + jj.clone();
         let ragged = total % count != 0;
         let at = [b, g, &j, &c];
-        let words = if self.lanes == 4 {
+        let words = if n == 4 {
             let axis = if self.by_row { 2 } else { 3 };
             read4_or_zero(kb, self.operand, at, (total, ragged), self.elem, axis)?.to_vec()
         } else {

@@ -320,12 +320,12 @@ pub(super) fn attention_rows(
     let most_ahead = target().attention_read_ahead_words;
     let ahead = [&keys_tile, &values_tile]
         .iter()
-        .all(|t| team.reads_ahead(t, tile, most_ahead));
+        .all(|t| team.reads_ahead(t, most_ahead));
     let mut first_fetch = Vec::new();
     if ahead {
         for memory in [&keys_tile, &values_tile] {
             let first = first_tile.clone() * Ix::constant(tile);
-            let f = team.read_ahead(kb, memory, [&b, &g], &first, tile, d.keys)?;
+            let f = team.read_ahead(kb, memory, [&b, &g], &first, d.keys)?;
             init.extend(f.values.iter().copied());
             first_fetch.push(f);
         }
@@ -346,12 +346,12 @@ pub(super) fn attention_rows(
                 + (t + Ix::constant(1)).modulo(Ix::constant(split_tiles)))
                 * Ix::constant(tile);
             for memory in [&keys_tile, &values_tile] {
-                let f = team.read_ahead(kb, memory, [&b, &g], &next, tile, d.keys)?;
+                let f = team.read_ahead(kb, memory, [&b, &g], &next, d.keys)?;
                 next_fetch.extend(f.values);
             }
         } else {
             for memory in [&keys_tile, &values_tile] {
-                team.load_tile(kb, memory, [&b, &g], &first_key, tile, d.keys)?;
+                team.load_tile(kb, memory, [&b, &g], &first_key, d.keys)?;
             }
             kb.ir.barrier();
         }

@@ -137,7 +137,7 @@ pub(super) fn attention_tiled(
         let keys_tile = Tile::new(kb, k, keys, [lanes, size], k_row);
         let values_tile = Tile::new(kb, v, values, [lanes, value_size], v_row);
         for tile in [&keys_tile, &values_tile] {
-            team.load_tile(kb, tile, [&b, &g], &first_key, lanes, d.keys)?;
+            team.load_tile(kb, tile, [&b, &g], &first_key, d.keys)?;
         }
         kb.ir.barrier();
         // This invocation's key: its score for its query.
