@@ -577,18 +577,8 @@ impl Tile {
         let j = first.clone() + jj.clone();
         let ragged = total % count != 0;
         let at = [b, g, &j, &c];
-        let words = if n == 4 {
-            let axis = if self.by_row { 2 } else { 3 };
-            read4_or_zero(kb, self.operand, at, (total, ragged), self.elem, axis)?.to_vec()
-        } else {
-            vec![read_or_zero(
-                kb,
-                self.operand,
-                at,
-                (total, ragged),
-                self.elem,
-            )?]
-        };
+        let along = (n == 4).then_some(if self.by_row { 2 } else { 3 });
+        let words = read_or_zero(kb, self.operand, at, (total, ragged), self.elem, along)?;
         Ok(words
             .into_iter()
             .enumerate()
@@ -627,43 +617,27 @@ pub(super) fn split(e: &Ix, rows: i64, columns: i64, by_row: bool) -> (Ix, Ix) {
     }
 }
 
-/// Element `[b, h, row, c]` of `operand` as `elem`, where `row` may run
-/// past the operand's `rows` (`ragged`): zero there. That row is read
-/// wrapped into the operand, not behind a branch, so that a round's loads
-/// issue together.
+/// Element `[b, h, row, c]` of `operand` as `elem`, or where `along` is
+/// an axis (2, the rows, or 3) the four from it on along that axis, in one
+/// load of each buffer they are computed from where it is stored so
+/// ([`KernelBuilder::value4_at`]; the index along the axis a multiple of
+/// four, and along the rows `rows` too, so that the four are all inside or
+/// all past the last). Where `row` may run past the operand's `rows`
+/// (`ragged`), zeros there: that row is read wrapped into the operand, not
+/// behind a branch, so that a round's loads issue together.
 fn read_or_zero(
     kb: &mut KernelBuilder,
     operand: ValueId,
     [b, h, row, c]: [&Ix; 4],
     (rows, ragged): (i64, bool),
     elem: ElemType,
-) -> R<ValueId> {
+    along: Option<usize>,
+) -> R<Vec<ValueId>> {
     let at = [b.clone(), h.clone(), wrap(row, rows, ragged), c.clone()];
-    let x = kb.value_at(operand, &at)?;
-    let x = kb.ir.cast(x, ircc_core::Type::Scalar(elem));
-    if !ragged {
-        return Ok(x);
-    }
-    let inside = kb.index_cmp(CmpPred::Lt, row, rows);
-    let zero = kb.ir.constant(0.0, elem);
-    Ok(kb.ir.select(inside, x, zero))
-}
-
-/// [`read_or_zero`] of four elements, from `[b, h, row, c]` on along
-/// `axis` (2, the rows, or 3), in one load of each buffer they are
-/// computed from where it is stored so ([`KernelBuilder::value4_at`]):
-/// the index along `axis` a multiple of four, and along the rows, `rows`
-/// too, so that the four are all inside or all past the last.
-fn read4_or_zero(
-    kb: &mut KernelBuilder,
-    operand: ValueId,
-    [b, h, row, c]: [&Ix; 4],
-    (rows, ragged): (i64, bool),
-    elem: ElemType,
-    axis: usize,
-) -> R<[ValueId; 4]> {
-    let at = [b.clone(), h.clone(), wrap(row, rows, ragged), c.clone()];
-    let mut words = kb.value4_at(operand, &at, axis)?;
+    let mut words = match along {
+        Some(axis) => kb.value4_at(operand, &at, axis)?.to_vec(),
+        None => vec![kb.value_at(operand, &at)?],
+    };
     for x in &mut words {
         *x = kb.ir.cast(*x, ircc_core::Type::Scalar(elem));
     }

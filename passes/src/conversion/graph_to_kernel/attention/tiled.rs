@@ -122,7 +122,7 @@ pub(super) fn attention_tiled(
         let (r, c) = split(&e, rows, size, queries_by_row);
         let query = first.clone() + r.clone();
         let ragged = d.queries % rows != 0;
-        let x = read_or_zero(kb, q, [&b, &h, &query, &c], (d.queries, ragged), ACC)?;
+        let x = read_or_zero(kb, q, [&b, &h, &query, &c], (d.queries, ragged), ACC, None)?[0];
         kb.store(x, queries, &(r * Ix::constant(q_row) + c));
         Ok(())
     })?;
