@@ -585,12 +585,23 @@ fn row_kernels_writing_texels_match_the_interpreter() {
 /// the graph interpreter: the schedules of its kernel.lower filetest
 /// (ragged blocks of outputs and channels, padding, stride, dilation, two
 /// batches, a fused producer, bias and relu, an NHWC input read through a
-/// transposed view).
+/// transposed view, a sum of NHWC inputs staged four channels a load of
+/// each).
 #[test]
 fn depthwise_convolutions_match_the_interpreter() {
     let passes = "graph.eliminate-layout-ops,kernel.lower,kernel.ace";
     let kernels = checked_kernels(common::DEPTHWISE.file, passes, "1e-4", "conv_depthwise");
-    assert_eq!(kernels, 3);
+    assert_eq!(kernels, 4);
+    let file = common::root().join(common::DEPTHWISE.file);
+    let lowered = ircc(&[
+        file.to_str().unwrap(),
+        "--passes",
+        "graph.eliminate-layout-ops,kernel.lower",
+    ]);
+    assert_eq!(lowered.code, 0, "{}", lowered.stderr);
+    let load4 = ircc_dialects::kernel::KernelOp::Load4.name();
+    let last = lowered.stdout.rsplit("kernel.func").next().unwrap();
+    assert_eq!(last.matches(load4).count(), 2, "{last}");
 }
 
 /// Grouped convolutions as batches of implicit GEMMs in the kernel

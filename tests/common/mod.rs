@@ -480,8 +480,11 @@ pub const DEPTHWISE: TemplateCase = TemplateCase {
         ("w2", &[5, 1, 3, 3]),
         ("x3", &[1, 9, 10, 12]),
         ("w3", &[12, 1, 3, 3]),
+        ("x4", &[1, 6, 7, 8]),
+        ("y4", &[1, 6, 7, 8]),
+        ("w4", &[8, 1, 3, 3]),
     ],
-    results: 3,
+    results: 4,
 };
 
 /// Grouped convolutions as batches of implicit GEMMs

@@ -231,16 +231,25 @@ pub(super) fn lower(
     let first_channel = channel_tile * Ix::constant(s.channels);
     let plane = span_rows * span_columns;
     let staged = kb.ir.alloc(s.channels * plane, float);
-    // Stage the window: element `e` as (channel, row, column) of it, the
-    // channels fastest where the input lies channel-last.
-    let channel_last = channels_adjacent(kb, x);
-    let count = s.channels * plane;
+    // Stage the window: load `e` as (channel, row, column) of it, the
+    // channels fastest where the input lies channel-last, or is computed
+    // from buffers that do (ConvNeXt-T's blocks add their residual in the
+    // kernel of the next block's convolution): there four channels a load
+    // where the buffers can be read so.
+    let channel_last = channels_adjacent(kb, x) || kb.vector_reachable(x, 1);
+    let per_load = if channel_last && s.channels % 4 == 0 && channels % 4 == 0 {
+        4
+    } else {
+        1
+    };
+    let groups = s.channels / per_load;
+    let count = groups * plane;
     let zero = kb.ir.constant(0.0, float);
     let (in_h, in_w) = (window.x[2], window.x[3]);
     let stage = |kb: &mut KernelBuilder, e: Ix| -> R<()> {
         let (c, r, col) = if channel_last {
-            let c = e.clone().modulo(Ix::constant(s.channels));
-            let p = e.floor_div(Ix::constant(s.channels));
+            let c = e.clone().modulo(Ix::constant(groups)) * Ix::constant(per_load);
+            let p = e.floor_div(Ix::constant(groups));
             (
                 c,
                 p.clone().floor_div(Ix::constant(span_columns)),
@@ -277,12 +286,20 @@ pub(super) fn lower(
             iy.modulo(Ix::constant(in_h)),
             ix.modulo(Ix::constant(in_w)),
         ];
-        let v = kb.value_at(x, &at)?;
-        let v = kb.ir.cast(v, Type::Scalar(float));
+        let words = if per_load == 4 {
+            kb.value4_at(x, &at, 1)?.to_vec()
+        } else {
+            vec![kb.value_at(x, &at)?]
+        };
         let inside = kb.ir.all(flags);
-        let v = kb.ir.select(inside, v, zero);
-        let slot = c * Ix::constant(plane) + r * Ix::constant(span_columns) + col;
-        kb.store(v, staged, &slot);
+        for (j, v) in words.into_iter().enumerate() {
+            let v = kb.ir.cast(v, Type::Scalar(float));
+            let v = kb.ir.select(inside, v, zero);
+            let slot = (c.clone() + Ix::constant(j as i64)) * Ix::constant(plane)
+                + r.clone() * Ix::constant(span_columns)
+                + col.clone();
+            kb.store(v, staged, &slot);
+        }
         Ok(())
     };
     // Whole rounds of the workgroup, unrolled where few (their loads then

@@ -386,6 +386,16 @@ impl<'a> KernelBuilder<'a> {
         r
     }
 
+    /// Runs `body` in a scope of its own: the graph values it computes
+    /// are forgotten after it (where they are read in a way that holds
+    /// only inside it, as a normalization's unnormalized input is).
+    pub fn forgetting<T>(&mut self, body: impl FnOnce(&mut Self) -> T) -> T {
+        self.memo.push(HashMap::new());
+        let r = body(self);
+        self.memo.pop();
+        r
+    }
+
     pub fn memo_get(&self, v: ValueId, idx: &[Ix]) -> Option<ValueId> {
         let key = (v, idx.to_vec());
         self.memo.iter().rev().find_map(|m| m.get(&key).copied())

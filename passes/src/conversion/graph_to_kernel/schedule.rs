@@ -20,7 +20,9 @@ use ircc_core::registry::MappingType;
 use ircc_core::{Attribute, ElemType, Module, OpId, ValueId};
 use ircc_dialects::graph::{self, GraphOp};
 use ircc_dialects::is_data;
-use ircc_dialects::kernel::{DeviceProfile, PRECISION_ATTR, Schedule, target_profile};
+use ircc_dialects::kernel::{
+    DeviceProfile, MatmulSchedule, PRECISION_ATTR, Schedule, target_profile,
+};
 
 use super::attention;
 use super::cooperative;
@@ -134,6 +136,14 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
             // another: a CPU's few ALU lanes (lavapipe's 2 cores x 8, where
             // the shared ConvNeXt ran 4% slower), against a GPU's thousands
             // (the H100's 16,896, where ConvNeXt-T ran 7% faster).
+            //
+            // Such a product's workgroups are half as tall where a unit
+            // would get fewer than `matmul_workgroups_per_unit` of them: a
+            // workgroup computing its rows' moments walks no K meanwhile,
+            // so a unit needs more of them to overlap the two (on the
+            // H200, ConvNeXt-T's 15 normalizing products took 45 us less
+            // together; halving every product's so cost RegNetX-3.2GF's
+            // convolutions 40 us).
             if let Schedule::Matmul(s) = &mut schedule
                 && super::prologue::normalization(m, group).is_some()
             {
@@ -141,6 +151,17 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
                 let words = super::prologue::moments_words(config.tile_m(), config.invocations());
                 s.normalizes =
                     s.splits == 1 && gpu_lanes(c.device) && config.fits_beside(words, target());
+                let [x, y, z] = config.grid(&shape);
+                let wanted = c.compute_units * target().matmul_workgroups_per_unit;
+                if s.normalizes && !s.tuned && x * y * z < wanted && config.tile_m() < shape.m {
+                    let halved = MatmulSchedule {
+                        workgroup: [s.workgroup[0], s.workgroup[1] / 2],
+                        ..*s
+                    };
+                    if config_of(&halved).invalid(&shape, target()).is_none() {
+                        *s = halved;
+                    }
+                }
             }
             schedule
         }
