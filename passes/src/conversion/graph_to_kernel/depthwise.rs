@@ -233,23 +233,27 @@ pub(super) fn lower(
     let staged = kb.ir.alloc(s.channels * plane, float);
     // Stage the window: load `e` as (channel, row, column) of it, the
     // channels fastest where the input lies channel-last, or is computed
-    // from buffers that do (ConvNeXt-T's blocks add their residual in the
-    // kernel of the next block's convolution): there four channels a load
-    // where the buffers can be read so.
+    // from a buffer that does (ConvNeXt-T's blocks add their residual in
+    // the kernel of the next block's convolution). There, where a block's
+    // channels and the input's come in fours, an invocation stages four
+    // channels of one pixel: one vector of each channel-last buffer, four
+    // words of each other, neighbouring invocations reading neighbouring
+    // pixels of both (ConvNeXt-T's previous residual lies channel-first,
+    // the branch added to it channel-last).
     let channel_last = channels_adjacent(kb, x) || kb.vector_reachable(x, 1);
     let per_load = if channel_last && s.channels % 4 == 0 && channels % 4 == 0 {
         4
     } else {
         1
     };
-    let groups = s.channels / per_load;
-    let count = groups * plane;
+    let channel_loads = s.channels / per_load;
+    let count = channel_loads * plane;
     let zero = kb.ir.constant(0.0, float);
     let (in_h, in_w) = (window.x[2], window.x[3]);
     let stage = |kb: &mut KernelBuilder, e: Ix| -> R<()> {
         let (c, r, col) = if channel_last {
-            let c = e.clone().modulo(Ix::constant(groups)) * Ix::constant(per_load);
-            let p = e.floor_div(Ix::constant(groups));
+            let c = e.clone().modulo(Ix::constant(channel_loads)) * Ix::constant(per_load);
+            let p = e.floor_div(Ix::constant(channel_loads));
             (
                 c,
                 p.clone().floor_div(Ix::constant(span_columns)),

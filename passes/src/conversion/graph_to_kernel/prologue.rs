@@ -2,8 +2,9 @@
 //! `[prologues]`, `graph::fusion::row_norm_prologue`): each row of A is one
 //! row of a layer_norm. Before walking K, the product's workgroup computes
 //! the mean and inverse deviation of the rows of its tile into workgroup
-//! memory (two passes over each row, the invocations sharing the rows,
-//! each reading its share of a row once where the share is short);
+//! memory (two passes over each row, the sum and then the squared
+//! distances from the mean, the invocations sharing the rows; an
+//! invocation holding at most `HELD_WORDS` of a row reads them once);
 //! A's words are then normalized with them as they are staged, where each
 //! element would otherwise reduce its whole row.
 
@@ -217,10 +218,13 @@ impl RowMoments {
     ) -> R<Vec<(ValueId, Option<ValueId>)>> {
         kb.forgetting(|kb| {
             kb.norm_rows = Some((self.norm, NormRows::Input));
-            let words = (0..(k + lanes - 1) / lanes)
+            let steps = (k + lanes - 1) / lanes;
+            let words = (0..steps)
                 .map(|s| {
                     let at = lane.clone() + Ix::constant(s * lanes);
-                    let inside = (k % lanes != 0).then(|| kb.index_cmp(CmpPred::Lt, &at, k));
+                    // Only the last word may lie past the row's end.
+                    let ragged = k % lanes != 0 && s == steps - 1;
+                    let inside = ragged.then(|| kb.index_cmp(CmpPred::Lt, &at, k));
                     let at = if inside.is_some() {
                         kb.clamped(&at, k)
                     } else {

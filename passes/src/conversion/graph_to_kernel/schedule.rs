@@ -137,7 +137,8 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
             // the shared ConvNeXt ran 4% slower), against a GPU's thousands
             // (the H100's 16,896, where ConvNeXt-T ran 7% faster).
             //
-            // Such a product's workgroups are half as tall where a unit
+            // Such a product's workgroups, where as tall as wide and the
+            // product more than a tile tall, are halved where a unit
             // would get fewer than `matmul_workgroups_per_unit` of them: a
             // workgroup computing its rows' moments walks no K meanwhile,
             // so a unit needs more of them to overlap the two (on the
@@ -153,7 +154,13 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
                     s.splits == 1 && gpu_lanes(c.device) && config.fits_beside(words, target());
                 let [x, y, z] = config.grid(&shape);
                 let wanted = c.compute_units * target().matmul_workgroups_per_unit;
-                if s.normalizes && !s.tuned && x * y * z < wanted && config.tile_m() < shape.m {
+                let square = s.workgroup[0] == s.workgroup[1];
+                if s.normalizes
+                    && !s.tuned
+                    && square
+                    && x * y * z < wanted
+                    && config.tile_m() < shape.m
+                {
                     let halved = MatmulSchedule {
                         workgroup: [s.workgroup[0], s.workgroup[1] / 2],
                         ..*s
