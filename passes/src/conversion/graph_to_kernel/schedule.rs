@@ -142,7 +142,7 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
             // would get fewer than `matmul_workgroups_per_unit` of them: a
             // workgroup computing its rows' moments walks no K meanwhile,
             // so a unit needs more of them to overlap the two (on the
-            // H200, ConvNeXt-T's 15 normalizing products took 45 us less
+            // H200, ConvNeXt-T's 15 normalizing products took 40 us less
             // together; halving every product's so cost RegNetX-3.2GF's
             // convolutions 40 us).
             if let Schedule::Matmul(s) = &mut schedule
