@@ -616,11 +616,12 @@ fn depthwise_convolutions_match_the_interpreter() {
     assert_eq!(lowered.code, 0, "{}", lowered.stderr);
     // Each round reads the two inputs a vector each, and no word of them
     // one by one.
-    let load4 = ircc_dialects::kernel::KernelOp::Load4.name();
-    let last = lowered.stdout.rsplit("kernel.func").next().unwrap();
+    use ircc_dialects::kernel::KernelOp;
+    let load4 = KernelOp::Load4.name();
+    let last = lowered.stdout.rsplit(KernelOp::Func.name()).next().unwrap();
     assert!(last.matches(load4).count() >= 4, "{last}");
     for arg in ["%arg0", "%arg1"] {
-        let scalar = format!("{} {arg},", ircc_dialects::kernel::KernelOp::Load.name());
+        let scalar = format!("{} {arg},", KernelOp::Load.name());
         assert!(!last.contains(&scalar), "{last}");
     }
 }

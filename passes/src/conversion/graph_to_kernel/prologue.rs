@@ -33,17 +33,29 @@ fn sum_of(
     centre: Option<ValueId>,
 ) -> ValueId {
     let zero = kb.ir.constant(0.0, ACC);
-    words.iter().fold(zero, |acc, &(x, inside)| {
-        let mut x = x;
-        if let Some(c) = centre {
-            let d = kb.ir.binary(BinaryFn::Sub, x, c);
-            x = kb.ir.binary(BinaryFn::Mul, d, d);
-        }
-        if let Some(flag) = inside {
-            x = kb.ir.select(flag, x, zero);
-        }
+    words.iter().fold(zero, |acc, &word| {
+        let x = term(kb, word, centre, zero);
         kb.ir.binary(BinaryFn::Add, acc, x)
     })
+}
+
+/// What a row's word `x` adds to its moment: itself, or its squared
+/// distance from `centre`; `zero` where `inside` says it lies past the row.
+fn term(
+    kb: &mut KernelBuilder,
+    (x, inside): (ValueId, Option<ValueId>),
+    centre: Option<ValueId>,
+    zero: ValueId,
+) -> ValueId {
+    let mut x = x;
+    if let Some(c) = centre {
+        let d = kb.ir.binary(BinaryFn::Sub, x, c);
+        x = kb.ir.binary(BinaryFn::Mul, d, d);
+    }
+    match inside {
+        Some(flag) => kb.ir.select(flag, x, zero),
+        None => x,
+    }
 }
 
 /// The layer_norm fused into `group` as its product's prologue (inside
@@ -216,28 +228,16 @@ impl RowMoments {
         (row, lane, lanes): (&Ix, &Ix, i64),
         k: i64,
     ) -> R<Vec<(ValueId, Option<ValueId>)>> {
+        let steps = (k + lanes - 1) / lanes;
         kb.forgetting(|kb| {
-            kb.norm_rows = Some((self.norm, NormRows::Input));
-            let steps = (k + lanes - 1) / lanes;
-            let words = (0..steps)
+            (0..steps)
                 .map(|s| {
                     let at = lane.clone() + Ix::constant(s * lanes);
                     // Only the last word may lie past the row's end.
                     let ragged = k % lanes != 0 && s == steps - 1;
-                    let inside = ragged.then(|| kb.index_cmp(CmpPred::Lt, &at, k));
-                    let at = if inside.is_some() {
-                        kb.clamped(&at, k)
-                    } else {
-                        at
-                    };
-                    Ok((
-                        product.operand_as(kb, 0, batch, row.clone(), at, ACC)?,
-                        inside,
-                    ))
+                    self.row_word(kb, product, batch, row, at, (k, ragged))
                 })
-                .collect();
-            kb.norm_rows = None;
-            words
+                .collect()
         })
     }
 
@@ -257,25 +257,31 @@ impl RowMoments {
         let steps = (k + lanes - 1) / lanes;
         let sum = kb.for_loop(steps, vec![zero], &mut |kb, s, acc| {
             let at = lane.clone() + s * Ix::constant(lanes);
-            let inside = (k % lanes != 0).then(|| kb.index_cmp(CmpPred::Lt, &at, k));
-            let at = match inside {
-                Some(_) => kb.clamped(&at, k),
-                None => at,
-            };
-            kb.norm_rows = Some((self.norm, NormRows::Input));
-            let x = product.operand_as(kb, 0, batch, row.clone(), at, ACC);
-            kb.norm_rows = None;
-            let mut x = x?;
-            if let Some(c) = centre {
-                let d = kb.ir.binary(BinaryFn::Sub, x, c);
-                x = kb.ir.binary(BinaryFn::Mul, d, d);
-            }
-            if let Some(flag) = inside {
-                x = kb.ir.select(flag, x, zero);
-            }
+            let word = self.row_word(kb, product, batch, row, at, (k, k % lanes != 0))?;
+            let x = term(kb, word, centre, zero);
             Ok(vec![kb.ir.binary(BinaryFn::Add, acc[0], x)])
         })?;
         Ok(sum[0])
+    }
+
+    /// A's unnormalized word at (`row`, `at`) of a row of `k`, with, where
+    /// `ragged` (`at` may lie past the row's end), whether it lies inside
+    /// it: the read is then clamped into the row.
+    fn row_word(
+        &self,
+        kb: &mut KernelBuilder,
+        product: &Product,
+        batch: &[Ix],
+        row: &Ix,
+        at: Ix,
+        (k, ragged): (i64, bool),
+    ) -> R<(ValueId, Option<ValueId>)> {
+        let inside = ragged.then(|| kb.index_cmp(CmpPred::Lt, &at, k));
+        let at = if ragged { kb.clamped(&at, k) } else { at };
+        kb.norm_rows = Some((self.norm, NormRows::Input));
+        let x = product.operand_as(kb, 0, batch, row.clone(), at, ACC);
+        kb.norm_rows = None;
+        Ok((x?, inside))
     }
 
     /// A's word at (`row`, `k`) as f32, `row` being row `local` of the
