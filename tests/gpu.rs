@@ -254,15 +254,15 @@ fn nan_and_infinities_give_onnx_answers_on_wgpu() {
     }
 }
 
-/// Row kernels (held in registers, or read in a loop, or writing texels)
-/// beside the interpreter, at f32 and f16.
+/// Row kernels (held in registers, or read in a loop, or writing texels,
+/// or column reductions) beside the interpreter, at f32 and f16.
 #[test]
 fn row_kernels_match_the_interpreter_on_wgpu() {
     if !common::gpu_available() {
-        eprintln!("0 passed, 0 failed, 4 skipped (no GPU adapter)");
+        eprintln!("0 passed, 0 failed, 6 skipped (no GPU adapter)");
         return;
     }
-    for case in [&common::ROWS, &common::ROW_TEXELS] {
+    for case in [&common::ROWS, &common::ROW_TEXELS, &common::ROW_COLUMNS] {
         common::assert_lowered_matches(case, &["--backend", "wgpu"]);
     }
 }

@@ -596,6 +596,33 @@ fn row_kernels_writing_texels_match_the_interpreter() {
     assert_eq!(kernels, 4);
 }
 
+/// Column reductions in the kernel interpreter, beside the graph
+/// interpreter: a mean through a transposed view, a mean of a fused sum of
+/// a channel-last and a channel-first tensor, a maximum down a matrix's
+/// rows with a ragged last step; neighbouring invocations take
+/// neighbouring rows (the workgroup's first axis).
+#[test]
+fn column_reductions_match_the_interpreter() {
+    let kernels = checked_kernels(
+        common::ROW_COLUMNS.file,
+        "kernel.lower,kernel.ace",
+        "1e-4",
+        "row_reduction",
+    );
+    assert_eq!(kernels, 3);
+    let file = common::root().join(common::ROW_COLUMNS.file);
+    let lowered = ircc(&[file.to_str().unwrap(), "--passes", "kernel.lower"]);
+    assert_eq!(lowered.code, 0, "{}", lowered.stderr);
+    for workgroup in ["64, 4, 1", "32, 8, 1", "16, 16, 1"] {
+        assert!(
+            lowered
+                .stdout
+                .contains(&format!("workgroup_size = array<i64: {workgroup}>")),
+            "rows across the first axis: {workgroup}"
+        );
+    }
+}
+
 /// The depthwise convolution template in the kernel interpreter, beside
 /// the graph interpreter: the schedules of its kernel.lower filetest
 /// (ragged blocks of outputs and channels, padding, stride, dilation, two

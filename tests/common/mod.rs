@@ -413,6 +413,19 @@ pub const ROWS: TemplateCase = TemplateCase {
     results: 3,
 };
 
+/// Column reductions: neighbouring invocations take neighbouring rows of
+/// an input stored along the axes they keep.
+pub const ROW_COLUMNS: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel.lower/row_columns.ir",
+    inputs: &[
+        ("x", &[1, 6, 5, 64]),
+        ("y", &[1, 6, 5, 32]),
+        ("r", &[1, 32, 6, 5]),
+        ("z", &[37, 48]),
+    ],
+    results: 3,
+};
+
 /// Row kernels (two layer norms, a softmax along a middle axis, a long
 /// softmax) writing their results as texels, lanes along the row.
 pub const ROW_TEXELS: TemplateCase = TemplateCase {

@@ -18,8 +18,8 @@ pub use device::{AdapterPattern, CooperativeMatrix, DeviceProfile, PROFILES, pro
 pub use matrix::{MatrixRole, MatrixType};
 pub use module_target::{Adapter, DEFAULT_DEVICE, ModuleTarget, TARGET_ATTR, target_profile};
 pub use schedule::{
-    AttentionCooperativeSchedule, AttentionRowsSchedule, CooperativeSchedule, DepthwiseSchedule,
-    MatmulSchedule, PRECISION_ATTR, SCHEDULE_ATTR, Schedule, precision,
+    AttentionCooperativeSchedule, AttentionRowsSchedule, ColumnSchedule, CooperativeSchedule,
+    DepthwiseSchedule, MatmulSchedule, PRECISION_ATTR, SCHEDULE_ATTR, Schedule, precision,
 };
 pub use target::Target;
 

@@ -130,12 +130,24 @@ impl DepthwiseSchedule {
     }
 }
 
+/// A reduction whose kept axis is the one its input is stored along
+/// (XLA's column reduction): `rows` rows a workgroup, neighbouring
+/// invocations taking neighbouring rows so that their reads coalesce,
+/// and `slices` invocations sharing each row, their partials meeting
+/// through workgroup memory.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ColumnSchedule {
+    pub rows: i64,
+    pub slices: i64,
+}
+
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Schedule {
     /// An invocation per output element (or texel).
     Elementwise,
     /// A workgroup per row of a reduction or normalization.
     Row,
+    Column(ColumnSchedule),
     Matmul(MatmulSchedule),
     MatmulCooperative(CooperativeSchedule),
     AttentionRows(AttentionRowsSchedule),
@@ -151,6 +163,7 @@ impl Schedule {
         match self {
             Schedule::Elementwise => "elementwise",
             Schedule::Row => "row",
+            Schedule::Column(_) => "column",
             Schedule::Matmul(_) => "matmul",
             Schedule::MatmulCooperative(_) => "matmul_cooperative",
             Schedule::AttentionRows(_) => "attention_rows",
@@ -222,6 +235,10 @@ impl Schedule {
                 int(&mut d, "subgroup_size", s.subgroup_size);
                 d.insert("read_ahead".into(), Attribute::Bool(s.read_ahead));
             }
+            Schedule::Column(s) => {
+                int(&mut d, "rows", s.rows);
+                int(&mut d, "slices", s.slices);
+            }
             Schedule::ConvDepthwise(s) => {
                 int(&mut d, "channels", s.channels);
                 int(&mut d, "rows", s.rows);
@@ -265,6 +282,7 @@ impl Schedule {
                 &["subgroups", "keys", "side", "subgroup_size", "read_ahead"]
             }
             "conv_depthwise" => &["channels", "rows", "columns"],
+            "column" => &["rows", "slices"],
             _ => &[],
         };
         if let Some(k) = d
@@ -340,6 +358,10 @@ impl Schedule {
                     read_ahead: flag("read_ahead")?,
                 })
             }
+            "column" => Schedule::Column(ColumnSchedule {
+                rows: int("rows")?,
+                slices: int("slices")?,
+            }),
             "conv_depthwise" => Schedule::ConvDepthwise(DepthwiseSchedule {
                 channels: int("channels")?,
                 rows: int("rows")?,
@@ -347,7 +369,7 @@ impl Schedule {
             }),
             other => {
                 return Err(format!(
-                    "unknown template '{other}' (known: elementwise, row, matmul, matmul_cooperative, attention_rows, attention_tiled, attention_cooperative, conv_depthwise, nms)"
+                    "unknown template '{other}' (known: elementwise, row, column, matmul, matmul_cooperative, attention_rows, attention_tiled, attention_cooperative, conv_depthwise, nms)"
                 ));
             }
         })
@@ -435,6 +457,10 @@ mod tests {
                 channels: 4,
                 rows: 8,
                 columns: 8,
+            }),
+            Schedule::Column(ColumnSchedule {
+                rows: 64,
+                slices: 4,
             }),
         ];
         for s in schedules {

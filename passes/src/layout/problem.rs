@@ -6,7 +6,9 @@
 //! above it; inside the kernel the value goes to ops that each state the
 //! axis they want contiguous: an op with reduction dimensions in its spec
 //! (matmul: k; conv: input channels; softmax, norms, reductions: the
-//! reduced axes) wants those, innermost first; a one-to-one op wants what
+//! reduced axes) wants those, innermost first, except a reduction that
+//! `kernel.schedule` made a column one, which wants the axes it keeps
+//! (its neighbouring invocations read along them); a one-to-one op wants what
 //! its result's readers want, and a result the group writes out wants the
 //! layout that output is given: a read that *follows* another tensor's
 //! choice, the quadratic term of the problem. Other ops walk their output
@@ -20,6 +22,7 @@ use ircc_core::{AffineExpr, AffineMap, Attribute, BlockId, Module, OpId, Registr
 use ircc_dialects::graph::{self, GraphOp};
 use ircc_dialects::index;
 use ircc_dialects::is_data;
+use ircc_dialects::kernel::Schedule;
 use ircc_dialects::texture::TextureLayout;
 
 /// A layout a stored tensor may take.
@@ -332,7 +335,14 @@ fn use_wants(
     };
     let name = spec.operands.get(i).map(|a| a.name.as_str());
     if let Some(dims) = name.and_then(|n| spec.reduction.get(n)) {
-        return vec![Want::Axes(reduction_axes(m, user, dims, rank))];
+        let reduced = reduction_axes(m, user, dims, rank);
+        // A column reduction's neighbouring invocations read along the
+        // axes it keeps.
+        if let Ok(Some(Schedule::Column(_))) = Schedule::of(m, group) {
+            let kept = (0..rank).rev().filter(|a| !reduced.contains(a));
+            return vec![Want::Axes(kept.collect())];
+        }
+        return vec![Want::Axes(reduced)];
     }
     let pointwise = GraphOp::of(m, user).is_some_and(|k| {
         k == GraphOp::Identity

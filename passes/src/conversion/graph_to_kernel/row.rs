@@ -1,18 +1,27 @@
 //! The row template: a softmax, normalization or reduction along some
 //! axes, `threads` invocations a row, one or more rows a workgroup, the
-//! invocations' partials meeting in a tree through workgroup memory.
+//! invocations' partials meeting in a tree through workgroup memory. Its
+//! column form (XLA's column reduction) lays a reduction's rows across
+//! neighbouring invocations instead, for an input stored along a kept
+//! axis: each invocation walks its slice of a row down the stored
+//! tensor's outer axes while its neighbours read the words beside its own.
 
 use ircc_core::{ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::{self, GraphOp, shape};
+use ircc_dialects::index::{self, through_views};
+use ircc_dialects::kernel::ColumnSchedule;
 use ircc_dialects::kernel::builder::FuncBuilder;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 use ircc_dialects::texture::LANES;
+
+use super::group::Group;
+use crate::layout::problem::source_axis;
 
 use super::lowering::{
     Ix, KernelBuilder, delinearize, guarded, store_outputs, target, tensor_shape,
 };
 use super::templates::{below, write_texel};
-use super::values::Reduction;
+use super::values::{Reduction, is_pointwise};
 
 type R<T> = Result<T, String>;
 
@@ -54,6 +63,146 @@ pub(super) fn texel_axis(m: &Module, anchor: OpId) -> Option<usize> {
     let axis = shape::axis(axis, shape.len()).ok()?;
     let one_axis = axis + 1 == shape.len() || GraphOp::of(m, anchor) == Some(GraphOp::Softmax);
     (one_axis && shape[axis] % LANES == 0).then_some(axis)
+}
+
+/// Rows a column reduction's workgroup takes, most first: a row of
+/// invocations reads that many neighbouring words, eight at least (32
+/// bytes of f32, a sector of NVIDIA's L1 lines).
+const COLUMN_ROWS: [i64; 4] = [64, 32, 16, 8];
+
+/// Values a walk from a reduction's input to the tensors it is computed
+/// from visits at most.
+const MOST_VISITED: usize = 64;
+
+/// The column schedule for `group`, where its anchor is a reduction whose
+/// input is computed from stored tensors at least as much along the
+/// axes it keeps as along those it reduces (counting their elements),
+/// and its rows share workgroups evenly (the barriers need every
+/// invocation); `None` where the row template's form suits it. Ties go to
+/// the column form: on a texture profile, layout.select can then store
+/// the other tensors' producers along the kept axes as well (ConvNeXt-T's
+/// last mean, of a channel-last and a channel-first term, under adreno740:
+/// no layout copy, one dispatch fewer).
+pub(super) fn column(m: &Module, group: &Group, compute_units: i64) -> Option<ColumnSchedule> {
+    let anchor = group.anchor;
+    let kind = GraphOp::of(m, anchor)?;
+    if kind != GraphOp::GlobalAveragePool && Reduction::of(kind).is_none() {
+        return None;
+    }
+    let x = m.op(anchor).operands[0];
+    let sx: Vec<i64> = m.value_type(x).as_tensor()?.shape.clone();
+    let rank = sx.len();
+    let axes: Vec<usize> = match m.op(anchor).attrs.get("axes") {
+        _ if kind == GraphOp::GlobalAveragePool => (2..rank).collect(),
+        None => (0..rank).collect(),
+        Some(listed) => listed
+            .as_i64_array()?
+            .iter()
+            .map(|&a| shape::axis(a, rank).ok())
+            .collect::<Option<_>>()?,
+    };
+    let (along_kept, along_reduced) = stored_along(m, group, x, &axes);
+    if along_kept == 0 || along_kept < along_reduced {
+        return None;
+    }
+    let rows: i64 = (0..rank)
+        .filter(|a| !axes.contains(a))
+        .map(|a| sx[a])
+        .product();
+    let len: i64 = axes.iter().map(|&a| sx[a]).product();
+    // The most rows a workgroup that still give every compute unit one,
+    // else the fewest: a unit with several workgroups overlaps their
+    // walks, each a chain of loads, and more slices shorten each walk.
+    // On the H200, ConvNeXt-T's last mean (768 rows of 49, each element a
+    // sum of 20 partial products) took 11.6 us as a row reduction, and as
+    // a column one 15.4 in workgroups of 64 rows, 10.4 of 16 and 8.0 of
+    // 8 (256 invocations each); Swin-T's (768 rows of 49) 5.8, and 7.7,
+    // 6.1 and 5.9.
+    let dividing: Vec<i64> = COLUMN_ROWS.into_iter().filter(|r| rows % r == 0).collect();
+    let per_group = *dividing
+        .iter()
+        .find(|&&r| rows / r >= compute_units)
+        .or(dividing.last())?;
+    let slices = (len as u64)
+        .next_power_of_two()
+        .min((target().row_max_threads / per_group) as u64) as i64;
+    Some(ColumnSchedule {
+        rows: per_group,
+        slices,
+    })
+}
+
+/// The elements of the stored tensors `x` is computed from in `group`
+/// (through its point-wise ops and views, inside the group and above
+/// it) whose innermost axis moves with an axis of `x` outside `reduced`,
+/// and those whose innermost axis moves with one in it.
+fn stored_along(m: &Module, group: &Group, x: ValueId, reduced: &[usize]) -> (i64, i64) {
+    let rank = shape(m, x).len();
+    // Each value with, for each axis of `x`, the axis of the value that
+    // moves with it (none where broadcast).
+    let mut work = vec![(x, (0..rank).map(Some).collect::<Vec<_>>())];
+    let mut seen = Vec::new();
+    let (mut kept, mut along_reduced) = (0, 0);
+    while let Some((v, axes)) = work.pop() {
+        if seen.len() >= MOST_VISITED || seen.contains(&v) {
+            continue;
+        }
+        seen.push(v);
+        if let Some(&(_, host)) = group.bindings.iter().find(|&&(arg, _)| arg == v) {
+            let (stored, map) = through_views(m, host);
+            let Some(innermost) = shape(m, stored).len().checked_sub(1) else {
+                continue;
+            };
+            let moves = |a: &Option<usize>| {
+                a.and_then(|a| map.as_ref().map_or(Some(a), |map| source_axis(map, a)))
+                    == Some(innermost)
+            };
+            let elements: i64 = shape(m, stored).iter().product();
+            if axes
+                .iter()
+                .enumerate()
+                .any(|(a, s)| reduced.contains(&a) && moves(s))
+            {
+                along_reduced += elements;
+            } else if axes.iter().any(moves) {
+                kept += elements;
+            }
+            continue;
+        }
+        let Some(op) = m.defining_op(v) else {
+            continue;
+        };
+        if let Some(view) = index::ops::View::new(m, op) {
+            let map = view.map();
+            let axes = axes
+                .iter()
+                .map(|a| a.and_then(|a| source_axis(map, a)))
+                .collect();
+            work.push((view.source(), axes));
+        } else if GraphOp::of(m, op).is_some_and(is_pointwise) {
+            let result = shape(m, v);
+            for &operand in &m.op(op).operands {
+                let dims = shape(m, operand);
+                let lead = result.len().saturating_sub(dims.len());
+                let axes = axes
+                    .iter()
+                    .map(|a| {
+                        a.and_then(|a| a.checked_sub(lead))
+                            .filter(|&o| dims.get(o).is_some_and(|&d| d == result[o + lead]))
+                    })
+                    .collect();
+                work.push((operand, axes));
+            }
+        }
+    }
+    (kept, along_reduced)
+}
+
+fn shape(m: &Module, v: ValueId) -> Vec<i64> {
+    m.value_type(v)
+        .as_tensor()
+        .map(|t| t.shape.clone())
+        .unwrap_or_default()
 }
 
 /// `f` of the `partial` (f32) of the `threads` invocations of one row,
@@ -98,8 +247,14 @@ fn workgroup_reduce(
 }
 
 /// A softmax, normalization or reduction: `threads` invocations per row,
-/// one or more rows per workgroup.
-pub(super) fn lower(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, ValueId)]) -> R<()> {
+/// one or more rows per workgroup; a reduction's rows across neighbouring
+/// invocations where `column` says so.
+pub(super) fn lower(
+    kb: &mut KernelBuilder,
+    anchor: OpId,
+    outputs: &[(ValueId, ValueId)],
+    column: Option<ColumnSchedule>,
+) -> R<()> {
     let kind = GraphOp::of(kb.m(), anchor).ok_or("a graph op anchors a row")?;
     let x = kb.m().op(anchor).operands[0];
     let y = kb.m().op(anchor).results[0];
@@ -152,21 +307,54 @@ pub(super) fn lower(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, V
     let most = target().row_max_threads;
     // Elements an invocation takes at each step: one, or a texel's four.
     let run = if lane_axis.is_some() { LANES } else { 1 };
-    let visits = (len + run - 1) / run;
-    let threads = (visits as u64).next_power_of_two().clamp(8, most as u64) as i64;
-    let mut per_group = 1;
-    while per_group * 2 * threads <= most && rows % (per_group * 2) == 0 {
-        per_group *= 2;
-    }
+    let (threads, per_group) = match column {
+        Some(c) => {
+            if matches!(
+                kind,
+                GraphOp::Softmax | GraphOp::LayerNorm | GraphOp::InstanceNorm
+            ) {
+                return Err("its column schedule takes reductions only".to_string());
+            }
+            if rows % c.rows != 0 {
+                return Err(format!(
+                    "its column schedule's workgroups of {} rows do not share its {rows} rows evenly (its barriers need every invocation of a workgroup)",
+                    c.rows
+                ));
+            }
+            if c.rows * c.slices > most {
+                return Err(format!(
+                    "its column schedule's workgroups of {} x {} invocations exceed the target's {most}",
+                    c.rows, c.slices
+                ));
+            }
+            (c.slices, c.rows)
+        }
+        None => {
+            let visits = (len + run - 1) / run;
+            let threads = (visits as u64).next_power_of_two().clamp(8, most as u64) as i64;
+            let mut per_group = 1;
+            while per_group * 2 * threads <= most && rows % (per_group * 2) == 0 {
+                per_group *= 2;
+            }
+            (threads, per_group)
+        }
+    };
     let groups = rows / per_group;
     let gx = groups.min(target().max_workgroups_per_dimension);
     let gy = (groups + gx - 1) / gx;
-    let t = kb.id(IdKind::Local, 0, threads);
-    let lane_row = if per_group > 1 {
-        kb.id(IdKind::Local, 1, per_group)
-    } else {
-        Ix::constant(0)
+    // The invocations of a row are the workgroup's first axis, its rows
+    // the second; in the column form the other way about, so that
+    // neighbouring invocations take neighbouring rows.
+    let (slice_axis, row_axis) = if column.is_some() { (1, 0) } else { (0, 1) };
+    let local = |kb: &mut KernelBuilder, axis: i64, extent: i64| {
+        if extent > 1 {
+            kb.id(IdKind::Local, axis, extent)
+        } else {
+            Ix::constant(0)
+        }
     };
+    let t = local(kb, slice_axis, threads);
+    let lane_row = local(kb, row_axis, per_group);
     let wx = kb.id(IdKind::Workgroup, 0, gx);
     let group_ix = if gy > 1 {
         let wy = kb.id(IdKind::Workgroup, 1, gy);
@@ -355,11 +543,11 @@ pub(super) fn lower(kb: &mut KernelBuilder, anchor: OpId, outputs: &[(ValueId, V
         }
     };
     guarded(kb, row_cond, &mut body)?;
-    kb.finish(
-        [threads, per_group, 1],
-        [gx, gy, 1],
-        FuncTemplate::RowReduction,
-        None,
-    );
+    let workgroup = if column.is_some() {
+        [per_group, threads, 1]
+    } else {
+        [threads, per_group, 1]
+    };
+    kb.finish(workgroup, [gx, gy, 1], FuncTemplate::RowReduction, None);
     Ok(())
 }

@@ -88,7 +88,9 @@ fn choose(m: &Module, group: &Group, c: &Choice) -> Result<Schedule, String> {
                 .map_or(Schedule::Elementwise, Schedule::ConvDepthwise)
         }
         Kind::Elementwise => Schedule::Elementwise,
-        Kind::Row => Schedule::Row,
+        Kind::Row => {
+            super::row::column(m, group, c.compute_units).map_or(Schedule::Row, Schedule::Column)
+        }
         Kind::NonMaxSuppression => Schedule::NonMaxSuppression,
         Kind::Attention => {
             super::attention::schedule(m, anchor, target(), c.device, c.float, c.attention)

@@ -12,7 +12,8 @@ use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
 use ircc_dialects::kernel::{
-    CooperativeSchedule, DepthwiseSchedule, KernelOp, MatmulSchedule, SCHEDULE_ATTR, Schedule,
+    ColumnSchedule, CooperativeSchedule, DepthwiseSchedule, KernelOp, MatmulSchedule,
+    SCHEDULE_ATTR, Schedule,
 };
 use ircc_dialects::texture::{LANES, TextureLayout};
 
@@ -38,7 +39,8 @@ enum Template {
     Elementwise,
     Matmul(MatmulSchedule),
     Cooperative(CooperativeSchedule),
-    Row,
+    /// The row template, in its column form where scheduled so.
+    Row(Option<ColumnSchedule>),
     /// One of the attention templates, with its tiles.
     Attention(Schedule),
     Depthwise(DepthwiseSchedule),
@@ -49,7 +51,8 @@ impl Template {
     fn of(schedule: Schedule) -> Template {
         match schedule {
             Schedule::Elementwise => Template::Elementwise,
-            Schedule::Row => Template::Row,
+            Schedule::Row => Template::Row(None),
+            Schedule::Column(s) => Template::Row(Some(s)),
             Schedule::Matmul(s) => Template::Matmul(s),
             Schedule::MatmulCooperative(s) => Template::Cooperative(s),
             Schedule::AttentionRows(_)
@@ -100,7 +103,7 @@ pub(crate) fn lower_group(
     // only the anchors kernel.schedule gives them.
     let fits = match schedule {
         Schedule::Elementwise => true,
-        Schedule::Row => kind == Kind::Row,
+        Schedule::Row | Schedule::Column(_) => kind == Kind::Row,
         Schedule::Matmul(_) | Schedule::MatmulCooperative(_) => kind == Kind::Matmul,
         Schedule::AttentionRows(_)
         | Schedule::AttentionTiled
@@ -170,7 +173,7 @@ pub(crate) fn lower_group(
             lowering,
             &group_inputs,
             &own,
-            Template::Row,
+            Template::Row(None),
             &own.outputs,
         )?;
         for (_, r) in built.replaced {
@@ -320,7 +323,7 @@ fn build(
     // the results.
     let writes_texels = match &template {
         Template::Elementwise | Template::Matmul(_) => true,
-        Template::Row => super::row::texel_axis(m, group.anchor).is_some(),
+        Template::Row(None) => super::row::texel_axis(m, group.anchor).is_some(),
         Template::Cooperative(s) => s.splits > 1,
         _ => false,
     };
@@ -403,7 +406,7 @@ fn build(
             Template::Cooperative(schedule) => {
                 super::cooperative::lower(&mut kb, group.anchor, outputs, schedule)?
             }
-            Template::Row => super::row::lower(&mut kb, group.anchor, outputs)?,
+            Template::Row(column) => super::row::lower(&mut kb, group.anchor, outputs, column)?,
             Template::NonMaxSuppression => super::nms::lower(&mut kb, group.anchor, outputs)?,
             Template::Attention(s) => attention::lower(&mut kb, group.anchor, outputs, s)?,
             Template::Depthwise(s) => super::depthwise::lower(&mut kb, group.anchor, outputs, s)?,
