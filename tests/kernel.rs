@@ -613,14 +613,33 @@ fn column_reductions_match_the_interpreter() {
     let file = common::root().join(common::ROW_COLUMNS.file);
     let lowered = ircc(&[file.to_str().unwrap(), "--passes", "kernel.lower"]);
     assert_eq!(lowered.code, 0, "{}", lowered.stderr);
-    for workgroup in ["64, 4, 1", "32, 8, 1", "16, 16, 1"] {
+    // Each kernel's rows across the workgroup's first axis, its slices
+    // across the second, as its schedule says.
+    for (kernel, workgroup) in [
+        ("k0_reduce_mean", "64, 4, 1"),
+        ("k1_reduce_mean", "32, 8, 1"),
+        ("k2_reduce_max", "16, 16, 1"),
+    ] {
+        let func = lowered
+            .stdout
+            .lines()
+            .find(|l| l.contains(&format!("sym_name = \"{kernel}\"")))
+            .unwrap_or_else(|| panic!("no {kernel}"));
         assert!(
-            lowered
-                .stdout
-                .contains(&format!("workgroup_size = array<i64: {workgroup}>")),
-            "rows across the first axis: {workgroup}"
+            func.contains(&format!("workgroup_size = array<i64: {workgroup}>")),
+            "{kernel}: {func}"
         );
     }
+    // Under adreno740 a column mean reads a layer norm's result from the
+    // texture layout.select gives it (lanes along the channels it keeps),
+    // where the row form's read went through a copy.
+    let kernels = checked_kernels(
+        "tests/ir/layout.select/column.ir",
+        "layout.select,texture.map,kernel.lower,kernel.ace",
+        "1e-4",
+        "row_reduction",
+    );
+    assert_eq!(kernels, 4);
 }
 
 /// The depthwise convolution template in the kernel interpreter, beside

@@ -145,8 +145,11 @@ pub struct ColumnSchedule {
 pub enum Schedule {
     /// An invocation per output element (or texel).
     Elementwise,
-    /// A workgroup per row of a reduction or normalization.
+    /// A softmax, normalization or reduction, its rows shared out over
+    /// workgroups (the row template).
     Row,
+    /// A reduction's rows across neighbouring invocations (the row
+    /// template's column form).
     Column(ColumnSchedule),
     Matmul(MatmulSchedule),
     MatmulCooperative(CooperativeSchedule),

@@ -337,9 +337,15 @@ fn use_wants(
     if let Some(dims) = name.and_then(|n| spec.reduction.get(n)) {
         let reduced = reduction_axes(m, user, dims, rank);
         // A column reduction's neighbouring invocations read along the
-        // axes it keeps.
-        if let Ok(Some(Schedule::Column(_))) = Schedule::of(m, group) {
-            let kept = (0..rank).rev().filter(|a| !reduced.contains(a));
+        // axes it keeps (those longer than one, innermost first).
+        let anchor = match graph::ops::Fused::new(m, group) {
+            Some(fused) => o.name == fused.anchor(),
+            None => user == group,
+        };
+        if anchor && let Ok(Some(Schedule::Column(_))) = Schedule::of(m, group) {
+            let kept = (0..rank)
+                .rev()
+                .filter(|&a| !reduced.contains(&a) && operand_shape[a] > 1);
             return vec![Want::Axes(kept.collect())];
         }
         return vec![Want::Axes(reduced)];

@@ -18,7 +18,7 @@ use super::group::Group;
 use crate::layout::problem::source_axis;
 
 use super::lowering::{
-    Ix, KernelBuilder, delinearize, guarded, store_outputs, target, tensor_shape,
+    Ix, KernelBuilder, delinearize, guarded, shape_of, store_outputs, target, tensor_shape,
 };
 use super::templates::{below, write_texel};
 use super::values::{Reduction, is_pointwise};
@@ -86,14 +86,15 @@ const MOST_VISITED: usize = 64;
 pub(super) fn column(m: &Module, group: &Group, compute_units: i64) -> Option<ColumnSchedule> {
     let anchor = group.anchor;
     let kind = GraphOp::of(m, anchor)?;
-    if kind != GraphOp::GlobalAveragePool && Reduction::of(kind).is_none() {
-        return None;
-    }
+    Reduction::of(kind)?;
     let x = m.op(anchor).operands[0];
-    let sx: Vec<i64> = m.value_type(x).as_tensor()?.shape.clone();
+    let sx = shape_of(m, x);
     let rank = sx.len();
     let axes: Vec<usize> = match m.op(anchor).attrs.get("axes") {
-        _ if kind == GraphOp::GlobalAveragePool => (2..rank).collect(),
+        // The spatial axes of NCHW: the last two, as layout.select reads
+        // a global pool's reduction from the op's spec.
+        _ if kind == GraphOp::GlobalAveragePool && rank == 4 => vec![2, 3],
+        _ if kind == GraphOp::GlobalAveragePool => return None,
         None => (0..rank).collect(),
         Some(listed) => listed
             .as_i64_array()?
@@ -101,7 +102,10 @@ pub(super) fn column(m: &Module, group: &Group, compute_units: i64) -> Option<Co
             .map(|&a| shape::axis(a, rank).ok())
             .collect::<Option<_>>()?,
     };
-    let (along_kept, along_reduced) = stored_along(m, group, x, &axes);
+    // Neighbouring invocations take neighbouring indices of the last kept
+    // axis longer than one.
+    let last_kept = (0..rank).rev().find(|a| !axes.contains(a) && sx[*a] > 1)?;
+    let (along_kept, along_reduced) = stored_along(m, group, x, &axes, last_kept);
     if along_kept == 0 || along_kept < along_reduced {
         return None;
     }
@@ -125,7 +129,7 @@ pub(super) fn column(m: &Module, group: &Group, compute_units: i64) -> Option<Co
         .or(dividing.last())?;
     let slices = (len as u64)
         .next_power_of_two()
-        .min((target().row_max_threads / per_group) as u64) as i64;
+        .min((target().row_max_threads / per_group).max(1) as u64) as i64;
     Some(ColumnSchedule {
         rows: per_group,
         slices,
@@ -133,16 +137,22 @@ pub(super) fn column(m: &Module, group: &Group, compute_units: i64) -> Option<Co
 }
 
 /// The elements of the stored tensors `x` is computed from in `group`
-/// (through its point-wise ops and views, inside the group and above
-/// it) whose innermost axis moves with an axis of `x` outside `reduced`,
-/// and those whose innermost axis moves with one in it.
-fn stored_along(m: &Module, group: &Group, x: ValueId, reduced: &[usize]) -> (i64, i64) {
-    let rank = shape(m, x).len();
+/// (through its point-wise ops and views, and the views above the group)
+/// whose innermost axis moves with `x`'s axis `kept`, and those whose
+/// innermost axis moves with one of its axes in `reduced`.
+fn stored_along(
+    m: &Module,
+    group: &Group,
+    x: ValueId,
+    reduced: &[usize],
+    kept: usize,
+) -> (i64, i64) {
+    let rank = shape_of(m, x).len();
     // Each value with, for each axis of `x`, the axis of the value that
     // moves with it (none where broadcast).
     let mut work = vec![(x, (0..rank).map(Some).collect::<Vec<_>>())];
     let mut seen = Vec::new();
-    let (mut kept, mut along_reduced) = (0, 0);
+    let (mut along_kept, mut along_reduced) = (0, 0);
     while let Some((v, axes)) = work.pop() {
         if seen.len() >= MOST_VISITED || seen.contains(&v) {
             continue;
@@ -150,22 +160,22 @@ fn stored_along(m: &Module, group: &Group, x: ValueId, reduced: &[usize]) -> (i6
         seen.push(v);
         if let Some(&(_, host)) = group.bindings.iter().find(|&&(arg, _)| arg == v) {
             let (stored, map) = through_views(m, host);
-            let Some(innermost) = shape(m, stored).len().checked_sub(1) else {
+            let Some(innermost) = shape_of(m, stored).len().checked_sub(1) else {
                 continue;
             };
             let moves = |a: &Option<usize>| {
                 a.and_then(|a| map.as_ref().map_or(Some(a), |map| source_axis(map, a)))
                     == Some(innermost)
             };
-            let elements: i64 = shape(m, stored).iter().product();
+            let elements: i64 = shape_of(m, stored).iter().product();
             if axes
                 .iter()
                 .enumerate()
                 .any(|(a, s)| reduced.contains(&a) && moves(s))
             {
                 along_reduced += elements;
-            } else if axes.iter().any(moves) {
-                kept += elements;
+            } else if moves(&axes[kept]) {
+                along_kept += elements;
             }
             continue;
         }
@@ -180,9 +190,9 @@ fn stored_along(m: &Module, group: &Group, x: ValueId, reduced: &[usize]) -> (i6
                 .collect();
             work.push((view.source(), axes));
         } else if GraphOp::of(m, op).is_some_and(is_pointwise) {
-            let result = shape(m, v);
+            let result = shape_of(m, v);
             for &operand in &m.op(op).operands {
-                let dims = shape(m, operand);
+                let dims = shape_of(m, operand);
                 let lead = result.len().saturating_sub(dims.len());
                 let axes = axes
                     .iter()
@@ -195,28 +205,40 @@ fn stored_along(m: &Module, group: &Group, x: ValueId, reduced: &[usize]) -> (i6
             }
         }
     }
-    (kept, along_reduced)
+    (along_kept, along_reduced)
 }
 
-fn shape(m: &Module, v: ValueId) -> Vec<i64> {
-    m.value_type(v)
-        .as_tensor()
-        .map(|t| t.shape.clone())
-        .unwrap_or_default()
+/// Where a row's partials meet in workgroup memory: from word `base` of
+/// `shared`, `spacing` words apart.
+struct Partials {
+    shared: ValueId,
+    base: Ix,
+    spacing: i64,
 }
 
 /// `f` of the `partial` (f32) of the `threads` invocations of one row,
-/// through a tree in workgroup memory from `base`; each gets the result.
+/// through a tree in workgroup memory at `at`; each gets the result.
 fn workgroup_reduce(
     kb: &mut KernelBuilder,
     partial: ValueId,
     f: Combine,
     t: &Ix,
     threads: i64,
-    shared: ValueId,
-    base: &Ix,
+    at: &Partials,
 ) -> R<ValueId> {
-    kb.store(partial, shared, &(base.clone() + t.clone()));
+    let (shared, base) = (at.shared, &at.base);
+    // The slot of partial `t + k`.
+    let slot = |t: &Ix, k: i64| {
+        let first = match at.spacing {
+            1 => base.clone() + t.clone(),
+            spacing => base.clone() + t.clone() * Ix::constant(spacing),
+        };
+        match k {
+            0 => first,
+            k => first + Ix::constant(k * at.spacing),
+        }
+    };
+    kb.store(partial, shared, &slot(t, 0));
     kb.ir.barrier();
     let mut n = threads;
     while n > 1 {
@@ -229,13 +251,12 @@ fn workgroup_reduce(
         let stride = n / fan;
         let active = kb.index_cmp(CmpPred::Lt, t, stride);
         kb.if_then(active, &mut |kb| {
-            let mut x = kb.load(shared, &(base.clone() + t.clone()));
+            let mut x = kb.load(shared, &slot(t, 0));
             for i in 1..fan {
-                let at = base.clone() + t.clone() + Ix::constant(i * stride);
-                let y = kb.load(shared, &at);
+                let y = kb.load(shared, &slot(t, i * stride));
                 x = f(&mut kb.ir, x, y);
             }
-            kb.store(x, shared, &(base.clone() + t.clone()));
+            kb.store(x, shared, &slot(t, 0));
             Ok(())
         })?;
         kb.ir.barrier();
@@ -321,7 +342,7 @@ pub(super) fn lower(
                     c.rows
                 ));
             }
-            if c.rows * c.slices > most {
+            if c.rows.checked_mul(c.slices).is_none_or(|n| n > most) {
                 return Err(format!(
                     "its column schedule's workgroups of {} x {} invocations exceed the target's {most}",
                     c.rows, c.slices
@@ -364,7 +385,20 @@ pub(super) fn lower(
     };
     let row_cond = below(kb, &group_ix, groups, gx * gy == groups);
     let row_ix = group_ix * Ix::constant(per_group) + lane_row.clone();
-    let base = lane_row * Ix::constant(threads);
+    // A row's partials lie together in workgroup memory; in the column
+    // form each slice's lie together instead, so that neighbouring
+    // invocations (neighbouring rows) store to neighbouring banks.
+    let (base, spacing) = if column.is_some() {
+        (lane_row, per_group)
+    } else {
+        (lane_row * Ix::constant(threads), 1)
+    };
+    let shared = kb.ir.alloc(threads * per_group, ElemType::F32);
+    let partials = Partials {
+        shared,
+        base,
+        spacing,
+    };
     let kept_idx = delinearize(&row_ix, &kept_shape);
     let reduced = axes.clone();
     let rank = sx.len();
@@ -382,7 +416,6 @@ pub(super) fn lower(
             })
             .collect()
     };
-    let shared = kb.ir.alloc(threads * per_group, ElemType::F32);
     let steps = (len + threads * run - 1) / (threads * run);
     let exact = len % (threads * run) == 0;
     // The invocation's `j`th step of the row: every `threads`-th element,
@@ -435,7 +468,7 @@ pub(super) fn lower(
                 None => merged,
             }])
         })?[0];
-        workgroup_reduce(kb, acc, f, &t, threads, shared, &base)
+        workgroup_reduce(kb, acc, f, &t, threads, &partials)
     };
     let float = kb.float;
     let write_rows = |kb: &mut KernelBuilder,
