@@ -605,13 +605,17 @@ fn row_kernels_writing_texels_match_the_interpreter() {
 fn column_reductions_match_the_interpreter() {
     let kernels = checked_kernels(
         common::ROW_COLUMNS.file,
-        "kernel.lower,kernel.ace",
+        "graph.eliminate-layout-ops,kernel.lower,kernel.ace",
         "1e-4",
         "row_reduction",
     );
     assert_eq!(kernels, 3);
     let file = common::root().join(common::ROW_COLUMNS.file);
-    let lowered = ircc(&[file.to_str().unwrap(), "--passes", "kernel.lower"]);
+    let lowered = ircc(&[
+        file.to_str().unwrap(),
+        "--passes",
+        "graph.eliminate-layout-ops,kernel.lower",
+    ]);
     assert_eq!(lowered.code, 0, "{}", lowered.stderr);
     // Each kernel's rows across the workgroup's first axis, its slices
     // across the second, as its schedule says.
@@ -635,7 +639,7 @@ fn column_reductions_match_the_interpreter() {
     // where the row form's read went through a copy.
     let kernels = checked_kernels(
         "tests/ir/layout.select/column.ir",
-        "layout.select,texture.map,kernel.lower,kernel.ace",
+        "graph.eliminate-layout-ops,layout.select,texture.map,kernel.lower,kernel.ace",
         "1e-4",
         "row_reduction",
     );
