@@ -5,7 +5,7 @@
 use ircc_core::interp::Env;
 use ircc_core::limits::MAX_CHECKED_VIEW;
 use ircc_core::registry::{OpHooks, OpView, Registry};
-use ircc_core::{AffineMap, Attribute, Diagnostic, Tensor};
+use ircc_core::{AffineExpr, AffineMap, Attribute, Diagnostic, Tensor};
 
 use crate::graph::{for_each_index, gather_by, strides_of};
 
@@ -152,6 +152,23 @@ pub fn register(registry: &mut Registry) -> Result<(), Diagnostic> {
 /// Whether `op` is an `index.view`.
 pub fn is_view(m: &ircc_core::Module, op: ircc_core::OpId) -> bool {
     IndexOp::of(m, op) == Some(IndexOp::View)
+}
+
+/// Whether `e` moves by a step when dimension `d` does: `d` appears in it
+/// outside any division (a `mod` keeps the low part, which moves).
+fn moves_with(e: &AffineExpr, d: u32) -> bool {
+    match e {
+        AffineExpr::Dim(x) => *x == d,
+        AffineExpr::Add(a, b) | AffineExpr::Mul(a, b) => moves_with(a, d) || moves_with(b, d),
+        AffineExpr::Mod(a, _) => moves_with(a, d),
+        _ => false,
+    }
+}
+
+/// The source axis that moves fastest with result axis `a` of `map`:
+/// the last one whose expression moves with it.
+pub fn source_axis(map: &AffineMap, a: usize) -> Option<usize> {
+    map.results.iter().rposition(|e| moves_with(e, a as u32))
 }
 
 /// The tensor `v` reads through the views above it, with the composed map

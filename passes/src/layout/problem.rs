@@ -18,9 +18,9 @@ use std::collections::HashMap;
 
 use ircc_core::builtin::FuncOp;
 use ircc_core::registry::{MappingType, ReductionDims};
-use ircc_core::{AffineExpr, AffineMap, Attribute, BlockId, Module, OpId, Registry, ValueId};
+use ircc_core::{AffineMap, Attribute, BlockId, Module, OpId, Registry, ValueId};
 use ircc_dialects::graph::{self, GraphOp};
-use ircc_dialects::index;
+use ircc_dialects::index::{self, source_axis};
 use ircc_dialects::is_data;
 use ircc_dialects::kernel::Schedule;
 use ircc_dialects::texture::TextureLayout;
@@ -191,23 +191,6 @@ impl Problem {
             choices,
         });
     }
-}
-
-/// Whether `e` moves by a step when dimension `d` does: `d` appears in it
-/// outside any division (a `mod` keeps the low part, which moves).
-fn moves_with(e: &AffineExpr, d: u32) -> bool {
-    match e {
-        AffineExpr::Dim(x) => *x == d,
-        AffineExpr::Add(a, b) | AffineExpr::Mul(a, b) => moves_with(a, d) || moves_with(b, d),
-        AffineExpr::Mod(a, _) => moves_with(a, d),
-        _ => false,
-    }
-}
-
-/// The source axis that moves fastest with result axis `a` of `map`:
-/// the last one whose expression moves with it.
-pub fn source_axis(map: &AffineMap, a: usize) -> Option<usize> {
-    map.results.iter().rposition(|e| moves_with(e, a as u32))
 }
 
 /// A want in a view's result axes, in its source's axes.

@@ -8,14 +8,13 @@
 
 use ircc_core::{ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::{self, GraphOp, shape};
-use ircc_dialects::index::{self, through_views};
+use ircc_dialects::index::{self, source_axis, through_views};
 use ircc_dialects::kernel::ColumnSchedule;
 use ircc_dialects::kernel::builder::FuncBuilder;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind, UnaryFn};
 use ircc_dialects::texture::LANES;
 
 use super::group::Group;
-use crate::layout::problem::source_axis;
 
 use super::lowering::{
     Ix, KernelBuilder, delinearize, guarded, shape_of, store_outputs, target, tensor_shape,
