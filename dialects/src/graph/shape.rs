@@ -49,6 +49,14 @@ pub fn broadcast(a: &[i64], b: &[i64]) -> Result<Vec<i64>, String> {
     Ok(out)
 }
 
+/// The axis of `operand`, broadcast to `result`, that moves with the
+/// result's axis `a`: numpy broadcasting aligns the trailing axes; none
+/// where the operand is broadcast along it (or lacks it).
+pub fn broadcast_source_axis(result: &[i64], operand: &[i64], a: usize) -> Option<usize> {
+    let o = a.checked_sub(result.len().saturating_sub(operand.len()))?;
+    (operand.get(o)? == result.get(a)?).then_some(o)
+}
+
 fn same_elem(v: &OpView, ts: &[&TensorType]) -> Result<ElemType, String> {
     let e = ts[0].elem;
     if let Some(t) = ts.iter().find(|t| t.elem != e) {
@@ -831,4 +839,26 @@ pub fn param(v: &OpView) -> Result<(), String> {
         return Err("the weight name must not be empty".to_string());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::broadcast_source_axis;
+
+    #[test]
+    fn a_broadcast_operand_moves_with_its_aligned_axes_only() {
+        // A bias of 96 added to [1, 56, 56, 96]: only the channels move it.
+        let result = [1, 56, 56, 96];
+        assert_eq!(broadcast_source_axis(&result, &[96], 3), Some(0));
+        assert_eq!(broadcast_source_axis(&result, &[96], 2), None);
+        // A per-channel scale [96, 1, 1] on NCHW [1, 96, 7, 7].
+        let nchw = [1, 96, 7, 7];
+        assert_eq!(broadcast_source_axis(&nchw, &[96, 1, 1], 1), Some(0));
+        assert_eq!(broadcast_source_axis(&nchw, &[96, 1, 1], 3), None);
+        assert_eq!(broadcast_source_axis(&nchw, &[96, 1, 1], 0), None);
+        // An operand of the result's shape moves with every axis, and an
+        // axis past the result moves nothing.
+        assert_eq!(broadcast_source_axis(&nchw, &nchw, 2), Some(2));
+        assert_eq!(broadcast_source_axis(&nchw, &nchw, 4), None);
+    }
 }

@@ -218,11 +218,7 @@ fn to_source(want: &Want, map: &AffineMap) -> Want {
 /// A want in a one-to-one op's result axes, in its operand's (numpy
 /// broadcasting aligns the trailing axes; a broadcast axis moves nothing).
 fn to_operand(want: &Want, result: &[i64], operand: &[i64]) -> Want {
-    let lead = result.len().saturating_sub(operand.len());
-    let map = |a: usize| {
-        a.checked_sub(lead)
-            .filter(|&o| o < operand.len() && (operand[o] == result[a] || result[a] == 1))
-    };
+    let map = |a: usize| graph::shape::broadcast_source_axis(result, operand, a);
     match want {
         Want::Axes(axes) => Want::Axes(axes.iter().filter_map(|&a| map(a)).collect()),
         Want::Follow { output, axes } => Want::Follow {

@@ -192,13 +192,9 @@ fn stored_along(
             let result = shape_of(m, v);
             for &operand in &m.op(op).operands {
                 let dims = shape_of(m, operand);
-                let lead = result.len().saturating_sub(dims.len());
                 let axes = axes
                     .iter()
-                    .map(|a| {
-                        a.and_then(|a| a.checked_sub(lead))
-                            .filter(|&o| dims.get(o).is_some_and(|&d| d == result[o + lead]))
-                    })
+                    .map(|a| a.and_then(|a| shape::broadcast_source_axis(&result, &dims, a)))
                     .collect();
                 work.push((operand, axes));
             }
