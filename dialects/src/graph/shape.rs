@@ -856,6 +856,8 @@ mod tests {
         assert_eq!(broadcast_source_axis(&nchw, &[96, 1, 1], 1), Some(0));
         assert_eq!(broadcast_source_axis(&nchw, &[96, 1, 1], 3), None);
         assert_eq!(broadcast_source_axis(&nchw, &[96, 1, 1], 0), None);
+        // A unit axis of both moves with itself.
+        assert_eq!(broadcast_source_axis(&nchw, &[1, 96, 1, 1], 0), Some(0));
         // An operand of the result's shape moves with every axis, and an
         // axis past the result moves nothing.
         assert_eq!(broadcast_source_axis(&nchw, &nchw, 2), Some(2));

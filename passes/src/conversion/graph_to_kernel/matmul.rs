@@ -42,9 +42,10 @@ impl Tiling {
     /// kept and K is split over enough workgroups to fill it, each taking
     /// at least `matmul_split_min_steps` steps; also where the grid would
     /// be filled only by tiles of one result an invocation. ResNeXt-50's
-    /// stage-3 products walk exactly twice as many (14 x 14 rows, K of 512
-    /// or 1024): split with their partials summed, its f32 run took 1.24
-    /// ms on an H200 instead of 1.38.
+    /// stage-3 products walk exactly that many, 16 steps (196 rows; K of
+    /// 1024 in tiles of one result, of 512 in tiles of four): split with
+    /// their partials summed, its f32 run took 1.24 ms on an H200 instead
+    /// of 1.38.
     ///
     /// Unless `sum_in_consumers` (the kernels reading the product sum its
     /// partials where they read them), a kernel of its own sums the
@@ -878,8 +879,11 @@ mod tests {
         assert_eq!(tiling(196, 384, 384, 1, H100_UNITS), (1, 1));
         // ResNeXt-50 stage 3's first product walks exactly twice
         // matmul_split_min_steps (16 steps of 64) in tiles of one result:
-        // 32 tiles of 64 x 64 split 8 ways instead.
+        // 32 tiles of 64 x 64 split 8 ways instead. Its last walks as
+        // many (16 steps of 32) in 224 tiles of 2 x 2 results an
+        // invocation: 64 tiles split 4 ways grow the grid.
         assert_eq!(tiling(196, 512, 1024, 1, H100_UNITS), (4, 8));
+        assert_eq!(tiling(196, 1024, 512, 1, H100_UNITS), (4, 4));
     }
 
     #[test]
