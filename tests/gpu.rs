@@ -180,7 +180,7 @@ fn products_split_along_k_match_the_interpreter_on_wgpu() {
 fn products_writing_texels_normalizing_depthwise_or_grouped_convolutions_match_the_interpreter_on_wgpu()
  {
     if !common::gpu_available() {
-        eprintln!("0 passed, 0 failed, 9 skipped (no GPU adapter)");
+        eprintln!("0 passed, 0 failed, 13 skipped (no GPU adapter)");
         return;
     }
     for case in [
@@ -188,6 +188,7 @@ fn products_writing_texels_normalizing_depthwise_or_grouped_convolutions_match_t
         &common::NORM_PROLOGUE,
         &common::DEPTHWISE,
         &common::GROUPED_CONV,
+        &common::GROUPED_BLOCKS,
     ] {
         common::assert_lowered_matches(case, &["--backend", "wgpu"]);
     }

@@ -676,6 +676,18 @@ fn depthwise_convolutions_match_the_interpreter() {
     }
 }
 
+/// The grouped convolution template's register blocks in the kernel
+/// interpreter, beside the graph interpreter: the schedules of its
+/// kernel.lower filetest (ragged blocks of columns and workgroups,
+/// padding, strides, dilation, two batches, a fused producer, bias and
+/// relu, an NHWC input read through a transposed view, a 2x5 kernel).
+#[test]
+fn grouped_convolutions_in_register_blocks_match_the_interpreter() {
+    let passes = "graph.eliminate-layout-ops,kernel.lower,kernel.ace";
+    let kernels = checked_kernels(common::GROUPED_BLOCKS.file, passes, "1e-4", "conv_grouped");
+    assert_eq!(kernels, 4);
+}
+
 /// Grouped convolutions as batches of implicit GEMMs in the kernel
 /// interpreter, beside the graph interpreter: two products (one split
 /// along K, which a kernel of its own sums) and one per element.

@@ -281,7 +281,7 @@ fn products_split_along_k_match_the_interpreter_on_opencl() {
 fn products_writing_texels_normalizing_depthwise_or_grouped_convolutions_match_the_interpreter_on_opencl()
  {
     if !common::opencl_available() {
-        eprintln!("0 passed, 0 failed, 9 skipped (no OpenCL device)");
+        eprintln!("0 passed, 0 failed, 13 skipped (no OpenCL device)");
         return;
     }
     for case in [
@@ -289,6 +289,7 @@ fn products_writing_texels_normalizing_depthwise_or_grouped_convolutions_match_t
         &common::NORM_PROLOGUE,
         &common::DEPTHWISE,
         &common::GROUPED_CONV,
+        &common::GROUPED_BLOCKS,
     ] {
         common::assert_lowered_matches(
             case,

@@ -500,6 +500,25 @@ pub const DEPTHWISE: TemplateCase = TemplateCase {
     results: 4,
 };
 
+/// Grouped convolutions of narrow groups in register blocks of channels
+/// and columns (`tests/ir/kernel.lower/conv_grouped_blocks.ir`).
+pub const GROUPED_BLOCKS: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel.lower/conv_grouped_blocks.ir",
+    inputs: &[
+        ("x", &[1, 8, 13, 11]),
+        ("s", &[8, 1, 1]),
+        ("w", &[8, 4, 3, 3]),
+        ("b", &[8]),
+        ("x2", &[2, 6, 9, 10]),
+        ("w2", &[9, 2, 3, 3]),
+        ("x3", &[1, 9, 10, 8]),
+        ("w3", &[8, 2, 3, 3]),
+        ("x4", &[1, 4, 7, 20]),
+        ("w4", &[4, 2, 2, 5]),
+    ],
+    results: 4,
+};
+
 /// Grouped convolutions as batches of implicit GEMMs
 /// (`tests/ir/kernel.lower/conv_grouped.ir`): a fused relu and bias,
 /// register tiles, a split K; and one of four channels a group, per

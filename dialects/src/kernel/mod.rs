@@ -19,7 +19,8 @@ pub use matrix::{MatrixRole, MatrixType};
 pub use module_target::{Adapter, DEFAULT_DEVICE, ModuleTarget, TARGET_ATTR, target_profile};
 pub use schedule::{
     AttentionCooperativeSchedule, AttentionRowsSchedule, ColumnSchedule, CooperativeSchedule,
-    DepthwiseSchedule, MatmulSchedule, PRECISION_ATTR, SCHEDULE_ATTR, Schedule, precision,
+    DepthwiseSchedule, GroupedSchedule, MatmulSchedule, PRECISION_ATTR, SCHEDULE_ATTR, Schedule,
+    precision,
 };
 pub use target::Target;
 

@@ -130,6 +130,17 @@ impl DepthwiseSchedule {
     }
 }
 
+/// A grouped convolution's register blocks: each invocation computes
+/// `channels` neighbouring output channels of one group at `columns`
+/// neighbouring output columns of one row, reading each input word once
+/// for all of them; workgroups of `invocations` along the rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct GroupedSchedule {
+    pub channels: i64,
+    pub columns: i64,
+    pub invocations: i64,
+}
+
 /// A reduction whose kept axis is the one its input is stored along
 /// (XLA's column reduction): `rows` rows a workgroup, neighbouring
 /// invocations taking neighbouring rows so that their reads coalesce,
@@ -158,6 +169,7 @@ pub enum Schedule {
     AttentionTiled,
     AttentionCooperative(AttentionCooperativeSchedule),
     ConvDepthwise(DepthwiseSchedule),
+    ConvGrouped(GroupedSchedule),
     NonMaxSuppression,
 }
 
@@ -173,6 +185,7 @@ impl Schedule {
             Schedule::AttentionTiled => "attention_tiled",
             Schedule::AttentionCooperative(_) => "attention_cooperative",
             Schedule::ConvDepthwise(_) => "conv_depthwise",
+            Schedule::ConvGrouped(_) => "conv_grouped",
             Schedule::NonMaxSuppression => "nms",
         }
     }
@@ -247,6 +260,11 @@ impl Schedule {
                 int(&mut d, "rows", s.rows);
                 int(&mut d, "columns", s.columns);
             }
+            Schedule::ConvGrouped(s) => {
+                int(&mut d, "channels", s.channels);
+                int(&mut d, "columns", s.columns);
+                int(&mut d, "invocations", s.invocations);
+            }
             _ => {}
         }
         Attribute::Dict(d)
@@ -285,6 +303,7 @@ impl Schedule {
                 &["subgroups", "keys", "side", "subgroup_size", "read_ahead"]
             }
             "conv_depthwise" => &["channels", "rows", "columns"],
+            "conv_grouped" => &["channels", "columns", "invocations"],
             "column" => &["rows", "slices"],
             _ => &[],
         };
@@ -370,9 +389,14 @@ impl Schedule {
                 rows: int("rows")?,
                 columns: int("columns")?,
             }),
+            "conv_grouped" => Schedule::ConvGrouped(GroupedSchedule {
+                channels: int("channels")?,
+                columns: int("columns")?,
+                invocations: int("invocations")?,
+            }),
             other => {
                 return Err(format!(
-                    "unknown template '{other}' (known: elementwise, row, column, matmul, matmul_cooperative, attention_rows, attention_tiled, attention_cooperative, conv_depthwise, nms)"
+                    "unknown template '{other}' (known: elementwise, row, column, matmul, matmul_cooperative, attention_rows, attention_tiled, attention_cooperative, conv_depthwise, conv_grouped, nms)"
                 ));
             }
         })
@@ -464,6 +488,11 @@ mod tests {
             Schedule::Column(ColumnSchedule {
                 rows: 64,
                 slices: 4,
+            }),
+            Schedule::ConvGrouped(GroupedSchedule {
+                channels: 4,
+                columns: 2,
+                invocations: 64,
             }),
         ];
         for s in schedules {

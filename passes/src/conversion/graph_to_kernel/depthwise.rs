@@ -49,19 +49,21 @@ fn span(outputs: i64, stride: i64, kernel: i64, dilation: i64) -> i64 {
     (outputs - 1) * stride + (kernel - 1) * dilation + 1
 }
 
-/// The parameters of convolution `op` that the template reads: its input
-/// and output shapes, kernel, strides, dilations and leading pads.
-struct Window {
-    x: Vec<i64>,
-    y: Vec<i64>,
-    kernel: [i64; 2],
-    strides: [i64; 2],
-    dilations: [i64; 2],
-    pads: [i64; 2],
+/// The parameters of 2-D convolution `op` that the convolution templates
+/// read: its input and output shapes, kernel, strides, dilations, leading
+/// pads and groups.
+pub(super) struct Window {
+    pub x: Vec<i64>,
+    pub y: Vec<i64>,
+    pub kernel: [i64; 2],
+    pub strides: [i64; 2],
+    pub dilations: [i64; 2],
+    pub pads: [i64; 2],
+    pub group: i64,
 }
 
 impl Window {
-    fn of(m: &Module, op: OpId) -> Option<Window> {
+    pub(super) fn of(m: &Module, op: OpId) -> Option<Window> {
         let conv = graph::ops::Conv::new(m, op)?;
         let o = m.op(op);
         let w = shape_of(m, o.operands[1]);
@@ -84,6 +86,7 @@ impl Window {
             strides: pair(conv.strides(), 1)?,
             dilations: pair(conv.dilations(), 1)?,
             pads: leading,
+            group: conv.group(),
         })
     }
 

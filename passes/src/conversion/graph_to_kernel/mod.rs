@@ -26,6 +26,7 @@ mod attention;
 mod cooperative;
 mod depthwise;
 mod group;
+mod grouped;
 mod lowering;
 mod matmul;
 mod nms;

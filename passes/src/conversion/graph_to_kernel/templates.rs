@@ -12,8 +12,8 @@ use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 use ircc_dialects::graph::GraphOp;
 use ircc_dialects::kernel::ops::{CmpPred, FuncTemplate, IdKind};
 use ircc_dialects::kernel::{
-    ColumnSchedule, CooperativeSchedule, DepthwiseSchedule, KernelOp, MatmulSchedule,
-    SCHEDULE_ATTR, Schedule,
+    ColumnSchedule, CooperativeSchedule, DepthwiseSchedule, GroupedSchedule, KernelOp,
+    MatmulSchedule, SCHEDULE_ATTR, Schedule,
 };
 use ircc_dialects::texture::{LANES, TextureLayout};
 
@@ -44,6 +44,7 @@ enum Template {
     /// One of the attention templates, with its tiles.
     Attention(Schedule),
     Depthwise(DepthwiseSchedule),
+    Grouped(GroupedSchedule),
     NonMaxSuppression,
 }
 
@@ -59,6 +60,7 @@ impl Template {
             | Schedule::AttentionTiled
             | Schedule::AttentionCooperative(_) => Template::Attention(schedule),
             Schedule::ConvDepthwise(s) => Template::Depthwise(s),
+            Schedule::ConvGrouped(s) => Template::Grouped(s),
             Schedule::NonMaxSuppression => Template::NonMaxSuppression,
         }
     }
@@ -110,6 +112,9 @@ pub(crate) fn lower_group(
         | Schedule::AttentionCooperative(_) => kind == Kind::Attention,
         Schedule::ConvDepthwise(_) => {
             kind == Kind::Elementwise && super::depthwise::is_depthwise(m, group.anchor)
+        }
+        Schedule::ConvGrouped(_) => {
+            kind == Kind::Elementwise && super::grouped::is_grouped(m, group.anchor)
         }
         Schedule::NonMaxSuppression => kind == Kind::NonMaxSuppression,
     };
@@ -410,6 +415,7 @@ fn build(
             Template::NonMaxSuppression => super::nms::lower(&mut kb, group.anchor, outputs)?,
             Template::Attention(s) => attention::lower(&mut kb, group.anchor, outputs, s)?,
             Template::Depthwise(s) => super::depthwise::lower(&mut kb, group.anchor, outputs, s)?,
+            Template::Grouped(s) => super::grouped::lower(&mut kb, group.anchor, outputs, s)?,
         }
         (kb.args.clone(), kb.partials.clone())
     };
