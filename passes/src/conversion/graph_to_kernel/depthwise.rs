@@ -45,7 +45,7 @@ pub(super) fn is_depthwise(m: &Module, anchor: OpId) -> bool {
 
 /// The window of input a block of `rows` x `columns` outputs reads along
 /// one axis: `(outputs - 1) * stride + (kernel - 1) * dilation + 1`.
-fn span(outputs: i64, stride: i64, kernel: i64, dilation: i64) -> i64 {
+pub(super) fn span(outputs: i64, stride: i64, kernel: i64, dilation: i64) -> i64 {
     (outputs - 1) * stride + (kernel - 1) * dilation + 1
 }
 

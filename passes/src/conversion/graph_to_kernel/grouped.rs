@@ -18,7 +18,7 @@ use ircc_dialects::graph;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind};
 use ircc_dialects::kernel::{GroupedSchedule, Target};
 
-use super::depthwise::{Window, is_depthwise};
+use super::depthwise::{Window, is_depthwise, span};
 use super::lowering::{Ix, KernelBuilder, guarded, shape_of, store_outputs, target};
 use super::values::ACC;
 
@@ -47,8 +47,8 @@ const INVOCATIONS_PER_UNIT: i64 = 512;
 /// takes larger blocks.
 const BLOCKS: [[i64; 2]; 3] = [[4, 4], [4, 2], [2, 2]];
 
-/// Whether `anchor` is a float 2-D convolution of several groups, each of
-/// several input channels (not depthwise).
+/// Whether `anchor` is a float 2-D convolution of several groups and not
+/// depthwise (a group may read one input channel for several outputs).
 pub(super) fn is_grouped(m: &Module, anchor: OpId) -> bool {
     let Some(conv) = graph::ops::Conv::new(m, anchor) else {
         return false;
@@ -63,11 +63,11 @@ pub(super) fn is_grouped(m: &Module, anchor: OpId) -> bool {
 }
 
 /// The schedule for grouped convolution `op` on a device of
-/// `compute_units`: the largest block (of `BLOCKS`) that divides a
-/// group's output channels and still gives every unit
-/// `INVOCATIONS_PER_UNIT` invocations, else the smallest that divides
-/// them; `None` where none does (groups of an odd number of channels),
-/// and the convolution runs per element.
+/// `compute_units`: the largest valid block (of `BLOCKS`; see `invalid`)
+/// that still gives every unit `INVOCATIONS_PER_UNIT` invocations, else
+/// the smallest valid one; `None` where none is (groups of an odd number
+/// of channels, a kernel, stride or dilation over 16, a grid over the
+/// limit), and the convolution runs per element.
 pub(super) fn choose(
     m: &Module,
     op: OpId,
@@ -173,7 +173,8 @@ pub(super) fn lower(
                 .into(),
         );
     }
-    let window = Window::of(kb.m(), anchor).ok_or("a convolution of two spatial axes")?;
+    let window = Window::of(kb.m(), anchor)
+        .ok_or("the conv_grouped template computes convolutions of two spatial axes")?;
     if let Some(why) = invalid(&s, &window, target()) {
         return Err(format!("its conv_grouped schedule cannot be built: {why}"));
     }
@@ -185,15 +186,15 @@ pub(super) fn lower(
         o.results[0],
     );
     let float = kb.float;
-    let [n, channels, height, width] = [0, 1, 2, 3].map(|a| window.y[a]);
+    let [n, out_channels, height, width] = [0, 1, 2, 3].map(|a| window.y[a]);
     let [in_c, in_h, in_w] = [1, 2, 3].map(|a| window.x[a]);
     let group_inputs = in_c / window.group;
     let [kh, kw] = window.kernel;
     let [sy, sx] = window.strides;
     let [dy, dx] = window.dilations;
     let [gx, gy, _] = grid(&s, &window);
-    let tiles_x = row_blocks(&s, &window);
-    let positions = height * tiles_x;
+    let per_row = row_blocks(&s, &window);
+    let positions = height * per_row;
     let lid = kb.id(IdKind::Local, 0, s.invocations);
     let wid = kb.id(IdKind::Workgroup, 0, gx);
     let channel_block = kb.id(IdKind::Workgroup, 1, gy);
@@ -203,15 +204,15 @@ pub(super) fn lower(
         Ix::constant(0)
     };
     let p = wid * Ix::constant(s.invocations) + lid;
-    let oy = p.clone().floor_div(Ix::constant(tiles_x));
-    let ox = p.clone().modulo(Ix::constant(tiles_x)) * Ix::constant(s.columns);
+    let oy = p.clone().floor_div(Ix::constant(per_row));
+    let ox = p.clone().modulo(Ix::constant(per_row)) * Ix::constant(s.columns);
     let oc = channel_block * Ix::constant(s.channels);
     // The block's channels lie in one group (`channels` divides a
     // group's), whose input channels start here.
     let first_input =
         oc.clone().floor_div(Ix::constant(group_channels(&window))) * Ix::constant(group_inputs);
     // Input columns the block's windows span along a row.
-    let span = (s.columns - 1) * sx + (kw - 1) * dx + 1;
+    let row_span = span(s.columns, sx, kw, dx);
     let accs = (s.channels * s.columns) as usize;
     let zero = kb.ir.constant(0.0, ACC);
     let acc = kb.loop_nest(
@@ -227,8 +228,8 @@ pub(super) fn lower(
             ];
             // Outside the input (the padding, a ragged block) a word is zero;
             // the read there is wrapped into the input, never used.
-            let mut words = Vec::with_capacity(span as usize);
-            for t in 0..span {
+            let mut words = Vec::with_capacity(row_span as usize);
+            for t in 0..row_span {
                 let ix =
                     ox.clone() * Ix::constant(sx) - Ix::constant(window.pads[1]) + Ix::constant(t);
                 let mut flags = row_inside.to_vec();
@@ -298,7 +299,10 @@ pub(super) fn lower(
             })?;
         }
     }
-    kb.flops = Some(2 * n * channels * height * width * group_inputs * kh * kw);
+    // None where a hostile shape's count would overflow.
+    kb.flops = [n, out_channels, height, width, group_inputs, kh, kw]
+        .iter()
+        .try_fold(2i64, |a, &b| a.checked_mul(b));
     kb.finish(
         [s.invocations, 1, 1],
         [gx, gy, n],
