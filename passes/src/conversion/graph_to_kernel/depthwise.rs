@@ -28,19 +28,27 @@ type R<T> = Result<T, String>;
 /// schedule of small blocks over a large kernel stays a small kernel.
 const UNROLLED_ROUNDS: i64 = 4;
 
-/// Whether `anchor` is a float 2-D convolution of one channel a group
-/// (each output channel reads its own input channel).
-pub(super) fn is_depthwise(m: &Module, anchor: OpId) -> bool {
-    let Some(conv) = graph::ops::Conv::new(m, anchor) else {
-        return false;
-    };
+/// The convolution `anchor` with its input and weight shapes, where it is
+/// a float 2-D convolution (the convolution templates' kind).
+pub(super) fn float_conv2d(
+    m: &Module,
+    anchor: OpId,
+) -> Option<(graph::ops::Conv<'_>, Vec<i64>, Vec<i64>)> {
+    let conv = graph::ops::Conv::new(m, anchor)?;
     let o = m.op(anchor);
     let (x, w) = (shape_of(m, o.operands[0]), shape_of(m, o.operands[1]));
     let float = m
         .value_type(o.results[0])
         .as_tensor()
         .is_some_and(|t| t.elem.is_float());
-    float && x.len() == 4 && w.len() == 4 && w[1] == 1 && conv.group() == x[1] && w[0] == x[1]
+    (float && x.len() == 4 && w.len() == 4).then_some((conv, x, w))
+}
+
+/// Whether `anchor` is a float 2-D convolution of one channel a group
+/// (each output channel reads its own input channel).
+pub(super) fn is_depthwise(m: &Module, anchor: OpId) -> bool {
+    float_conv2d(m, anchor)
+        .is_some_and(|(conv, x, w)| w[1] == 1 && conv.group() == x[1] && w[0] == x[1])
 }
 
 /// The window of input a block of `rows` x `columns` outputs reads along

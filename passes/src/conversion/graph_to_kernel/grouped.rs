@@ -14,12 +14,11 @@
 //! multiply-add.
 
 use ircc_core::{Module, OpId, Type, ValueId};
-use ircc_dialects::graph;
 use ircc_dialects::kernel::ops::{BinaryFn, CmpPred, FuncTemplate, IdKind};
 use ircc_dialects::kernel::{GroupedSchedule, Target};
 
-use super::depthwise::{Window, is_depthwise, span};
-use super::lowering::{Ix, KernelBuilder, guarded, shape_of, store_outputs, target};
+use super::depthwise::{Window, float_conv2d, is_depthwise, span};
+use super::lowering::{Ix, KernelBuilder, guarded, store_outputs, target};
 use super::values::ACC;
 
 type R<T> = Result<T, String>;
@@ -50,16 +49,7 @@ const BLOCKS: [[i64; 2]; 3] = [[4, 4], [4, 2], [2, 2]];
 /// Whether `anchor` is a float 2-D convolution of several groups and not
 /// depthwise (a group may read one input channel for several outputs).
 pub(super) fn is_grouped(m: &Module, anchor: OpId) -> bool {
-    let Some(conv) = graph::ops::Conv::new(m, anchor) else {
-        return false;
-    };
-    let o = m.op(anchor);
-    let (x, w) = (shape_of(m, o.operands[0]), shape_of(m, o.operands[1]));
-    let float = m
-        .value_type(o.results[0])
-        .as_tensor()
-        .is_some_and(|t| t.elem.is_float());
-    float && x.len() == 4 && w.len() == 4 && conv.group() > 1 && !is_depthwise(m, anchor)
+    float_conv2d(m, anchor).is_some_and(|(conv, _, _)| conv.group() > 1) && !is_depthwise(m, anchor)
 }
 
 /// The schedule for grouped convolution `op` on a device of
