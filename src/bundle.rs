@@ -15,61 +15,94 @@ use ircc_plan::bundle::{self, Bundle};
 use crate::gpu::{Session, plain};
 use crate::inputs::read_inputs;
 
-use crate::{Backend, BundleArgs, Cli, Driver, Outcome, OutputFormat, RunArgs, io_err};
+use crate::{
+    Backend, BenchArgs, BundleArgs, Cli, DeviceBackend, Driver, Outcome, OutputFormat, RunArgs,
+    io_err,
+};
 
-/// The options of `ircc run` a bundle takes: everything else was decided
-/// when it was compiled.
-const BUNDLE_OPTIONS: &[&str] = &[
-    "file",
-    "inputs",
-    "output_dir",
-    "backend",
-    "cl_options",
-    "timing",
-    "quiet",
-    "max_invocations",
-    "max_bytes",
-    "max_source_bytes",
-    "timeout",
+/// The options of `ircc run` and `ircc bench` a bundle takes: everything
+/// else was decided when it was compiled.
+const BUNDLE_OPTIONS: &[(&str, &[&str])] = &[
+    (
+        "run",
+        &[
+            "file",
+            "inputs",
+            "output_dir",
+            "output_format",
+            "backend",
+            "cl_options",
+            "timing",
+            "quiet",
+            "max_invocations",
+            "max_bytes",
+            "max_source_bytes",
+            "timeout",
+        ],
+    ),
+    (
+        "bench",
+        &[
+            "file",
+            "inputs",
+            "backend",
+            "cl_options",
+            "runs",
+            "warmup",
+            "json",
+            "roofline",
+            "timing",
+            "quiet",
+        ],
+    ),
 ];
 
-/// The error for an `ircc run DIR` command line that gives a bundle an
-/// option it cannot take (a pipeline, a precision: compiling options), or
-/// a backend other than the one its sources are for; `None` where the
-/// command is not a run of a bundle or is fine.
+/// The error for an `ircc run DIR` or `ircc bench DIR` command line that
+/// gives a bundle an option it cannot take (a pipeline, a precision:
+/// compiling options), or `ircc run` a reference backend; `None` where
+/// the command is not given a bundle or is fine.
 pub(crate) fn misapplied_option(args: &[OsString]) -> Option<String> {
     let matches = Cli::command().try_get_matches_from(args).ok()?;
-    let run = matches.subcommand_matches("run")?;
-    let dir = run.try_get_one::<std::path::PathBuf>("file").ok()??;
+    let (name, sub) = matches.subcommand()?;
+    let (_, allowed) = BUNDLE_OPTIONS.iter().find(|(n, _)| *n == name)?;
+    let dir = sub.try_get_one::<std::path::PathBuf>("file").ok()??;
     if !bundle::is_bundle(dir) {
         return None;
     }
     let command = Cli::command();
-    let run_command = command.find_subcommand("run")?;
-    if run.value_source("backend") == Some(ValueSource::CommandLine)
-        && run.get_one::<Backend>("backend") == Some(&Backend::Reference)
+    let subcommand = command.find_subcommand(name)?;
+    if name == "run"
+        && sub.value_source("backend") == Some(ValueSource::CommandLine)
+        && sub.get_one::<Backend>("backend") == Some(&Backend::Reference)
     {
         return Some(format!(
             "--backend reference does not apply to a bundle: {} holds kernels for a GPU",
             dir.display()
         ));
     }
-    for id in run.ids() {
+    for id in sub.ids() {
         let id = id.as_str();
-        if run.value_source(id) != Some(ValueSource::CommandLine) || BUNDLE_OPTIONS.contains(&id) {
+        if sub.value_source(id) != Some(ValueSource::CommandLine) || allowed.contains(&id) {
             continue;
         }
         // Ids without an argument are the groups of flattened options.
-        let Some(long) = run_command
+        let Some(long) = subcommand
             .get_arguments()
             .find(|a| a.get_id() == id)
             .and_then(|a| a.get_long())
         else {
             continue;
         };
+        let takes: Vec<String> = allowed
+            .iter()
+            .filter_map(|&a| subcommand.get_arguments().find(|x| x.get_id() == a))
+            .filter_map(|a| a.get_long())
+            .map(|l| format!("--{l}"))
+            .collect();
         return Some(format!(
-            "--{long} does not apply to a bundle: {} was compiled when it was written (options a bundle takes: --input, --output-dir, --backend, --cl-options, --timing, --quiet, --max-invocations, --max-bytes, --max-source-bytes, --timeout)",
-            dir.display()
+            "--{long} does not apply to a bundle: {} was compiled when it was written (options a bundle takes: {})",
+            dir.display(),
+            takes.join(", ")
         ));
     }
     None
@@ -108,49 +141,15 @@ impl Driver {
             max_bytes: args.max_bytes,
         };
         let bundle = self.phase("read the bundle", || open(dir, &bounds))?;
-        let language = bundle.language;
-        let expected = match language {
-            Language::Wgsl => Backend::Wgpu,
-            Language::Opencl => Backend::Opencl,
-        };
         // --backend reference was refused with the command line; the
         // default (reference) means the bundle's own device.
-        if args.backend != Backend::Reference && args.backend != expected {
-            return Err(plain(format!(
-                "bundle {} holds {language} sources, which run on --backend {}",
-                dir.display(),
-                if expected == Backend::Wgpu {
-                    "wgpu"
-                } else {
-                    "opencl"
-                }
-            )));
-        }
-        if language == Language::Wgsl && !args.opencl.cl_options.is_empty() {
-            return Err(plain(format!(
-                "--cl-options does not apply: bundle {} holds WGSL sources",
-                dir.display()
-            )));
-        }
-        let params = bundle
-            .plan
-            .inputs
-            .iter()
-            .map(|&id| {
-                let b = &bundle.plan.buffers[id];
-                let elem = ircc_core::ElemType::from_name(&b.elem).ok_or_else(|| {
-                    plain(format!(
-                        "input '{}' has no element type '{}'",
-                        b.name, b.elem
-                    ))
-                })?;
-                Ok((
-                    b.name.clone(),
-                    ircc_core::TensorType::new(b.shape.clone(), elem),
-                ))
-            })
-            .collect::<Result<Vec<_>, crate::Failure>>()?;
-        let inputs = read_inputs(&args.inputs, &params)?;
+        let asked = match args.backend {
+            Backend::Reference => None,
+            Backend::Wgpu => Some(DeviceBackend::Wgpu),
+            Backend::Opencl => Some(DeviceBackend::Opencl),
+        };
+        check_backend(&bundle, dir, asked, &args.opencl.cl_options)?;
+        let inputs = read_inputs(&args.inputs, &input_types(&bundle)?)?;
         let output_names = bundle.plan.output_names.clone();
         let outputs = self.phase("GPU setup and run", || {
             session(bundle, &args.opencl.cl_options).and_then(|mut s| s.run(&inputs).map_err(plain))
@@ -163,6 +162,97 @@ impl Driver {
             stdout,
         )
     }
+
+    /// Times the bundle in `args.model.file` on its inputs (seeded random
+    /// ones where none are given) as `ircc bench` times a model: the
+    /// kernels as they were compiled, per kernel where the adapter times
+    /// them.
+    pub(crate) fn bench_bundle(
+        &self,
+        args: &BenchArgs,
+        stdout: &mut dyn Write,
+        stderr: &mut dyn Write,
+    ) -> Outcome {
+        let dir = &args.model.file;
+        let bundle = self.phase("read the bundle", || open(dir, &Bounds::DEFAULT))?;
+        check_backend(&bundle, dir, args.backend, &args.opencl.cl_options)?;
+        let types = input_types(&bundle)?;
+        let inputs = if args.inputs.is_empty() {
+            let types: Vec<_> = types.into_iter().map(|(_, t)| t).collect();
+            crate::inputs::random_tensors(&types, 0)
+        } else {
+            read_inputs(&args.inputs, &types)?
+        };
+        let precision = bundle.plan.precision.clone();
+        let mut session = self.phase("GPU setup", || session(bundle, &args.opencl.cl_options))?;
+        let measured = self.phase("GPU runs (warm-up and timed)", || {
+            crate::gpu::bench(
+                &mut session,
+                None,
+                &inputs,
+                args.warmup,
+                args.runs,
+                &mut |_, _| {},
+            )
+        })?;
+        crate::gpu::print_bench(args, measured, ("bundle", &precision), stdout, stderr);
+        Ok(())
+    }
+}
+
+/// Refuses a backend `asked` for other than the one `bundle`'s sources
+/// are for, and OpenCL options for WGSL sources.
+fn check_backend(
+    bundle: &Bundle,
+    dir: &Path,
+    asked: Option<DeviceBackend>,
+    cl_options: &str,
+) -> Result<(), crate::Failure> {
+    let language = bundle.language;
+    let expected = match language {
+        Language::Wgsl => DeviceBackend::Wgpu,
+        Language::Opencl => DeviceBackend::Opencl,
+    };
+    if asked.is_some_and(|b| b != expected) {
+        return Err(plain(format!(
+            "bundle {} holds {language} sources, which run on --backend {}",
+            dir.display(),
+            if expected == DeviceBackend::Wgpu {
+                "wgpu"
+            } else {
+                "opencl"
+            }
+        )));
+    }
+    if language == Language::Wgsl && !cl_options.is_empty() {
+        return Err(plain(format!(
+            "--cl-options does not apply: bundle {} holds WGSL sources",
+            dir.display()
+        )));
+    }
+    Ok(())
+}
+
+/// The name and type of each of `bundle`'s inputs, in order.
+fn input_types(bundle: &Bundle) -> Result<Vec<(String, ircc_core::TensorType)>, crate::Failure> {
+    bundle
+        .plan
+        .inputs
+        .iter()
+        .map(|&id| {
+            let b = &bundle.plan.buffers[id];
+            let elem = ircc_core::ElemType::from_name(&b.elem).ok_or_else(|| {
+                plain(format!(
+                    "input '{}' has no element type '{}'",
+                    b.name, b.elem
+                ))
+            })?;
+            Ok((
+                b.name.clone(),
+                ircc_core::TensorType::new(b.shape.clone(), elem),
+            ))
+        })
+        .collect()
 }
 
 /// The bounds `ircc run` holds a bundle to before it sets anything up

@@ -245,9 +245,10 @@ pub struct BundleArgs {
 pub struct BenchArgs {
     #[command(flatten)]
     pub model: ModelArgs,
-    /// Where to run it.
-    #[arg(long, value_enum, default_value = "wgpu")]
-    pub backend: DeviceBackend,
+    /// Where to run it: wgpu where not given; a bundle runs on the device
+    /// its sources are for.
+    #[arg(long, value_enum)]
+    pub backend: Option<DeviceBackend>,
     #[command(flatten)]
     pub kernel: KernelArgs,
     /// Timed runs (after the warm-up runs).
@@ -286,7 +287,7 @@ pub struct CheckArgs {
 /// The model a command works on and the pipeline it goes through.
 #[derive(Args, Debug)]
 pub struct ModelArgs {
-    /// The model: a .ir file or an ONNX model; for `ircc run`, also a bundle's folder (--emit wgsl|opencl -o DIR).
+    /// The model: a .ir file or an ONNX model; for `ircc run` and `ircc bench`, also a bundle's folder (--emit wgsl|opencl -o DIR).
     #[arg(value_name = "FILE")]
     pub file: PathBuf,
     #[command(flatten)]

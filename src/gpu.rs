@@ -679,10 +679,13 @@ impl Driver {
         stdout: &mut dyn Write,
         stderr: &mut dyn Write,
     ) -> Outcome {
-        let device = args.backend.device();
         if args.runs == 0 {
             return Err(plain("--runs must be at least 1"));
         }
+        if ircc_plan::bundle::is_bundle(&args.model.file) {
+            return self.bench_bundle(args, stdout, stderr);
+        }
+        let device = args.backend.unwrap_or(crate::DeviceBackend::Wgpu).device();
         let mut loaded = self.load_model(&args.model)?;
         self.transform(
             &mut loaded,
@@ -721,46 +724,61 @@ impl Driver {
         });
         // Cleared before an error too, so that none is printed under it.
         bar.finish_and_clear();
-        let Bench { mut report, roofs } = measured?;
-        let pipeline = args.model.pipeline.label();
         // The precision the kernels ran at: the schedule's, which a module
         // scheduled already brings with it.
         let precision = ircc_dialects::kernel::precision(&loaded.module)
             .map_or_else(|_| "unknown".to_string(), |p| p.to_string());
-        report["file"] = args.model.file.display().to_string().into();
-        report["pipeline"] = pipeline.clone().into();
-        report["precision"] = precision.clone().into();
-        if args.json {
-            let _ = writeln!(stdout, "{report}");
-        } else {
-            let text = |key: &str| report[key].as_str().unwrap_or("-").to_string();
-            let ms = |key: &str| report[key].as_f64().unwrap_or(f64::NAN);
-            let _ = writeln!(
-                stdout,
-                "{} on {} ({}, profile {}), {pipeline} {precision}: {} kernels, median {:.3} ms (p10 {:.3}, p90 {:.3}) over {} runs",
-                args.model.file.display(),
-                text("adapter"),
-                text("backend"),
-                text("device"),
-                report["kernels"],
-                ms("median_ms"),
-                ms("p10_ms"),
-                ms("p90_ms"),
-                args.runs
-            );
-        }
-        let adapter = report["adapter"].as_str().unwrap_or("-");
-        if args.roofline {
-            let table = if roofs.is_empty() {
-                format!("no roofline: adapter '{adapter}' does not time kernels\n")
-            } else {
-                crate::roofline::table(&roofs, 15)
-            };
-            // Beside --json, to stderr, so that stdout stays one object.
-            let out: &mut dyn Write = if args.json { stderr } else { stdout };
-            let _ = write!(out, "{table}");
-        }
+        let label = args.model.pipeline.label();
+        print_bench(args, measured?, (&label, &precision), stdout, stderr);
         Ok(())
+    }
+}
+
+/// Prints what `ircc bench` measured, as `args` asks: one line or one
+/// JSON object on `stdout` (with the file, the pipeline and the
+/// precision the kernels ran at), then the roofline table where asked.
+pub(crate) fn print_bench(
+    args: &crate::BenchArgs,
+    measured: Bench,
+    (pipeline, precision): (&str, &str),
+    stdout: &mut dyn Write,
+    stderr: &mut dyn Write,
+) {
+    let Bench { mut report, roofs } = measured;
+    report["file"] = args.model.file.display().to_string().into();
+    report["pipeline"] = pipeline.into();
+    report["precision"] = precision.into();
+    if args.json {
+        let _ = writeln!(stdout, "{report}");
+    } else {
+        let text = |key: &str| report[key].as_str().unwrap_or("-").to_string();
+        let ms = |key: &str| report[key].as_f64().unwrap_or(f64::NAN);
+        let _ = writeln!(
+            stdout,
+            "{} on {} ({}, profile {}), {pipeline} {precision}: {} kernels, median {:.3} ms (p10 {:.3}, p90 {:.3}) over {} runs",
+            args.model.file.display(),
+            text("adapter"),
+            text("backend"),
+            text("device"),
+            report["kernels"],
+            ms("median_ms"),
+            ms("p10_ms"),
+            ms("p90_ms"),
+            args.runs
+        );
+    }
+    if args.roofline {
+        let adapter = report["adapter"].as_str().unwrap_or("-");
+        let table = if ircc_plan::bundle::is_bundle(&args.model.file) {
+            "no roofline: a bundle holds no kernel IR to count its FLOPs and bytes (bench the model instead)\n".to_string()
+        } else if roofs.is_empty() {
+            format!("no roofline: adapter '{adapter}' does not time kernels\n")
+        } else {
+            crate::roofline::table(&roofs, 15)
+        };
+        // Beside --json, to stderr, so that stdout stays one object.
+        let out: &mut dyn Write = if args.json { stderr } else { stdout };
+        let _ = write!(out, "{table}");
     }
 }
 

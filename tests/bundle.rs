@@ -444,6 +444,59 @@ fn options_fixed_when_compiling_are_errors_with_a_bundle() {
     );
 }
 
+/// `ircc bench DIR` times a bundle as it was compiled (its plan's
+/// dispatches, precision and target) and takes only the options a bundle
+/// can: compiling options and another backend's are refused before a
+/// device is opened.
+#[test]
+fn a_bundle_is_timed_as_compiled() {
+    let (_scratch, dir) = damaged("bench", |_, _| {});
+    let dir_arg = dir.to_str().unwrap();
+    let bench = |extra: &[&str]| {
+        let mut args = vec!["bench", dir_arg];
+        args.extend_from_slice(extra);
+        ircc(&args)
+    };
+    let out = bench(&["--precision", "f16"]);
+    assert_eq!(out.code, 2, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("--precision does not apply to a bundle")
+    );
+    assert!(out.stderr.contains("--runs, --warmup"), "{}", out.stderr);
+    let out = bench(&["--backend", "opencl"]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr
+            .contains("holds WGSL sources, which run on --backend wgpu")
+    );
+    if !common::gpu_available() {
+        return;
+    }
+    let out = bench(&["--runs", "2", "--warmup", "1", "--json"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let report: Value = serde_json::from_str(out.stdout.trim()).unwrap();
+    let p = plan(&dir);
+    let dispatches = p["dispatches"].as_array().unwrap().len();
+    assert_eq!(report["kernels"].as_u64(), Some(dispatches as u64));
+    assert_eq!(report["pipeline"], "bundle");
+    assert_eq!(report["precision"], p["precision"]);
+    assert_eq!(report["device"], p["target"]["device"]);
+    assert!(report["median_ms"].as_f64().unwrap() > 0.0, "{report}");
+    let out = bench(&["--runs", "1", "--roofline"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(
+        out.stdout
+            .contains("no roofline: a bundle holds no kernel IR")
+    );
+    // `ircc run DIR` takes --output-format, as a model's run does.
+    let input = root().join("tests/models/bert_l2_w64.input.npy");
+    let outputs = dir.with_file_name("outputs");
+    let out = run(&dir, &input, &outputs, &["--output-format", "safetensors"]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    assert!(outputs.join("outputs.safetensors").is_file());
+}
+
 #[test]
 fn a_bundle_needs_every_weight() {
     // IR naming a weight that no file holds cannot make a bundle.
