@@ -238,14 +238,16 @@ fn byte_inputs_match_the_interpreter_on_wgpu() {
 }
 
 #[test]
-fn vector_loads_from_buffers_match_the_interpreter_on_wgpu() {
+fn vector_loads_and_stores_match_the_interpreter_on_wgpu() {
     if !common::gpu_available() {
         eprintln!("0 passed, 0 failed, 1 skipped (no GPU adapter)");
         return;
     }
     let args = ["--pipeline", "none", "--backend", "wgpu"];
-    let diff = common::template_difference(&common::VECTOR_LOAD, &args);
-    assert!(diff <= 1e-6, "{diff:e}");
+    for case in [&common::VECTOR_LOAD, &common::VECTOR_STORE] {
+        let diff = common::template_difference(case, &args);
+        assert!(diff <= 1e-6, "{}: {diff:e}", case.file);
+    }
 }
 
 #[test]

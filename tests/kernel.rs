@@ -67,6 +67,39 @@ fn kernel_ir_runs_in_the_interpreter() {
     assert_eq!(y.to_f64().iter().copied().collect::<Vec<_>>(), want);
 }
 
+/// kernel.store4 writes four elements of workgroup memory in order from
+/// its offset: each invocation stores its four inputs reversed and reads
+/// the other's back (tests/ir/kernel/vector_store.ir).
+#[test]
+fn vector_stores_write_four_elements_in_order() {
+    let dir = common::scratch_dir("kernel-store4");
+    let input = dir.join("x.npy");
+    ircc_reference::write_npy(
+        &input,
+        &ircc_core::Tensor::float(
+            ircc_core::ElemType::F32,
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[8]), (0..8).map(f64::from).collect())
+                .unwrap(),
+        ),
+    )
+    .unwrap();
+    let file = common::root().join("tests/ir/kernel/vector_store.ir");
+    let out = ircc(&[
+        "run",
+        &file.to_string_lossy(),
+        "--input",
+        &format!("x={}", input.display()),
+        "--output-dir",
+        &dir.to_string_lossy(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let y = ircc_reference::read_npy(&dir.join("result0.npy")).unwrap();
+    // Invocation 0 reads [7, 6, 5, 4] and element 5 (6), 1 reads [3, 2, 1,
+    // 0] and element 1 (2); each adds the element to its last.
+    let want = [7.0, 6.0, 5.0, 10.0, 3.0, 2.0, 1.0, 2.0];
+    assert_eq!(y.to_f64().iter().copied().collect::<Vec<_>>(), want);
+}
+
 /// Products split along K (on the nvidia_vulkan profile): the kernel
 /// interpreter runs the partial products and their sum, and the results
 /// agree with the graph's, in `ircc check` and in `ircc run`.

@@ -343,14 +343,16 @@ fn byte_inputs_match_the_interpreter_on_opencl() {
 }
 
 #[test]
-fn vector_loads_from_buffers_match_the_interpreter_on_opencl() {
+fn vector_loads_and_stores_match_the_interpreter_on_opencl() {
     if !common::opencl_available() {
         eprintln!("0 passed, 0 failed, 1 skipped (no OpenCL device)");
         return;
     }
     let args = ["--pipeline", "none", "--backend", "opencl"];
-    let diff = common::template_difference(&common::VECTOR_LOAD, &args);
-    assert!(diff <= 1e-6, "{diff:e}");
+    for case in [&common::VECTOR_LOAD, &common::VECTOR_STORE] {
+        let diff = common::template_difference(case, &args);
+        assert!(diff <= 1e-6, "{}: {diff:e}", case.file);
+    }
 }
 
 #[test]

@@ -398,6 +398,14 @@ pub const VECTOR_LOAD: TemplateCase = TemplateCase {
     results: 1,
 };
 
+/// A kernel writing workgroup memory four elements at a time
+/// (kernel.store4), reading it back by fours and one at a time.
+pub const VECTOR_STORE: TemplateCase = TemplateCase {
+    file: "tests/ir/kernel/vector_store.ir",
+    inputs: &[("x", &[8])],
+    results: 1,
+};
+
 /// Row kernels holding their rows in registers, or reading them again in
 /// a loop where they are long.
 pub const ROWS: TemplateCase = TemplateCase {

@@ -101,6 +101,15 @@ pub trait Language {
     /// does not.
     fn load(&mut self, memory: &Memory, offset: Offset, in_bounds: bool) -> String;
     fn store(&mut self, memory: &Memory, offset: Offset, value: &str) -> String;
+    /// The statements that write `lanes` (values of type `ty`) to four
+    /// elements of workgroup memory from `offset` (a multiple of four) on.
+    fn store4(
+        &mut self,
+        memory: &Memory,
+        offset: Offset,
+        lanes: &[String],
+        ty: &str,
+    ) -> Vec<String>;
     /// The four elements of workgroup memory or a buffer from `offset`
     /// (a multiple of four) on, as a vector.
     fn load4(&mut self, memory: &Memory, offset: Offset) -> String;
@@ -137,9 +146,10 @@ pub trait Language {
     /// A matrix of zeros of type `ty` (a name [`Language::matrix_type`] gave).
     fn matrix_zero(&self, ty: &str) -> String;
     /// The matrix of type `ty` at `offset` of `memory`, row-major, rows
-    /// `stride` elements apart.
-    fn matrix_load(&self, memory: &Memory, offset: &str, stride: i64, ty: &str) -> String;
-    fn matrix_store(&self, memory: &Memory, offset: &str, stride: i64, value: &str) -> String;
+    /// `stride` elements apart (in memory of vectors, both multiples of
+    /// four).
+    fn matrix_load(&self, memory: &Memory, offset: Offset, stride: i64, ty: &str) -> String;
+    fn matrix_store(&self, memory: &Memory, offset: Offset, stride: i64, value: &str) -> String;
     /// `a x b + c`.
     fn matrix_multiply_add(&self, a: &str, b: &str, c: &str) -> String;
     /// The head of `for (iv = lower; iv < upper; iv += step) {`.
@@ -203,23 +213,41 @@ pub fn vector_arguments(m: &Module, block: BlockId) -> Vec<ValueId> {
 }
 
 /// The workgroup arrays of a kernel (`kernel.alloc`s, in order), each
-/// with whether it is an array of vectors: `load4` reads it and no
-/// matrix op does (a matrix's offset and stride count elements, so its
-/// array stays one of elements, and `load4` gathers four of them).
+/// with whether it is an array of vectors: `load4` reads it or `store4`
+/// writes it, and every matrix op on it addresses whole vectors (its
+/// offset and stride multiples of four, which it then counts in vectors;
+/// otherwise the array stays one of elements, and `load4` gathers four
+/// of them). A matrix of f16 loaded through a vector pointer is what
+/// makes a cooperative product's staging one store per four elements.
 pub fn workgroup_arrays(m: &Module, block: BlockId) -> Vec<(ValueId, bool)> {
     let mut vec4 = Vec::new();
-    let mut matrices = Vec::new();
+    let mut unaligned = Vec::new();
     let mut allocs = Vec::new();
+    let aligned = |op: OpId, stride: Option<i64>| {
+        stride.is_some_and(|s| s % 4 == 0)
+            && ircc_dialects::kernel::address::offset_divisor(m, op) % 4 == 0
+    };
     m.walk_block(block, &mut |op| match KernelOp::of(m, op) {
         Some(K::Load4) => vec4.push(m.op(op).operands[0]),
-        Some(K::MatrixLoad) => matrices.push(m.op(op).operands[0]),
-        Some(K::MatrixStore) => matrices.push(m.op(op).operands[1]),
+        Some(K::Store4) => vec4.push(m.op(op).operands[4]),
+        Some(K::MatrixLoad) => {
+            let stride = ops::MatrixLoad::new(m, op).map(|l| l.stride());
+            if !aligned(op, stride) {
+                unaligned.push(m.op(op).operands[0]);
+            }
+        }
+        Some(K::MatrixStore) => {
+            let stride = ops::MatrixStore::new(m, op).map(|l| l.stride());
+            if !aligned(op, stride) {
+                unaligned.push(m.op(op).operands[1]);
+            }
+        }
         Some(K::Alloc) => allocs.push(m.op(op).results[0]),
         _ => {}
     });
     allocs
         .into_iter()
-        .map(|a| (a, vec4.contains(&a) && !matrices.contains(&a)))
+        .map(|a| (a, vec4.contains(&a) && !unaligned.contains(&a)))
         .collect()
 }
 
@@ -620,6 +648,20 @@ impl<L: Language> Printer<'_, '_, L> {
                 self.line(indent, &line);
                 return Ok(());
             }
+            K::Store4 => {
+                let memory = self.memory(o.operands[4])?;
+                let offset = self.map_expr(op, 5)?;
+                let vectors = self.map_quarter(op, 5)?;
+                let lanes = (0..4).map(arg).collect::<R<Vec<_>>>()?;
+                let lane_ty = self.lang.type_name(m.value_type(o.operands[0]))?;
+                let lines =
+                    self.lang
+                        .store4(&memory, offset_of(&offset, &vectors), &lanes, lane_ty);
+                for line in lines {
+                    self.line(indent, &line);
+                }
+                return Ok(());
+            }
             K::Load4 => {
                 let memory = self.memory(o.operands[0])?;
                 if memory.space == Space::Texture {
@@ -657,14 +699,19 @@ impl<L: Language> Printer<'_, '_, L> {
             K::MatrixLoad => {
                 let memory = self.memory(o.operands[0])?;
                 let offset = self.map_expr(op, 1)?;
+                let vectors = self.map_quarter(op, 1)?;
                 let stride = ops::MatrixLoad::new(m, op).ok_or_else(malformed)?.stride();
-                self.lang.matrix_load(&memory, &offset, stride, ty)
+                self.lang
+                    .matrix_load(&memory, offset_of(&offset, &vectors), stride, ty)
             }
             K::MatrixStore => {
                 let memory = self.memory(o.operands[1])?;
                 let offset = self.map_expr(op, 2)?;
+                let vectors = self.map_quarter(op, 2)?;
                 let stride = ops::MatrixStore::new(m, op).ok_or_else(malformed)?.stride();
-                let line = self.lang.matrix_store(&memory, &offset, stride, &arg(0)?);
+                let line =
+                    self.lang
+                        .matrix_store(&memory, offset_of(&offset, &vectors), stride, &arg(0)?);
                 self.line(indent, &line);
                 return Ok(());
             }

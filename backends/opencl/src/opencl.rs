@@ -196,6 +196,22 @@ impl Language for OpenCl {
         }
     }
 
+    fn store4(
+        &mut self,
+        memory: &Memory,
+        offset: Offset,
+        lanes: &[String],
+        ty: &str,
+    ) -> Vec<String> {
+        vec![format!(
+            "vstore4(({})({}), 0, {} + {});",
+            self.vec4_type(ty),
+            lanes.join(", "),
+            memory.name,
+            offset.words
+        )]
+    }
+
     /// From a buffer, four loads each clamped as [`Language::load`]
     /// clamps (a product's last tile reads past its operand).
     fn load4(&mut self, memory: &Memory, offset: Offset) -> String {
@@ -366,11 +382,11 @@ impl Language for OpenCl {
         String::new()
     }
 
-    fn matrix_load(&self, _: &Memory, _: &str, _: i64, _: &str) -> String {
+    fn matrix_load(&self, _: &Memory, _: Offset, _: i64, _: &str) -> String {
         String::new()
     }
 
-    fn matrix_store(&self, _: &Memory, _: &str, _: i64, _: &str) -> String {
+    fn matrix_store(&self, _: &Memory, _: Offset, _: i64, _: &str) -> String {
         String::new()
     }
 

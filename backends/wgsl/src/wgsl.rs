@@ -166,6 +166,25 @@ fn vectors(memory: &Memory) -> bool {
     )
 }
 
+/// The vector of memory of vectors whose first element `offset` is.
+fn vector_at(memory: &Memory, offset: Offset) -> String {
+    let m = &memory.name;
+    match offset.vectors {
+        Some((q, 0)) => format!("{m}[{q}]"),
+        _ => format!("{m}[({}) / 4]", offset.words),
+    }
+}
+
+/// Where a matrix op addresses `memory` at `offset`, and its stride, in
+/// the units of the memory's array.
+fn matrix_at(memory: &Memory, offset: Offset, stride: i64) -> (String, i64) {
+    if vectors(memory) {
+        (vector_at(memory, offset), stride / 4)
+    } else {
+        (format!("{}[{}]", memory.name, offset.words), stride)
+    }
+}
+
 /// WGSL's spelling of kernel code, and the helpers a kernel used.
 #[derive(Default)]
 struct Wgsl {
@@ -248,13 +267,35 @@ impl Language for Wgsl {
         format!("{} = {value};", self.load(memory, offset, true))
     }
 
+    fn store4(
+        &mut self,
+        memory: &Memory,
+        offset: Offset,
+        lanes: &[String],
+        ty: &str,
+    ) -> Vec<String> {
+        if vectors(memory) {
+            let lanes = lanes.join(", ");
+            return vec![format!(
+                "{} = vec4<{ty}>({lanes});",
+                vector_at(memory, offset)
+            )];
+        }
+        let m = &memory.name;
+        lanes
+            .iter()
+            .enumerate()
+            .map(|(k, x)| match k {
+                0 => format!("{m}[{}] = {x};", offset.words),
+                k => format!("{m}[{} + {k}] = {x};", offset.words),
+            })
+            .collect()
+    }
+
     fn load4(&mut self, memory: &Memory, offset: Offset) -> String {
         let m = &memory.name;
         if vectors(memory) {
-            return match offset.vectors {
-                Some((q, 0)) => format!("{m}[{q}]"),
-                _ => format!("{m}[({}) / 4]", offset.words),
-            };
+            return vector_at(memory, offset);
         }
         let at = |k: i64| match k {
             0 => format!("{m}[{}]", offset.words),
@@ -447,15 +488,17 @@ impl Language for Wgsl {
         format!("{ty}()")
     }
 
-    fn matrix_load(&self, memory: &Memory, offset: &str, stride: i64, ty: &str) -> String {
-        format!("coopLoadT<{ty}>(&{}[{offset}], {stride}u)", memory.name)
+    /// In memory of vectors, through a pointer to the first element's
+    /// vector, the stride counted in vectors (SPIR-V's cooperative loads
+    /// count both in the pointer's type).
+    fn matrix_load(&self, memory: &Memory, offset: Offset, stride: i64, ty: &str) -> String {
+        let (at, stride) = matrix_at(memory, offset, stride);
+        format!("coopLoadT<{ty}>(&{at}, {stride}u)")
     }
 
-    fn matrix_store(&self, memory: &Memory, offset: &str, stride: i64, value: &str) -> String {
-        format!(
-            "coopStoreT({value}, &{}[{offset}], {stride}u);",
-            memory.name
-        )
+    fn matrix_store(&self, memory: &Memory, offset: Offset, stride: i64, value: &str) -> String {
+        let (at, stride) = matrix_at(memory, offset, stride);
+        format!("coopStoreT({value}, &{at}, {stride}u);")
     }
 
     fn matrix_multiply_add(&self, a: &str, b: &str, c: &str) -> String {

@@ -4,7 +4,7 @@
 //! times its trip count). `kernel.ace` lowers both; `ircc stats` reports
 //! them.
 
-use ircc_core::{AffineExpr, Attribute, BlockId, Module, OpId};
+use ircc_core::{AffineExpr, Attribute, BlockId, Module, OpId, ValueId};
 
 use super::{KernelOp, ops};
 
@@ -15,9 +15,55 @@ pub fn index_operands(kind: KernelOp) -> Option<usize> {
         KernelOp::Apply => 0,
         KernelOp::Load | KernelOp::Load4 | KernelOp::TextureLoad | KernelOp::MatrixLoad => 1,
         KernelOp::Store | KernelOp::MatrixStore => 2,
-        KernelOp::TextureStore => 5,
+        KernelOp::TextureStore | KernelOp::Store4 => 5,
         _ => return None,
     })
+}
+
+/// The first result of `map` over `operands`, each operand a kernel.apply
+/// computes replaced by its expression, `depth` applies deep: what an
+/// address pass moved out of a map still shows what the map's value is a
+/// multiple of (the other operands stand as dimensions).
+pub fn expanded(
+    m: &Module,
+    map: &ircc_core::AffineMap,
+    operands: &[ValueId],
+    depth: usize,
+) -> AffineExpr {
+    let dims: Vec<AffineExpr> = operands
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| {
+            let apply = m
+                .defining_op(x)
+                .filter(|&d| depth > 0 && KernelOp::of(m, d) == Some(KernelOp::Apply));
+            match apply.map(|d| (m.op(d).attr("map"), &m.op(d).operands)) {
+                Some((Some(Attribute::AffineMap(inner)), inner_operands))
+                    if inner.num_results() == 1 =>
+                {
+                    expanded(m, inner, inner_operands, depth - 1)
+                }
+                _ => AffineExpr::dim(i as u32),
+            }
+        })
+        .collect();
+    map.results[0].substitute(&dims, &[])
+}
+
+/// What the element offset that `op` (a load, store or matrix op)
+/// addresses is known to be a multiple of, looking through the
+/// kernel.applys that compute its indices: 1 where nothing is known.
+pub fn offset_divisor(m: &Module, op: OpId) -> i64 {
+    let o = m.op(op);
+    let Some(first) = KernelOp::of(m, op).and_then(index_operands) else {
+        return 1;
+    };
+    match o.attr("map") {
+        Some(Attribute::AffineMap(map)) if map.num_results() >= 1 => {
+            expanded(m, map, &o.operands[first.min(o.operands.len())..], 8).known_divisor()
+        }
+        _ => 1,
+    }
 }
 
 /// Address arithmetic of one kernel.

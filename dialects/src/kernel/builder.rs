@@ -168,6 +168,21 @@ impl<'m> FuncBuilder<'m> {
             .attr("map", Attribute::AffineMap(map)));
     }
 
+    /// Writes `lanes` to elements `map(indices)` to `map(indices) + 3` of
+    /// workgroup array `memory` in one store; the first must be a
+    /// multiple of four.
+    pub fn store4(
+        &mut self,
+        lanes: [ValueId; 4],
+        memory: ValueId,
+        map: AffineMap,
+        indices: Vec<ValueId>,
+    ) {
+        self.op(OpBuilder::new(KernelOp::Store4.name())
+            .operands(lanes.into_iter().chain([memory]).chain(indices))
+            .attr("map", Attribute::AffineMap(map)));
+    }
+
     /// Elements `map(indices)` to `map(indices) + 3` of workgroup array
     /// `memory` in one load; the first must be a multiple of four.
     pub fn load4(

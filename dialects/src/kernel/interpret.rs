@@ -485,6 +485,24 @@ impl Run<'_> {
                 }
                 return Ok(());
             }
+            KernelOp::Store4 => {
+                let addr = self.address(op, 5, 0)?;
+                let values: Vec<Col> = (0..4).map(|k| arg(k).cloned()).collect::<R<_>>()?;
+                let memory = self.memory_mut(o.operands[4])?;
+                for (lane, &a) in addr.iter().enumerate() {
+                    if !mask[lane] {
+                        continue;
+                    }
+                    for (k, value) in values.iter().enumerate() {
+                        let x = value.get(lane).ok_or("a short value column")?;
+                        let at = a + k as i64;
+                        let i =
+                            usize::try_from(at).map_err(|_| format!("a store to element {at}"))?;
+                        memory.set(i, x)?;
+                    }
+                }
+                return Ok(());
+            }
             // A subgroup's invocations take a matrix op together: one
             // that only some reach is undefined behaviour on a GPU.
             KernelOp::MatrixZero

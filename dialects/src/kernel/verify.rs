@@ -2,7 +2,7 @@
 //! say (types of loads and stores, map arities, where an op may stand).
 
 use ircc_core::registry::{OpHooks, OpView};
-use ircc_core::{AffineExpr, Attribute, ElemType, Module, OpId, Type, ValueId};
+use ircc_core::{Attribute, ElemType, Module, OpId, Type, ValueId};
 
 use super::KernelOp;
 use super::matrix::{MatrixRole, MatrixType};
@@ -74,6 +74,32 @@ fn verify_store(v: &OpView) -> Result<(), String> {
     check_indices(v, 2, 1)
 }
 
+fn verify_store4(v: &OpView) -> Result<(), String> {
+    let (m, o) = (v.module, v.module.op(v.op));
+    let memory = o.operands[4];
+    let alloc = m
+        .defining_op(memory)
+        .is_some_and(|d| KernelOp::of(m, d) == Some(KernelOp::Alloc));
+    let Some(t) = ty(m, memory).as_tensor().filter(|_| alloc) else {
+        return Err("store4 writes workgroup memory (a kernel.alloc)".to_string());
+    };
+    // Printers may declare such memory an array of vectors: its last
+    // vector must be whole.
+    if t.num_elements() % 4 != 0 {
+        return Err("store4 writes memory of a multiple of four elements".to_string());
+    }
+    if o.operands[..4]
+        .iter()
+        .any(|&x| *ty(m, x) != Type::Scalar(t.elem))
+    {
+        return Err(format!(
+            "only four {} values can be stored to {} memory",
+            t.elem, t.elem
+        ));
+    }
+    check_indices(v, 5, 1)
+}
+
 fn verify_load4(v: &OpView) -> Result<(), String> {
     let (m, o) = (v.module, v.module.op(v.op));
     let memory = o.operands[0];
@@ -102,7 +128,7 @@ fn verify_load4(v: &OpView) -> Result<(), String> {
     // show that it is one's first element (workgroup offsets are the
     // templates' own, computed through other ops).
     if argument {
-        let offset = expanded(m, map_of(v, 1)?, &o.operands[1..], 8);
+        let offset = super::address::expanded(m, map_of(v, 1)?, &o.operands[1..], 8);
         if offset.known_divisor() % 4 != 0 {
             return Err(format!(
                 "a load4 from a tensor argument at {offset}, not known to be a multiple of four"
@@ -116,36 +142,6 @@ fn verify_load4(v: &OpView) -> Result<(), String> {
         ));
     }
     check_indices(v, 1, 1)
-}
-
-/// The first result of `map` over `operands`, each operand a kernel.apply
-/// computes replaced by its expression, `depth` applies deep: what an
-/// address pass moved out of a map still shows what the map's value is a
-/// multiple of (the other operands stand as dimensions).
-fn expanded(
-    m: &Module,
-    map: &ircc_core::AffineMap,
-    operands: &[ValueId],
-    depth: usize,
-) -> AffineExpr {
-    let dims: Vec<AffineExpr> = operands
-        .iter()
-        .enumerate()
-        .map(|(i, &x)| {
-            let apply = m
-                .defining_op(x)
-                .filter(|&d| depth > 0 && KernelOp::of(m, d) == Some(KernelOp::Apply));
-            match apply.map(|d| (m.op(d).attr("map"), &m.op(d).operands)) {
-                Some((Some(Attribute::AffineMap(inner)), inner_operands))
-                    if inner.num_results() == 1 =>
-                {
-                    expanded(m, inner, inner_operands, depth - 1)
-                }
-                _ => AffineExpr::dim(i as u32),
-            }
-        })
-        .collect();
-    map.results[0].substitute(&dims, &[])
 }
 
 fn matrix_of(m: &Module, v: ValueId) -> Result<MatrixType, String> {
@@ -442,6 +438,7 @@ pub(super) fn op_hooks(op: KernelOp) -> OpHooks {
         K::Load => verify_load,
         K::Store => verify_store,
         K::Load4 => verify_load4,
+        K::Store4 => verify_store4,
         K::TextureLoad => verify_texture_load,
         K::MatrixZero => verify_matrix_zero,
         K::MatrixLoad => verify_matrix_load,

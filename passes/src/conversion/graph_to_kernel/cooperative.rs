@@ -284,8 +284,9 @@ pub(super) fn lower(
         staged(1, b_tile, (bk, tile_n), b_stride),
     ];
     // The words this invocation stages at K step `kt`, as f16: (tile,
-    // slot, word).
-    let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<(ValueId, Ix, ValueId)>> {
+    // slot, words), four consecutive words of the tile where a load's
+    // words lie along its rows (stored at once), else one.
+    let fetch = |kb: &mut KernelBuilder, kt: Ix| -> R<Vec<(ValueId, Ix, Vec<ValueId>)>> {
         let k0 = kt * Ix::constant(bk);
         let mut words = Vec::new();
         let most = operands.iter().map(|o| o.loads(threads)).max().unwrap_or(0);
@@ -327,6 +328,7 @@ pub(super) fn lower(
                         ElemType::F16,
                     )?]
                 };
+                let mut staged = Vec::new();
                 for (j, v) in values.into_iter().enumerate() {
                     let step = |x: &Ix, along: bool| {
                         if along {
@@ -342,7 +344,15 @@ pub(super) fn lower(
                         step(&row, o.along_rows)
                     };
                     let v = zero_beyond(kb, v, &kg, kk, bk);
-                    words.push((o.tile, r * Ix::constant(o.stride) + c, v));
+                    staged.push((r * Ix::constant(o.stride) + c, v));
+                }
+                // A row's four words (its first a multiple of four, as
+                // the stride is) go in one store.
+                if o.width == 4 && !o.along_rows {
+                    let first = staged[0].0.clone();
+                    words.push((o.tile, first, staged.into_iter().map(|(_, v)| v).collect()));
+                } else {
+                    words.extend(staged.into_iter().map(|(at, v)| (o.tile, at, vec![v])));
                 }
             }
         }
@@ -365,19 +375,31 @@ pub(super) fn lower(
     // step kt's products (the last steps fetch past the split's share of
     // K, never stored).
     let first = fetch(kb, first_tile.clone())?;
-    let places: Vec<(ValueId, Ix)> = first.iter().map(|(t, at, _)| (*t, at.clone())).collect();
-    let per_step = first.len();
+    let places: Vec<(ValueId, Ix, usize)> = first
+        .iter()
+        .map(|(t, at, words)| (*t, at.clone(), words.len()))
+        .collect();
+    let per_step: usize = places.iter().map(|p| p.2).sum();
     let mut init: Vec<ValueId> = (0..accs).map(|_| kb.ir.matrix_zero(c_type)).collect();
-    init.extend(first.iter().map(|(_, _, v)| *v));
+    init.extend(first.iter().flat_map(|(_, _, words)| words.iter().copied()));
     for d in 1..READ_AHEAD {
         let more = fetch(kb, first_tile.clone() + Ix::constant(d))?;
-        init.extend(more.iter().map(|(_, _, v)| *v));
+        init.extend(more.iter().flat_map(|(_, _, words)| words.iter().copied()));
     }
     let carried = kb.for_loop(k_tiles, init, &mut |kb, kt, carried| {
         let (acc, words) = carried.split_at(accs);
-        let (words, later) = words.split_at(per_step);
-        for ((tile, at), &word) in places.iter().zip(words) {
-            kb.store(word, *tile, at);
+        let (mut words, later) = words.split_at(per_step);
+        for (tile, at, count) in &places {
+            let (these, rest) = words.split_at(*count);
+            words = rest;
+            match *these {
+                [x, y, z, w] => kb.store4([x, y, z, w], *tile, at),
+                _ => {
+                    for &word in these {
+                        kb.store(word, *tile, at);
+                    }
+                }
+            }
         }
         kb.ir.barrier();
         let prefetched = fetch(kb, first_tile.clone() + kt + Ix::constant(READ_AHEAD))?;
@@ -416,7 +438,7 @@ pub(super) fn lower(
         }
         kb.ir.barrier();
         acc.extend(later);
-        acc.extend(prefetched.into_iter().map(|(_, _, v)| v));
+        acc.extend(prefetched.into_iter().flat_map(|(_, _, words)| words));
         Ok(acc)
     })?;
     for i in 0..fm {

@@ -292,6 +292,13 @@ impl<'a> KernelBuilder<'a> {
         self.ir.store(value, memory, map, operands);
     }
 
+    /// Writes `lanes` to four elements of workgroup array `memory` from
+    /// `offset` on, which must be a multiple of four.
+    pub fn store4(&mut self, lanes: [ValueId; 4], memory: ValueId, offset: &Ix) {
+        let (map, operands) = self.compact(offset);
+        self.ir.store4(lanes, memory, map, operands);
+    }
+
     /// The cooperative matrix of type `t` at `offset` of `memory`, its
     /// rows `stride` elements apart.
     pub fn matrix_load(
