@@ -53,6 +53,9 @@ const BUNDLE_OPTIONS: &[(&str, &[&str])] = &[
             "roofline",
             "timing",
             "quiet",
+            "max_invocations",
+            "max_bytes",
+            "max_source_bytes",
         ],
     ),
 ];
@@ -135,12 +138,7 @@ impl Driver {
     /// outputs as `ircc run` does.
     pub(crate) fn run_bundle(&self, args: &RunArgs, stdout: &mut dyn Write) -> Outcome {
         let dir = &args.model.file;
-        let bounds = Bounds {
-            max_source_bytes: args.max_source_bytes,
-            max_invocations: args.max_invocations,
-            max_bytes: args.max_bytes,
-        };
-        let bundle = self.phase("read the bundle", || open(dir, &bounds))?;
+        let bundle = self.phase("read the bundle", || open(dir, &Bounds::of(&args.bounds)))?;
         // --backend reference was refused with the command line; the
         // default (reference) means the bundle's own device.
         let asked = match args.backend {
@@ -174,7 +172,7 @@ impl Driver {
         stderr: &mut dyn Write,
     ) -> Outcome {
         let dir = &args.model.file;
-        let bundle = self.phase("read the bundle", || open(dir, &Bounds::DEFAULT))?;
+        let bundle = self.phase("read the bundle", || open(dir, &Bounds::of(&args.bounds)))?;
         check_backend(&bundle, dir, args.backend, &args.opencl.cl_options)?;
         let types = input_types(&bundle)?;
         let inputs = if args.inputs.is_empty() {
@@ -264,6 +262,15 @@ pub(crate) struct Bounds {
 }
 
 impl Bounds {
+    /// The bounds a command line gives.
+    pub(crate) fn of(args: &crate::BundleBoundsArgs) -> Bounds {
+        Bounds {
+            max_source_bytes: args.max_source_bytes,
+            max_invocations: args.max_invocations,
+            max_bytes: args.max_bytes,
+        }
+    }
+
     /// The command line's defaults.
     pub(crate) const DEFAULT: Bounds = Bounds {
         max_source_bytes: 16 << 20,

@@ -263,6 +263,8 @@ pub struct BenchArgs {
     /// Print one JSON object.
     #[arg(long)]
     pub json: bool,
+    #[command(flatten)]
+    pub bounds: BundleBoundsArgs,
     /// Also print the kernels that take most of the time, each with its
     /// FLOP/s, bytes per second, fraction of the target profile's peak and
     /// what bounds it (where the adapter times kernels).
@@ -377,6 +379,28 @@ pub enum Backend {
     /// OpenCL C through the OpenCL ICD loader (a GPU preferred;
     /// IRCC_OPENCL_DEVICE=NAME chooses a device by a part of its name).
     Opencl,
+}
+
+/// The bounds `ircc run DIR` and `ircc bench DIR` hold a bundle to before
+/// setting anything up.
+#[derive(Args, Debug, Clone)]
+pub struct BundleBoundsArgs {
+    /// The most invocations a bundle's dispatches may run in one run, all
+    /// together (a bundle is a file from elsewhere: one asking for 65535 x
+    /// 65535 x 16 workgroups would run for days); checked before anything
+    /// is set up. Published networks run well under 10^9.
+    #[arg(long, value_name = "N", default_value_t = crate::bundle::Bounds::DEFAULT.max_invocations)]
+    pub max_invocations: u64,
+    /// The most bytes a bundle's buffers may take on the device, all
+    /// together; checked before anything is allocated.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::bundle::Bounds::DEFAULT.max_bytes)]
+    pub max_bytes: u64,
+    /// The largest plan.json or kernel source file of a bundle read, in
+    /// bytes: a shader compiler takes time and memory in proportion to its
+    /// source (a 200 MiB one, gigabytes). A published network's largest
+    /// (one OpenCL C file of all its kernels) is under 1 MiB.
+    #[arg(long, value_name = "BYTES", default_value_t = crate::bundle::Bounds::DEFAULT.max_source_bytes)]
+    pub max_source_bytes: u64,
 }
 
 /// The backends `ircc bench` times: those with a device.
@@ -578,22 +602,8 @@ pub struct RunArgs {
     /// The function to run.
     #[arg(long, default_value = "main")]
     pub entry: String,
-    /// The most invocations a bundle's dispatches may run in one run, all
-    /// together (a bundle is a file from elsewhere: one asking for 65535 x
-    /// 65535 x 16 workgroups would run for days); checked before anything
-    /// is set up. Published networks run well under 10^9.
-    #[arg(long, value_name = "N", default_value_t = crate::bundle::Bounds::DEFAULT.max_invocations)]
-    pub max_invocations: u64,
-    /// The most bytes a bundle's buffers may take on the device, all
-    /// together; checked before anything is allocated.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::bundle::Bounds::DEFAULT.max_bytes)]
-    pub max_bytes: u64,
-    /// The largest plan.json or kernel source file of a bundle read, in
-    /// bytes: a shader compiler takes time and memory in proportion to its
-    /// source (a 200 MiB one, gigabytes). A published network's largest
-    /// (one OpenCL C file of all its kernels) is under 1 MiB.
-    #[arg(long, value_name = "BYTES", default_value_t = crate::bundle::Bounds::DEFAULT.max_source_bytes)]
-    pub max_source_bytes: u64,
+    #[command(flatten)]
+    pub bounds: BundleBoundsArgs,
     /// Ends the command with an error after SECONDS of wall-clock time
     /// (compiling, setting up and running): a device such as lavapipe has
     /// no watchdog of its own. It ends the process, whatever the device

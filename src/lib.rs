@@ -44,9 +44,9 @@ use ircc_core::{
 use ircc_dialects::kernel::{DEFAULT_DEVICE, ModuleTarget};
 
 pub use cli::{
-    AttentionTemplate, Backend, BenchArgs, BundleArgs, CheckArgs, Cli, Command, CompileArgs,
-    DeviceBackend, Emit, ImportArgs, KernelArgs, ModelArgs, OnnxArgs, OpenClArgs, OutputFormat,
-    PipelineArgs, Precision, RunArgs, SimulateAttentionArgs, StatsArgs,
+    AttentionTemplate, Backend, BenchArgs, BundleArgs, BundleBoundsArgs, CheckArgs, Cli, Command,
+    CompileArgs, DeviceBackend, Emit, ImportArgs, KernelArgs, ModelArgs, OnnxArgs, OpenClArgs,
+    OutputFormat, PipelineArgs, Precision, RunArgs, SimulateAttentionArgs, StatsArgs,
 };
 
 /// The pipelines that ship inside the binary, by name.

@@ -470,6 +470,14 @@ fn a_bundle_is_timed_as_compiled() {
         out.stderr
             .contains("holds WGSL sources, which run on --backend wgpu")
     );
+    // The bounds `ircc run DIR` holds a bundle to, before a device opens.
+    let out = bench(&["--max-bytes", "16"]);
+    assert_eq!(out.code, 1, "{}", out.stderr);
+    assert!(
+        out.stderr.contains("more than --max-bytes 16"),
+        "{}",
+        out.stderr
+    );
     if !common::gpu_available() {
         return;
     }

@@ -100,6 +100,55 @@ fn vector_stores_write_four_elements_in_order() {
     assert_eq!(y.to_f64().iter().copied().collect::<Vec<_>>(), want);
 }
 
+/// Tiles staged by store4 and read by matrix ops give A x B whether WGSL
+/// declares them arrays of vec4 or of elements
+/// (tests/ir/kernel/matrix_vectors.ir): the interpreter runs all three
+/// kernels on the same operands.
+#[test]
+fn staged_matrices_multiply_whatever_their_tiles_are_declared() {
+    let dir = common::scratch_dir("kernel-matrix-vectors");
+    let values = |seed: usize| -> Vec<f64> {
+        (0..256)
+            .map(|i| (((i * 7 + seed * 13) % 23) as f64 - 11.0) / 8.0)
+            .collect()
+    };
+    let (a, b) = (values(1), values(2));
+    for (name, v) in [("a", &a), ("b", &b)] {
+        let t = ircc_core::Tensor::float(
+            ircc_core::ElemType::F16,
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[256]), v.clone()).unwrap(),
+        );
+        ircc_reference::write_npy(&dir.join(format!("{name}.npy")), &t).unwrap();
+    }
+    let file = common::root().join("tests/ir/kernel/matrix_vectors.ir");
+    let out = ircc(&[
+        "run",
+        &file.to_string_lossy(),
+        "--pipeline",
+        "none",
+        "--input",
+        &format!("a={}", dir.join("a.npy").display()),
+        "--input",
+        &format!("b={}", dir.join("b.npy").display()),
+        "--output-dir",
+        &dir.to_string_lossy(),
+    ]);
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let want: Vec<f64> = (0..256)
+        .map(|e| {
+            (0..16)
+                .map(|k| a[e / 16 * 16 + k] * b[k * 16 + e % 16])
+                .sum()
+        })
+        .collect();
+    for result in ["result0", "result1", "result2"] {
+        let y = ircc_reference::read_npy(&dir.join(format!("{result}.npy"))).unwrap();
+        let got: Vec<f64> = y.to_f64().iter().copied().collect();
+        // Eighths of small integers: exact in f16, and their sums in f32.
+        assert_eq!(got, want, "{result}");
+    }
+}
+
 /// Products split along K (on the nvidia_vulkan profile): the kernel
 /// interpreter runs the partial products and their sum, and the results
 /// agree with the graph's, in `ircc check` and in `ircc run`.

@@ -214,40 +214,62 @@ pub fn vector_arguments(m: &Module, block: BlockId) -> Vec<ValueId> {
 
 /// The workgroup arrays of a kernel (`kernel.alloc`s, in order), each
 /// with whether it is an array of vectors: `load4` reads it or `store4`
-/// writes it, and every matrix op on it addresses whole vectors (its
-/// offset and stride multiples of four, which it then counts in vectors;
-/// otherwise the array stays one of elements, and `load4` gathers four
-/// of them). A matrix of f16 loaded through a vector pointer is what
-/// makes a cooperative product's staging one store per four elements.
+/// writes it, and where a matrix op addresses it too, every matrix op,
+/// `load4` and `store4` on it addresses whole vectors (offsets and
+/// strides multiples of four, which matrix ops then count in vectors;
+/// otherwise the array stays one of elements, `load4` gathering four of
+/// them and `store4` storing four). A matrix of f16 loaded through a
+/// vector pointer is what makes a cooperative product's staging one
+/// store per four elements.
 pub fn workgroup_arrays(m: &Module, block: BlockId) -> Vec<(ValueId, bool)> {
-    let mut vec4 = Vec::new();
-    let mut unaligned = Vec::new();
+    let aligned = |op: OpId| ircc_dialects::kernel::address::offset_divisor(m, op) % 4 == 0;
+    let mut vectors = Vec::new();
+    let mut unaligned_vectors = Vec::new();
+    let mut matrices = Vec::new();
+    let mut unaligned_matrices = Vec::new();
     let mut allocs = Vec::new();
-    let aligned = |op: OpId, stride: Option<i64>| {
-        stride.is_some_and(|s| s % 4 == 0)
-            && ircc_dialects::kernel::address::offset_divisor(m, op) % 4 == 0
-    };
-    m.walk_block(block, &mut |op| match KernelOp::of(m, op) {
-        Some(K::Load4) => vec4.push(m.op(op).operands[0]),
-        Some(K::Store4) => vec4.push(m.op(op).operands[4]),
-        Some(K::MatrixLoad) => {
-            let stride = ops::MatrixLoad::new(m, op).map(|l| l.stride());
-            if !aligned(op, stride) {
-                unaligned.push(m.op(op).operands[0]);
+    m.walk_block(block, &mut |op| {
+        let o = m.op(op);
+        let (memory, stride) = match KernelOp::of(m, op) {
+            Some(K::Load4) => (o.operands[0], None),
+            Some(K::Store4) => (o.operands[4], None),
+            Some(K::MatrixLoad) => (
+                o.operands[0],
+                Some(ops::MatrixLoad::new(m, op).map(|l| l.stride())),
+            ),
+            Some(K::MatrixStore) => (
+                o.operands[1],
+                Some(ops::MatrixStore::new(m, op).map(|l| l.stride())),
+            ),
+            Some(K::Alloc) => {
+                allocs.push(o.results[0]);
+                return;
+            }
+            _ => return,
+        };
+        match stride {
+            None => {
+                vectors.push(memory);
+                if !aligned(op) {
+                    unaligned_vectors.push(memory);
+                }
+            }
+            Some(stride) => {
+                matrices.push(memory);
+                if !(aligned(op) && stride.is_some_and(|s| s % 4 == 0)) {
+                    unaligned_matrices.push(memory);
+                }
             }
         }
-        Some(K::MatrixStore) => {
-            let stride = ops::MatrixStore::new(m, op).map(|l| l.stride());
-            if !aligned(op, stride) {
-                unaligned.push(m.op(op).operands[1]);
-            }
-        }
-        Some(K::Alloc) => allocs.push(m.op(op).results[0]),
-        _ => {}
     });
     allocs
         .into_iter()
-        .map(|a| (a, vec4.contains(&a) && !unaligned.contains(&a)))
+        .map(|a| {
+            let vector = vectors.contains(&a);
+            let whole = !matrices.contains(&a)
+                || !(unaligned_matrices.contains(&a) || unaligned_vectors.contains(&a));
+            (a, vector && whole)
+        })
         .collect()
 }
 

@@ -83,6 +83,10 @@ fn verify_store4(v: &OpView) -> Result<(), String> {
     let Some(t) = ty(m, memory).as_tensor().filter(|_| alloc) else {
         return Err("store4 writes workgroup memory (a kernel.alloc)".to_string());
     };
+    // Bytes live in words (`verify_store`): no vector of them is written.
+    if matches!(t.elem, ElemType::I8 | ElemType::U8) {
+        return Err(format!("store4 cannot write {} memory", t.elem));
+    }
     // Printers may declare such memory an array of vectors: its last
     // vector must be whole.
     if t.num_elements() % 4 != 0 {
