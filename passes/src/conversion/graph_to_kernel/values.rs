@@ -143,8 +143,9 @@ impl KernelBuilder<'_> {
     /// multiple of four, [`KernelBuilder::vector_at`] reads four elements
     /// along `axis` in one load. Not for a computed value, a texture, a
     /// buffer of bytes (read out of words) or one of a length that is no
-    /// multiple of four (the printers declare it an array of vectors), nor
-    /// through a view that divides or takes remainders.
+    /// multiple of four (the printers declare it an array of vectors);
+    /// through a view that divides or takes remainders, where
+    /// [`super::vector::four_words`] shows the lanes to be neighbours.
     pub fn vector_readable(&self, v: ValueId, axis: usize) -> bool {
         let Some(Input::Memory { stored, shape, map }) = self.inputs.get(&v) else {
             return false;
@@ -165,9 +166,15 @@ impl KernelBuilder<'_> {
             || matches!(elem, ElemType::I8 | ElemType::U8)
             || shape.iter().product::<i64>() % 4 != 0
             || axis >= rank
-            || offset.div_mod_count() != 0
         {
             return false;
+        }
+        if offset.div_mod_count() != 0 {
+            // Through a view that divides or takes remainders (ViT-B/16's
+            // heads merged back, (d0, d1) -> (0, d1 floordiv 64, d0, d1
+            // mod 64)): lanes from a multiple of four along `axis` may
+            // still be four neighbouring words.
+            return super::vector::four_words(&offset, axis);
         }
         // The offset is linear in the indices: its coefficients are its
         // steps along each.

@@ -52,6 +52,75 @@ fn view_axis(map: &AffineMap, axis: usize) -> Option<usize> {
     }
 }
 
+/// The dimension that stands for a lane (0 to 3) in [`lane_step`].
+const LANE: u32 = u32::MAX;
+
+/// Whether `offset` (over the indices as dimensions) gives four
+/// neighbouring words, the first a multiple of four, for indices whose
+/// `axis` goes from a multiple of four through the next three (every
+/// other index anything): the lanes step it by one, and lane 0's offset
+/// is a multiple of four whatever the indices. Through a floordiv or mod
+/// by a multiple of four, which such lanes leave still or step by one.
+pub(super) fn four_words(offset: &Ix, axis: usize) -> bool {
+    let Ok(axis) = u32::try_from(axis) else {
+        return false;
+    };
+    let lanes = substitute_dim(
+        offset,
+        axis,
+        &(Ix::dim(axis) * Ix::constant(4) + Ix::dim(LANE)),
+    );
+    lane_step(&lanes) == Some(1) && at_lane_zero(&lanes).known_divisor() % 4 == 0
+}
+
+/// `e` with dimension `d` replaced by `by`.
+fn substitute_dim(e: &Ix, d: u32, by: &Ix) -> Ix {
+    use ircc_core::AffineExpr as E;
+    let sub = |x: &Ix| Box::new(substitute_dim(x, d, by));
+    match e {
+        E::Dim(x) if *x == d => by.clone(),
+        E::Dim(_) | E::Sym(_) | E::Const(_) => e.clone(),
+        E::Add(a, b) => E::Add(sub(a), sub(b)),
+        E::Mul(a, b) => E::Mul(sub(a), sub(b)),
+        E::FloorDiv(a, b) => E::FloorDiv(sub(a), sub(b)),
+        E::CeilDiv(a, b) => E::CeilDiv(sub(a), sub(b)),
+        E::Mod(a, b) => E::Mod(sub(a), sub(b)),
+    }
+}
+
+/// `e` at lane 0.
+fn at_lane_zero(e: &Ix) -> Ix {
+    substitute_dim(e, LANE, &Ix::constant(0))
+}
+
+/// How `e` moves from lane 0 to lane j (j < 4, lane 0 a multiple of four
+/// along the lanes' index): by j times the result, the same for every
+/// lane; `None` where the lanes do not move it so. A floordiv or mod by a
+/// multiple of four of what is a multiple of four at lane 0 and steps
+/// by one holds still or steps by one.
+fn lane_step(e: &Ix) -> Option<i64> {
+    use ircc_core::AffineExpr as E;
+    if !e.uses_dim(LANE) {
+        return Some(0);
+    }
+    let whole = |a: &Ix, c: &Ix| {
+        matches!(c, E::Const(c) if c % 4 == 0)
+            && lane_step(a) == Some(1)
+            && at_lane_zero(a).known_divisor() % 4 == 0
+    };
+    match e {
+        E::Dim(_) => Some(1),
+        E::Add(a, b) => lane_step(a)?.checked_add(lane_step(b)?),
+        E::Mul(a, b) => match (a.as_ref(), b.as_ref()) {
+            (x, E::Const(c)) | (E::Const(c), x) => lane_step(x)?.checked_mul(*c),
+            _ => None,
+        },
+        E::FloorDiv(a, c) if whole(a, c) => Some(0),
+        E::Mod(a, c) if whole(a, c) => Some(1),
+        _ => None,
+    }
+}
+
 /// Where four lanes of a value come from, one level down.
 enum Source {
     /// A buffer the kernel reads.
@@ -209,6 +278,41 @@ mod tests {
             vec![c(0), d(1).floor_div(c(64)), d(0), d(1).modulo(c(64))],
         );
         assert_eq!(view_axis(&heads, 1), None);
+        // Stored as [12, 197, 64], read as [197, 768]: four lanes from a
+        // multiple of four along K are neighbouring words (a head's 64
+        // hold four whole), along the rows they are not.
+        let shape = [1, 12, 197, 64];
+        let offset = |map: &AffineMap| {
+            let dims = [d(0), d(1)];
+            let at: Vec<Ix> = map
+                .results
+                .iter()
+                .map(|e| e.substitute(&dims, &[]))
+                .collect();
+            super::super::address::linearize(&at, &shape)
+        };
+        assert!(four_words(&offset(&heads), 1));
+        assert!(!four_words(&offset(&heads), 0));
+        // Heads of 6: lanes from a multiple of four may cross one.
+        let sixes = AffineMap::new(
+            2,
+            0,
+            vec![c(0), d(1).floor_div(c(6)), d(0), d(1).modulo(c(6))],
+        );
+        assert!(!four_words(
+            &super::super::address::linearize(
+                &sixes
+                    .results
+                    .iter()
+                    .map(|e| e.substitute(&[d(0), d(1)], &[]))
+                    .collect::<Vec<_>>(),
+                &[1, 128, 197, 6],
+            ),
+            1
+        ));
+        // A row offset by one word: lane 0 is no multiple of four.
+        let shifted = offset(&heads) + c(1);
+        assert!(!four_words(&shifted, 1));
         // A bias of 96 added to a product of [20, 1, 96] steps with its
         // last index, and a scalar with none.
         assert_eq!(broadcast_axis(3, &[96], 2), Some(0));
