@@ -96,15 +96,17 @@ fn at_lane_zero(e: &Ix) -> Ix {
 /// How `e` moves from lane 0 to lane j (j < 4, lane 0 a multiple of four
 /// along the lanes' index): by j times the result, the same for every
 /// lane; `None` where the lanes do not move it so. A floordiv or mod by a
-/// multiple of four of what is a multiple of four at lane 0 and steps
-/// by one holds still or steps by one.
+/// positive multiple of four of what is a multiple of four at lane 0 and
+/// steps by one holds still or steps by one.
 fn lane_step(e: &Ix) -> Option<i64> {
     use ircc_core::AffineExpr as E;
     if !e.uses_dim(LANE) {
         return Some(0);
     }
     let whole = |a: &Ix, c: &Ix| {
-        matches!(c, E::Const(c) if c % 4 == 0)
+        // A positive divisor: floor division by a negative one steps
+        // where a positive one holds still.
+        matches!(c, E::Const(c) if *c > 0 && c % 4 == 0)
             && lane_step(a) == Some(1)
             && at_lane_zero(a).known_divisor() % 4 == 0
     };
@@ -313,6 +315,31 @@ mod tests {
         // A row offset by one word: lane 0 is no multiple of four.
         let shifted = offset(&heads) + c(1);
         assert!(!four_words(&shifted, 1));
+        // A negative divisor: (d1 mod -8) goes 0, -7, -6, -5 from 8.
+        let negative = d(0) * c(12) + d(1).modulo(c(-8)) + c(8);
+        assert!(!four_words(&negative, 1));
+        // A head's start two before the lanes': they cross it at 60.
+        let crossing = (d(1) + c(2)).floor_div(c(64)) * c(64) + d(1).modulo(c(64));
+        assert!(!four_words(&crossing, 1));
+        // Every accepted offset, evaluated: the four lanes from each
+        // multiple of four (negative ones too) are neighbouring words,
+        // the first a multiple of four.
+        for e in [
+            offset(&heads),
+            d(0) * c(8) + d(1).modulo(c(8)) + d(1).floor_div(c(8)) * c(64),
+        ] {
+            assert!(four_words(&e, 1), "{e}");
+            let map = AffineMap::new(2, 0, vec![e.clone()]);
+            for row in -3..3 {
+                for base in (-96..96).step_by(4) {
+                    let at = |j: i64| map.eval(&[row, base + j], &[]).unwrap()[0];
+                    assert_eq!(at(0) % 4, 0, "{e} at ({row}, {base})");
+                    for j in 1..4 {
+                        assert_eq!(at(j), at(0) + j, "{e} at ({row}, {base} + {j})");
+                    }
+                }
+            }
+        }
         // A bias of 96 added to a product of [20, 1, 96] steps with its
         // last index, and a scalar with none.
         assert_eq!(broadcast_axis(3, &[96], 2), Some(0));
