@@ -35,36 +35,55 @@ fn shared_models_check_through_kernel_lower() {
     assert_eq!(failed, 0);
 }
 
+/// Runs kernel IR file `file` in the interpreter on one-dimensional
+/// `inputs` (name, element type, values), in scratch folder `name`: each
+/// result's values, in order.
+fn interpret(
+    name: &str,
+    file: &str,
+    inputs: &[(&str, ircc_core::ElemType, &[f64])],
+) -> Vec<Vec<f64>> {
+    let dir = common::scratch_dir(name);
+    let path = common::root().join(file);
+    let mut args = vec![
+        "run".to_string(),
+        path.to_string_lossy().into_owned(),
+        "--pipeline".to_string(),
+        "none".to_string(),
+    ];
+    for &(input, elem, values) in inputs {
+        let at = dir.join(format!("{input}.npy"));
+        let t = ircc_core::Tensor::float(
+            elem,
+            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[values.len()]), values.to_vec())
+                .unwrap(),
+        );
+        ircc_reference::write_npy(&at, &t).unwrap();
+        args.extend(["--input".to_string(), format!("{input}={}", at.display())]);
+    }
+    args.extend([
+        "--output-dir".to_string(),
+        dir.to_string_lossy().into_owned(),
+    ]);
+    let out = ircc(&args.iter().map(String::as_str).collect::<Vec<_>>());
+    assert_eq!(out.code, 0, "{}", out.stderr);
+    let mut results = Vec::new();
+    while let Ok(y) = ircc_reference::read_npy(&dir.join(format!("result{}.npy", results.len()))) {
+        results.push(y.to_f64().iter().copied().collect());
+    }
+    results
+}
+
 #[test]
 fn kernel_ir_runs_in_the_interpreter() {
-    let dir = common::scratch_dir("kernel-run");
-    let input = dir.join("x.npy");
-    let x: Vec<f32> = (0..64).map(|i| i as f32 - 20.0).collect();
-    ircc_reference::write_npy(
-        &input,
-        &ircc_core::Tensor::float(
-            ircc_core::ElemType::F32,
-            ndarray::ArrayD::from_shape_vec(
-                ndarray::IxDyn(&[64]),
-                x.iter().map(|&v| v as f64).collect(),
-            )
-            .unwrap(),
-        ),
-    )
-    .unwrap();
-    let file = common::root().join("tests/ir/kernel/roundtrip.ir");
-    let out = ircc(&[
-        "run",
-        &file.to_string_lossy(),
-        "--input",
-        &format!("x={}", input.display()),
-        "--output-dir",
-        &dir.to_string_lossy(),
-    ]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let y = ircc_reference::read_npy(&dir.join("result0.npy")).unwrap();
-    let want: Vec<f64> = x.iter().map(|&v| 2.0 * v as f64).collect();
-    assert_eq!(y.to_f64().iter().copied().collect::<Vec<_>>(), want);
+    let x: Vec<f64> = (0..64).map(|i| f64::from(i) - 20.0).collect();
+    let y = interpret(
+        "kernel-run",
+        "tests/ir/kernel/roundtrip.ir",
+        &[("x", ircc_core::ElemType::F32, &x)],
+    );
+    let want: Vec<f64> = x.iter().map(|&v| 2.0 * v).collect();
+    assert_eq!(y, [want]);
 }
 
 /// kernel.store4 writes four elements of workgroup memory in order from
@@ -72,32 +91,15 @@ fn kernel_ir_runs_in_the_interpreter() {
 /// the other's back (tests/ir/kernel/vector_store.ir).
 #[test]
 fn vector_stores_write_four_elements_in_order() {
-    let dir = common::scratch_dir("kernel-store4");
-    let input = dir.join("x.npy");
-    ircc_reference::write_npy(
-        &input,
-        &ircc_core::Tensor::float(
-            ircc_core::ElemType::F32,
-            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[8]), (0..8).map(f64::from).collect())
-                .unwrap(),
-        ),
-    )
-    .unwrap();
-    let file = common::root().join("tests/ir/kernel/vector_store.ir");
-    let out = ircc(&[
-        "run",
-        &file.to_string_lossy(),
-        "--input",
-        &format!("x={}", input.display()),
-        "--output-dir",
-        &dir.to_string_lossy(),
-    ]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
-    let y = ircc_reference::read_npy(&dir.join("result0.npy")).unwrap();
+    let x: Vec<f64> = (0..8).map(f64::from).collect();
+    let y = interpret(
+        "kernel-store4",
+        "tests/ir/kernel/vector_store.ir",
+        &[("x", ircc_core::ElemType::F32, &x)],
+    );
     // Invocation 0 reads [7, 6, 5, 4] and element 5 (6), 1 reads [3, 2, 1,
     // 0] and element 1 (2); each adds the element to its last.
-    let want = [7.0, 6.0, 5.0, 10.0, 3.0, 2.0, 1.0, 2.0];
-    assert_eq!(y.to_f64().iter().copied().collect::<Vec<_>>(), want);
+    assert_eq!(y, [vec![7.0, 6.0, 5.0, 10.0, 3.0, 2.0, 1.0, 2.0]]);
 }
 
 /// Tiles staged by store4 and read by matrix ops give A x B whether WGSL
@@ -106,34 +108,18 @@ fn vector_stores_write_four_elements_in_order() {
 /// kernels on the same operands.
 #[test]
 fn staged_matrices_multiply_whatever_their_tiles_are_declared() {
-    let dir = common::scratch_dir("kernel-matrix-vectors");
     let values = |seed: usize| -> Vec<f64> {
         (0..256)
             .map(|i| (((i * 7 + seed * 13) % 23) as f64 - 11.0) / 8.0)
             .collect()
     };
     let (a, b) = (values(1), values(2));
-    for (name, v) in [("a", &a), ("b", &b)] {
-        let t = ircc_core::Tensor::float(
-            ircc_core::ElemType::F16,
-            ndarray::ArrayD::from_shape_vec(ndarray::IxDyn(&[256]), v.clone()).unwrap(),
-        );
-        ircc_reference::write_npy(&dir.join(format!("{name}.npy")), &t).unwrap();
-    }
-    let file = common::root().join("tests/ir/kernel/matrix_vectors.ir");
-    let out = ircc(&[
-        "run",
-        &file.to_string_lossy(),
-        "--pipeline",
-        "none",
-        "--input",
-        &format!("a={}", dir.join("a.npy").display()),
-        "--input",
-        &format!("b={}", dir.join("b.npy").display()),
-        "--output-dir",
-        &dir.to_string_lossy(),
-    ]);
-    assert_eq!(out.code, 0, "{}", out.stderr);
+    let f16 = ircc_core::ElemType::F16;
+    let results = interpret(
+        "kernel-matrix-vectors",
+        "tests/ir/kernel/matrix_vectors.ir",
+        &[("a", f16, &a), ("b", f16, &b)],
+    );
     let want: Vec<f64> = (0..256)
         .map(|e| {
             (0..16)
@@ -141,11 +127,10 @@ fn staged_matrices_multiply_whatever_their_tiles_are_declared() {
                 .sum()
         })
         .collect();
-    for result in ["result0", "result1", "result2"] {
-        let y = ircc_reference::read_npy(&dir.join(format!("{result}.npy"))).unwrap();
-        let got: Vec<f64> = y.to_f64().iter().copied().collect();
+    assert_eq!(results.len(), 3);
+    for (i, got) in results.iter().enumerate() {
         // Eighths of small integers: exact in f16, and their sums in f32.
-        assert_eq!(got, want, "{result}");
+        assert_eq!(got, &want, "result{i}");
     }
 }
 

@@ -74,13 +74,16 @@ fn verify_store(v: &OpView) -> Result<(), String> {
     check_indices(v, 2, 1)
 }
 
+/// Whether `memory` is workgroup memory (a kernel.alloc).
+fn is_alloc(m: &Module, memory: ValueId) -> bool {
+    m.defining_op(memory)
+        .is_some_and(|d| KernelOp::of(m, d) == Some(KernelOp::Alloc))
+}
+
 fn verify_store4(v: &OpView) -> Result<(), String> {
     let (m, o) = (v.module, v.module.op(v.op));
     let memory = o.operands[4];
-    let alloc = m
-        .defining_op(memory)
-        .is_some_and(|d| KernelOp::of(m, d) == Some(KernelOp::Alloc));
-    let Some(t) = ty(m, memory).as_tensor().filter(|_| alloc) else {
+    let Some(t) = ty(m, memory).as_tensor().filter(|_| is_alloc(m, memory)) else {
         return Err("store4 writes workgroup memory (a kernel.alloc)".to_string());
     };
     // Bytes live in words (`verify_store`): no vector of them is written.
@@ -107,9 +110,7 @@ fn verify_store4(v: &OpView) -> Result<(), String> {
 fn verify_load4(v: &OpView) -> Result<(), String> {
     let (m, o) = (v.module, v.module.op(v.op));
     let memory = o.operands[0];
-    let alloc = m
-        .defining_op(memory)
-        .is_some_and(|d| KernelOp::of(m, d) == Some(KernelOp::Alloc));
+    let alloc = is_alloc(m, memory);
     let argument = matches!(
         m.value(memory).def,
         ircc_core::ir::ValueDef::BlockArg { .. }

@@ -394,11 +394,8 @@ pub(super) fn lower(
             words = rest;
             match *these {
                 [x, y, z, w] => kb.store4([x, y, z, w], *tile, at),
-                _ => {
-                    for &word in these {
-                        kb.store(word, *tile, at);
-                    }
-                }
+                [word] => kb.store(word, *tile, at),
+                _ => return Err(format!("{count} words staged at one place")),
             }
         }
         kb.ir.barrier();
